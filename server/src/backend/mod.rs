@@ -1,0 +1,184 @@
+//! Storage backends: dumb, versioned storage under one workspace root.
+//!
+//! A backend knows nothing of gRPC, callers, line pagination or edits; the
+//! [`crate::workspace::Workspace`] wraps a backend and implements the
+//! contract's `Filesystem` operations on top of it ("thin trait, fat
+//! router"). Backend methods are blocking; the workspace runs them on the
+//! blocking pool when [`Backend::BLOCKING`] says so.
+//!
+//! Rules every backend keeps:
+//! - paths are [`CanonicalPath`]s relative to the workspace root;
+//! - every change to a path gives it a new version, taken from one counter
+//!   per session, so a path's version only ever grows (even across delete
+//!   and re-create);
+//! - [`Backend::open`] returns one consistent version of a file: later
+//!   commits never change what an open file reads;
+//! - [`Backend::commit`] replaces a file atomically: readers see the old or
+//!   the new content, never a mix, and a staged file that is dropped without
+//!   commit leaves no trace;
+//! - symlinks (directory backend) are never followed: they are listed as
+//!   `FileKind::Symlink`; opening, writing or resolving through one is
+//!   `PermissionDenied`.
+
+use bytes::Bytes;
+use wsfs::{CanonicalPath, Metadata, Result};
+
+pub mod directory;
+pub mod memory;
+
+pub use directory::DirectoryBackend;
+pub use memory::MemoryBackend;
+
+/// One consistent version of a file's bytes.
+pub enum Content {
+    /// In-memory bytes (cheap to clone, never change).
+    Memory(Bytes),
+    /// An open file. Directory commits replace files by rename, so an open
+    /// descriptor keeps reading the version it opened.
+    Disk(std::fs::File),
+}
+
+/// A file opened for reading: its metadata at open time and its content.
+pub struct OpenFile {
+    pub meta: Metadata,
+    pub content: Content,
+}
+
+/// Bytes being written, invisible to every listing until committed.
+/// Dropping it without commit removes it.
+pub trait StagedFile: Send + 'static {
+    fn write_chunk(&mut self, chunk: &[u8]) -> Result<()>;
+    /// Bytes written so far.
+    fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Where a commit puts the staged bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitMode {
+    /// The new content is the current content followed by the staged bytes.
+    pub append: bool,
+    /// Create missing parent directories.
+    pub create_parents: bool,
+}
+
+/// Storage for one workspace.
+pub trait Backend: Send + Sync + 'static {
+    type Staged: StagedFile;
+
+    /// True when methods make blocking system calls and must run on the
+    /// blocking pool.
+    const BLOCKING: bool;
+
+    /// Metadata of `path` without following a final symlink; `Ok(None)`
+    /// when nothing is there. The root is a directory. A symlink or file
+    /// met as an intermediate component: `PermissionDenied` / `NotADirectory`.
+    fn metadata(&self, path: &CanonicalPath) -> Result<Option<Metadata>>;
+
+    /// Entries beneath directory `dir` down to `depth` levels (1 = its own
+    /// entries), sorted by path bytewise, at most `max` of them; the bool is
+    /// true when more were left out. Missing: `FileNotFound`; a file:
+    /// `NotADirectory`.
+    fn list(&self, dir: &CanonicalPath, depth: u32, max: usize) -> Result<(Vec<Metadata>, bool)>;
+
+    /// Opens one consistent version of a file. Missing: `FileNotFound`; a
+    /// directory: `IsADirectory`; a symlink: `PermissionDenied`.
+    fn open(&self, path: &CanonicalPath) -> Result<OpenFile>;
+
+    /// A new, empty staged file.
+    fn stage(&self) -> Result<Self::Staged>;
+
+    /// Atomically puts the staged bytes at `path` and returns the new
+    /// metadata (with a new version). Parent missing and not
+    /// `create_parents`: `FileNotFound` naming the parent; a parent that is a
+    /// file: `NotADirectory`; `path` a directory: `IsADirectory`; a symlink
+    /// anywhere on the way: `PermissionDenied`. On error nothing changed.
+    fn commit(&self, staged: Self::Staged, path: &CanonicalPath, mode: CommitMode) -> Result<Metadata>;
+
+    /// Removes a file, a symlink (the link itself), or a directory (with
+    /// `recursive` when not empty: `DirectoryNotEmpty` otherwise). The root
+    /// with `recursive` is emptied and kept. Returns how many files,
+    /// directories and links went. Missing: `FileNotFound`.
+    fn remove(&self, path: &CanonicalPath, recursive: bool) -> Result<u64>;
+
+    /// Creates a directory. Already a directory: `Ok(false)`; a file there:
+    /// `AlreadyExists`; parent missing and not `parents`: `FileNotFound`.
+    fn mkdir(&self, path: &CanonicalPath, parents: bool) -> Result<bool>;
+
+    /// Moves a file or a whole directory; returns how many entries moved.
+    /// Preconditions: [`check_transfer`].
+    fn rename(&self, src: &CanonicalPath, dst: &CanonicalPath, overwrite: bool, create_parents: bool) -> Result<u64>;
+
+    /// Copies a file or a whole directory; returns how many entries were
+    /// created. Rules in [`transfer_rules`].
+    fn copy(&self, src: &CanonicalPath, dst: &CanonicalPath, overwrite: bool, create_parents: bool) -> Result<u64>;
+
+    /// Every regular file beneath `base` (or `base` itself when it is a
+    /// file), in path order, lazily; symlinks are skipped. A missing base
+    /// yields nothing.
+    fn walk_files(&self, base: &CanonicalPath) -> Result<Box<dyn Iterator<Item = Result<CanonicalPath>> + Send>>;
+}
+
+/// The preconditions of Move and Copy, shared by every backend. Given the
+/// metadata of both ends (`None`: missing), returns `Ok(true)` when the
+/// destination exists and must be replaced, `Ok(false)` when it is free.
+///
+/// - `src` missing: `FileNotFound`; `src` the root, or `dst` equal to or
+///   inside `src`: `InvalidArgument`; `dst` the root: `AlreadyExists`.
+/// - `dst` exists and not `overwrite`: `AlreadyExists`.
+/// - `dst` exists and `overwrite`: a file replaces a file, a directory
+///   replaces a directory whole; a file over a directory is `IsADirectory`,
+///   a directory over a file `NotADirectory`.
+///
+/// A missing parent of `dst` is the backend's to report (`FileNotFound`
+/// without `create_parents`). A symlink source moves or copies as the link.
+pub fn check_transfer(
+    src: &CanonicalPath,
+    src_meta: Option<&Metadata>,
+    dst: &CanonicalPath,
+    dst_meta: Option<&Metadata>,
+    overwrite: bool,
+) -> Result<bool> {
+    use wsfs::{Error, FileKind};
+    let Some(src_meta) = src_meta else {
+        return Err(Error::FileNotFound {
+            path: src.as_str().to_string(),
+        });
+    };
+    if src.is_root() {
+        return Err(Error::invalid_argument(
+            "the workspace root cannot be moved or copied; name a file or directory inside it",
+        ));
+    }
+    if dst.starts_with(src) {
+        return Err(Error::invalid_argument(format!(
+            "cannot move or copy '{src}' into itself ('{dst}')"
+        )));
+    }
+    if dst.is_root() {
+        return Err(Error::AlreadyExists {
+            path: String::new(),
+        });
+    }
+    let Some(dst_meta) = dst_meta else {
+        return Ok(false);
+    };
+    if !overwrite {
+        return Err(Error::AlreadyExists {
+            path: dst.as_str().to_string(),
+        });
+    }
+    let src_is_dir = src_meta.kind == FileKind::Directory;
+    let dst_is_dir = dst_meta.kind == FileKind::Directory;
+    match (src_is_dir, dst_is_dir) {
+        (false, true) => Err(Error::IsADirectory {
+            path: dst.as_str().to_string(),
+        }),
+        (true, false) => Err(Error::NotADirectory {
+            path: dst.as_str().to_string(),
+        }),
+        _ => Ok(true),
+    }
+}

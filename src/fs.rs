@@ -1,0 +1,385 @@
+//! The `Filesystem` trait: every operation of the contract in Rust types.
+//!
+//! The server's workspaces (memory and directory backends) implement it, and
+//! so does the client's session handle, which makes the conformance suite in
+//! `tests/` one piece of code run against every backend, in-process and over
+//! gRPC. Paths arrive already canonical; options arrive with the contract's
+//! defaults filled in (see each `Default`).
+
+use crate::{CanonicalPath, Result};
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use std::time::SystemTime;
+
+/// What a path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    File,
+    Directory,
+    /// Only in directory-backed workspaces; never followed.
+    Symlink,
+}
+
+/// What Stat returns, and one entry of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Metadata {
+    pub path: CanonicalPath,
+    pub kind: FileKind,
+    pub size: u64,
+    pub created: SystemTime,
+    pub modified: SystemTime,
+    /// Grows with every change to this path in the session.
+    pub version: u64,
+}
+
+impl Metadata {
+    /// The entry's name: the last path segment (empty for the root).
+    pub fn name(&self) -> &str {
+        self.path.name().unwrap_or("")
+    }
+}
+
+/// Which lines a text Read returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineRange {
+    /// 0-based first line.
+    pub offset: u64,
+    /// Lines to return; `None` is the whole file.
+    pub limit: Option<u64>,
+}
+
+impl LineRange {
+    pub const DEFAULT_LIMIT: u64 = 2000;
+
+    pub fn all() -> Self {
+        LineRange {
+            offset: 0,
+            limit: None,
+        }
+    }
+}
+
+impl Default for LineRange {
+    fn default() -> Self {
+        LineRange {
+            offset: 0,
+            limit: Some(Self::DEFAULT_LIMIT),
+        }
+    }
+}
+
+/// One page of a text Read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextPage {
+    pub path: CanonicalPath,
+    /// The exact bytes of the selected lines; pages concatenate to the file.
+    pub content: String,
+    pub total_lines: u64,
+    /// First line returned, clamped to `total_lines`.
+    pub offset: u64,
+    /// Lines returned.
+    pub lines: u64,
+    /// Lines remain after this page.
+    pub truncated: bool,
+    pub version: u64,
+    pub size: u64,
+}
+
+/// Which bytes a ReadBytes returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ByteRange {
+    pub offset: u64,
+    /// `None` reads to the end.
+    pub limit: Option<u64>,
+}
+
+/// An open byte stream of one consistent version of a file.
+pub struct ByteStream {
+    pub path: CanonicalPath,
+    /// Size of the whole file.
+    pub size: u64,
+    pub version: u64,
+    /// First byte carried and how many follow.
+    pub offset: u64,
+    pub length: u64,
+    pub chunks: BoxStream<'static, Result<Bytes>>,
+}
+
+impl std::fmt::Debug for ByteStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ByteStream")
+            .field("path", &self.path)
+            .field("size", &self.size)
+            .field("version", &self.version)
+            .field("offset", &self.offset)
+            .field("length", &self.length)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Default and bounds of ReadBytes chunks.
+pub const DEFAULT_CHUNK_SIZE: usize = 64 * 1024;
+pub const MAX_CHUNK_SIZE: usize = 1024 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteMode {
+    #[default]
+    Overwrite,
+    Create,
+    Append,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOptions {
+    pub mode: WriteMode,
+    pub create_parents: bool,
+    /// `Some(0)`: the path must not exist yet.
+    pub if_version: Option<u64>,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions {
+            mode: WriteMode::Overwrite,
+            create_parents: true,
+            if_version: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOutcome {
+    pub path: CanonicalPath,
+    pub bytes_written: u64,
+    pub size: u64,
+    pub version: u64,
+    /// The path did not exist before.
+    pub created: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EditSpec {
+    pub old_text: String,
+    pub new_text: String,
+    pub replace_all: bool,
+    pub if_version: Option<u64>,
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EditOutcome {
+    pub path: CanonicalPath,
+    pub replacements: u64,
+    pub version: u64,
+    pub diff: String,
+    pub dry_run: bool,
+    pub size: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeleteOptions {
+    pub recursive: bool,
+    pub allow_missing: bool,
+    pub if_version: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MkdirOptions {
+    pub parents: bool,
+    pub exist_ok: bool,
+}
+
+impl Default for MkdirOptions {
+    fn default() -> Self {
+        MkdirOptions {
+            parents: true,
+            exist_ok: true,
+        }
+    }
+}
+
+/// Options of Move and Copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransferOptions {
+    pub overwrite: bool,
+    pub create_parents: bool,
+    /// Move only: the source's expected version.
+    pub if_version: Option<u64>,
+}
+
+impl Default for TransferOptions {
+    fn default() -> Self {
+        TransferOptions {
+            overwrite: false,
+            create_parents: true,
+            if_version: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    pub path: CanonicalPath,
+    /// Sorted by path, bytewise.
+    pub entries: Vec<Metadata>,
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobQuery {
+    pub pattern: String,
+    pub base: CanonicalPath,
+    pub max_results: u64,
+}
+
+impl GlobQuery {
+    pub const DEFAULT_MAX_RESULTS: u64 = 1000;
+
+    pub fn new(pattern: impl Into<String>) -> Self {
+        GlobQuery {
+            pattern: pattern.into(),
+            base: CanonicalPath::root(),
+            max_results: Self::DEFAULT_MAX_RESULTS,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobOutcome {
+    /// Sorted, bytewise.
+    pub paths: Vec<CanonicalPath>,
+    pub truncated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrepQuery {
+    pub pattern: String,
+    pub base: CanonicalPath,
+    /// Only files whose path relative to `base` matches.
+    pub glob: Option<String>,
+    pub case_insensitive: bool,
+    pub fixed_string: bool,
+    pub max_matches: u64,
+    pub context_lines: u32,
+}
+
+impl GrepQuery {
+    pub const DEFAULT_MAX_MATCHES: u64 = 1000;
+
+    pub fn new(pattern: impl Into<String>) -> Self {
+        GrepQuery {
+            pattern: pattern.into(),
+            base: CanonicalPath::root(),
+            glob: None,
+            case_insensitive: false,
+            fixed_string: false,
+            max_matches: Self::DEFAULT_MAX_MATCHES,
+            context_lines: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextLine {
+    pub line_number: u64,
+    pub line: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrepMatch {
+    pub path: CanonicalPath,
+    /// 1-based.
+    pub line_number: u64,
+    /// The line without its terminator.
+    pub line: String,
+    /// Byte offsets of the first match within `line`.
+    pub match_start: u32,
+    pub match_end: u32,
+    pub before: Vec<ContextLine>,
+    pub after: Vec<ContextLine>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GrepSummary {
+    pub files_searched: u64,
+    pub matches: u64,
+    pub truncated: bool,
+}
+
+/// One message of a Grep stream: matches, then exactly one summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GrepEvent {
+    Match(GrepMatch),
+    Summary(GrepSummary),
+}
+
+/// A stream of data chunks for an upload.
+pub type ByteChunks = BoxStream<'static, Result<Bytes>>;
+
+/// The contract's file operations on one session's workspace.
+#[async_trait::async_trait]
+pub trait Filesystem: Send + Sync {
+    /// Text read by lines. Not UTF-8: `NOT_TEXT`.
+    async fn read(&self, path: &CanonicalPath, range: LineRange) -> Result<TextPage>;
+
+    /// Streams raw bytes of one consistent version of a file.
+    async fn read_bytes(
+        &self,
+        path: &CanonicalPath,
+        range: ByteRange,
+        chunk_size: usize,
+    ) -> Result<ByteStream>;
+
+    /// Writes UTF-8 text.
+    async fn write(
+        &self,
+        path: &CanonicalPath,
+        content: &str,
+        options: WriteOptions,
+    ) -> Result<WriteOutcome>;
+
+    /// Writes a stream of bytes; the file appears whole or not at all.
+    async fn write_bytes(
+        &self,
+        path: &CanonicalPath,
+        options: WriteOptions,
+        data: ByteChunks,
+    ) -> Result<WriteOutcome>;
+
+    async fn edit(&self, path: &CanonicalPath, edit: EditSpec) -> Result<EditOutcome>;
+
+    /// Returns how many files and directories went.
+    async fn delete(&self, path: &CanonicalPath, options: DeleteOptions) -> Result<u64>;
+
+    /// Returns false when the directory already existed.
+    async fn mkdir(&self, path: &CanonicalPath, options: MkdirOptions) -> Result<bool>;
+
+    /// Returns how many files and directories moved.
+    async fn rename(
+        &self,
+        source: &CanonicalPath,
+        destination: &CanonicalPath,
+        options: TransferOptions,
+    ) -> Result<u64>;
+
+    /// Returns how many files and directories were copied.
+    async fn copy(
+        &self,
+        source: &CanonicalPath,
+        destination: &CanonicalPath,
+        options: TransferOptions,
+    ) -> Result<u64>;
+
+    /// `depth` 1 is the directory's own entries.
+    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing>;
+
+    async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome>;
+
+    /// Matches in (path, line) order, then one summary.
+    async fn grep(&self, query: GrepQuery) -> Result<BoxStream<'static, Result<GrepEvent>>>;
+
+    async fn stat(&self, path: &CanonicalPath) -> Result<Metadata>;
+
+    /// The kind of what `path` names, `None` when nothing is there.
+    async fn exists(&self, path: &CanonicalPath) -> Result<Option<FileKind>>;
+}

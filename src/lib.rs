@@ -1,0 +1,43 @@
+//! # wsfs — the workspace filesystem protocol
+//!
+//! This crate is the contract shared by the server (`wsfs-server`), the
+//! client (`wsfs-client`) and the tests. It holds:
+//!
+//! - [`proto`]: the gRPC types and service stubs generated from
+//!   `proto/wsfs/v1/*.proto`, and [`FILE_DESCRIPTOR_SET`] for reflection;
+//! - [`CanonicalPath`]: a workspace path parsed once, at the edge, into its
+//!   canonical form (`a/b/c`, the root is empty), refusing escapes;
+//! - [`Error`]: one enum with a variant per contract reason, mapped to and
+//!   from a gRPC `Status` with a `google.rpc.ErrorInfo` detail in exactly one
+//!   place, so server and client agree on what each failure means;
+//! - [`Filesystem`]: the operations every backend and the client implement,
+//!   in Rust types. The conformance suite is written against this trait.
+//!
+//! ```
+//! use wsfs::{CanonicalPath, PathLimits};
+//! let p = CanonicalPath::parse("/src//lib/../main.rs", &PathLimits::default()).unwrap();
+//! assert_eq!(p.as_str(), "src/main.rs");
+//! assert!(CanonicalPath::parse("../etc/passwd", &PathLimits::default()).is_err());
+//! ```
+
+pub mod error;
+pub mod fs;
+pub mod path;
+
+pub use error::{Error, Result};
+pub use fs::*;
+pub use path::{CanonicalPath, PathLimits};
+
+/// Generated gRPC types and service stubs for package `wsfs.v1`.
+pub mod proto {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("wsfs.v1");
+}
+
+/// The encoded descriptor set of every `.proto` the service speaks,
+/// including `google.rpc` error details, for gRPC reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/wsfs_descriptor.bin"));
+
+/// The `ErrorInfo.domain` of every error wsfs sends.
+pub const ERROR_DOMAIN: &str = "wsfs.v1";
