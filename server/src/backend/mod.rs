@@ -112,7 +112,7 @@ pub trait Backend: Send + Sync + 'static {
     fn rename(&self, src: &CanonicalPath, dst: &CanonicalPath, overwrite: bool, create_parents: bool) -> Result<u64>;
 
     /// Copies a file or a whole directory; returns how many entries were
-    /// created. Rules in [`transfer_rules`].
+    /// created. Preconditions: [`check_transfer`].
     fn copy(&self, src: &CanonicalPath, dst: &CanonicalPath, overwrite: bool, create_parents: bool) -> Result<u64>;
 
     /// Every regular file beneath `base` (or `base` itself when it is a
