@@ -16,17 +16,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
 
-    let mut fds = protox::compile(PROTOS, ["proto"])?;
+    let fds = protox::compile(PROTOS, ["proto"])?;
     std::fs::write(
         out_dir.join("wsfs_descriptor.bin"),
         fds.encode_to_vec(),
     )?;
 
-    // Generate Rust only for our own package; google.rpc types come from
-    // tonic-types and google.protobuf from prost-types.
-    fds.file.retain(|f| f.package() == "wsfs.v1");
+    // The crate includes only the `wsfs.v1` module; google.rpc types come
+    // from tonic-types and google.protobuf from prost-types.
     tonic_prost_build::configure()
         .bytes(".wsfs.v1")
+        .extern_path(".google.rpc", "::tonic_types")
         .compile_fds(fds)?;
     Ok(())
 }

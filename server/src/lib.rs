@@ -1,1 +1,2 @@
-//! placeholder
+//! # wsfs-server
+pub mod backend;

@@ -1,0 +1,2 @@
+//! The directory backend.
+pub struct DirectoryBackend;

@@ -1,0 +1,2 @@
+//! The in-memory backend.
+pub struct MemoryBackend;
