@@ -17,10 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
 
     let fds = protox::compile(PROTOS, ["proto"])?;
-    std::fs::write(
-        out_dir.join("wsfs_descriptor.bin"),
-        fds.encode_to_vec(),
-    )?;
+    std::fs::write(out_dir.join("wsfs_descriptor.bin"), fds.encode_to_vec())?;
 
     // The crate includes only the `wsfs.v1` module; google.rpc types come
     // from tonic-types and google.protobuf from prost-types.

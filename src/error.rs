@@ -50,7 +50,9 @@ pub enum Error {
     InvalidPattern { pattern: String, message: String },
     #[error("{message}")]
     InvalidArgument { message: String },
-    #[error("writing {size} bytes to '{path}' exceeds this session's per-write limit of {limit} bytes")]
+    #[error(
+        "writing {size} bytes to '{path}' exceeds this session's per-write limit of {limit} bytes"
+    )]
     TooLarge { path: String, size: u64, limit: u64 },
     #[error("{message}")]
     OutOfRange { path: String, message: String },
@@ -237,7 +239,10 @@ impl Error {
                 let pattern = get("pattern");
                 let prefix = format!("invalid pattern '{pattern}': ");
                 Error::InvalidPattern {
-                    message: message.strip_prefix(&prefix).unwrap_or(&message).to_string(),
+                    message: message
+                        .strip_prefix(&prefix)
+                        .unwrap_or(&message)
+                        .to_string(),
                     pattern,
                 }
             }
@@ -291,7 +296,9 @@ impl Error {
             _ => match err.raw_os_error() {
                 // ELOOP: a symlink met where none may be followed.
                 Some(40) => Error::PermissionDenied {
-                    message: format!("'{path}' goes through a symbolic link, which wsfs never follows"),
+                    message: format!(
+                        "'{path}' goes through a symbolic link, which wsfs never follows"
+                    ),
                     path: path_s,
                 },
                 _ => Error::Internal {
@@ -334,26 +341,64 @@ mod tests {
     fn every_variant_round_trips_through_a_status() {
         let samples = vec![
             Error::FileNotFound { path: "a/b".into() },
-            Error::SessionNotFound { session_id: "s".into() },
-            Error::SnapshotNotFound { snapshot_id: "x".into() },
+            Error::SessionNotFound {
+                session_id: "s".into(),
+            },
+            Error::SnapshotNotFound {
+                snapshot_id: "x".into(),
+            },
             Error::AlreadyExists { path: "a".into() },
             Error::NotADirectory { path: "a".into() },
             Error::IsADirectory { path: "a".into() },
             Error::DirectoryNotEmpty { path: "a".into() },
             Error::NotText { path: "a".into() },
             Error::NoMatch { path: "a".into() },
-            Error::AmbiguousMatch { path: "a".into(), count: 3 },
-            Error::VersionMismatch { path: "a".into(), expected: 2, current: 5 },
-            Error::InvalidPath { path: "a".into(), message: "bad".into() },
-            Error::PathEscapesRoot { path: "../a".into() },
-            Error::InvalidPattern { pattern: "(".into(), message: "unclosed".into() },
-            Error::InvalidArgument { message: "no".into() },
-            Error::TooLarge { path: "a".into(), size: 10, limit: 5 },
-            Error::OutOfRange { path: "a".into(), message: "past end".into() },
-            Error::ReadOnly { path: "a".into(), message: "ro".into() },
-            Error::PermissionDenied { path: "a".into(), message: "no".into() },
-            Error::Unauthenticated { message: "who".into() },
-            Error::QuotaExceeded { message: "full".into() },
+            Error::AmbiguousMatch {
+                path: "a".into(),
+                count: 3,
+            },
+            Error::VersionMismatch {
+                path: "a".into(),
+                expected: 2,
+                current: 5,
+            },
+            Error::InvalidPath {
+                path: "a".into(),
+                message: "bad".into(),
+            },
+            Error::PathEscapesRoot {
+                path: "../a".into(),
+            },
+            Error::InvalidPattern {
+                pattern: "(".into(),
+                message: "unclosed".into(),
+            },
+            Error::InvalidArgument {
+                message: "no".into(),
+            },
+            Error::TooLarge {
+                path: "a".into(),
+                size: 10,
+                limit: 5,
+            },
+            Error::OutOfRange {
+                path: "a".into(),
+                message: "past end".into(),
+            },
+            Error::ReadOnly {
+                path: "a".into(),
+                message: "ro".into(),
+            },
+            Error::PermissionDenied {
+                path: "a".into(),
+                message: "no".into(),
+            },
+            Error::Unauthenticated {
+                message: "who".into(),
+            },
+            Error::QuotaExceeded {
+                message: "full".into(),
+            },
         ];
         for e in samples {
             let status = e.to_status();
@@ -364,7 +409,12 @@ mod tests {
 
     #[test]
     fn version_mismatch_carries_current_version_metadata() {
-        let s = Error::VersionMismatch { path: "f".into(), expected: 1, current: 7 }.to_status();
+        let s = Error::VersionMismatch {
+            path: "f".into(),
+            expected: 1,
+            current: 7,
+        }
+        .to_status();
         let info = s.get_details_error_info().unwrap();
         assert_eq!(info.reason, "VERSION_MISMATCH");
         assert_eq!(info.domain, crate::ERROR_DOMAIN);

@@ -153,7 +153,11 @@ impl CanonicalPath {
     /// Appends one segment. `name` must be a single valid segment (a name
     /// read from a directory listing, say); invalid names are refused.
     pub fn join(&self, name: &str) -> Result<CanonicalPath> {
-        if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0')
+        if name.is_empty()
+            || name == "."
+            || name == ".."
+            || name.contains('/')
+            || name.contains('\0')
         {
             return Err(Error::InvalidPath {
                 path: name.to_string(),

@@ -1,1 +1,66 @@
-fn main() {}
+//! The `wsfs-server` binary: parses flags, sets up logging, serves until
+//! SIGINT or SIGTERM.
+
+use clap::Parser;
+use wsfs_server::config::{LogFormat, ServerConfig};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let config = ServerConfig::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+
+    let listener = match tokio::net::TcpListener::bind(config.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("wsfs-server: cannot listen on {}: {e}", config.listen);
+            return std::process::ExitCode::from(1);
+        }
+    };
+    let addr = listener.local_addr().map_or(config.listen, |a| a);
+    println!(
+        "wsfs-server listening on {addr} (data dir {}, max write {} bytes)",
+        config.data_dir.display(),
+        config.max_write_bytes
+    );
+    match wsfs_server::serve(config, listener, shutdown_signal()).await {
+        Ok(()) => {
+            tracing::info!("shut down cleanly");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("wsfs-server: {e}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutdown requested: finishing in-flight calls");
+}

@@ -1,2 +1,416 @@
-//! The in-memory backend.
-pub struct MemoryBackend;
+//! The in-memory backend: the embedded default.
+//!
+//! The whole tree is one ordered map from canonical path string to node,
+//! behind one mutex, so every operation is atomic. Keys sort bytewise, which
+//! is exactly the order listings, globs and greps report. File contents are
+//! `Bytes`: an open file is a cheap clone that later writes never change.
+
+use super::{check_transfer, Backend, CommitMode, Content, OpenFile, StagedFile};
+use bytes::{Bytes, BytesMut};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Mutex;
+use std::time::SystemTime;
+use wsfs::{CanonicalPath, Error, FileKind, Metadata, Result};
+
+#[derive(Clone)]
+struct Node {
+    data: Option<Bytes>, // None: a directory
+    created: SystemTime,
+    modified: SystemTime,
+    version: u64,
+}
+
+impl Node {
+    fn is_dir(&self) -> bool {
+        self.data.is_none()
+    }
+
+    fn meta(&self, path: &str) -> Metadata {
+        Metadata {
+            path: CanonicalPath::from_canonical(path),
+            kind: if self.is_dir() {
+                FileKind::Directory
+            } else {
+                FileKind::File
+            },
+            size: self.data.as_ref().map_or(0, |d| d.len() as u64),
+            created: self.created,
+            modified: self.modified,
+            version: self.version,
+        }
+    }
+}
+
+struct Tree {
+    /// Always holds the root under the empty key.
+    nodes: BTreeMap<String, Node>,
+    /// The session's version counter: every change takes the next value.
+    clock: u64,
+}
+
+impl Tree {
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    fn new_node(&mut self, data: Option<Bytes>) -> Node {
+        let now = SystemTime::now();
+        Node {
+            data,
+            created: now,
+            modified: now,
+            version: self.tick(),
+        }
+    }
+
+    /// Keys strictly beneath `dir`, in order.
+    fn descendants<'a>(&'a self, dir: &str) -> impl Iterator<Item = (&'a String, &'a Node)> + 'a {
+        let (lower, prefix) = if dir.is_empty() {
+            (Bound::Excluded(String::new()), String::new())
+        } else {
+            let p = format!("{dir}/");
+            (Bound::Included(p.clone()), p)
+        };
+        self.nodes
+            .range::<String, _>((lower, Bound::Unbounded))
+            .take_while(move |(k, _)| k.starts_with(&prefix))
+    }
+
+    fn descendant_keys(&self, dir: &str) -> Vec<String> {
+        self.descendants(dir).map(|(k, _)| k.clone()).collect()
+    }
+
+    /// Checks that every ancestor of `path` is a directory. Returns the first
+    /// missing ancestor, if any.
+    fn check_ancestors(&self, path: &CanonicalPath) -> Result<Option<CanonicalPath>> {
+        let mut ancestor = path.parent();
+        let mut chain = Vec::new();
+        while let Some(a) = ancestor {
+            ancestor = a.parent();
+            chain.push(a);
+        }
+        for a in chain.into_iter().rev() {
+            match self.nodes.get(a.as_str()) {
+                Some(n) if n.is_dir() => {}
+                Some(_) => {
+                    return Err(Error::NotADirectory {
+                        path: a.as_str().to_string(),
+                    })
+                }
+                None => return Ok(Some(a)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Makes sure the parent of `path` exists as a directory, creating
+    /// missing ancestors when `create`.
+    fn ensure_parent(&mut self, path: &CanonicalPath, create: bool) -> Result<()> {
+        let Some(missing) = self.check_ancestors(path)? else {
+            return Ok(());
+        };
+        if !create {
+            return Err(Error::FileNotFound {
+                path: missing.as_str().to_string(),
+            });
+        }
+        let mut to_make = Vec::new();
+        let mut a = path.parent();
+        while let Some(dir) = a {
+            if self.nodes.contains_key(dir.as_str()) {
+                break;
+            }
+            a = dir.parent();
+            to_make.push(dir);
+        }
+        for dir in to_make.into_iter().rev() {
+            let node = self.new_node(None);
+            self.nodes.insert(dir.as_str().to_string(), node);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, path: &CanonicalPath) -> Result<Option<&Node>> {
+        if let Some(n) = self.nodes.get(path.as_str()) {
+            return Ok(Some(n));
+        }
+        self.check_ancestors(path)?;
+        Ok(None)
+    }
+
+    fn remove_subtree(&mut self, path: &str) -> u64 {
+        let mut count = 0;
+        for k in self.descendant_keys(path) {
+            self.nodes.remove(&k);
+            count += 1;
+        }
+        if !path.is_empty() && self.nodes.remove(path).is_some() {
+            count += 1;
+        }
+        count
+    }
+
+    /// The subtree at `src` (itself first) re-keyed under `dst`, with fresh
+    /// versions: each is a change to its new path.
+    fn subtree_at(&mut self, src: &str, dst: &str) -> Vec<(String, Node)> {
+        let mut out = Vec::new();
+        let mut keys = vec![src.to_string()];
+        keys.extend(self.descendant_keys(src));
+        for k in keys {
+            let mut node = self.nodes[&k].clone();
+            node.version = self.tick();
+            let new_key = format!("{dst}{}", &k[src.len()..]);
+            out.push((new_key, node));
+        }
+        out
+    }
+}
+
+/// Workspace storage held entirely in memory.
+pub struct MemoryBackend {
+    tree: Mutex<Tree>,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryBackend {
+    pub fn new() -> Self {
+        let now = SystemTime::now();
+        let mut nodes = BTreeMap::new();
+        nodes.insert(
+            String::new(),
+            Node {
+                data: None,
+                created: now,
+                modified: now,
+                version: 1,
+            },
+        );
+        MemoryBackend {
+            tree: Mutex::new(Tree { nodes, clock: 1 }),
+        }
+    }
+
+    fn tree(&self) -> std::sync::MutexGuard<'_, Tree> {
+        // A panic while holding the lock cannot leave the map half-updated
+        // in a way later calls could not read, so poisoning is ignored.
+        self.tree.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Staged bytes of the memory backend.
+#[derive(Default)]
+pub struct MemoryStaged(BytesMut);
+
+impl StagedFile for MemoryStaged {
+    fn write_chunk(&mut self, chunk: &[u8]) -> Result<()> {
+        self.0.extend_from_slice(chunk);
+        Ok(())
+    }
+
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+}
+
+fn not_found(path: &CanonicalPath) -> Error {
+    Error::FileNotFound {
+        path: path.as_str().to_string(),
+    }
+}
+
+impl Backend for MemoryBackend {
+    type Staged = MemoryStaged;
+    const BLOCKING: bool = false;
+
+    fn metadata(&self, path: &CanonicalPath) -> Result<Option<Metadata>> {
+        let tree = self.tree();
+        Ok(tree.lookup(path)?.map(|n| n.meta(path.as_str())))
+    }
+
+    fn list(&self, dir: &CanonicalPath, depth: u32, max: usize) -> Result<(Vec<Metadata>, bool)> {
+        let tree = self.tree();
+        match tree.lookup(dir)? {
+            None => return Err(not_found(dir)),
+            Some(n) if !n.is_dir() => {
+                return Err(Error::NotADirectory {
+                    path: dir.as_str().to_string(),
+                })
+            }
+            Some(_) => {}
+        }
+        let base_depth = dir.depth();
+        let mut entries = Vec::new();
+        for (k, n) in tree.descendants(dir.as_str()) {
+            let rel_depth = k.split('/').count() - base_depth;
+            if rel_depth > depth as usize {
+                continue;
+            }
+            if entries.len() == max {
+                return Ok((entries, true));
+            }
+            entries.push(n.meta(k));
+        }
+        Ok((entries, false))
+    }
+
+    fn open(&self, path: &CanonicalPath) -> Result<OpenFile> {
+        let tree = self.tree();
+        let node = tree.lookup(path)?.ok_or_else(|| not_found(path))?;
+        match &node.data {
+            None => Err(Error::IsADirectory {
+                path: path.as_str().to_string(),
+            }),
+            Some(data) => Ok(OpenFile {
+                meta: node.meta(path.as_str()),
+                content: Content::Memory(data.clone()),
+            }),
+        }
+    }
+
+    fn stage(&self) -> Result<MemoryStaged> {
+        Ok(MemoryStaged::default())
+    }
+
+    fn commit(
+        &self,
+        staged: MemoryStaged,
+        path: &CanonicalPath,
+        mode: CommitMode,
+    ) -> Result<Metadata> {
+        if path.is_root() {
+            return Err(Error::IsADirectory {
+                path: String::new(),
+            });
+        }
+        let mut tree = self.tree();
+        let existing = tree.lookup(path)?.cloned();
+        if existing.as_ref().is_some_and(Node::is_dir) {
+            return Err(Error::IsADirectory {
+                path: path.as_str().to_string(),
+            });
+        }
+        tree.ensure_parent(path, mode.create_parents)?;
+        let data = match (&existing, mode.append) {
+            (
+                Some(Node {
+                    data: Some(old), ..
+                }),
+                true,
+            ) => {
+                let mut joined = BytesMut::with_capacity(old.len() + staged.0.len());
+                joined.extend_from_slice(old);
+                joined.extend_from_slice(&staged.0);
+                joined.freeze()
+            }
+            _ => staged.0.freeze(),
+        };
+        let mut node = tree.new_node(Some(data));
+        if let Some(old) = existing {
+            node.created = old.created;
+        }
+        let meta = node.meta(path.as_str());
+        tree.nodes.insert(path.as_str().to_string(), node);
+        Ok(meta)
+    }
+
+    fn remove(&self, path: &CanonicalPath, recursive: bool) -> Result<u64> {
+        let mut tree = self.tree();
+        let node = tree.lookup(path)?.ok_or_else(|| not_found(path))?;
+        if node.is_dir() && !recursive && tree.descendants(path.as_str()).next().is_some() {
+            return Err(Error::DirectoryNotEmpty {
+                path: path.as_str().to_string(),
+            });
+        }
+        Ok(tree.remove_subtree(path.as_str()))
+    }
+
+    fn mkdir(&self, path: &CanonicalPath, parents: bool) -> Result<bool> {
+        let mut tree = self.tree();
+        match tree.lookup(path)? {
+            Some(n) if n.is_dir() => return Ok(false),
+            Some(_) => {
+                return Err(Error::AlreadyExists {
+                    path: path.as_str().to_string(),
+                })
+            }
+            None => {}
+        }
+        tree.ensure_parent(path, parents)?;
+        let node = tree.new_node(None);
+        tree.nodes.insert(path.as_str().to_string(), node);
+        Ok(true)
+    }
+
+    fn rename(
+        &self,
+        src: &CanonicalPath,
+        dst: &CanonicalPath,
+        overwrite: bool,
+        create_parents: bool,
+    ) -> Result<u64> {
+        let mut tree = self.tree();
+        let src_meta = tree.lookup(src)?.map(|n| n.meta(src.as_str()));
+        let dst_meta = tree.lookup(dst)?.map(|n| n.meta(dst.as_str()));
+        let replace = check_transfer(src, src_meta.as_ref(), dst, dst_meta.as_ref(), overwrite)?;
+        tree.ensure_parent(dst, create_parents)?;
+        if replace {
+            tree.remove_subtree(dst.as_str());
+        }
+        let moved = tree.subtree_at(src.as_str(), dst.as_str());
+        tree.remove_subtree(src.as_str());
+        let count = moved.len() as u64;
+        tree.nodes.extend(moved);
+        Ok(count)
+    }
+
+    fn copy(
+        &self,
+        src: &CanonicalPath,
+        dst: &CanonicalPath,
+        overwrite: bool,
+        create_parents: bool,
+    ) -> Result<u64> {
+        let mut tree = self.tree();
+        let src_meta = tree.lookup(src)?.map(|n| n.meta(src.as_str()));
+        let dst_meta = tree.lookup(dst)?.map(|n| n.meta(dst.as_str()));
+        let replace = check_transfer(src, src_meta.as_ref(), dst, dst_meta.as_ref(), overwrite)?;
+        tree.ensure_parent(dst, create_parents)?;
+        if replace {
+            tree.remove_subtree(dst.as_str());
+        }
+        let now = SystemTime::now();
+        let mut copied = tree.subtree_at(src.as_str(), dst.as_str());
+        for (_, node) in &mut copied {
+            node.created = now;
+            node.modified = now;
+        }
+        let count = copied.len() as u64;
+        tree.nodes.extend(copied);
+        Ok(count)
+    }
+
+    fn walk_files(
+        &self,
+        base: &CanonicalPath,
+    ) -> Result<Box<dyn Iterator<Item = Result<CanonicalPath>> + Send>> {
+        let tree = self.tree();
+        let files: Vec<CanonicalPath> = match tree.lookup(base) {
+            Ok(Some(n)) if !n.is_dir() => vec![base.clone()],
+            Ok(Some(_)) => tree
+                .descendants(base.as_str())
+                .filter(|(_, n)| !n.is_dir())
+                .map(|(k, _)| CanonicalPath::from_canonical(k.as_str()))
+                .collect(),
+            Ok(None) | Err(Error::NotADirectory { .. }) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        Ok(Box::new(files.into_iter().map(Ok)))
+    }
+}

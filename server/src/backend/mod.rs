@@ -95,7 +95,12 @@ pub trait Backend: Send + Sync + 'static {
     /// `create_parents`: `FileNotFound` naming the parent; a parent that is a
     /// file: `NotADirectory`; `path` a directory: `IsADirectory`; a symlink
     /// anywhere on the way: `PermissionDenied`. On error nothing changed.
-    fn commit(&self, staged: Self::Staged, path: &CanonicalPath, mode: CommitMode) -> Result<Metadata>;
+    fn commit(
+        &self,
+        staged: Self::Staged,
+        path: &CanonicalPath,
+        mode: CommitMode,
+    ) -> Result<Metadata>;
 
     /// Removes a file, a symlink (the link itself), or a directory (with
     /// `recursive` when not empty: `DirectoryNotEmpty` otherwise). The root
@@ -109,16 +114,31 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Moves a file or a whole directory; returns how many entries moved.
     /// Preconditions: [`check_transfer`].
-    fn rename(&self, src: &CanonicalPath, dst: &CanonicalPath, overwrite: bool, create_parents: bool) -> Result<u64>;
+    fn rename(
+        &self,
+        src: &CanonicalPath,
+        dst: &CanonicalPath,
+        overwrite: bool,
+        create_parents: bool,
+    ) -> Result<u64>;
 
     /// Copies a file or a whole directory; returns how many entries were
     /// created. Preconditions: [`check_transfer`].
-    fn copy(&self, src: &CanonicalPath, dst: &CanonicalPath, overwrite: bool, create_parents: bool) -> Result<u64>;
+    fn copy(
+        &self,
+        src: &CanonicalPath,
+        dst: &CanonicalPath,
+        overwrite: bool,
+        create_parents: bool,
+    ) -> Result<u64>;
 
     /// Every regular file beneath `base` (or `base` itself when it is a
     /// file), in path order, lazily; symlinks are skipped. A missing base
     /// yields nothing.
-    fn walk_files(&self, base: &CanonicalPath) -> Result<Box<dyn Iterator<Item = Result<CanonicalPath>> + Send>>;
+    fn walk_files(
+        &self,
+        base: &CanonicalPath,
+    ) -> Result<Box<dyn Iterator<Item = Result<CanonicalPath>> + Send>>;
 }
 
 /// The preconditions of Move and Copy, shared by every backend. Given the

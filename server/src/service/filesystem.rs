@@ -1,0 +1,515 @@
+//! `wsfs.v1.Filesystem`.
+
+use super::{timestamp, traced, unimplemented};
+use crate::sessions::{Session, SessionRegistry};
+use bytes::Bytes;
+use futures::stream::{BoxStream, StreamExt};
+use std::sync::Arc;
+use tonic::{Request, Response, Status, Streaming};
+use wsfs::proto::{self, filesystem_server};
+use wsfs::{
+    ByteRange, DeleteOptions, EditSpec, Error, FileKind, GlobQuery, GrepEvent, GrepQuery,
+    LineRange, Metadata, MkdirOptions, Result, TransferOptions, WriteMode, WriteOptions,
+    WriteOutcome,
+};
+
+pub struct FilesystemService {
+    registry: Arc<SessionRegistry>,
+}
+
+impl FilesystemService {
+    pub fn new(registry: Arc<SessionRegistry>) -> Self {
+        FilesystemService { registry }
+    }
+
+    fn session(&self, id: &str) -> Result<Arc<Session>> {
+        self.registry.get(id)
+    }
+}
+
+type RpcStream<T> = BoxStream<'static, std::result::Result<T, Status>>;
+
+pub(crate) fn kind_to_proto(kind: FileKind) -> proto::FileKind {
+    match kind {
+        FileKind::File => proto::FileKind::File,
+        FileKind::Directory => proto::FileKind::Directory,
+        FileKind::Symlink => proto::FileKind::Symlink,
+    }
+}
+
+fn mode_from_proto(mode: i32) -> Result<WriteMode> {
+    match proto::WriteMode::try_from(mode) {
+        Ok(proto::WriteMode::Overwrite) => Ok(WriteMode::Overwrite),
+        Ok(proto::WriteMode::Create) => Ok(WriteMode::Create),
+        Ok(proto::WriteMode::Append) => Ok(WriteMode::Append),
+        Err(_) => Err(Error::invalid_argument(format!(
+            "unknown write mode {mode}"
+        ))),
+    }
+}
+
+fn entry(m: Metadata) -> proto::Entry {
+    proto::Entry {
+        name: m.name().to_string(),
+        path: m.path.as_str().to_string(),
+        kind: kind_to_proto(m.kind) as i32,
+        size_bytes: m.size as i64,
+        modified_at: timestamp(m.modified),
+        version: m.version,
+    }
+}
+
+fn write_response(w: WriteOutcome) -> proto::WriteResponse {
+    proto::WriteResponse {
+        path: w.path.as_str().to_string(),
+        bytes_written: w.bytes_written as i64,
+        size_bytes: w.size as i64,
+        version: w.version,
+        created: w.created,
+    }
+}
+
+fn non_negative(value: i64, field: &str) -> Result<u64> {
+    u64::try_from(value)
+        .map_err(|_| Error::invalid_argument(format!("{field} must not be negative (got {value})")))
+}
+
+#[tonic::async_trait]
+impl filesystem_server::Filesystem for FilesystemService {
+    async fn read(
+        &self,
+        request: Request<proto::ReadRequest>,
+    ) -> std::result::Result<Response<proto::ReadResponse>, Status> {
+        let r = request.into_inner();
+        traced("Read", &r.session_id, &r.path, async {
+            let s = self.session(&r.session_id)?;
+            let path = s.path(&r.path)?;
+            let limit = match r.limit {
+                None => Some(LineRange::DEFAULT_LIMIT),
+                Some(-1) => None,
+                Some(n) => Some(u64::try_from(n).map_err(|_| {
+                    Error::invalid_argument(format!(
+                        "limit must be -1 (whole file) or at least 0 (got {n})"
+                    ))
+                })?),
+            };
+            let offset = non_negative(r.offset, "offset")?;
+            let page = s.fs.read(&path, LineRange { offset, limit }).await?;
+            Ok(proto::ReadResponse {
+                path: page.path.as_str().to_string(),
+                content: page.content,
+                total_lines: page.total_lines as i64,
+                offset: page.offset as i64,
+                limit: page.lines as i64,
+                truncated: page.truncated,
+                version: page.version,
+                size_bytes: page.size as i64,
+            })
+        })
+        .await
+    }
+
+    type ReadBytesStream = RpcStream<proto::ReadBytesResponse>;
+
+    async fn read_bytes(
+        &self,
+        request: Request<proto::ReadBytesRequest>,
+    ) -> std::result::Result<Response<Self::ReadBytesStream>, Status> {
+        let r = request.into_inner();
+        traced("ReadBytes", &r.session_id, &r.path, async {
+            let s = self.session(&r.session_id)?;
+            let path = s.path(&r.path)?;
+            let offset = non_negative(r.offset, "offset")?;
+            let limit = match non_negative(r.limit, "limit")? {
+                0 => None,
+                n => Some(n),
+            };
+            let stream =
+                s.fs.read_bytes(&path, ByteRange { offset, limit }, r.chunk_size as usize)
+                    .await?;
+            let header = proto::ReadBytesResponse {
+                payload: Some(proto::read_bytes_response::Payload::Header(
+                    proto::ReadBytesHeader {
+                        path: stream.path.as_str().to_string(),
+                        size_bytes: stream.size as i64,
+                        version: stream.version,
+                        offset: stream.offset as i64,
+                        length: stream.length as i64,
+                    },
+                )),
+            };
+            let data = stream.chunks.map(|c| {
+                c.map(|bytes| proto::ReadBytesResponse {
+                    payload: Some(proto::read_bytes_response::Payload::Data(bytes)),
+                })
+                .map_err(|e| e.to_status())
+            });
+            Ok(futures::stream::once(async { Ok(header) })
+                .chain(data)
+                .boxed())
+        })
+        .await
+    }
+
+    async fn write(
+        &self,
+        request: Request<proto::WriteRequest>,
+    ) -> std::result::Result<Response<proto::WriteResponse>, Status> {
+        let r = request.into_inner();
+        traced("Write", &r.session_id, &r.path, async {
+            let s = self.session(&r.session_id)?;
+            let path = s.path(&r.path)?;
+            let options = WriteOptions {
+                mode: mode_from_proto(r.mode)?,
+                create_parents: r.create_parents.unwrap_or(true),
+                if_version: r.if_version,
+            };
+            Ok(write_response(
+                s.fs.write(&path, &r.content, options).await?,
+            ))
+        })
+        .await
+    }
+
+    async fn write_bytes(
+        &self,
+        request: Request<Streaming<proto::WriteBytesRequest>>,
+    ) -> std::result::Result<Response<proto::WriteResponse>, Status> {
+        use proto::write_bytes_request::Payload;
+        let mut incoming = request.into_inner();
+        let header = match incoming.next().await {
+            Some(Ok(proto::WriteBytesRequest {
+                payload: Some(Payload::Header(h)),
+            })) => h,
+            Some(Err(status)) => return Err(status),
+            _ => {
+                return Err(Error::invalid_argument(
+                    "the first WriteBytes message must be the header {session_id, path, ...}",
+                )
+                .to_status());
+            }
+        };
+        traced("WriteBytes", &header.session_id, &header.path, async {
+            let s = self.session(&header.session_id)?;
+            let path = s.path(&header.path)?;
+            let options = WriteOptions {
+                mode: mode_from_proto(header.mode)?,
+                create_parents: header.create_parents.unwrap_or(true),
+                if_version: header.if_version,
+            };
+            let chunks = incoming
+                .map(|m| match m {
+                    Ok(proto::WriteBytesRequest {
+                        payload: Some(Payload::Data(d)),
+                    }) => Ok::<Bytes, Error>(d),
+                    Ok(_) => Err(Error::invalid_argument(
+                        "only the first WriteBytes message may be a header",
+                    )),
+                    Err(status) => Err(Error::Cancelled {
+                        message: format!(
+                            "the upload broke off before it finished: {}",
+                            status.message()
+                        ),
+                    }),
+                })
+                .boxed();
+            Ok(write_response(
+                s.fs.write_bytes(&path, options, chunks).await?,
+            ))
+        })
+        .await
+    }
+
+    async fn edit(
+        &self,
+        request: Request<proto::EditRequest>,
+    ) -> std::result::Result<Response<proto::EditResponse>, Status> {
+        let r = request.into_inner();
+        traced("Edit", &r.session_id, &r.path, async {
+            let s = self.session(&r.session_id)?;
+            let path = s.path(&r.path)?;
+            let e =
+                s.fs.edit(
+                    &path,
+                    EditSpec {
+                        old_text: r.old_text,
+                        new_text: r.new_text,
+                        replace_all: r.replace_all,
+                        if_version: r.if_version,
+                        dry_run: r.dry_run,
+                    },
+                )
+                .await?;
+            Ok(proto::EditResponse {
+                path: e.path.as_str().to_string(),
+                replacements: e.replacements as i64,
+                version: e.version,
+                diff: e.diff,
+                dry_run: e.dry_run,
+                size_bytes: e.size as i64,
+            })
+        })
+        .await
+    }
+
+    async fn delete(
+        &self,
+        request: Request<proto::DeleteRequest>,
+    ) -> std::result::Result<Response<proto::DeleteResponse>, Status> {
+        let r = request.into_inner();
+        traced("Delete", &r.session_id, &r.path, async {
+            let s = self.session(&r.session_id)?;
+            let path = s.path(&r.path)?;
+            let options = DeleteOptions {
+                recursive: r.recursive,
+                allow_missing: r.allow_missing,
+                if_version: r.if_version,
+            };
+            let deleted = s.fs.delete(&path, options).await?;
+            Ok(proto::DeleteResponse {
+                deleted: deleted as i64,
+            })
+        })
+        .await
+    }
+
+    async fn mkdir(
+        &self,
+        request: Request<proto::MkdirRequest>,
+    ) -> std::result::Result<Response<proto::MkdirResponse>, Status> {
+        let r = request.into_inner();
+        traced("Mkdir", &r.session_id, &r.path, async {
+            let s = self.session(&r.session_id)?;
+            let path = s.path(&r.path)?;
+            let options = MkdirOptions {
+                parents: r.parents.unwrap_or(true),
+                exist_ok: r.exist_ok.unwrap_or(true),
+            };
+            let created = s.fs.mkdir(&path, options).await?;
+            Ok(proto::MkdirResponse {
+                path: path.as_str().to_string(),
+                created,
+            })
+        })
+        .await
+    }
+
+    async fn r#move(
+        &self,
+        request: Request<proto::TransferRequest>,
+    ) -> std::result::Result<Response<proto::TransferResponse>, Status> {
+        self.transfer("Move", request.into_inner()).await
+    }
+
+    async fn copy(
+        &self,
+        request: Request<proto::TransferRequest>,
+    ) -> std::result::Result<Response<proto::TransferResponse>, Status> {
+        self.transfer("Copy", request.into_inner()).await
+    }
+
+    async fn list(
+        &self,
+        request: Request<proto::ListRequest>,
+    ) -> std::result::Result<Response<proto::ListResponse>, Status> {
+        let r = request.into_inner();
+        traced("List", &r.session_id, &r.path, async {
+            let s = self.session(&r.session_id)?;
+            let path = s.path(&r.path)?;
+            let listing = s.fs.list(&path, r.depth).await?;
+            Ok(proto::ListResponse {
+                path: listing.path.as_str().to_string(),
+                entries: listing.entries.into_iter().map(entry).collect(),
+                truncated: listing.truncated,
+            })
+        })
+        .await
+    }
+
+    async fn glob(
+        &self,
+        request: Request<proto::GlobRequest>,
+    ) -> std::result::Result<Response<proto::GlobResponse>, Status> {
+        let r = request.into_inner();
+        traced("Glob", &r.session_id, &r.path, async {
+            let s = self.session(&r.session_id)?;
+            let base = s.path(&r.path)?;
+            let outcome =
+                s.fs.glob(GlobQuery {
+                    pattern: r.pattern,
+                    base,
+                    max_results: r.max_results as u64,
+                })
+                .await?;
+            Ok(proto::GlobResponse {
+                paths: outcome
+                    .paths
+                    .into_iter()
+                    .map(|p| p.as_str().to_string())
+                    .collect(),
+                truncated: outcome.truncated,
+            })
+        })
+        .await
+    }
+
+    type GrepStream = RpcStream<proto::GrepResponse>;
+
+    async fn grep(
+        &self,
+        request: Request<proto::GrepRequest>,
+    ) -> std::result::Result<Response<Self::GrepStream>, Status> {
+        use proto::grep_response::Payload;
+        let r = request.into_inner();
+        traced("Grep", &r.session_id, &r.path, async {
+            let s = self.session(&r.session_id)?;
+            let base = s.path(&r.path)?;
+            let query = GrepQuery {
+                pattern: r.pattern,
+                base,
+                glob: Some(r.glob).filter(|g| !g.is_empty()),
+                case_insensitive: r.case_insensitive,
+                fixed_string: r.fixed_string,
+                max_matches: r.max_matches as u64,
+                context_lines: r.context_lines,
+            };
+            let events = s.fs.grep(query).await?;
+            Ok(events
+                .map(|e| {
+                    let payload = match e.map_err(|e| e.to_status())? {
+                        GrepEvent::Match(m) => Payload::Match(proto::GrepMatch {
+                            path: m.path.as_str().to_string(),
+                            line_number: m.line_number,
+                            line: m.line,
+                            match_start: m.match_start,
+                            match_end: m.match_end,
+                            before: m.before.into_iter().map(context_line).collect(),
+                            after: m.after.into_iter().map(context_line).collect(),
+                        }),
+                        GrepEvent::Summary(sum) => Payload::Summary(proto::GrepSummary {
+                            files_searched: sum.files_searched,
+                            matches: sum.matches,
+                            truncated: sum.truncated,
+                        }),
+                    };
+                    Ok(proto::GrepResponse {
+                        payload: Some(payload),
+                    })
+                })
+                .boxed())
+        })
+        .await
+    }
+
+    async fn stat(
+        &self,
+        request: Request<proto::StatRequest>,
+    ) -> std::result::Result<Response<proto::StatResponse>, Status> {
+        let r = request.into_inner();
+        traced("Stat", &r.session_id, &r.path, async {
+            let s = self.session(&r.session_id)?;
+            let path = s.path(&r.path)?;
+            let m = s.fs.stat(&path).await?;
+            Ok(proto::StatResponse {
+                path: m.path.as_str().to_string(),
+                kind: kind_to_proto(m.kind) as i32,
+                size_bytes: m.size as i64,
+                created_at: timestamp(m.created),
+                modified_at: timestamp(m.modified),
+                version: m.version,
+            })
+        })
+        .await
+    }
+
+    async fn exists(
+        &self,
+        request: Request<proto::ExistsRequest>,
+    ) -> std::result::Result<Response<proto::ExistsResponse>, Status> {
+        let r = request.into_inner();
+        traced("Exists", &r.session_id, &r.path, async {
+            let s = self.session(&r.session_id)?;
+            let path = s.path(&r.path)?;
+            let kind = s.fs.exists(&path).await?;
+            Ok(proto::ExistsResponse {
+                exists: kind.is_some(),
+                kind: kind.map_or(proto::FileKind::Unspecified, kind_to_proto) as i32,
+            })
+        })
+        .await
+    }
+
+    type WatchStream = RpcStream<proto::ChangeEvent>;
+
+    async fn watch(
+        &self,
+        request: Request<proto::WatchRequest>,
+    ) -> std::result::Result<Response<Self::WatchStream>, Status> {
+        let r = request.into_inner();
+        traced("Watch", &r.session_id, &r.path, async {
+            self.session(&r.session_id)?;
+            Err(unimplemented(
+                "Watch",
+                "change streams arrive with swarm coordination",
+            ))
+        })
+        .await
+    }
+
+    async fn changes(
+        &self,
+        request: Request<proto::ChangesRequest>,
+    ) -> std::result::Result<Response<proto::ChangesResponse>, Status> {
+        let r = request.into_inner();
+        traced("Changes", &r.session_id, "", async {
+            self.session(&r.session_id)?;
+            Err(unimplemented(
+                "Changes",
+                "change streams arrive with swarm coordination",
+            ))
+        })
+        .await
+    }
+}
+
+fn context_line(c: wsfs::ContextLine) -> proto::ContextLine {
+    proto::ContextLine {
+        line_number: c.line_number,
+        line: c.line,
+    }
+}
+
+impl FilesystemService {
+    async fn transfer(
+        &self,
+        method: &'static str,
+        r: proto::TransferRequest,
+    ) -> std::result::Result<Response<proto::TransferResponse>, Status> {
+        traced(method, &r.session_id, &r.source, async {
+            let s = self.session(&r.session_id)?;
+            let source = s.path(&r.source)?;
+            let destination = s.path(&r.destination)?;
+            let options = TransferOptions {
+                overwrite: r.overwrite,
+                create_parents: r.create_parents.unwrap_or(true),
+                if_version: r.if_version,
+            };
+            let entries = if method == "Move" {
+                s.fs.rename(&source, &destination, options).await?
+            } else {
+                if options.if_version.is_some() {
+                    return Err(Error::invalid_argument(
+                        "if_version applies to Move, not Copy",
+                    ));
+                }
+                s.fs.copy(&source, &destination, options).await?
+            };
+            Ok(proto::TransferResponse {
+                source: source.as_str().to_string(),
+                destination: destination.as_str().to_string(),
+                entries: entries as i64,
+            })
+        })
+        .await
+    }
+}

@@ -1,0 +1,676 @@
+//! `Workspace`: the contract's file operations on top of a storage backend.
+//!
+//! Everything both backends share lives here once: line pagination, the
+//! per-write limit, `if_version` checks, write modes, exact-text edits and
+//! their diffs, and the session's write lock that makes check-and-commit
+//! atomic. Uploads are staged outside the lock, so a slow client never
+//! blocks other writers; only the version check and the commit are locked.
+
+use crate::backend::{Backend, CommitMode, Content, StagedFile};
+use crate::limits::SessionLimits;
+use crate::search;
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::{BoxStream, StreamExt};
+use std::io::{BufRead, BufReader, Read};
+use std::sync::Arc;
+use wsfs::{
+    ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions, EditOutcome, EditSpec, Error,
+    FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent, GrepQuery, LineRange, Listing,
+    Metadata, MkdirOptions, Result, TextPage, TransferOptions, WriteMode, WriteOptions,
+    WriteOutcome, MAX_CHUNK_SIZE,
+};
+
+/// Most bytes one text Read page carries; longer pages are cut at a line
+/// boundary and marked `truncated`.
+pub const MAX_READ_PAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Most entries one List returns.
+pub const MAX_LIST_ENTRIES: usize = 100_000;
+
+/// Uploads are handed to the backend in batches of about this size.
+const STAGE_BATCH_BYTES: usize = 1024 * 1024;
+
+/// One session's workspace over backend `B`.
+pub struct Workspace<B: Backend> {
+    backend: Arc<B>,
+    limits: SessionLimits,
+    read_only: std::sync::atomic::AtomicBool,
+    /// Serialises check-and-commit of mutations within the session.
+    writes: tokio::sync::Mutex<()>,
+}
+
+impl<B: Backend> Workspace<B> {
+    pub fn new(backend: B, limits: SessionLimits) -> Self {
+        Workspace {
+            backend: Arc::new(backend),
+            limits,
+            read_only: std::sync::atomic::AtomicBool::new(false),
+            writes: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Makes every later mutation fail with `READ_ONLY` (or allows them again).
+    pub fn set_read_only(&self, read_only: bool) {
+        self.read_only
+            .store(read_only, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn backend(&self) -> &Arc<B> {
+        &self.backend
+    }
+
+    pub fn limits(&self) -> &SessionLimits {
+        &self.limits
+    }
+
+    /// Runs a backend call, on the blocking pool when the backend blocks.
+    async fn run<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&B) -> Result<T> + Send + 'static,
+    {
+        run_on(&self.backend, f).await
+    }
+
+    fn writable(&self, path: &CanonicalPath) -> Result<()> {
+        if self.read_only.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::ReadOnly {
+                path: path.as_str().to_string(),
+                message: format!("cannot change '{path}': this session is read-only"),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_size(&self, path: &CanonicalPath, size: u64) -> Result<()> {
+        if size > self.limits.max_write_bytes {
+            return Err(Error::TooLarge {
+                path: path.as_str().to_string(),
+                size,
+                limit: self.limits.max_write_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks `if_version` and the write mode, then commits; under the lock.
+    async fn commit(
+        &self,
+        path: &CanonicalPath,
+        staged: B::Staged,
+        options: WriteOptions,
+    ) -> Result<WriteOutcome> {
+        let _guard = self.writes.lock().await;
+        let path = path.clone();
+        self.run(move |b| {
+            let current = b.metadata(&path)?;
+            check_version(&path, current.as_ref(), options.if_version)?;
+            if let Some(m) = &current {
+                if m.kind == FileKind::Directory {
+                    return Err(Error::IsADirectory {
+                        path: path.as_str().to_string(),
+                    });
+                }
+                if options.mode == WriteMode::Create {
+                    return Err(Error::AlreadyExists {
+                        path: path.as_str().to_string(),
+                    });
+                }
+            }
+            let bytes_written = staged.len();
+            let mode = CommitMode {
+                append: options.mode == WriteMode::Append,
+                create_parents: options.create_parents,
+            };
+            let meta = b.commit(staged, &path, mode)?;
+            Ok(WriteOutcome {
+                path,
+                bytes_written,
+                size: meta.size,
+                version: meta.version,
+                created: current.is_none(),
+            })
+        })
+        .await
+    }
+
+    /// Reads a whole text file that an edit may rewrite.
+    fn read_text_for_edit(b: &B, path: &CanonicalPath, limit: u64) -> Result<(String, Metadata)> {
+        let file = b.open(path)?;
+        if file.meta.size > limit {
+            return Err(Error::TooLarge {
+                path: path.as_str().to_string(),
+                size: file.meta.size,
+                limit,
+            });
+        }
+        let bytes = match file.content {
+            Content::Memory(b) => b.to_vec(),
+            Content::Disk(f) => {
+                let mut v = Vec::with_capacity(file.meta.size as usize);
+                f.take(limit + 1)
+                    .read_to_end(&mut v)
+                    .map_err(|e| Error::from_io(e, path))?;
+                v
+            }
+        };
+        let text = String::from_utf8(bytes).map_err(|_| Error::NotText {
+            path: path.as_str().to_string(),
+        })?;
+        Ok((text, file.meta))
+    }
+}
+
+pub(crate) async fn run_on<B, T, F>(backend: &Arc<B>, f: F) -> Result<T>
+where
+    B: Backend,
+    T: Send + 'static,
+    F: FnOnce(&B) -> Result<T> + Send + 'static,
+{
+    if B::BLOCKING {
+        let b = backend.clone();
+        tokio::task::spawn_blocking(move || f(&b))
+            .await
+            .map_err(|e| Error::internal(format!("storage task failed: {e}")))?
+    } else {
+        f(backend)
+    }
+}
+
+/// `if_version`: `Some(0)` means the path must not exist; otherwise the
+/// path's current version must equal it.
+fn check_version(
+    path: &CanonicalPath,
+    current: Option<&Metadata>,
+    expected: Option<u64>,
+) -> Result<()> {
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    let current = current.map_or(0, |m| m.version);
+    if current != expected {
+        return Err(Error::VersionMismatch {
+            path: path.as_str().to_string(),
+            expected,
+            current,
+        });
+    }
+    Ok(())
+}
+
+/// Selects a page of lines from a reader, validating that the whole file is
+/// UTF-8 and counting all its lines, holding at most one page in memory.
+fn read_page<R: BufRead>(
+    mut reader: R,
+    path: &CanonicalPath,
+    range: LineRange,
+) -> Result<(String, u64, u64, bool)> {
+    let io = |e| Error::from_io(e, path);
+    let end = range.limit.map(|l| range.offset.saturating_add(l));
+    let mut line = Vec::new();
+    let mut page = Vec::new();
+    let (mut index, mut taken, mut cut) = (0u64, 0u64, false);
+    loop {
+        line.clear();
+        let n = (&mut reader)
+            .take(MAX_READ_PAGE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        if line.len() > MAX_READ_PAGE_BYTES {
+            return Err(Error::TooLarge {
+                path: path.as_str().to_string(),
+                size: line.len() as u64,
+                limit: MAX_READ_PAGE_BYTES as u64,
+            });
+        }
+        if std::str::from_utf8(&line).is_err() {
+            return Err(Error::NotText {
+                path: path.as_str().to_string(),
+            });
+        }
+        let selected = index >= range.offset && end.is_none_or(|e| index < e);
+        if selected && !cut {
+            if page.len() + line.len() > MAX_READ_PAGE_BYTES {
+                cut = true;
+            } else {
+                page.extend_from_slice(&line);
+                taken += 1;
+            }
+        }
+        index += 1;
+    }
+    let offset = range.offset.min(index);
+    let truncated = offset + taken < index;
+    let content = String::from_utf8(page).map_err(|_| Error::NotText {
+        path: path.as_str().to_string(),
+    })?;
+    Ok((content, index, taken, truncated))
+}
+
+fn byte_chunks(
+    content: Content,
+    path: CanonicalPath,
+    offset: u64,
+    length: u64,
+    chunk: usize,
+) -> BoxStream<'static, Result<Bytes>> {
+    match content {
+        Content::Memory(data) => {
+            let start = offset as usize;
+            let end = start + length as usize;
+            futures::stream::iter(
+                (start..end)
+                    .step_by(chunk.max(1))
+                    .map(move |at| Ok(data.slice(at..(at + chunk).min(end)))),
+            )
+            .boxed()
+        }
+        Content::Disk(file) => {
+            // One producer per stream, one chunk in flight: memory stays
+            // near one chunk, and a dropped receiver stops the reads.
+            let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes>>(1);
+            tokio::task::spawn_blocking(move || {
+                use std::os::unix::fs::FileExt;
+                let mut at = offset;
+                let end = offset + length;
+                while at < end {
+                    let want = ((end - at) as usize).min(chunk);
+                    let mut buf = vec![0u8; want];
+                    let msg = match file.read_at(&mut buf, at) {
+                        Ok(0) => Err(Error::internal(format!(
+                            "'{path}' was truncated by another process while being read"
+                        ))),
+                        Ok(n) => {
+                            buf.truncate(n);
+                            at += n as u64;
+                            Ok(Bytes::from(buf))
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(e) => Err(Error::from_io(e, &path)),
+                    };
+                    let failed = msg.is_err();
+                    if tx.blocking_send(msg).is_err() || failed {
+                        return;
+                    }
+                }
+            });
+            tokio_stream::wrappers::ReceiverStream::new(rx).boxed()
+        }
+    }
+}
+
+#[async_trait]
+impl<B: Backend> Filesystem for Workspace<B> {
+    async fn read(&self, path: &CanonicalPath, range: LineRange) -> Result<TextPage> {
+        let path = path.clone();
+        self.run(move |b| {
+            let file = b.open(&path)?;
+            let (content, total, lines, truncated) = match file.content {
+                Content::Memory(data) => read_page(&data[..], &path, range)?,
+                Content::Disk(f) => {
+                    read_page(BufReader::with_capacity(256 * 1024, f), &path, range)?
+                }
+            };
+            Ok(TextPage {
+                offset: range.offset.min(total),
+                path,
+                content,
+                total_lines: total,
+                lines,
+                truncated,
+                version: file.meta.version,
+                size: file.meta.size,
+            })
+        })
+        .await
+    }
+
+    async fn read_bytes(
+        &self,
+        path: &CanonicalPath,
+        range: ByteRange,
+        chunk_size: usize,
+    ) -> Result<ByteStream> {
+        let chunk = if chunk_size == 0 {
+            wsfs::DEFAULT_CHUNK_SIZE
+        } else {
+            chunk_size.min(MAX_CHUNK_SIZE)
+        };
+        let p = path.clone();
+        let file = self.run(move |b| b.open(&p)).await?;
+        let size = file.meta.size;
+        if range.offset > size {
+            return Err(Error::OutOfRange {
+                path: path.as_str().to_string(),
+                message: format!(
+                    "offset {} is past the end of '{path}' ({size} bytes)",
+                    range.offset
+                ),
+            });
+        }
+        let length = range
+            .limit
+            .map_or(size - range.offset, |l| l.min(size - range.offset));
+        Ok(ByteStream {
+            path: path.clone(),
+            size,
+            version: file.meta.version,
+            offset: range.offset,
+            length,
+            chunks: byte_chunks(file.content, path.clone(), range.offset, length, chunk),
+        })
+    }
+
+    async fn write(
+        &self,
+        path: &CanonicalPath,
+        content: &str,
+        options: WriteOptions,
+    ) -> Result<WriteOutcome> {
+        let data = Bytes::copy_from_slice(content.as_bytes());
+        self.write_bytes(path, options, futures::stream::iter([Ok(data)]).boxed())
+            .await
+    }
+
+    async fn write_bytes(
+        &self,
+        path: &CanonicalPath,
+        options: WriteOptions,
+        mut data: ByteChunks,
+    ) -> Result<WriteOutcome> {
+        if path.is_root() {
+            return Err(Error::invalid_argument(
+                "cannot write the workspace root; name a file inside it",
+            ));
+        }
+        self.writable(path)?;
+        let mut staged = self.run(|b| b.stage()).await?;
+        let mut batch: Vec<Bytes> = Vec::new();
+        let (mut batched, mut total) = (0usize, 0u64);
+        loop {
+            let next = data.next().await;
+            if let Some(chunk) = &next {
+                let chunk = chunk.as_ref().map_err(Clone::clone)?;
+                total += chunk.len() as u64;
+                self.check_size(path, total)?;
+                batched += chunk.len();
+                batch.push(chunk.clone());
+            }
+            if batched >= STAGE_BATCH_BYTES || (next.is_none() && !batch.is_empty()) {
+                let chunks = std::mem::take(&mut batch);
+                batched = 0;
+                staged = if B::BLOCKING {
+                    tokio::task::spawn_blocking(move || {
+                        for c in &chunks {
+                            staged.write_chunk(c)?;
+                        }
+                        Ok::<_, Error>(staged)
+                    })
+                    .await
+                    .map_err(|e| Error::internal(format!("storage task failed: {e}")))??
+                } else {
+                    for c in &chunks {
+                        staged.write_chunk(c)?;
+                    }
+                    staged
+                };
+            }
+            if next.is_none() {
+                break;
+            }
+        }
+        self.commit(path, staged, options).await
+    }
+
+    async fn edit(&self, path: &CanonicalPath, edit: EditSpec) -> Result<EditOutcome> {
+        if edit.old_text.is_empty() {
+            return Err(Error::invalid_argument("old_text must not be empty"));
+        }
+        if !edit.dry_run {
+            self.writable(path)?;
+        }
+        // Read, replace and commit under the lock: no update slips between.
+        let _guard = self.writes.lock().await;
+        let limit = self.limits.max_write_bytes;
+        let path = path.clone();
+        self.run(move |b| {
+            let (text, meta) = Self::read_text_for_edit(b, &path, limit)?;
+            check_version(&path, Some(&meta), edit.if_version)?;
+            let count = text.matches(edit.old_text.as_str()).count() as u64;
+            if count == 0 {
+                return Err(Error::NoMatch {
+                    path: path.as_str().to_string(),
+                });
+            }
+            if count > 1 && !edit.replace_all {
+                return Err(Error::AmbiguousMatch {
+                    path: path.as_str().to_string(),
+                    count,
+                });
+            }
+            let new_text = text.replace(edit.old_text.as_str(), &edit.new_text);
+            if new_text.len() as u64 > limit {
+                return Err(Error::TooLarge {
+                    path: path.as_str().to_string(),
+                    size: new_text.len() as u64,
+                    limit,
+                });
+            }
+            let diff = similar::TextDiff::from_lines(&text, &new_text)
+                .unified_diff()
+                .context_radius(3)
+                .header(&format!("a/{path}"), &format!("b/{path}"))
+                .to_string();
+            let (version, size) = if edit.dry_run {
+                (meta.version, meta.size)
+            } else {
+                let mut staged = b.stage()?;
+                staged.write_chunk(new_text.as_bytes())?;
+                let mode = CommitMode {
+                    append: false,
+                    create_parents: false,
+                };
+                let m = b.commit(staged, &path, mode)?;
+                (m.version, m.size)
+            };
+            Ok(EditOutcome {
+                path,
+                replacements: count,
+                version,
+                diff,
+                dry_run: edit.dry_run,
+                size,
+            })
+        })
+        .await
+    }
+
+    async fn delete(&self, path: &CanonicalPath, options: DeleteOptions) -> Result<u64> {
+        self.writable(path)?;
+        let _guard = self.writes.lock().await;
+        let path = path.clone();
+        self.run(move |b| {
+            let current = match b.metadata(&path) {
+                Err(Error::NotADirectory { .. }) => None,
+                other => other?,
+            };
+            check_version(&path, current.as_ref(), options.if_version)?;
+            match current {
+                None if options.allow_missing => Ok(0),
+                None => Err(Error::FileNotFound {
+                    path: path.as_str().to_string(),
+                }),
+                Some(_) => b.remove(&path, options.recursive),
+            }
+        })
+        .await
+    }
+
+    async fn mkdir(&self, path: &CanonicalPath, options: MkdirOptions) -> Result<bool> {
+        self.writable(path)?;
+        let _guard = self.writes.lock().await;
+        let p = path.clone();
+        let created = self.run(move |b| b.mkdir(&p, options.parents)).await?;
+        if !created && !options.exist_ok {
+            return Err(Error::AlreadyExists {
+                path: path.as_str().to_string(),
+            });
+        }
+        Ok(created)
+    }
+
+    async fn rename(
+        &self,
+        source: &CanonicalPath,
+        destination: &CanonicalPath,
+        options: TransferOptions,
+    ) -> Result<u64> {
+        self.writable(source)?;
+        self.writable(destination)?;
+        let _guard = self.writes.lock().await;
+        let (src, dst) = (source.clone(), destination.clone());
+        self.run(move |b| {
+            if options.if_version.is_some() {
+                let current = b.metadata(&src)?;
+                check_version(&src, current.as_ref(), options.if_version)?;
+            }
+            b.rename(&src, &dst, options.overwrite, options.create_parents)
+        })
+        .await
+    }
+
+    async fn copy(
+        &self,
+        source: &CanonicalPath,
+        destination: &CanonicalPath,
+        options: TransferOptions,
+    ) -> Result<u64> {
+        self.writable(destination)?;
+        let _guard = self.writes.lock().await;
+        let (src, dst) = (source.clone(), destination.clone());
+        self.run(move |b| b.copy(&src, &dst, options.overwrite, options.create_parents))
+            .await
+    }
+
+    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {
+        let depth = depth.max(1);
+        let p = path.clone();
+        let (entries, truncated) = self
+            .run(move |b| b.list(&p, depth, MAX_LIST_ENTRIES))
+            .await?;
+        Ok(Listing {
+            path: path.clone(),
+            entries,
+            truncated,
+        })
+    }
+
+    async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {
+        let matcher = search::compile_glob(&query.pattern)?;
+        let max = if query.max_results == 0 {
+            GlobQuery::DEFAULT_MAX_RESULTS
+        } else {
+            query.max_results
+        };
+        self.run(move |b| {
+            let mut paths = Vec::new();
+            for file in b.walk_files(&query.base)? {
+                let file = file?;
+                let rel = file
+                    .strip_prefix(&query.base)
+                    .unwrap_or_else(|| file.clone());
+                if matcher.is_match(rel.as_str()) {
+                    if paths.len() as u64 == max {
+                        return Ok(GlobOutcome {
+                            paths,
+                            truncated: true,
+                        });
+                    }
+                    paths.push(file);
+                }
+            }
+            Ok(GlobOutcome {
+                paths,
+                truncated: false,
+            })
+        })
+        .await
+    }
+
+    async fn grep(&self, query: GrepQuery) -> Result<BoxStream<'static, Result<GrepEvent>>> {
+        search::grep(self.backend.clone(), query)
+    }
+
+    async fn stat(&self, path: &CanonicalPath) -> Result<Metadata> {
+        let p = path.clone();
+        self.run(move |b| b.metadata(&p))
+            .await?
+            .ok_or_else(|| Error::FileNotFound {
+                path: path.as_str().to_string(),
+            })
+    }
+
+    async fn exists(&self, path: &CanonicalPath) -> Result<Option<FileKind>> {
+        let p = path.clone();
+        match self.run(move |b| b.metadata(&p)).await {
+            Ok(m) => Ok(m.map(|m| m.kind)),
+            Err(Error::NotADirectory { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(text: &str, offset: u64, limit: Option<u64>) -> (String, u64, u64, bool) {
+        let p = CanonicalPath::from_canonical("f");
+        read_page(text.as_bytes(), &p, LineRange { offset, limit }).unwrap()
+    }
+
+    #[test]
+    fn final_newline_does_not_start_a_line() {
+        assert_eq!(page("a\nb\n", 0, None).1, 2);
+        assert_eq!(page("a\nb", 0, None).1, 2);
+        assert_eq!(page("", 0, None).1, 0);
+    }
+
+    #[test]
+    fn pages_rebuild_the_file() {
+        let text = "one\r\ntwo\n\nfour";
+        for size in 1..5 {
+            let mut rebuilt = String::new();
+            let mut offset = 0;
+            loop {
+                let (content, total, taken, truncated) = page(text, offset, Some(size));
+                rebuilt.push_str(&content);
+                offset += taken;
+                if !truncated {
+                    assert_eq!(offset, total);
+                    break;
+                }
+            }
+            assert_eq!(rebuilt, text);
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_anywhere_is_not_text() {
+        let p = CanonicalPath::from_canonical("f");
+        let data = b"ok\n\xff\xfe\n";
+        let r = read_page(
+            &data[..],
+            &p,
+            LineRange {
+                offset: 0,
+                limit: Some(1),
+            },
+        );
+        assert!(matches!(r, Err(Error::NotText { .. })));
+    }
+}
