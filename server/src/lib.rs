@@ -45,7 +45,7 @@ pub async fn serve(
             config.data_dir.display()
         ))
     })?;
-    let registry = Arc::new(sessions::SessionRegistry::new(Arc::new(config)));
+    let registry = Arc::new(sessions::SessionRegistry::open(Arc::new(config))?);
 
     let filesystem = FilesystemServer::new(service::FilesystemService::new(registry.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)

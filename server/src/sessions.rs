@@ -66,6 +66,78 @@ impl Session {
     }
 }
 
+/// What `session.json` holds for a DIRECTORY session, so that it survives
+/// a restart of the server.
+#[derive(Debug, Serialize, Deserialize)]
+struct PersistedSession {
+    id: String,
+    root_path: PathBuf,
+    created_at: SystemTime,
+    max_write_bytes: u64,
+    max_path_depth: usize,
+    max_segment_chars: usize,
+    max_files: u64,
+    max_total_bytes: u64,
+    read_only: bool,
+    labels: BTreeMap<String, String>,
+    idle_ttl_seconds: u64,
+}
+
+impl PersistedSession {
+    fn from_record(r: &SessionRecord, root_path: &Path) -> Self {
+        PersistedSession {
+            id: r.id.clone(),
+            root_path: root_path.to_path_buf(),
+            created_at: r.created_at,
+            max_write_bytes: r.limits.max_write_bytes,
+            max_path_depth: r.limits.path.max_depth,
+            max_segment_chars: r.limits.path.max_segment_chars,
+            max_files: r.limits.max_files,
+            max_total_bytes: r.limits.max_total_bytes,
+            read_only: r.read_only,
+            labels: r.labels.clone(),
+            idle_ttl_seconds: r.idle_ttl_seconds,
+        }
+    }
+
+    fn into_record(self, server_max_write: u64) -> SessionRecord {
+        SessionRecord {
+            id: self.id,
+            backend: BackendKind::Directory,
+            root_path: Some(self.root_path),
+            created_at: self.created_at,
+            limits: SessionLimits {
+                max_write_bytes: self.max_write_bytes.min(server_max_write),
+                path: wsfs::PathLimits {
+                    max_depth: self.max_path_depth,
+                    max_segment_chars: self.max_segment_chars,
+                },
+                max_files: self.max_files,
+                max_total_bytes: self.max_total_bytes,
+            },
+            read_only: self.read_only,
+            labels: self.labels,
+            idle_ttl_seconds: self.idle_ttl_seconds,
+        }
+    }
+}
+
+const SESSION_FILE: &str = "session.json";
+
+fn write_session_file(session_dir: &Path, p: &PersistedSession) -> Result<()> {
+    let io = |e: std::io::Error| {
+        Error::internal(format!(
+            "cannot record session in '{}': {e}",
+            session_dir.display()
+        ))
+    };
+    let json = serde_json::to_vec_pretty(p)
+        .map_err(|e| Error::internal(format!("cannot encode session record: {e}")))?;
+    let tmp = session_dir.join(format!("{SESSION_FILE}.tmp"));
+    std::fs::write(&tmp, json).map_err(io)?;
+    std::fs::rename(&tmp, session_dir.join(SESSION_FILE)).map_err(io)
+}
+
 pub struct SessionRegistry {
     config: Arc<ServerConfig>,
     sessions: RwLock<HashMap<String, Arc<Session>>>,
@@ -77,6 +149,63 @@ impl SessionRegistry {
             config,
             sessions: RwLock::new(HashMap::new()),
         }
+    }
+
+    /// A registry holding every DIRECTORY session recorded under the data
+    /// directory: sessions outlive a restart of the server. A session
+    /// directory whose record cannot be read is left alone and logged.
+    pub fn open(config: Arc<ServerConfig>) -> Result<Self> {
+        let registry = Self::new(config);
+        let dir = registry.config.data_dir.join("sessions");
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(registry),
+            Err(e) => {
+                return Err(Error::internal(format!(
+                    "cannot read '{}': {e}",
+                    dir.display()
+                )))
+            }
+        };
+        for entry in entries.flatten() {
+            let session_dir = entry.path();
+            match registry.reopen(&session_dir) {
+                Ok(s) => tracing::info!(session = %s.record.id, "directory session reopened"),
+                Err(e) => {
+                    tracing::warn!(dir = %session_dir.display(), error = %e, "session directory skipped")
+                }
+            }
+        }
+        Ok(registry)
+    }
+
+    fn reopen(&self, session_dir: &Path) -> Result<Arc<Session>> {
+        let raw = std::fs::read(session_dir.join(SESSION_FILE))
+            .map_err(|e| Error::internal(format!("no readable {SESSION_FILE}: {e}")))?;
+        let persisted: PersistedSession = serde_json::from_slice(&raw)
+            .map_err(|e| Error::internal(format!("corrupt {SESSION_FILE}: {e}")))?;
+        let record = persisted.into_record(self.config.max_write_bytes);
+        let root = record.root_path.clone().unwrap_or_default();
+        // Uploads in flight when the server stopped are abandoned.
+        let staging = session_dir.join("staging");
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir_all(&staging)
+            .map_err(|e| Error::internal(format!("cannot create '{}': {e}", staging.display())))?;
+        let ws = Arc::new(Workspace::new(
+            DirectoryBackend::open(&root, &staging)?,
+            record.limits,
+        ));
+        ws.set_read_only(record.read_only);
+        let session = Arc::new(Session {
+            record,
+            fs: ws,
+            owned_dir: Some(session_dir.to_path_buf()),
+        });
+        self.sessions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(session.record.id.clone(), session.clone());
+        Ok(session)
     }
 
     pub fn config(&self) -> &ServerConfig {
@@ -155,17 +284,24 @@ impl SessionRegistry {
                 (ws, Some(root), Some(session_dir))
             }
         };
+        let record = SessionRecord {
+            id: id.clone(),
+            backend,
+            root_path,
+            created_at: SystemTime::now(),
+            limits,
+            read_only: spec.read_only,
+            labels: spec.labels,
+            idle_ttl_seconds: spec.idle_ttl_seconds,
+        };
+        if let (Some(dir), Some(root)) = (&owned_dir, &record.root_path) {
+            if let Err(e) = write_session_file(dir, &PersistedSession::from_record(&record, root)) {
+                let _ = std::fs::remove_dir_all(dir);
+                return Err(e);
+            }
+        }
         let session = Arc::new(Session {
-            record: SessionRecord {
-                id: id.clone(),
-                backend,
-                root_path,
-                created_at: SystemTime::now(),
-                limits,
-                read_only: spec.read_only,
-                labels: spec.labels,
-                idle_ttl_seconds: spec.idle_ttl_seconds,
-            },
+            record,
             fs,
             owned_dir,
         });
