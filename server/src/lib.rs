@@ -12,6 +12,7 @@
 
 pub mod backend;
 pub mod limits;
+pub mod metrics;
 pub mod search;
 pub mod workspace;
 

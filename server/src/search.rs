@@ -280,6 +280,7 @@ pub fn grep<B: Backend>(
     let (out_tx, out_rx) = mpsc::channel::<Result<GrepEvent>>(64);
     tokio::spawn(async move {
         let _stop_guard = StopOnDrop(stop.clone());
+        let _active = crate::metrics::Gauge::hold(&crate::metrics::ACTIVE_GREPS);
         let context = query.context_lines;
         let mut results = tokio_stream::wrappers::ReceiverStream::new(path_rx)
             .map(|item| {

@@ -361,7 +361,20 @@ impl<B: Backend> Filesystem for Workspace<B> {
             version: file.meta.version,
             offset: range.offset,
             length,
-            chunks: byte_chunks(file.content, path.clone(), range.offset, length, chunk),
+            chunks: crate::metrics::Gauged::new(
+                byte_chunks(file.content, path.clone(), range.offset, length, chunk)
+                    .inspect(|c| {
+                        if let Ok(bytes) = c {
+                            crate::metrics::BYTES_STREAMED.fetch_add(
+                                bytes.len() as u64,
+                                std::sync::atomic::Ordering::Relaxed,
+                            );
+                        }
+                    })
+                    .boxed(),
+                &crate::metrics::ACTIVE_BYTE_STREAMS,
+            )
+            .boxed(),
         })
     }
 

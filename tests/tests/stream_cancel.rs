@@ -1,0 +1,154 @@
+//! A client that goes away stops the server's work: a dropped Grep stream
+//! stops the search, a dropped ReadBytes stream stops the reads. Proven with
+//! the server's own counters (this file is its own test binary, so no other
+//! test moves them), never with timings.
+
+use futures::StreamExt;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use wsfs::proto::filesystem_client::FilesystemClient;
+use wsfs::proto::sessions_client::SessionsClient;
+use wsfs::proto::{self, session::Backend};
+use wsfs_server::metrics;
+
+async fn start_server(data: &std::path::Path) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let config = wsfs_server::ServerConfig::for_tests(data.to_path_buf());
+    tokio::spawn(wsfs_server::serve(config, listener, std::future::pending()));
+    format!("http://{addr}")
+}
+
+async fn session(url: &str, backend: Backend) -> String {
+    let mut sessions = SessionsClient::connect(url.to_string()).await.unwrap();
+    sessions
+        .create_session(proto::CreateSessionRequest {
+            backend: backend as i32,
+            limits: Some(proto::SessionLimits {
+                max_write_bytes: 1 << 30,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id
+}
+
+/// Waits until `counter` drops to zero; fails the test if it never does.
+async fn until_zero(counter: &std::sync::atomic::AtomicU64, what: &str) {
+    for _ in 0..600 {
+        if counter.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what} still running long after its client went away");
+}
+
+async fn dropped_grep_stops_the_search(backend: Backend) {
+    let data = tempfile::tempdir().unwrap();
+    let url = start_server(data.path()).await;
+    let id = session(&url, backend).await;
+    let mut fs = FilesystemClient::connect(url.clone()).await.unwrap();
+    const FILES: u64 = 1500;
+    let body = "needle in a haystack\n".repeat(50);
+    for i in 0..FILES {
+        fs.write(proto::WriteRequest {
+            session_id: id.clone(),
+            path: format!("d{}/f{i:05}.txt", i % 10),
+            content: body.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let before = metrics::FILES_SEARCHED.load(Ordering::SeqCst);
+    let mut stream = fs
+        .grep(proto::GrepRequest {
+            session_id: id.clone(),
+            pattern: "needle".into(),
+            max_matches: 100_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.next().await.unwrap().unwrap();
+    assert!(matches!(
+        first.payload,
+        Some(proto::grep_response::Payload::Match(_))
+    ));
+    drop(stream);
+    until_zero(&metrics::ACTIVE_GREPS, "grep").await;
+    let searched = metrics::FILES_SEARCHED.load(Ordering::SeqCst) - before;
+    assert!(
+        searched < FILES,
+        "searched {searched} of {FILES} files after the client left"
+    );
+
+    // The server still answers.
+    let stat = fs
+        .stat(proto::StatRequest {
+            session_id: id,
+            path: "d0".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(stat.into_inner().kind, proto::FileKind::Directory as i32);
+}
+
+async fn dropped_read_bytes_stops_the_reads(backend: Backend) {
+    let data = tempfile::tempdir().unwrap();
+    let url = start_server(data.path()).await;
+    let id = session(&url, backend).await;
+    let mut fs = FilesystemClient::connect(url.clone()).await.unwrap();
+    const SIZE: usize = 64 << 20;
+    let header = proto::WriteBytesRequest {
+        payload: Some(proto::write_bytes_request::Payload::Header(
+            proto::WriteBytesHeader {
+                session_id: id.clone(),
+                path: "big.bin".into(),
+                ..Default::default()
+            },
+        )),
+    };
+    let chunks = (0..SIZE / (1 << 20)).map(|i| proto::WriteBytesRequest {
+        payload: Some(proto::write_bytes_request::Payload::Data(
+            vec![i as u8; 1 << 20].into(),
+        )),
+    });
+    fs.write_bytes(futures::stream::iter(std::iter::once(header).chain(chunks)))
+        .await
+        .unwrap();
+
+    let before = metrics::BYTES_STREAMED.load(Ordering::SeqCst);
+    let mut stream = fs
+        .read_bytes(proto::ReadBytesRequest {
+            session_id: id.clone(),
+            path: "big.bin".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let _header = stream.next().await.unwrap().unwrap();
+    let _chunk = stream.next().await.unwrap().unwrap();
+    drop(stream);
+    until_zero(&metrics::ACTIVE_BYTE_STREAMS, "ReadBytes").await;
+    let streamed = metrics::BYTES_STREAMED.load(Ordering::SeqCst) - before;
+    assert!(
+        streamed < SIZE as u64 / 2,
+        "produced {streamed} of {SIZE} bytes after the client left"
+    );
+}
+
+// One test function per file keeps the process-wide counters unshared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_streams_stop_the_server_work() {
+    for backend in [Backend::Memory, Backend::Directory] {
+        dropped_grep_stops_the_search(backend).await;
+        dropped_read_bytes_stops_the_reads(backend).await;
+    }
+}
