@@ -48,6 +48,17 @@ pub async fn serve(
     })?;
     let registry = Arc::new(sessions::SessionRegistry::open(Arc::new(config))?);
 
+    let reaper = {
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                registry.expire_idle().await;
+            }
+        })
+    };
+
     let filesystem = FilesystemServer::new(service::FilesystemService::new(registry.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -76,7 +87,7 @@ pub async fn serve(
         .build_v1alpha()
         .map_err(reflection_error)?;
 
-    tonic::transport::Server::builder()
+    let served = tonic::transport::Server::builder()
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -87,5 +98,7 @@ pub async fn serve(
             shutdown,
         )
         .await
-        .map_err(|e| wsfs::Error::internal(format!("server failed: {e}")))
+        .map_err(|e| wsfs::Error::internal(format!("server failed: {e}")));
+    reaper.abort();
+    served
 }

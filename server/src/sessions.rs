@@ -13,6 +13,7 @@ use crate::workspace::Workspace;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, Filesystem, Result, WriteMode, WriteOptions};
@@ -57,6 +58,14 @@ pub struct Session {
     pub fs: Arc<dyn Filesystem>,
     /// The directory this session owns and removes with itself.
     owned_dir: Option<PathBuf>,
+    /// When a call last named this session (ms since the Unix epoch).
+    last_used_ms: AtomicU64,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Session {
@@ -200,6 +209,7 @@ impl SessionRegistry {
             record,
             fs: ws,
             owned_dir: Some(session_dir.to_path_buf()),
+            last_used_ms: AtomicU64::new(now_ms()),
         });
         self.sessions
             .write()
@@ -212,15 +222,40 @@ impl SessionRegistry {
         &self.config
     }
 
+    /// The session named `id`; counts as use for its idle TTL.
     pub fn get(&self, id: &str) -> Result<Arc<Session>> {
-        self.sessions
+        let session = self
+            .sessions
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(id)
             .cloned()
             .ok_or_else(|| Error::SessionNotFound {
                 session_id: id.to_string(),
+            })?;
+        session.last_used_ms.store(now_ms(), Ordering::Relaxed);
+        Ok(session)
+    }
+
+    /// Deletes every session idle for longer than its TTL; returns their ids.
+    pub async fn expire_idle(&self) -> Vec<String> {
+        let now = now_ms();
+        let expired: Vec<String> = self
+            .list()
+            .iter()
+            .filter(|s| {
+                let ttl_ms = s.record.idle_ttl_seconds.saturating_mul(1000);
+                ttl_ms > 0 && now.saturating_sub(s.last_used_ms.load(Ordering::Relaxed)) > ttl_ms
             })
+            .map(|s| s.record.id.clone())
+            .collect();
+        for id in &expired {
+            match self.delete(id).await {
+                Ok(files) => tracing::info!(session = %id, files, "idle session expired"),
+                Err(e) => tracing::warn!(session = %id, error = %e, "expiring idle session failed"),
+            }
+        }
+        expired
     }
 
     /// Every session, oldest first.
@@ -304,6 +339,7 @@ impl SessionRegistry {
             record,
             fs,
             owned_dir,
+            last_used_ms: AtomicU64::new(now_ms()),
         });
         self.sessions
             .write()

@@ -1,0 +1,550 @@
+//! The Sessions service over real gRPC: backends, roots inside allowed
+//! roots, seed files, read-only sessions, limits, idle expiry, deletion, and
+//! DIRECTORY sessions that survive a restart of the server.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tonic::Code;
+use tonic_types::StatusExt;
+use wsfs::proto::filesystem_client::FilesystemClient;
+use wsfs::proto::sessions_client::SessionsClient;
+use wsfs::proto::{self, session::Backend};
+
+struct Server {
+    url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<wsfs::Result<()>>,
+}
+
+impl Server {
+    async fn start(data: &Path, allow_roots: Vec<PathBuf>, max_write_bytes: u64) -> Server {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let mut config = wsfs_server::ServerConfig::for_tests(data.to_path_buf());
+        config.allow_roots = allow_roots;
+        config.max_write_bytes = max_write_bytes;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(wsfs_server::serve(config, listener, async {
+            let _ = rx.await;
+        }));
+        Server {
+            url,
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap().unwrap();
+    }
+
+    async fn sessions(&self) -> SessionsClient<tonic::transport::Channel> {
+        SessionsClient::connect(self.url.clone()).await.unwrap()
+    }
+
+    async fn fs(&self) -> FilesystemClient<tonic::transport::Channel> {
+        FilesystemClient::connect(self.url.clone()).await.unwrap()
+    }
+}
+
+fn reason(status: &tonic::Status) -> String {
+    status
+        .get_details_error_info()
+        .map(|i| i.reason)
+        .unwrap_or_default()
+}
+
+async fn write(
+    fs: &mut FilesystemClient<tonic::transport::Channel>,
+    id: &str,
+    path: &str,
+    content: &str,
+) -> Result<proto::WriteResponse, tonic::Status> {
+    fs.write(proto::WriteRequest {
+        session_id: id.into(),
+        path: path.into(),
+        content: content.into(),
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner())
+}
+
+async fn read(
+    fs: &mut FilesystemClient<tonic::transport::Channel>,
+    id: &str,
+    path: &str,
+) -> Result<String, tonic::Status> {
+    fs.read(proto::ReadRequest {
+        session_id: id.into(),
+        path: path.into(),
+        limit: Some(-1),
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner().content)
+}
+
+fn directory() -> proto::CreateSessionRequest {
+    proto::CreateSessionRequest {
+        backend: Backend::Directory as i32,
+        ..Default::default()
+    }
+}
+
+const MAX: u64 = 4 << 30;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_is_the_default_backend() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), vec![], MAX).await;
+    let s = server
+        .sessions()
+        .await
+        .create_session(proto::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(s.backend, Backend::Memory as i32);
+    assert!(s.root_path.is_empty());
+    assert!(uuid_like(&s.session_id), "{}", s.session_id);
+    let limits = s.limits.unwrap();
+    assert_eq!(limits.max_write_bytes, 32 << 20);
+    assert_eq!(limits.max_path_depth, 16);
+    assert_eq!(limits.max_segment_length, 80);
+}
+
+fn uuid_like(s: &str) -> bool {
+    s.len() == 36 && s.chars().filter(|c| *c == '-').count() == 4
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_session_gets_a_fresh_directory_under_the_data_dir() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), vec![], MAX).await;
+    let s = server
+        .sessions()
+        .await
+        .create_session(directory())
+        .await
+        .unwrap()
+        .into_inner();
+    let root = PathBuf::from(&s.root_path);
+    assert!(root.is_absolute());
+    assert!(root.starts_with(data.path()), "{root:?}");
+    write(
+        &mut server.fs().await,
+        &s.session_id,
+        "src/a.txt",
+        "hello\n",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(root.join("src/a.txt")).unwrap(),
+        "hello\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_write_limit_never_exceeds_the_server_maximum() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), vec![], 1000).await;
+    let mut req = proto::CreateSessionRequest::default();
+    req.limits = Some(proto::SessionLimits {
+        max_write_bytes: 1 << 40,
+        ..Default::default()
+    });
+    let s = server
+        .sessions()
+        .await
+        .create_session(req)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(s.limits.unwrap().max_write_bytes, 1000);
+    let mut fs = server.fs().await;
+    let err = write(&mut fs, &s.session_id, "big.txt", &"x".repeat(1001))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert_eq!(reason(&err), "TOO_LARGE");
+    let exists = fs
+        .exists(proto::ExistsRequest {
+            session_id: s.session_id.clone(),
+            path: "big.txt".into(),
+        })
+        .await
+        .unwrap();
+    assert!(!exists.into_inner().exists);
+    write(&mut fs, &s.session_id, "ok.txt", &"x".repeat(1000))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_inside_an_allowed_root_is_used_in_place() {
+    let data = tempfile::tempdir().unwrap();
+    let allowed = tempfile::tempdir().unwrap();
+    let project = allowed.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(project.join("README"), "existing\n").unwrap();
+    let server = Server::start(data.path(), vec![allowed.path().to_path_buf()], MAX).await;
+    let mut req = directory();
+    req.root = project.display().to_string();
+    let s = server
+        .sessions()
+        .await
+        .create_session(req)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        PathBuf::from(&s.root_path),
+        std::fs::canonicalize(&project).unwrap()
+    );
+    let mut fs = server.fs().await;
+    assert_eq!(
+        read(&mut fs, &s.session_id, "README").await.unwrap(),
+        "existing\n"
+    );
+    write(&mut fs, &s.session_id, "new.txt", "n\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(project.join("new.txt")).unwrap(),
+        "n\n"
+    );
+
+    // Deleting the session keeps a directory it did not create.
+    server
+        .sessions()
+        .await
+        .delete_session(proto::DeleteSessionRequest {
+            session_id: s.session_id,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(project.join("README")).unwrap(),
+        "existing\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_outside_the_allowed_roots_is_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let allowed = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), allowed.path().join("link")).unwrap();
+    std::fs::create_dir(allowed.path().join("inner")).unwrap();
+    let server = Server::start(data.path(), vec![allowed.path().to_path_buf()], MAX).await;
+    let mut sessions = server.sessions().await;
+    for root in [
+        outside.path().display().to_string(),
+        allowed.path().join("link").display().to_string(),
+        allowed.path().join("inner/../..").display().to_string(),
+        allowed.path().join("missing").display().to_string(),
+    ] {
+        let mut req = directory();
+        req.root = root.clone();
+        let err = sessions.create_session(req).await.unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied, "{root}: {err:?}");
+        assert_eq!(reason(&err), "PERMISSION_DENIED");
+    }
+    let list = sessions
+        .list_sessions(proto::ListSessionsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(list.sessions.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_files_are_there_when_the_session_opens() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), vec![], MAX).await;
+    for backend in [Backend::Memory, Backend::Directory] {
+        let mut req = proto::CreateSessionRequest {
+            backend: backend as i32,
+            ..Default::default()
+        };
+        req.seed_files.insert(
+            "/config/app.json".into(),
+            b"{\"debug\": true}".to_vec().into(),
+        );
+        req.seed_files
+            .insert("bin/blob".into(), vec![0u8, 255, 1, 254].into());
+        let s = server
+            .sessions()
+            .await
+            .create_session(req)
+            .await
+            .unwrap()
+            .into_inner();
+        let mut fs = server.fs().await;
+        assert_eq!(
+            read(&mut fs, &s.session_id, "config/app.json")
+                .await
+                .unwrap(),
+            "{\"debug\": true}"
+        );
+        let stat = fs
+            .stat(proto::StatRequest {
+                session_id: s.session_id.clone(),
+                path: "bin/blob".into(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(stat.into_inner().size_bytes, 4);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_seed_path_fails_creation_and_leaves_nothing() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), vec![], MAX).await;
+    let mut sessions = server.sessions().await;
+    for backend in [Backend::Memory, Backend::Directory] {
+        let mut req = proto::CreateSessionRequest {
+            backend: backend as i32,
+            ..Default::default()
+        };
+        req.seed_files
+            .insert("ok.txt".into(), b"fine".to_vec().into());
+        req.seed_files
+            .insert("../escape.txt".into(), b"no".to_vec().into());
+        let err = sessions.create_session(req).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert_eq!(reason(&err), "PATH_ESCAPES_ROOT");
+    }
+    assert!(sessions
+        .list_sessions(proto::ListSessionsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions
+        .is_empty());
+    let leftovers = std::fs::read_dir(data.path().join("sessions"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(leftovers, 0);
+    assert!(!data.path().parent().unwrap().join("escape.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_session_refuses_every_change() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), vec![], MAX).await;
+    let mut req = proto::CreateSessionRequest {
+        read_only: true,
+        ..Default::default()
+    };
+    req.seed_files
+        .insert("a.txt".into(), b"seeded\n".to_vec().into());
+    let s = server
+        .sessions()
+        .await
+        .create_session(req)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(s.read_only);
+    let id = s.session_id;
+    let mut fs = server.fs().await;
+    let err = write(&mut fs, &id, "a.txt", "changed\n").await.unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+    assert_eq!(reason(&err), "READ_ONLY");
+    let err = fs
+        .delete(proto::DeleteRequest {
+            session_id: id.clone(),
+            path: "a.txt".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "READ_ONLY");
+    let err = fs
+        .mkdir(proto::MkdirRequest {
+            session_id: id.clone(),
+            path: "d".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "READ_ONLY");
+    let err = fs
+        .edit(proto::EditRequest {
+            session_id: id.clone(),
+            path: "a.txt".into(),
+            old_text: "seeded".into(),
+            new_text: "x".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "READ_ONLY");
+    assert_eq!(read(&mut fs, &id, "a.txt").await.unwrap(), "seeded\n");
+    let list = fs
+        .list(proto::ListRequest {
+            session_id: id,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(list.entries.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_session_is_session_not_found() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), vec![], MAX).await;
+    let err = server
+        .sessions()
+        .await
+        .get_session(proto::GetSessionRequest {
+            session_id: "00000000-0000-0000-0000-000000000000".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert_eq!(reason(&err), "SESSION_NOT_FOUND");
+    let err = read(&mut server.fs().await, "nope", "a").await.unwrap_err();
+    assert_eq!(reason(&err), "SESSION_NOT_FOUND");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_session_counts_files_and_removes_its_directory() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), vec![], MAX).await;
+    let mut sessions = server.sessions().await;
+    let s = sessions
+        .create_session(directory())
+        .await
+        .unwrap()
+        .into_inner();
+    let mut fs = server.fs().await;
+    for p in ["a", "b/c", "b/d/e"] {
+        write(&mut fs, &s.session_id, p, "x").await.unwrap();
+    }
+    let deleted = sessions
+        .delete_session(proto::DeleteSessionRequest {
+            session_id: s.session_id.clone(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(deleted.into_inner().files_deleted, 3);
+    assert!(!Path::new(&s.root_path).exists());
+    let err = sessions
+        .get_session(proto::GetSessionRequest {
+            session_id: s.session_id,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "SESSION_NOT_FOUND");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_session_expires_after_its_ttl() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), vec![], MAX).await;
+    let mut sessions = server.sessions().await;
+    let short = sessions
+        .create_session(proto::CreateSessionRequest {
+            idle_ttl_seconds: 1,
+            ..directory()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let forever = sessions
+        .create_session(proto::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let mut gone = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let list = sessions
+            .list_sessions(proto::ListSessionsRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        if !list
+            .sessions
+            .iter()
+            .any(|s| s.session_id == short.session_id)
+        {
+            gone = true;
+            break;
+        }
+    }
+    assert!(gone, "the idle session was never expired");
+    assert!(
+        !Path::new(&short.root_path).exists(),
+        "its directory was left behind"
+    );
+    sessions
+        .get_session(proto::GetSessionRequest {
+            session_id: forever.session_id,
+        })
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_sessions_survive_a_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), vec![], MAX).await;
+    let s = server
+        .sessions()
+        .await
+        .create_session(directory())
+        .await
+        .unwrap()
+        .into_inner();
+    let memory = server
+        .sessions()
+        .await
+        .create_session(proto::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    write(
+        &mut server.fs().await,
+        &s.session_id,
+        "keep/me.txt",
+        "still here\n",
+    )
+    .await
+    .unwrap();
+    server.stop().await;
+
+    let server = Server::start(data.path(), vec![], MAX).await;
+    let mut sessions = server.sessions().await;
+    let again = sessions
+        .get_session(proto::GetSessionRequest {
+            session_id: s.session_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.root_path, s.root_path);
+    assert_eq!(again.backend, Backend::Directory as i32);
+    assert_eq!(
+        read(&mut server.fs().await, &s.session_id, "keep/me.txt")
+            .await
+            .unwrap(),
+        "still here\n"
+    );
+    // A memory session dies with the process.
+    let err = sessions
+        .get_session(proto::GetSessionRequest {
+            session_id: memory.session_id,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "SESSION_NOT_FOUND");
+}
