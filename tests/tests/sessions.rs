@@ -151,11 +151,13 @@ async fn directory_session_gets_a_fresh_directory_under_the_data_dir() {
 async fn per_write_limit_never_exceeds_the_server_maximum() {
     let data = tempfile::tempdir().unwrap();
     let server = Server::start(data.path(), vec![], 1000).await;
-    let mut req = proto::CreateSessionRequest::default();
-    req.limits = Some(proto::SessionLimits {
-        max_write_bytes: 1 << 40,
+    let req = proto::CreateSessionRequest {
+        limits: Some(proto::SessionLimits {
+            max_write_bytes: 1 << 40,
+            ..Default::default()
+        }),
         ..Default::default()
-    });
+    };
     let s = server
         .sessions()
         .await
