@@ -1,6 +1,6 @@
 //! `wsfs.v1.Filesystem`.
 
-use super::{timestamp, traced, unimplemented};
+use super::{timestamp, traced, unimplemented, LoggedStream};
 use crate::sessions::{Session, SessionRegistry};
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
@@ -365,7 +365,7 @@ impl filesystem_server::Filesystem for FilesystemService {
             let s = self.session(&r.session_id)?;
             let base = s.path(&r.path)?;
             let query = GrepQuery {
-                pattern: r.pattern,
+                pattern: r.pattern.clone(),
                 base,
                 glob: Some(r.glob).filter(|g| !g.is_empty()),
                 case_insensitive: r.case_insensitive,
@@ -374,7 +374,7 @@ impl filesystem_server::Filesystem for FilesystemService {
                 context_lines: r.context_lines,
             };
             let events = s.fs.grep(query).await?;
-            Ok(events
+            let events = events
                 .map(|e| {
                     let payload = match e.map_err(|e| e.to_status())? {
                         GrepEvent::Match(m) => Payload::Match(proto::GrepMatch {
@@ -396,7 +396,8 @@ impl filesystem_server::Filesystem for FilesystemService {
                         payload: Some(payload),
                     })
                 })
-                .boxed())
+                .boxed();
+            Ok(LoggedStream::new(events, "Grep", &r.session_id, &r.path, |_| 0).boxed())
         })
         .await
     }

@@ -29,8 +29,6 @@ where
 {
     let started = Instant::now();
     let span = tracing::info_span!("rpc", method, session, path);
-    let _enter = span.enter();
-    drop(_enter);
     let result = tracing::Instrument::instrument(body, span.clone()).await;
     let elapsed_us = started.elapsed().as_micros() as u64;
     let _enter = span.enter();
@@ -43,6 +41,81 @@ where
             tracing::info!(outcome = e.reason(), elapsed_us, error = %e, "rpc failed");
             Err(e.to_status())
         }
+    }
+}
+
+/// A response stream that logs, when it is dropped, how many messages and
+/// payload bytes it carried, how long it lived, and whether it ran to its
+/// end or its client went away first.
+pub(crate) struct LoggedStream<T> {
+    inner: futures::stream::BoxStream<'static, Result<T, Status>>,
+    method: &'static str,
+    session: String,
+    path: String,
+    size_of: fn(&T) -> usize,
+    started: Instant,
+    messages: u64,
+    bytes: u64,
+    finished: bool,
+}
+
+impl<T> LoggedStream<T> {
+    pub(crate) fn new(
+        inner: futures::stream::BoxStream<'static, Result<T, Status>>,
+        method: &'static str,
+        session: &str,
+        path: &str,
+        size_of: fn(&T) -> usize,
+    ) -> Self {
+        LoggedStream {
+            inner,
+            method,
+            session: session.to_string(),
+            path: path.to_string(),
+            size_of,
+            started: Instant::now(),
+            messages: 0,
+            bytes: 0,
+            finished: false,
+        }
+    }
+}
+
+impl<T> futures::Stream for LoggedStream<T> {
+    type Item = Result<T, Status>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use futures::StreamExt;
+        let polled = self.inner.poll_next_unpin(cx);
+        match &polled {
+            std::task::Poll::Ready(Some(Ok(item))) => {
+                self.messages += 1;
+                self.bytes += (self.size_of)(item) as u64;
+            }
+            std::task::Poll::Ready(Some(Err(_))) | std::task::Poll::Ready(None) => {
+                self.finished = true
+            }
+            std::task::Poll::Pending => {}
+        }
+        polled
+    }
+}
+
+impl<T> Drop for LoggedStream<T> {
+    fn drop(&mut self) {
+        tracing::info!(
+            method = self.method,
+            session = %self.session,
+            path = %self.path,
+            messages = self.messages,
+            bytes = self.bytes,
+            elapsed_us = self.started.elapsed().as_micros() as u64,
+            completed = self.finished,
+            "stream closed"
+        );
     }
 }
 
