@@ -1,1 +1,67 @@
-//! placeholder
+//! # wsfs-client — a typed async client for wsfs
+//!
+//! wsfs is a workspace filesystem served over gRPC. This crate speaks its
+//! protocol in Rust types:
+//!
+//! - [`Client`] holds the connection (one HTTP/2 channel; clones share it)
+//!   and manages sessions: [`create_session`](Client::create_session) from
+//!   [`SessionOptions`], [`get_session`](Client::get_session),
+//!   [`list_sessions`](Client::list_sessions),
+//!   [`delete_session`](Client::delete_session), each describing a session
+//!   as a [`SessionInfo`].
+//! - [`Session`] is a handle on one session's workspace. It implements
+//!   [`Filesystem`], the trait the server's backends implement too, so code
+//!   written against the trait (the conformance suite, say) runs unchanged
+//!   in-process or over the wire. Its inherent methods take `&str` paths and
+//!   cover the common cases: [`read_to_string`](Session::read_to_string),
+//!   [`write_str`](Session::write_str), streaming
+//!   [`download`](Session::download) and [`upload`](Session::upload) of
+//!   files of any size, and the [`GrepBuilder`] and [`GlobBuilder`] queries.
+//! - [`Error`] is the protocol's own error enum (`wsfs::Error`): every
+//!   failure arrives as the variant the server meant, `VERSION_MISMATCH`
+//!   with its current version, `PATH_ESCAPES_ROOT` with its path.
+//!
+//! Paths are parsed on this side before any call (see [`parse_path`]), so a
+//! path that climbs out of the workspace fails early with the same error
+//! the server would give.
+//!
+//! ```no_run
+//! use wsfs_client::{Client, Filesystem, SessionOptions};
+//!
+//! # async fn example() -> wsfs_client::Result<()> {
+//! let client = Client::connect("http://127.0.0.1:50051").await?;
+//! let (session, info) = client
+//!     .create(SessionOptions::memory().seed_file("src/main.rs", "fn main() {}\n"))
+//!     .await?;
+//!
+//! session.write_str("notes/todo.md", "- ship it\n").await?;
+//! assert_eq!(session.read_to_string("/notes//todo.md").await?, "- ship it\n");
+//!
+//! let (matches, summary) = session.grep_query("fn main").glob("*.rs").collect().await?;
+//! println!("{} matches in {} files", matches.len(), summary.files_searched);
+//!
+//! let listing = session.list(&wsfs_client::parse_path("src")?, 1).await?;
+//! for entry in &listing.entries {
+//!     println!("{} {:?} {} bytes", entry.path, entry.kind, entry.size);
+//! }
+//!
+//! client.delete_session(&info.id).await?;
+//! # Ok(()) }
+//! ```
+
+mod client;
+mod convert;
+mod query;
+mod session;
+mod sessions;
+mod stream;
+
+pub use client::{Client, MAX_MESSAGE_BYTES};
+pub use query::{GlobBuilder, GrepBuilder};
+pub use session::{parse_path, Session};
+pub use sessions::{Backend, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions};
+
+/// The protocol crate, and the types every [`Filesystem`] call uses.
+pub use wsfs;
+pub use wsfs::fs::*;
+pub use wsfs::{CanonicalPath, Error, PathLimits, Result};

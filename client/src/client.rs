@@ -1,0 +1,247 @@
+//! [`Client`]: the connection, and the Sessions service.
+
+use crate::convert;
+use crate::session::Session;
+use crate::sessions::{SessionInfo, SessionOptions};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::{Channel, Endpoint};
+use wsfs::proto;
+use wsfs::proto::filesystem_client::FilesystemClient;
+use wsfs::proto::sessions_client::SessionsClient;
+use wsfs::{Error, Result};
+
+/// Largest message the client sends or accepts: room for the 32 MiB a
+/// Write or Read may carry, plus framing.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// A connection to a wsfs server. Cloning is cheap: clones share one
+/// HTTP/2 channel.
+#[derive(Debug, Clone)]
+pub struct Client {
+    sessions: SessionsClient<Channel>,
+    filesystem: FilesystemClient<Channel>,
+    credentials: Credentials,
+}
+
+impl Client {
+    /// Connects to a server, e.g. `"http://127.0.0.1:50051"`.
+    pub async fn connect(url: &str) -> Result<Client> {
+        let endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| {
+            Error::invalid_argument(format!("'{url}' is not a valid server address: {e}"))
+        })?;
+        let channel = endpoint.connect().await.map_err(|e| Error::Unavailable {
+            message: format!("cannot connect to {url}: {}", error_chain(&e)),
+        })?;
+        Ok(Client::from_channel(channel))
+    }
+
+    /// A client over a channel built elsewhere (TLS, a lazy connection, an
+    /// in-process transport).
+    pub fn from_channel(channel: Channel) -> Client {
+        Client {
+            sessions: SessionsClient::new(channel.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            filesystem: FilesystemClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            credentials: Credentials::default(),
+        }
+    }
+
+    /// Sends `authorization: Bearer <token>` with every call, from this
+    /// client and the sessions it opens.
+    pub fn with_token(mut self, token: &str) -> Result<Client> {
+        self.credentials = Credentials::token(token)?;
+        Ok(self)
+    }
+
+    /// Names the caller with `x-wsfs-caller` (servers with tokens off).
+    pub fn with_caller(mut self, caller: &str) -> Result<Client> {
+        self.credentials = Credentials::caller(caller)?;
+        Ok(self)
+    }
+
+    pub async fn create_session(&self, options: SessionOptions) -> Result<SessionInfo> {
+        let request = convert::create_session_request(options)?;
+        let response = self
+            .sessions
+            .clone()
+            .create_session(self.credentials.request(request))
+            .await?;
+        convert::session_info(response.into_inner())
+    }
+
+    /// Creates a session and opens it; the handle carries the session's
+    /// token when the server issued one.
+    pub async fn create(&self, options: SessionOptions) -> Result<(Session, SessionInfo)> {
+        let info = self.create_session(options).await?;
+        let session = match &info.token {
+            Some(token) => self.session(&info.id).with_token(token)?,
+            None => self.session(&info.id),
+        };
+        Ok((session, info))
+    }
+
+    pub async fn get_session(&self, id: &str) -> Result<SessionInfo> {
+        let request = proto::GetSessionRequest {
+            session_id: id.to_string(),
+        };
+        let response = self
+            .sessions
+            .clone()
+            .get_session(self.credentials.request(request))
+            .await?;
+        convert::session_info(response.into_inner())
+    }
+
+    pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
+        let response = self
+            .sessions
+            .clone()
+            .list_sessions(self.credentials.request(proto::ListSessionsRequest {}))
+            .await?;
+        response
+            .into_inner()
+            .sessions
+            .into_iter()
+            .map(convert::session_info)
+            .collect()
+    }
+
+    /// Removes the session and everything it owns; returns how many files
+    /// went with it.
+    pub async fn delete_session(&self, id: &str) -> Result<u64> {
+        let request = proto::DeleteSessionRequest {
+            session_id: id.to_string(),
+        };
+        let response = self
+            .sessions
+            .clone()
+            .delete_session(self.credentials.request(request))
+            .await?;
+        convert::server_count("files_deleted", response.into_inner().files_deleted)
+    }
+
+    /// A handle on an existing session. Nothing is sent until it is used.
+    pub fn session(&self, id: impl Into<String>) -> Session {
+        Session::new(id.into(), self.filesystem.clone(), self.credentials.clone())
+    }
+
+    /// The generated Sessions stub, for calls this crate does not wrap yet
+    /// (snapshots, archives, tokens). Carries no credentials.
+    pub fn raw_sessions(&self) -> SessionsClient<Channel> {
+        self.sessions.clone()
+    }
+
+    /// The generated Filesystem stub, for calls this crate does not wrap yet
+    /// (Watch, Changes). Carries no credentials.
+    pub fn raw_filesystem(&self) -> FilesystemClient<Channel> {
+        self.filesystem.clone()
+    }
+}
+
+/// The metadata that says who is calling.
+#[derive(Clone, Default)]
+pub(crate) struct Credentials(Option<(&'static str, MetadataValue<Ascii>)>);
+
+/// Names the header only: a token must not reach logs through `{:?}`.
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some((key, _)) => write!(f, "Credentials({key}: <redacted>)"),
+            None => f.write_str("Credentials(none)"),
+        }
+    }
+}
+
+impl Credentials {
+    pub(crate) fn token(token: &str) -> Result<Credentials> {
+        let value = format!("Bearer {token}").parse().map_err(|_| {
+            Error::invalid_argument("a token must be printable ASCII to travel as gRPC metadata")
+        })?;
+        Ok(Credentials(Some(("authorization", value))))
+    }
+
+    pub(crate) fn caller(caller: &str) -> Result<Credentials> {
+        let value = caller.parse().map_err(|_| {
+            Error::invalid_argument(format!(
+                "caller name '{caller}' must be printable ASCII to travel as gRPC metadata"
+            ))
+        })?;
+        Ok(Credentials(Some(("x-wsfs-caller", value))))
+    }
+
+    /// Wraps a message in a request carrying these credentials.
+    pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some((key, value)) = &self.0 {
+            request.metadata_mut().insert(*key, value.clone());
+        }
+        request
+    }
+}
+
+/// A transport error with its causes: tonic's own text is often just
+/// "transport error".
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    #[test]
+    fn token_travels_as_bearer_authorization() {
+        let request = Credentials::token("abc").unwrap().request(());
+        assert_eq!(
+            request.metadata().get("authorization").unwrap(),
+            "Bearer abc"
+        );
+    }
+
+    #[test]
+    fn caller_travels_as_x_wsfs_caller() {
+        let request = Credentials::caller("agent-1").unwrap().request(());
+        assert_eq!(request.metadata().get("x-wsfs-caller").unwrap(), "agent-1");
+    }
+
+    #[test]
+    fn token_that_cannot_be_metadata_is_invalid_argument() {
+        let err = Credentials::token("tok\nen").unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+    }
+
+    #[test]
+    fn debug_output_hides_the_token() {
+        let shown = format!("{:?}", Credentials::token("s3cret").unwrap());
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[test]
+    fn no_credentials_add_no_metadata() {
+        assert!(Credentials::default().request(()).metadata().is_empty());
+    }
+
+    #[tokio::test]
+    async fn malformed_url_is_invalid_argument() {
+        let err = Client::connect("not a url").await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+    }
+
+    #[tokio::test]
+    async fn unreachable_server_is_unavailable() {
+        // Port 9 (discard) on loopback: nothing listens there in a test box.
+        let err = Client::connect("http://127.0.0.1:9").await.unwrap_err();
+        assert_eq!(err.code(), Code::Unavailable, "{err}");
+    }
+}

@@ -1,0 +1,892 @@
+//! Every translation between the generated `wsfs::proto` messages and the
+//! Rust types of `wsfs` and this crate, in one place.
+//!
+//! Requests are built from values the caller controls, so a number the wire
+//! cannot carry is `INVALID_ARGUMENT`. Responses come from the server, so a
+//! value that breaks the protocol (a negative size, an unknown kind, a path
+//! that climbs out of the root) is `INTERNAL`, never a panic.
+
+use crate::sessions::{Backend, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions};
+use bytes::Bytes;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use wsfs::proto;
+use wsfs::{
+    ByteRange, ByteStream, CanonicalPath, ContextLine, DeleteOptions, EditOutcome, EditSpec, Error,
+    FileKind, GlobOutcome, GlobQuery, GrepEvent, GrepMatch, GrepQuery, GrepSummary, LineRange,
+    Listing, Metadata, MkdirOptions, PathLimits, Result, TextPage, TransferOptions, WriteMode,
+    WriteOptions, WriteOutcome,
+};
+
+// ---------------------------------------------------------------- scalars
+
+/// A path the server sent. Parsed rather than trusted, so a server bug
+/// surfaces as an error instead of a debug assertion.
+pub(crate) fn server_path(raw: &str) -> Result<CanonicalPath> {
+    CanonicalPath::parse(raw, &PathLimits::UNLIMITED)
+        .map_err(|e| Error::internal(format!("the server sent an invalid path '{raw}': {e}")))
+}
+
+/// A size or count the server sent as `int64`.
+pub(crate) fn server_count(field: &str, value: i64) -> Result<u64> {
+    u64::try_from(value)
+        .map_err(|_| Error::internal(format!("the server sent a negative {field} ({value})")))
+}
+
+/// A caller's `u64` for an `int64` field.
+pub(crate) fn wire_i64(field: &str, value: u64) -> Result<i64> {
+    i64::try_from(value).map_err(|_| {
+        Error::invalid_argument(format!(
+            "{field} {value} is larger than the protocol allows ({})",
+            i64::MAX
+        ))
+    })
+}
+
+/// A caller's `u64` for a `uint32` field where larger means "as many as the
+/// server allows": saturates.
+fn saturate_u32(value: u64) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+/// An unset timestamp is the epoch: "unknown", and earlier than any real one.
+pub(crate) fn system_time(ts: Option<prost_types::Timestamp>) -> SystemTime {
+    ts.and_then(|ts| SystemTime::try_from(ts).ok())
+        .unwrap_or(UNIX_EPOCH)
+}
+
+pub(crate) fn file_kind(value: i32) -> Result<FileKind> {
+    match proto::FileKind::try_from(value) {
+        Ok(proto::FileKind::File) => Ok(FileKind::File),
+        Ok(proto::FileKind::Directory) => Ok(FileKind::Directory),
+        Ok(proto::FileKind::Symlink) => Ok(FileKind::Symlink),
+        Ok(proto::FileKind::Unspecified) | Err(_) => Err(Error::internal(format!(
+            "the server sent an unknown file kind ({value})"
+        ))),
+    }
+}
+
+pub(crate) fn write_mode(mode: WriteMode) -> proto::WriteMode {
+    match mode {
+        WriteMode::Overwrite => proto::WriteMode::Overwrite,
+        WriteMode::Create => proto::WriteMode::Create,
+        WriteMode::Append => proto::WriteMode::Append,
+    }
+}
+
+fn utf8_path(what: &str, path: &Path) -> Result<String> {
+    path.to_str().map(str::to_string).ok_or_else(|| {
+        Error::invalid_argument(format!(
+            "{what} '{}' is not valid UTF-8, which the protocol requires",
+            path.display()
+        ))
+    })
+}
+
+// ------------------------------------------------------- filesystem requests
+
+/// `limit: None` (the whole file) is `-1` on the wire; unset would mean 2000.
+pub(crate) fn read_request(
+    session_id: &str,
+    path: &CanonicalPath,
+    range: LineRange,
+) -> Result<proto::ReadRequest> {
+    Ok(proto::ReadRequest {
+        session_id: session_id.to_string(),
+        path: path.as_str().to_string(),
+        offset: wire_i64("line offset", range.offset)?,
+        limit: Some(match range.limit {
+            None => -1,
+            Some(limit) => wire_i64("line limit", limit)?,
+        }),
+    })
+}
+
+/// `limit: None` is 0 on the wire ("to the end"). The wire cannot say "zero
+/// bytes", so `Some(0)` is sent as a one-byte read and the caller discards
+/// the data (see `Session::read_bytes`).
+pub(crate) fn read_bytes_request(
+    session_id: &str,
+    path: &CanonicalPath,
+    range: ByteRange,
+    chunk_size: usize,
+) -> Result<proto::ReadBytesRequest> {
+    Ok(proto::ReadBytesRequest {
+        session_id: session_id.to_string(),
+        path: path.as_str().to_string(),
+        offset: wire_i64("byte offset", range.offset)?,
+        limit: match range.limit {
+            None => 0,
+            Some(0) => 1,
+            Some(limit) => wire_i64("byte limit", limit)?,
+        },
+        chunk_size: u32::try_from(chunk_size).unwrap_or(u32::MAX),
+    })
+}
+
+pub(crate) fn write_request(
+    session_id: &str,
+    path: &CanonicalPath,
+    content: &str,
+    options: WriteOptions,
+) -> proto::WriteRequest {
+    proto::WriteRequest {
+        session_id: session_id.to_string(),
+        path: path.as_str().to_string(),
+        content: content.to_string(),
+        mode: write_mode(options.mode).into(),
+        create_parents: Some(options.create_parents),
+        if_version: options.if_version,
+    }
+}
+
+pub(crate) fn write_bytes_header(
+    session_id: &str,
+    path: &CanonicalPath,
+    options: WriteOptions,
+) -> proto::WriteBytesRequest {
+    proto::WriteBytesRequest {
+        payload: Some(proto::write_bytes_request::Payload::Header(
+            proto::WriteBytesHeader {
+                session_id: session_id.to_string(),
+                path: path.as_str().to_string(),
+                mode: write_mode(options.mode).into(),
+                create_parents: Some(options.create_parents),
+                if_version: options.if_version,
+            },
+        )),
+    }
+}
+
+pub(crate) fn write_bytes_data(data: Bytes) -> proto::WriteBytesRequest {
+    proto::WriteBytesRequest {
+        payload: Some(proto::write_bytes_request::Payload::Data(data)),
+    }
+}
+
+pub(crate) fn edit_request(
+    session_id: &str,
+    path: &CanonicalPath,
+    edit: EditSpec,
+) -> proto::EditRequest {
+    proto::EditRequest {
+        session_id: session_id.to_string(),
+        path: path.as_str().to_string(),
+        old_text: edit.old_text,
+        new_text: edit.new_text,
+        replace_all: edit.replace_all,
+        if_version: edit.if_version,
+        dry_run: edit.dry_run,
+    }
+}
+
+pub(crate) fn delete_request(
+    session_id: &str,
+    path: &CanonicalPath,
+    options: DeleteOptions,
+) -> proto::DeleteRequest {
+    proto::DeleteRequest {
+        session_id: session_id.to_string(),
+        path: path.as_str().to_string(),
+        recursive: options.recursive,
+        allow_missing: options.allow_missing,
+        if_version: options.if_version,
+    }
+}
+
+pub(crate) fn mkdir_request(
+    session_id: &str,
+    path: &CanonicalPath,
+    options: MkdirOptions,
+) -> proto::MkdirRequest {
+    proto::MkdirRequest {
+        session_id: session_id.to_string(),
+        path: path.as_str().to_string(),
+        parents: Some(options.parents),
+        exist_ok: Some(options.exist_ok),
+    }
+}
+
+pub(crate) fn transfer_request(
+    session_id: &str,
+    source: &CanonicalPath,
+    destination: &CanonicalPath,
+    options: TransferOptions,
+) -> proto::TransferRequest {
+    proto::TransferRequest {
+        session_id: session_id.to_string(),
+        source: source.as_str().to_string(),
+        destination: destination.as_str().to_string(),
+        overwrite: options.overwrite,
+        create_parents: Some(options.create_parents),
+        if_version: options.if_version,
+    }
+}
+
+pub(crate) fn list_request(
+    session_id: &str,
+    path: &CanonicalPath,
+    depth: u32,
+) -> proto::ListRequest {
+    proto::ListRequest {
+        session_id: session_id.to_string(),
+        path: path.as_str().to_string(),
+        depth,
+    }
+}
+
+pub(crate) fn glob_request(session_id: &str, query: GlobQuery) -> proto::GlobRequest {
+    proto::GlobRequest {
+        session_id: session_id.to_string(),
+        pattern: query.pattern,
+        path: query.base.as_str().to_string(),
+        max_results: saturate_u32(query.max_results),
+    }
+}
+
+pub(crate) fn grep_request(session_id: &str, query: GrepQuery) -> proto::GrepRequest {
+    proto::GrepRequest {
+        session_id: session_id.to_string(),
+        pattern: query.pattern,
+        path: query.base.as_str().to_string(),
+        glob: query.glob.unwrap_or_default(),
+        case_insensitive: query.case_insensitive,
+        fixed_string: query.fixed_string,
+        max_matches: saturate_u32(query.max_matches),
+        context_lines: query.context_lines,
+    }
+}
+
+pub(crate) fn stat_request(session_id: &str, path: &CanonicalPath) -> proto::StatRequest {
+    proto::StatRequest {
+        session_id: session_id.to_string(),
+        path: path.as_str().to_string(),
+    }
+}
+
+pub(crate) fn exists_request(session_id: &str, path: &CanonicalPath) -> proto::ExistsRequest {
+    proto::ExistsRequest {
+        session_id: session_id.to_string(),
+        path: path.as_str().to_string(),
+    }
+}
+
+// ------------------------------------------------------ filesystem responses
+
+pub(crate) fn text_page(r: proto::ReadResponse) -> Result<TextPage> {
+    Ok(TextPage {
+        path: server_path(&r.path)?,
+        content: r.content,
+        total_lines: server_count("total_lines", r.total_lines)?,
+        offset: server_count("offset", r.offset)?,
+        lines: server_count("limit", r.limit)?,
+        truncated: r.truncated,
+        version: r.version,
+        size: server_count("size_bytes", r.size_bytes)?,
+    })
+}
+
+/// The stream's header, with the data chunks that follow it.
+pub(crate) fn byte_stream(
+    header: proto::ReadBytesHeader,
+    chunks: wsfs::ByteChunks,
+) -> Result<ByteStream> {
+    Ok(ByteStream {
+        path: server_path(&header.path)?,
+        size: server_count("size_bytes", header.size_bytes)?,
+        version: header.version,
+        offset: server_count("offset", header.offset)?,
+        length: server_count("length", header.length)?,
+        chunks,
+    })
+}
+
+pub(crate) fn write_outcome(r: proto::WriteResponse) -> Result<WriteOutcome> {
+    Ok(WriteOutcome {
+        path: server_path(&r.path)?,
+        bytes_written: server_count("bytes_written", r.bytes_written)?,
+        size: server_count("size_bytes", r.size_bytes)?,
+        version: r.version,
+        created: r.created,
+    })
+}
+
+pub(crate) fn edit_outcome(r: proto::EditResponse) -> Result<EditOutcome> {
+    Ok(EditOutcome {
+        path: server_path(&r.path)?,
+        replacements: server_count("replacements", r.replacements)?,
+        version: r.version,
+        diff: r.diff,
+        dry_run: r.dry_run,
+        size: server_count("size_bytes", r.size_bytes)?,
+    })
+}
+
+/// A listing entry carries no creation time on the wire; `created` is the
+/// epoch ("unknown"). Stat has it.
+pub(crate) fn entry_metadata(e: proto::Entry) -> Result<Metadata> {
+    Ok(Metadata {
+        path: server_path(&e.path)?,
+        kind: file_kind(e.kind)?,
+        size: server_count("size_bytes", e.size_bytes)?,
+        created: UNIX_EPOCH,
+        modified: system_time(e.modified_at),
+        version: e.version,
+    })
+}
+
+pub(crate) fn listing(r: proto::ListResponse) -> Result<Listing> {
+    Ok(Listing {
+        path: server_path(&r.path)?,
+        entries: r
+            .entries
+            .into_iter()
+            .map(entry_metadata)
+            .collect::<Result<_>>()?,
+        truncated: r.truncated,
+    })
+}
+
+pub(crate) fn glob_outcome(r: proto::GlobResponse) -> Result<GlobOutcome> {
+    Ok(GlobOutcome {
+        paths: r
+            .paths
+            .iter()
+            .map(|p| server_path(p))
+            .collect::<Result<_>>()?,
+        truncated: r.truncated,
+    })
+}
+
+fn context_line(c: proto::ContextLine) -> ContextLine {
+    ContextLine {
+        line_number: c.line_number,
+        line: c.line,
+    }
+}
+
+pub(crate) fn grep_event(r: proto::GrepResponse) -> Result<GrepEvent> {
+    use proto::grep_response::Payload;
+    match r.payload {
+        Some(Payload::Match(m)) => Ok(GrepEvent::Match(GrepMatch {
+            path: server_path(&m.path)?,
+            line_number: m.line_number,
+            line: m.line,
+            match_start: m.match_start,
+            match_end: m.match_end,
+            before: m.before.into_iter().map(context_line).collect(),
+            after: m.after.into_iter().map(context_line).collect(),
+        })),
+        Some(Payload::Summary(s)) => Ok(GrepEvent::Summary(GrepSummary {
+            files_searched: s.files_searched,
+            matches: s.matches,
+            truncated: s.truncated,
+        })),
+        None => Err(Error::internal(
+            "the server sent a Grep message with neither a match nor a summary",
+        )),
+    }
+}
+
+pub(crate) fn stat_metadata(r: proto::StatResponse) -> Result<Metadata> {
+    Ok(Metadata {
+        path: server_path(&r.path)?,
+        kind: file_kind(r.kind)?,
+        size: server_count("size_bytes", r.size_bytes)?,
+        created: system_time(r.created_at),
+        modified: system_time(r.modified_at),
+        version: r.version,
+    })
+}
+
+pub(crate) fn exists_kind(r: proto::ExistsResponse) -> Result<Option<FileKind>> {
+    if r.exists {
+        file_kind(r.kind).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+// ------------------------------------------------------------------ sessions
+
+fn limits_to_proto(l: SessionLimits) -> proto::SessionLimits {
+    proto::SessionLimits {
+        max_write_bytes: l.max_write_bytes,
+        max_path_depth: l.max_path_depth,
+        max_segment_length: l.max_segment_length,
+        max_files: l.max_files,
+        max_total_bytes: l.max_total_bytes,
+    }
+}
+
+fn limits_from_proto(l: proto::SessionLimits) -> SessionLimits {
+    SessionLimits {
+        max_write_bytes: l.max_write_bytes,
+        max_path_depth: l.max_path_depth,
+        max_segment_length: l.max_segment_length,
+        max_files: l.max_files,
+        max_total_bytes: l.max_total_bytes,
+    }
+}
+
+fn mount_to_proto(m: HostMount) -> Result<proto::HostMount> {
+    Ok(proto::HostMount {
+        host_path: utf8_path("host path", &m.host_path)?,
+        mount_path: m.mount_path,
+        include_glob: m.include_glob,
+        exclude_glob: m.exclude_glob,
+        max_bytes: m.max_bytes,
+        follow_symlinks: m.follow_symlinks,
+    })
+}
+
+/// Whole seconds, rounded up so a sub-second TTL is not "none".
+fn ttl_seconds(ttl: Duration) -> u64 {
+    ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)
+}
+
+pub(crate) fn create_session_request(o: SessionOptions) -> Result<proto::CreateSessionRequest> {
+    Ok(proto::CreateSessionRequest {
+        backend: match o.backend {
+            Backend::Memory => proto::session::Backend::Memory,
+            Backend::Directory => proto::session::Backend::Directory,
+        }
+        .into(),
+        root: match &o.root {
+            Some(root) => utf8_path("root", root)?,
+            None => String::new(),
+        },
+        mounts: o
+            .mounts
+            .into_iter()
+            .map(mount_to_proto)
+            .collect::<Result<_>>()?,
+        seed_files: o.seed_files.into_iter().collect(),
+        read_only: o.read_only,
+        limits: Some(limits_to_proto(o.limits)),
+        layout: match o.layout {
+            Layout::Flat => proto::session::Layout::Flat,
+            Layout::Swarm => proto::session::Layout::Swarm,
+        }
+        .into(),
+        labels: o.labels.into_iter().collect(),
+        idle_ttl_seconds: o.idle_ttl.map(ttl_seconds).unwrap_or(0),
+    })
+}
+
+pub(crate) fn session_info(s: proto::Session) -> Result<SessionInfo> {
+    let backend = match proto::session::Backend::try_from(s.backend) {
+        Ok(proto::session::Backend::Memory) => Backend::Memory,
+        Ok(proto::session::Backend::Directory) => Backend::Directory,
+        Err(_) => {
+            return Err(Error::internal(format!(
+                "the server sent an unknown session backend ({})",
+                s.backend
+            )))
+        }
+    };
+    let layout = match proto::session::Layout::try_from(s.layout) {
+        Ok(proto::session::Layout::Flat) => Layout::Flat,
+        Ok(proto::session::Layout::Swarm) => Layout::Swarm,
+        Err(_) => {
+            return Err(Error::internal(format!(
+                "the server sent an unknown session layout ({})",
+                s.layout
+            )))
+        }
+    };
+    Ok(SessionInfo {
+        id: s.session_id,
+        backend,
+        root_path: (!s.root_path.is_empty()).then(|| PathBuf::from(s.root_path)),
+        created_at: system_time(s.created_at),
+        read_only: s.read_only,
+        limits: s.limits.map(limits_from_proto).unwrap_or_default(),
+        layout,
+        labels: s.labels.into_iter().collect(),
+        idle_ttl: (s.idle_ttl_seconds > 0).then(|| Duration::from_secs(s.idle_ttl_seconds)),
+        token: (!s.token.is_empty()).then_some(s.token),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    fn path(s: &str) -> CanonicalPath {
+        CanonicalPath::parse(s, &PathLimits::UNLIMITED).unwrap()
+    }
+
+    #[test]
+    fn whole_file_read_sends_limit_minus_one() {
+        let r = read_request("s", &path("a.txt"), LineRange::all()).unwrap();
+        assert_eq!(r.limit, Some(-1));
+        assert_eq!(r.offset, 0);
+        assert_eq!(r.path, "a.txt");
+        assert_eq!(r.session_id, "s");
+    }
+
+    #[test]
+    fn default_read_sends_the_contract_page_size() {
+        let r = read_request("s", &path("a"), LineRange::default()).unwrap();
+        assert_eq!(r.limit, Some(2000));
+    }
+
+    #[test]
+    fn read_offset_beyond_int64_is_invalid_argument() {
+        let range = LineRange {
+            offset: u64::MAX,
+            limit: None,
+        };
+        let err = read_request("s", &path("a"), range).unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+    }
+
+    #[test]
+    fn byte_range_to_the_end_sends_limit_zero() {
+        let r = read_bytes_request("s", &path("a"), ByteRange::default(), 0).unwrap();
+        assert_eq!((r.offset, r.limit, r.chunk_size), (0, 0, 0));
+        let r = read_bytes_request(
+            "s",
+            &path("a"),
+            ByteRange {
+                offset: 10,
+                limit: Some(5),
+            },
+            4096,
+        )
+        .unwrap();
+        assert_eq!((r.offset, r.limit, r.chunk_size), (10, 5, 4096));
+    }
+
+    #[test]
+    fn zero_byte_range_is_sent_as_one_byte() {
+        let range = ByteRange {
+            offset: 3,
+            limit: Some(0),
+        };
+        let r = read_bytes_request("s", &path("a"), range, 0).unwrap();
+        assert_eq!(r.limit, 1);
+    }
+
+    #[test]
+    fn write_options_become_explicit_optionals() {
+        let options = WriteOptions {
+            mode: WriteMode::Append,
+            create_parents: false,
+            if_version: Some(0),
+        };
+        let r = write_request("s", &path("/x//y.txt"), "hi", options);
+        assert_eq!(r.path, "x/y.txt");
+        assert_eq!(r.mode, proto::WriteMode::Append as i32);
+        assert_eq!(r.create_parents, Some(false));
+        assert_eq!(r.if_version, Some(0));
+        assert_eq!(r.content, "hi");
+    }
+
+    #[test]
+    fn write_bytes_header_carries_session_and_options() {
+        let header = write_bytes_header("s", &path("b"), WriteOptions::default());
+        let Some(proto::write_bytes_request::Payload::Header(h)) = header.payload else {
+            panic!("not a header: {header:?}");
+        };
+        assert_eq!(h.session_id, "s");
+        assert_eq!(h.mode, proto::WriteMode::Overwrite as i32);
+        assert_eq!(h.create_parents, Some(true));
+        assert_eq!(h.if_version, None);
+    }
+
+    #[test]
+    fn mkdir_and_transfer_defaults_are_sent_explicitly() {
+        let m = mkdir_request("s", &path("d"), MkdirOptions::default());
+        assert_eq!((m.parents, m.exist_ok), (Some(true), Some(true)));
+        let t = transfer_request("s", &path("a"), &path("b"), TransferOptions::default());
+        assert_eq!((t.source.as_str(), t.destination.as_str()), ("a", "b"));
+        assert!(!t.overwrite);
+        assert_eq!(t.create_parents, Some(true));
+    }
+
+    #[test]
+    fn grep_query_maps_every_option() {
+        let mut q = GrepQuery::new("fn main");
+        q.base = path("src");
+        q.glob = Some("*.rs".into());
+        q.case_insensitive = true;
+        q.fixed_string = true;
+        q.max_matches = u64::MAX;
+        q.context_lines = 2;
+        let r = grep_request("s", q);
+        assert_eq!(r.pattern, "fn main");
+        assert_eq!(r.path, "src");
+        assert_eq!(r.glob, "*.rs");
+        assert!(r.case_insensitive && r.fixed_string);
+        assert_eq!(r.max_matches, u32::MAX);
+        assert_eq!(r.context_lines, 2);
+    }
+
+    #[test]
+    fn grep_without_glob_sends_empty_glob() {
+        assert_eq!(grep_request("s", GrepQuery::new("x")).glob, "");
+    }
+
+    #[test]
+    fn text_page_maps_every_field() {
+        let page = text_page(proto::ReadResponse {
+            path: "a.txt".into(),
+            content: "b\n".into(),
+            total_lines: 3,
+            offset: 1,
+            limit: 1,
+            truncated: true,
+            version: 7,
+            size_bytes: 6,
+        })
+        .unwrap();
+        assert_eq!(page.path, path("a.txt"));
+        assert_eq!(page.content, "b\n");
+        assert_eq!((page.total_lines, page.offset, page.lines), (3, 1, 1));
+        assert!(page.truncated);
+        assert_eq!((page.version, page.size), (7, 6));
+    }
+
+    #[test]
+    fn negative_size_from_server_is_internal() {
+        let err = write_outcome(proto::WriteResponse {
+            path: "a".into(),
+            size_bytes: -1,
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(err.code(), Code::Internal);
+    }
+
+    #[test]
+    fn escaping_path_from_server_is_internal() {
+        let err = server_path("../etc/passwd").unwrap_err();
+        assert_eq!(err.code(), Code::Internal);
+    }
+
+    #[test]
+    fn entry_maps_kind_and_times() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        let m = entry_metadata(proto::Entry {
+            name: "lib.rs".into(),
+            path: "src/lib.rs".into(),
+            kind: proto::FileKind::File as i32,
+            size_bytes: 42,
+            modified_at: Some(at.into()),
+            version: 3,
+        })
+        .unwrap();
+        assert_eq!(m.name(), "lib.rs");
+        assert_eq!(m.kind, FileKind::File);
+        assert_eq!(m.size, 42);
+        assert_eq!(m.modified, at);
+        assert_eq!(m.created, UNIX_EPOCH);
+        assert_eq!(m.version, 3);
+    }
+
+    #[test]
+    fn unspecified_kind_is_internal() {
+        let err = file_kind(proto::FileKind::Unspecified as i32).unwrap_err();
+        assert_eq!(err.code(), Code::Internal);
+        assert!(file_kind(99).is_err());
+        assert_eq!(
+            file_kind(proto::FileKind::Symlink as i32).unwrap(),
+            FileKind::Symlink
+        );
+    }
+
+    #[test]
+    fn missing_timestamp_is_the_epoch() {
+        assert_eq!(system_time(None), UNIX_EPOCH);
+    }
+
+    #[test]
+    fn stat_keeps_creation_time() {
+        let created = UNIX_EPOCH + Duration::from_secs(100);
+        let modified = UNIX_EPOCH + Duration::from_secs(200);
+        let m = stat_metadata(proto::StatResponse {
+            path: "d".into(),
+            kind: proto::FileKind::Directory as i32,
+            size_bytes: 0,
+            created_at: Some(created.into()),
+            modified_at: Some(modified.into()),
+            version: 1,
+        })
+        .unwrap();
+        assert_eq!(
+            (m.kind, m.created, m.modified),
+            (FileKind::Directory, created, modified)
+        );
+    }
+
+    #[test]
+    fn missing_path_exists_as_none() {
+        let r = proto::ExistsResponse {
+            exists: false,
+            kind: 0,
+        };
+        assert_eq!(exists_kind(r).unwrap(), None);
+        let r = proto::ExistsResponse {
+            exists: true,
+            kind: proto::FileKind::File as i32,
+        };
+        assert_eq!(exists_kind(r).unwrap(), Some(FileKind::File));
+    }
+
+    #[test]
+    fn listing_of_root_has_root_path() {
+        let l = listing(proto::ListResponse {
+            path: String::new(),
+            entries: vec![],
+            truncated: false,
+        })
+        .unwrap();
+        assert!(l.path.is_root());
+    }
+
+    #[test]
+    fn glob_paths_are_canonical() {
+        let g = glob_outcome(proto::GlobResponse {
+            paths: vec!["a.rs".into(), "x/y/a.rs".into()],
+            truncated: true,
+        })
+        .unwrap();
+        assert_eq!(g.paths, vec![path("a.rs"), path("x/y/a.rs")]);
+        assert!(g.truncated);
+    }
+
+    #[test]
+    fn grep_match_and_summary_map_to_events() {
+        let m = grep_event(proto::GrepResponse {
+            payload: Some(proto::grep_response::Payload::Match(proto::GrepMatch {
+                path: "a.rs".into(),
+                line_number: 2,
+                line: "fn main() {}".into(),
+                match_start: 3,
+                match_end: 7,
+                before: vec![proto::ContextLine {
+                    line_number: 1,
+                    line: "// hi".into(),
+                }],
+                after: vec![],
+            })),
+        })
+        .unwrap();
+        let GrepEvent::Match(m) = m else {
+            panic!("not a match: {m:?}")
+        };
+        assert_eq!((m.line_number, m.match_start, m.match_end), (2, 3, 7));
+        assert_eq!(m.before[0].line, "// hi");
+
+        let s = grep_event(proto::GrepResponse {
+            payload: Some(proto::grep_response::Payload::Summary(proto::GrepSummary {
+                files_searched: 4,
+                matches: 1,
+                truncated: false,
+            })),
+        })
+        .unwrap();
+        assert_eq!(
+            s,
+            GrepEvent::Summary(GrepSummary {
+                files_searched: 4,
+                matches: 1,
+                truncated: false
+            })
+        );
+    }
+
+    #[test]
+    fn empty_grep_message_is_internal() {
+        let err = grep_event(proto::GrepResponse { payload: None }).unwrap_err();
+        assert_eq!(err.code(), Code::Internal);
+    }
+
+    #[test]
+    fn session_options_map_to_create_request() {
+        let options = SessionOptions::directory()
+            .root("/srv/ws")
+            .read_only(true)
+            .seed_file("a.txt", "hello")
+            .max_write_bytes(1024)
+            .label("team", "infra")
+            .layout(Layout::Swarm)
+            .mount(HostMount::new("/data/src", "src").include("**/*.rs"))
+            .idle_ttl(Duration::from_millis(1500));
+        let r = create_session_request(options).unwrap();
+        assert_eq!(r.backend, proto::session::Backend::Directory as i32);
+        assert_eq!(r.root, "/srv/ws");
+        assert!(r.read_only);
+        assert_eq!(r.seed_files["a.txt"], Bytes::from("hello"));
+        assert_eq!(r.limits.unwrap().max_write_bytes, 1024);
+        assert_eq!(r.labels["team"], "infra");
+        assert_eq!(r.layout, proto::session::Layout::Swarm as i32);
+        assert_eq!(r.mounts[0].host_path, "/data/src");
+        assert_eq!(r.mounts[0].include_glob, vec!["**/*.rs".to_string()]);
+        assert_eq!(r.idle_ttl_seconds, 2, "sub-second TTLs round up");
+    }
+
+    #[test]
+    fn default_session_options_are_a_memory_session() {
+        let r = create_session_request(SessionOptions::memory()).unwrap();
+        assert_eq!(r.backend, proto::session::Backend::Memory as i32);
+        assert_eq!(r.root, "");
+        assert_eq!(r.idle_ttl_seconds, 0);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn non_utf8_root_is_invalid_argument() {
+        use std::os::unix::ffi::OsStrExt;
+        let root = std::ffi::OsStr::from_bytes(b"/srv/\xff");
+        let err = create_session_request(SessionOptions::directory().root(root)).unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+    }
+
+    #[test]
+    fn session_maps_to_info() {
+        let created = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let info = session_info(proto::Session {
+            session_id: "0f0e".into(),
+            backend: proto::session::Backend::Directory as i32,
+            root_path: "/var/lib/wsfs/0f0e".into(),
+            created_at: Some(created.into()),
+            limits: Some(proto::SessionLimits {
+                max_write_bytes: 10,
+                ..Default::default()
+            }),
+            read_only: true,
+            layout: proto::session::Layout::Flat as i32,
+            labels: [("k".to_string(), "v".to_string())].into(),
+            idle_ttl_seconds: 60,
+            token: "tok".into(),
+        })
+        .unwrap();
+        assert_eq!(info.id, "0f0e");
+        assert_eq!(info.backend, Backend::Directory);
+        assert_eq!(info.root_path, Some(PathBuf::from("/var/lib/wsfs/0f0e")));
+        assert_eq!(info.created_at, created);
+        assert_eq!(info.limits.max_write_bytes, 10);
+        assert!(info.read_only);
+        assert_eq!(info.labels["k"], "v");
+        assert_eq!(info.idle_ttl, Some(Duration::from_secs(60)));
+        assert_eq!(info.token.as_deref(), Some("tok"));
+    }
+
+    #[test]
+    fn memory_session_has_no_root_ttl_or_token() {
+        let info = session_info(proto::Session {
+            session_id: "id".into(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(info.backend, Backend::Memory);
+        assert_eq!(info.root_path, None);
+        assert_eq!(info.idle_ttl, None);
+        assert_eq!(info.token, None);
+        assert_eq!(info.limits, SessionLimits::default());
+    }
+}

@@ -1,0 +1,339 @@
+//! [`Session`]: one session's workspace, as a [`Filesystem`] and through
+//! helpers that take `&str` paths.
+
+use crate::client::Credentials;
+use crate::convert;
+use crate::query::{GlobBuilder, GrepBuilder};
+use crate::stream::{self, UploadAbort};
+use async_trait::async_trait;
+use futures::stream::{BoxStream, StreamExt};
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio_util::io::ReaderStream;
+use tonic::transport::Channel;
+use wsfs::proto::filesystem_client::FilesystemClient;
+use wsfs::{
+    ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions, EditOutcome, EditSpec, Error,
+    FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent, GrepQuery, LineRange, Listing,
+    Metadata, MkdirOptions, PathLimits, Result, TextPage, TransferOptions, WriteOptions,
+    WriteOutcome, DEFAULT_CHUNK_SIZE,
+};
+
+/// Lines per Read in [`Session::read_to_string`].
+const PAGE_LINES: u64 = 10_000;
+/// Times [`Session::read_to_string`] starts over when the file changes
+/// between its pages.
+const READ_ATTEMPTS: usize = 3;
+
+/// Parses a workspace path the way the server will, so a path that climbs
+/// out of the root fails here, before any call, with the server's error.
+/// Length limits are the session's business and are left to the server.
+pub fn parse_path(raw: &str) -> Result<CanonicalPath> {
+    CanonicalPath::parse(raw, &PathLimits::UNLIMITED)
+}
+
+/// A handle on one session's workspace. Cheap to clone; every clone talks
+/// over the client's channel. The [`Filesystem`] methods are the whole
+/// protocol in Rust types; the inherent methods are conveniences built on
+/// them.
+#[derive(Debug, Clone)]
+pub struct Session {
+    id: String,
+    filesystem: FilesystemClient<Channel>,
+    credentials: Credentials,
+}
+
+impl Session {
+    pub(crate) fn new(
+        id: String,
+        filesystem: FilesystemClient<Channel>,
+        credentials: Credentials,
+    ) -> Session {
+        Session {
+            id,
+            filesystem,
+            credentials,
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Calls as the holder of `token` (`authorization: Bearer <token>`).
+    pub fn with_token(mut self, token: &str) -> Result<Session> {
+        self.credentials = Credentials::token(token)?;
+        Ok(self)
+    }
+
+    /// Calls as `caller` (`x-wsfs-caller`; servers with tokens off).
+    pub fn with_caller(mut self, caller: &str) -> Result<Session> {
+        self.credentials = Credentials::caller(caller)?;
+        Ok(self)
+    }
+
+    /// The generated stub takes `&mut self`; clones share the channel.
+    fn stub(&self) -> FilesystemClient<Channel> {
+        self.filesystem.clone()
+    }
+
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        self.credentials.request(message)
+    }
+
+    /// The whole text file. Reads page by page; if the file changes between
+    /// pages it starts over, and after a few tries gives up with
+    /// `VERSION_MISMATCH` rather than return a mix of two versions.
+    pub async fn read_to_string(&self, path: &str) -> Result<String> {
+        let path = parse_path(path)?;
+        let mut last_error = None;
+        for _ in 0..READ_ATTEMPTS {
+            match self.read_pages(&path).await? {
+                Ok(text) => return Ok(text),
+                Err(changed) => last_error = Some(changed),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| Error::internal("read_to_string made no attempt")))
+    }
+
+    /// One attempt: the text, or the version mismatch that spoiled it.
+    async fn read_pages(&self, path: &CanonicalPath) -> Result<Result<String>> {
+        let page = |offset| LineRange {
+            offset,
+            limit: Some(PAGE_LINES),
+        };
+        let first = self.read(path, page(0)).await?;
+        let version = first.version;
+        let mut next = first.offset + first.lines;
+        let mut more = first.truncated;
+        let mut text = first.content;
+        while more {
+            let page = self.read(path, page(next)).await?;
+            if page.version != version {
+                return Ok(Err(Error::VersionMismatch {
+                    path: path.as_str().to_string(),
+                    expected: version,
+                    current: page.version,
+                }));
+            }
+            if page.lines == 0 {
+                return Err(Error::internal(format!(
+                    "the server said '{path}' has more lines after line {next} but returned none"
+                )));
+            }
+            text.push_str(&page.content);
+            next = page.offset + page.lines;
+            more = page.truncated;
+        }
+        Ok(Ok(text))
+    }
+
+    /// Writes `text`, replacing the file and creating missing parents.
+    pub async fn write_str(&self, path: &str, text: &str) -> Result<WriteOutcome> {
+        self.write(&parse_path(path)?, text, WriteOptions::default())
+            .await
+    }
+
+    /// Streams a file of any size into `writer`, 64 KiB at a time; returns
+    /// the bytes written. `writer` is flushed at the end.
+    pub async fn download<W>(&self, path: &str, mut writer: W) -> Result<u64>
+    where
+        W: AsyncWrite + Unpin,
+    {
+        let path = parse_path(path)?;
+        let mut stream = self
+            .read_bytes(&path, ByteRange::default(), DEFAULT_CHUNK_SIZE)
+            .await?;
+        let mut written = 0u64;
+        let local = |e: std::io::Error| {
+            Error::internal(format!("writing the download of '{path}' failed: {e}"))
+        };
+        while let Some(chunk) = stream.chunks.next().await {
+            let chunk = chunk?;
+            writer.write_all(&chunk).await.map_err(local)?;
+            written += chunk.len() as u64;
+        }
+        writer.flush().await.map_err(local)?;
+        Ok(written)
+    }
+
+    /// Streams `reader` into a file, 64 KiB at a time. The file appears
+    /// whole or not at all: a read error aborts the upload and is returned.
+    pub async fn upload<R>(
+        &self,
+        path: &str,
+        reader: R,
+        options: WriteOptions,
+    ) -> Result<WriteOutcome>
+    where
+        R: AsyncRead + Send + 'static,
+    {
+        let path = parse_path(path)?;
+        let source = path.clone();
+        let data = ReaderStream::with_capacity(reader, DEFAULT_CHUNK_SIZE)
+            .map(move |chunk| {
+                chunk.map_err(|e| {
+                    Error::internal(format!("reading the upload for '{source}' failed: {e}"))
+                })
+            })
+            .boxed();
+        self.write_bytes(&path, options, data).await
+    }
+
+    /// A search of this workspace; see [`GrepBuilder`].
+    pub fn grep_query(&self, pattern: impl Into<String>) -> GrepBuilder<'_> {
+        GrepBuilder::new(self, pattern.into())
+    }
+
+    /// A glob over this workspace; see [`GlobBuilder`].
+    pub fn glob_query(&self, pattern: impl Into<String>) -> GlobBuilder<'_> {
+        GlobBuilder::new(self, pattern.into())
+    }
+}
+
+#[async_trait]
+impl Filesystem for Session {
+    async fn read(&self, path: &CanonicalPath, range: LineRange) -> Result<TextPage> {
+        let request = convert::read_request(&self.id, path, range)?;
+        let response = self.stub().read(self.request(request)).await?;
+        convert::text_page(response.into_inner())
+    }
+
+    async fn read_bytes(
+        &self,
+        path: &CanonicalPath,
+        range: ByteRange,
+        chunk_size: usize,
+    ) -> Result<ByteStream> {
+        let request = convert::read_bytes_request(&self.id, path, range, chunk_size)?;
+        let responses = self.stub().read_bytes(self.request(request)).await?;
+        let mut bytes = stream::read_bytes(responses.into_inner()).await?;
+        if range.limit == Some(0) {
+            // Sent as a one-byte read (the wire has no "zero bytes"); the
+            // header is what the caller asked for, the byte is dropped unread.
+            bytes.length = 0;
+            bytes.chunks = futures::stream::empty().boxed();
+        }
+        Ok(bytes)
+    }
+
+    async fn write(
+        &self,
+        path: &CanonicalPath,
+        content: &str,
+        options: WriteOptions,
+    ) -> Result<WriteOutcome> {
+        let request = convert::write_request(&self.id, path, content, options);
+        let response = self.stub().write(self.request(request)).await?;
+        convert::write_outcome(response.into_inner())
+    }
+
+    async fn write_bytes(
+        &self,
+        path: &CanonicalPath,
+        options: WriteOptions,
+        data: ByteChunks,
+    ) -> Result<WriteOutcome> {
+        let abort = Arc::new(UploadAbort::default());
+        let header = convert::write_bytes_header(&self.id, path, options);
+        let mut request = self.request(stream::upload_body(header, data, abort.clone()));
+        abort.arm(request.cancellation_handle());
+        let result = self.stub().write_bytes(request).await;
+        // The source's own error says more than the cancelled call.
+        if let Some(error) = abort.take_error() {
+            return Err(error);
+        }
+        convert::write_outcome(result?.into_inner())
+    }
+
+    async fn edit(&self, path: &CanonicalPath, edit: EditSpec) -> Result<EditOutcome> {
+        let request = convert::edit_request(&self.id, path, edit);
+        let response = self.stub().edit(self.request(request)).await?;
+        convert::edit_outcome(response.into_inner())
+    }
+
+    async fn delete(&self, path: &CanonicalPath, options: DeleteOptions) -> Result<u64> {
+        let request = convert::delete_request(&self.id, path, options);
+        let response = self.stub().delete(self.request(request)).await?;
+        convert::server_count("deleted", response.into_inner().deleted)
+    }
+
+    async fn mkdir(&self, path: &CanonicalPath, options: MkdirOptions) -> Result<bool> {
+        let request = convert::mkdir_request(&self.id, path, options);
+        let response = self.stub().mkdir(self.request(request)).await?;
+        Ok(response.into_inner().created)
+    }
+
+    async fn rename(
+        &self,
+        source: &CanonicalPath,
+        destination: &CanonicalPath,
+        options: TransferOptions,
+    ) -> Result<u64> {
+        let request = convert::transfer_request(&self.id, source, destination, options);
+        let response = self.stub().r#move(self.request(request)).await?;
+        convert::server_count("entries", response.into_inner().entries)
+    }
+
+    async fn copy(
+        &self,
+        source: &CanonicalPath,
+        destination: &CanonicalPath,
+        options: TransferOptions,
+    ) -> Result<u64> {
+        let request = convert::transfer_request(&self.id, source, destination, options);
+        let response = self.stub().copy(self.request(request)).await?;
+        convert::server_count("entries", response.into_inner().entries)
+    }
+
+    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {
+        let request = convert::list_request(&self.id, path, depth);
+        let response = self.stub().list(self.request(request)).await?;
+        convert::listing(response.into_inner())
+    }
+
+    async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {
+        let request = convert::glob_request(&self.id, query);
+        let response = self.stub().glob(self.request(request)).await?;
+        convert::glob_outcome(response.into_inner())
+    }
+
+    async fn grep(&self, query: GrepQuery) -> Result<BoxStream<'static, Result<GrepEvent>>> {
+        let request = convert::grep_request(&self.id, query);
+        let responses = self.stub().grep(self.request(request)).await?;
+        Ok(stream::grep_events(responses.into_inner()))
+    }
+
+    async fn stat(&self, path: &CanonicalPath) -> Result<Metadata> {
+        let request = convert::stat_request(&self.id, path);
+        let response = self.stub().stat(self.request(request)).await?;
+        convert::stat_metadata(response.into_inner())
+    }
+
+    async fn exists(&self, path: &CanonicalPath) -> Result<Option<FileKind>> {
+        let request = convert::exists_request(&self.id, path);
+        let response = self.stub().exists(self.request(request)).await?;
+        convert::exists_kind(response.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_path_fails_with_the_servers_error() {
+        assert_eq!(
+            parse_path("a/../../etc").unwrap_err(),
+            Error::PathEscapesRoot {
+                path: "a/../../etc".into()
+            }
+        );
+    }
+
+    #[test]
+    fn long_paths_are_left_to_the_session_limits() {
+        let deep = vec!["d"; 100].join("/");
+        assert_eq!(parse_path(&deep).unwrap().depth(), 100);
+    }
+}

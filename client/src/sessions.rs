@@ -1,0 +1,202 @@
+//! Rust types of the Sessions service: what to create ([`SessionOptions`])
+//! and what the server says a session is ([`SessionInfo`]).
+
+use bytes::Bytes;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+/// Where a session keeps its files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Backend {
+    /// In the server's memory; gone with the session or the server.
+    #[default]
+    Memory,
+    /// In a directory on the server's disk, which can be bind-mounted into
+    /// containers; survives a server restart.
+    Directory,
+}
+
+/// How a session's workspace is divided between callers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Layout {
+    /// One workspace every caller may write.
+    #[default]
+    Flat,
+    /// The zones of a multi-context swarm: `shared/`, `home/<caller>/`, `sys/`.
+    Swarm,
+}
+
+/// Per-session limits. A zero field means the server's default (and, for
+/// `max_files` and `max_total_bytes`, no limit), as in the protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SessionLimits {
+    /// Largest single write in bytes (default 32 MiB).
+    pub max_write_bytes: u64,
+    /// Path depth in segments (default 16).
+    pub max_path_depth: u32,
+    /// Characters per path segment (default 80).
+    pub max_segment_length: u32,
+    /// Files in the workspace.
+    pub max_files: u64,
+    /// Bytes in the workspace.
+    pub max_total_bytes: u64,
+}
+
+/// A host directory copied into the workspace once, when the session is
+/// created. `host_path` must lie inside one of the server's allowed roots.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HostMount {
+    pub host_path: PathBuf,
+    /// Where the files land in the workspace; empty is the root.
+    pub mount_path: String,
+    /// Keep only files matching one of these (all files when empty).
+    pub include_glob: Vec<String>,
+    /// Then drop files matching one of these.
+    pub exclude_glob: Vec<String>,
+    /// Most bytes to copy; going over fails the creation. 0: no cap.
+    pub max_bytes: u64,
+    pub follow_symlinks: bool,
+}
+
+impl HostMount {
+    pub fn new(host_path: impl Into<PathBuf>, mount_path: impl Into<String>) -> Self {
+        HostMount {
+            host_path: host_path.into(),
+            mount_path: mount_path.into(),
+            ..HostMount::default()
+        }
+    }
+
+    pub fn include(mut self, glob: impl Into<String>) -> Self {
+        self.include_glob.push(glob.into());
+        self
+    }
+
+    pub fn exclude(mut self, glob: impl Into<String>) -> Self {
+        self.exclude_glob.push(glob.into());
+        self
+    }
+
+    pub fn max_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    pub fn follow_symlinks(mut self, follow: bool) -> Self {
+        self.follow_symlinks = follow;
+        self
+    }
+}
+
+/// What to create: a builder for `CreateSession`.
+///
+/// ```
+/// use std::time::Duration;
+/// use wsfs_client::SessionOptions;
+///
+/// let options = SessionOptions::memory()
+///     .seed_file("README.md", "hello\n")
+///     .label("owner", "ci")
+///     .idle_ttl(Duration::from_secs(600));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionOptions {
+    pub(crate) backend: Backend,
+    pub(crate) root: Option<PathBuf>,
+    pub(crate) mounts: Vec<HostMount>,
+    pub(crate) seed_files: BTreeMap<String, Bytes>,
+    pub(crate) read_only: bool,
+    pub(crate) limits: SessionLimits,
+    pub(crate) layout: Layout,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) idle_ttl: Option<Duration>,
+}
+
+impl SessionOptions {
+    /// A workspace in the server's memory.
+    pub fn memory() -> Self {
+        SessionOptions::default()
+    }
+
+    /// A workspace in a fresh directory under the server's data directory,
+    /// or in an existing one with [`root`](Self::root).
+    pub fn directory() -> Self {
+        SessionOptions {
+            backend: Backend::Directory,
+            ..SessionOptions::default()
+        }
+    }
+
+    /// Directory sessions: an existing directory inside one of the server's
+    /// allowed roots (a path on the server, not here).
+    pub fn root(mut self, path: impl Into<PathBuf>) -> Self {
+        self.root = Some(path.into());
+        self
+    }
+
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// A file written before the session opens. The server parses `path`.
+    pub fn seed_file(mut self, path: impl Into<String>, content: impl Into<Bytes>) -> Self {
+        self.seed_files.insert(path.into(), content.into());
+        self
+    }
+
+    /// Largest single write in bytes.
+    pub fn max_write_bytes(mut self, max_write_bytes: u64) -> Self {
+        self.limits.max_write_bytes = max_write_bytes;
+        self
+    }
+
+    /// Every limit at once.
+    pub fn limits(mut self, limits: SessionLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    pub fn mount(mut self, mount: HostMount) -> Self {
+        self.mounts.push(mount);
+        self
+    }
+
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// Remove the session after it has been idle this long. Sent in whole
+    /// seconds, rounded up.
+    pub fn idle_ttl(mut self, ttl: Duration) -> Self {
+        self.idle_ttl = Some(ttl);
+        self
+    }
+}
+
+/// A session as the server describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// A UUID.
+    pub id: String,
+    pub backend: Backend,
+    /// Directory sessions: the absolute directory on the server, to
+    /// bind-mount into containers.
+    pub root_path: Option<PathBuf>,
+    pub created_at: SystemTime,
+    pub read_only: bool,
+    pub limits: SessionLimits,
+    pub layout: Layout,
+    pub labels: BTreeMap<String, String>,
+    pub idle_ttl: Option<Duration>,
+    /// The session's system-caller token: only in the answer to
+    /// CreateSession, and only when the server requires tokens.
+    pub token: Option<String>,
+}
