@@ -329,7 +329,7 @@ pub(crate) fn entry_metadata(e: proto::Entry) -> Result<Metadata> {
         path: server_path(&e.path)?,
         kind: file_kind(e.kind)?,
         size: server_count("size_bytes", e.size_bytes)?,
-        created: UNIX_EPOCH,
+        created: system_time(e.created_at),
         modified: system_time(e.modified_at),
         version: e.version,
     })
@@ -676,6 +676,7 @@ mod tests {
             kind: proto::FileKind::File as i32,
             size_bytes: 42,
             modified_at: Some(at.into()),
+            created_at: Some(at.into()),
             version: 3,
         })
         .unwrap();
@@ -683,7 +684,7 @@ mod tests {
         assert_eq!(m.kind, FileKind::File);
         assert_eq!(m.size, 42);
         assert_eq!(m.modified, at);
-        assert_eq!(m.created, UNIX_EPOCH);
+        assert_eq!(m.created, at);
         assert_eq!(m.version, 3);
     }
 

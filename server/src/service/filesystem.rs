@@ -56,6 +56,7 @@ fn entry(m: Metadata) -> proto::Entry {
         size_bytes: m.size as i64,
         modified_at: timestamp(m.modified),
         version: m.version,
+        created_at: timestamp(m.created),
     }
 }
 
