@@ -1,1 +1,18 @@
-//! placeholder
+//! # wsfs-tests — black-box tests of wsfs
+//!
+//! - [`conformance`]: the one suite of `Filesystem` behaviours, written
+//!   against the trait, and [`conformance_suite!`], which expands it into
+//!   tests for a given workspace factory;
+//! - [`fixture::Fixture`]: what a factory returns — a workspace plus the
+//!   temporary directories or server it needs;
+//! - [`harness`]: the factories (memory and directory backends in-process,
+//!   both again through the gRPC client against a live server) and the
+//!   in-process server the gRPC-level tests talk to.
+//!
+//! The test binaries live in `tests/`: `conformance.rs` runs the suite once
+//! per factory, `grpc_edges.rs` checks what only the wire can express (raw
+//! paths, unknown sessions, negative offsets, streams dropped early).
+
+pub mod conformance;
+pub mod fixture;
+pub mod harness;

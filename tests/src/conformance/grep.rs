@@ -1,0 +1,296 @@
+//! Grep: streamed matches in (path, line) order, then a summary.
+
+use super::support::*;
+use wsfs::{ContextLine, Filesystem, GrepQuery};
+
+fn query(pattern: &str) -> GrepQuery {
+    GrepQuery::new(pattern)
+}
+
+fn context(pairs: &[(u64, &str)]) -> Vec<ContextLine> {
+    pairs
+        .iter()
+        .map(|&(line_number, line)| ContextLine {
+            line_number,
+            line: line.into(),
+        })
+        .collect()
+}
+
+pub async fn matches_come_in_path_then_line_order(fs: &dyn Filesystem) {
+    // Written out of order; bytewise path order is a.txt < a/x.txt < b.txt
+    // < c/d/e.txt, which is not the order of a depth-first walk.
+    put(fs, "c/d/e.txt", "needle\n").await;
+    put(fs, "b.txt", "needle one\nhay\nneedle two\n").await;
+    put(fs, "a/x.txt", "hay\nneedle\n").await;
+    put(fs, "a.txt", "needle\nhay\nhay\nneedle\n").await;
+
+    let (matches, summary) = grep_all(fs, query("needle")).await.unwrap();
+
+    assert_eq!(
+        locations(&matches),
+        [
+            ("a.txt", 1),
+            ("a.txt", 4),
+            ("a/x.txt", 2),
+            ("b.txt", 1),
+            ("b.txt", 3),
+            ("c/d/e.txt", 1)
+        ]
+    );
+    assert_eq!(summary.matches, 6);
+    assert!(!summary.truncated);
+}
+
+pub async fn match_carries_line_and_byte_offsets_of_the_first_match(fs: &dyn Filesystem) {
+    put(fs, "f.txt", "first\nsay héllo wörld, wörld\nlast\n").await;
+
+    let (matches, _) = grep_all(fs, query("wörld")).await.unwrap();
+
+    let [m] = &matches[..] else {
+        panic!("{matches:?}");
+    };
+    assert_eq!(m.path, p("f.txt"));
+    assert_eq!(m.line_number, 2);
+    assert_eq!(m.line, "say héllo wörld, wörld");
+    // "say héllo " is 11 bytes; "wörld" is 6.
+    assert_eq!((m.match_start, m.match_end), (11, 17));
+    assert_eq!(
+        &m.line[m.match_start as usize..m.match_end as usize],
+        "wörld"
+    );
+}
+
+pub async fn case_insensitive_matches_any_case(fs: &dyn Filesystem) {
+    put(fs, "f.txt", "Needle\nneedle\nNEEDLE\nhay\n").await;
+
+    let (sensitive, _) = grep_all(fs, query("needle")).await.unwrap();
+    let (insensitive, _) = grep_all(
+        fs,
+        GrepQuery {
+            case_insensitive: true,
+            ..query("needle")
+        },
+    )
+    .await
+    .unwrap();
+
+    assert_eq!(locations(&sensitive), [("f.txt", 2)]);
+    assert_eq!(
+        locations(&insensitive),
+        [("f.txt", 1), ("f.txt", 2), ("f.txt", 3)]
+    );
+}
+
+pub async fn fixed_string_treats_metacharacters_literally(fs: &dyn Filesystem) {
+    put(fs, "f.txt", "call a.b(c) here\naxbc\n").await;
+
+    let (fixed, _) = grep_all(
+        fs,
+        GrepQuery {
+            fixed_string: true,
+            ..query("a.b(c)")
+        },
+    )
+    .await
+    .unwrap();
+    let (regex, _) = grep_all(fs, query("a.b(c)")).await.unwrap();
+
+    assert_eq!(locations(&fixed), [("f.txt", 1)]);
+    assert_eq!((fixed[0].match_start, fixed[0].match_end), (5, 11));
+    assert_eq!(locations(&regex), [("f.txt", 2)]);
+}
+
+pub async fn glob_filters_files(fs: &dyn Filesystem) {
+    put(fs, "main.rs", "needle\n").await;
+    put(fs, "src/lib.rs", "needle\n").await;
+    put(fs, "notes.txt", "needle\n").await;
+
+    let (matches, summary) = grep_all(
+        fs,
+        GrepQuery {
+            glob: Some("**/*.rs".into()),
+            ..query("needle")
+        },
+    )
+    .await
+    .unwrap();
+
+    assert_eq!(locations(&matches), [("main.rs", 1), ("src/lib.rs", 1)]);
+    assert_eq!(summary.files_searched, 2);
+}
+
+pub async fn context_lines_surround_a_match(fs: &dyn Filesystem) {
+    put(fs, "f.txt", "l1\nl2\nl3\nneedle\nl5\nl6\nl7\n").await;
+
+    let (matches, _) = grep_all(
+        fs,
+        GrepQuery {
+            context_lines: 2,
+            ..query("needle")
+        },
+    )
+    .await
+    .unwrap();
+
+    let [m] = &matches[..] else {
+        panic!("{matches:?}");
+    };
+    assert_eq!(m.before, context(&[(2, "l2"), (3, "l3")]));
+    assert_eq!(m.after, context(&[(5, "l5"), (6, "l6")]));
+}
+
+pub async fn context_lines_stop_at_the_file_edges(fs: &dyn Filesystem) {
+    put(fs, "top.txt", "needle\nl2\nl3\nl4\n").await;
+    put(fs, "bottom.txt", "l1\nl2\nneedle").await;
+
+    let (matches, _) = grep_all(
+        fs,
+        GrepQuery {
+            context_lines: 3,
+            ..query("needle")
+        },
+    )
+    .await
+    .unwrap();
+
+    let [bottom, top] = &matches[..] else {
+        panic!("{matches:?}");
+    };
+    assert_eq!(bottom.line, "needle");
+    assert_eq!(bottom.before, context(&[(1, "l1"), (2, "l2")]));
+    assert!(bottom.after.is_empty());
+    assert!(top.before.is_empty());
+    assert_eq!(top.after, context(&[(2, "l2"), (3, "l3"), (4, "l4")]));
+}
+
+pub async fn no_context_by_default(fs: &dyn Filesystem) {
+    put(fs, "f.txt", "l1\nneedle\nl3\n").await;
+
+    let (matches, _) = grep_all(fs, query("needle")).await.unwrap();
+
+    assert!(matches[0].before.is_empty() && matches[0].after.is_empty());
+}
+
+pub async fn files_with_a_nul_byte_are_skipped(fs: &dyn Filesystem) {
+    put_bytes(fs, "bin.dat", b"needle\n\x00\x01\x02\n").await;
+    put(fs, "text.txt", "needle\n").await;
+
+    let (matches, _) = grep_all(fs, query("needle")).await.unwrap();
+
+    assert_eq!(locations(&matches), [("text.txt", 1)]);
+}
+
+pub async fn a_nul_byte_far_into_a_file_still_skips_it(fs: &dyn Filesystem) {
+    // The NUL sits well past the first read buffer of any search loop.
+    let mut data = b"needle early\n".to_vec();
+    data.extend(b"hay hay hay\n".repeat(40_000));
+    data.extend(b"\x00needle late\n");
+    put_bytes(fs, "late.dat", &data).await;
+    put(fs, "text.txt", "needle\n").await;
+
+    let (matches, _) = grep_all(fs, query("needle")).await.unwrap();
+
+    assert_eq!(locations(&matches), [("text.txt", 1)]);
+}
+
+pub async fn max_matches_truncates_in_order(fs: &dyn Filesystem) {
+    put(fs, "a.txt", "needle 1\nneedle 2\n").await;
+    put(fs, "b.txt", "needle 3\nneedle 4\nneedle 5\n").await;
+
+    let (matches, summary) = grep_all(
+        fs,
+        GrepQuery {
+            max_matches: 3,
+            ..query("needle")
+        },
+    )
+    .await
+    .unwrap();
+
+    assert_eq!(
+        locations(&matches),
+        [("a.txt", 1), ("a.txt", 2), ("b.txt", 1)]
+    );
+    assert_eq!(summary.matches, 3);
+    assert!(summary.truncated);
+}
+
+pub async fn summary_counts_files_searched_and_matches(fs: &dyn Filesystem) {
+    put(fs, "a.txt", "needle needle\nneedle\n").await;
+    put(fs, "b.txt", "hay\n").await;
+    put(fs, "d/c.txt", "needle\n").await;
+
+    let (matches, summary) = grep_all(fs, query("needle")).await.unwrap();
+
+    // A line with two hits is one match.
+    assert_eq!(matches.len(), 3);
+    assert_eq!(summary.files_searched, 3);
+    assert_eq!(summary.matches, 3);
+    assert!(!summary.truncated);
+}
+
+pub async fn invalid_regex_is_invalid_pattern(fs: &dyn Filesystem) {
+    put(fs, "f.txt", "(\n").await;
+
+    let result = grep_all(fs, query("(unclosed")).await;
+
+    expect_err(result, "INVALID_PATTERN");
+}
+
+pub async fn invalid_glob_is_invalid_pattern(fs: &dyn Filesystem) {
+    put(fs, "f.txt", "needle\n").await;
+
+    let result = grep_all(
+        fs,
+        GrepQuery {
+            glob: Some("[a".into()),
+            ..query("needle")
+        },
+    )
+    .await;
+
+    expect_err(result, "INVALID_PATTERN");
+}
+
+pub async fn base_path_restricts_the_search(fs: &dyn Filesystem) {
+    put(fs, "in/a.txt", "needle\n").await;
+    put(fs, "in/deeper/b.txt", "needle\n").await;
+    put(fs, "inner.txt", "needle\n").await;
+    put(fs, "out/c.txt", "needle\n").await;
+
+    let (matches, summary) = grep_all(
+        fs,
+        GrepQuery {
+            base: p("in"),
+            ..query("needle")
+        },
+    )
+    .await
+    .unwrap();
+
+    assert_eq!(
+        locations(&matches),
+        [("in/a.txt", 1), ("in/deeper/b.txt", 1)]
+    );
+    assert_eq!(summary.files_searched, 2);
+}
+
+pub async fn glob_is_relative_to_the_base(fs: &dyn Filesystem) {
+    put(fs, "in/a.rs", "needle\n").await;
+    put(fs, "in/a.txt", "needle\n").await;
+    put(fs, "b.rs", "needle\n").await;
+
+    let (matches, _) = grep_all(
+        fs,
+        GrepQuery {
+            base: p("in"),
+            glob: Some("*.rs".into()),
+            ..query("needle")
+        },
+    )
+    .await
+    .unwrap();
+
+    assert_eq!(locations(&matches), [("in/a.rs", 1)]);
+}

@@ -1,0 +1,150 @@
+//! Workspace factories and the in-process server: the only code here that
+//! names the server and client crates.
+//!
+//! Each factory returns a fresh, empty workspace as a [`Fixture`]:
+//!
+//! | factory | what the suite talks to |
+//! | --- | --- |
+//! | [`memory`] | `Workspace<MemoryBackend>`, in-process |
+//! | [`directory`] | `Workspace<DirectoryBackend>` over a temporary directory |
+//! | [`grpc_memory`] | the client's session handle, MEMORY session on a live server |
+//! | [`grpc_directory`] | the same, DIRECTORY session |
+
+use crate::fixture::Fixture;
+use std::net::SocketAddr;
+use std::path::Path;
+use tempfile::TempDir;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::{Channel, Endpoint};
+use wsfs_client::{Client, SessionOptions};
+use wsfs_server::backend::{DirectoryBackend, MemoryBackend};
+use wsfs_server::workspace::Workspace;
+use wsfs_server::{ServerConfig, SessionLimits};
+
+/// The memory backend, in-process.
+pub async fn memory() -> Fixture {
+    let workspace = Workspace::new(MemoryBackend::new(), SessionLimits::default());
+    Fixture::new(workspace, ())
+}
+
+/// The directory backend over a fresh temporary directory, in-process.
+pub async fn directory() -> Fixture {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let root = dir.path().join("root");
+    let staging = dir.path().join("staging");
+    std::fs::create_dir(&root).expect("workspace root");
+    std::fs::create_dir(&staging).expect("staging directory");
+    let backend = DirectoryBackend::open(&root, &staging).expect("open the directory backend");
+    let workspace = Workspace::new(backend, SessionLimits::default());
+    Fixture::new(workspace, dir)
+}
+
+/// A MEMORY session on a live server, through the typed client.
+pub async fn grpc_memory() -> Fixture {
+    through_client(SessionOptions::memory()).await
+}
+
+/// A DIRECTORY session on a live server, through the typed client.
+pub async fn grpc_directory() -> Fixture {
+    through_client(SessionOptions::directory()).await
+}
+
+async fn through_client(options: SessionOptions) -> Fixture {
+    let server = TestServer::start().await;
+    let client = Client::connect(&server.url())
+        .await
+        .expect("connect to the test server");
+    let info = client
+        .create_session(options)
+        .await
+        .expect("create a session");
+    let session = client.session(&info.id);
+    Fixture::new(session, (client, server))
+}
+
+/// A wsfs server on a loopback port with a temporary data directory,
+/// running on the test's runtime until dropped.
+pub struct TestServer {
+    addr: SocketAddr,
+    data_dir: TempDir,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<wsfs::Result<()>>>,
+}
+
+impl TestServer {
+    /// Starts a server with [`ServerConfig::for_tests`].
+    pub async fn start() -> TestServer {
+        TestServer::start_with(|_| {}).await
+    }
+
+    /// Starts a server after `configure` has adjusted its configuration.
+    /// The port is bound before `serve` runs, so clients may connect at
+    /// once.
+    pub async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> TestServer {
+        let data_dir = tempfile::tempdir().expect("temporary data directory");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port");
+        let addr = listener.local_addr().expect("bound address");
+        let mut config = ServerConfig::for_tests(data_dir.path().to_path_buf());
+        config.listen = addr;
+        configure(&mut config);
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(wsfs_server::serve(config, listener, async move {
+            let _ = stopped.await;
+        }));
+        TestServer {
+            addr,
+            data_dir,
+            shutdown: Some(shutdown),
+            task: Some(task),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.data_dir.path()
+    }
+
+    /// A channel for raw generated clients.
+    pub async fn channel(&self) -> Channel {
+        Endpoint::from_shared(self.url())
+            .expect("valid URL")
+            .connect()
+            .await
+            .expect("connect to the test server")
+    }
+
+    /// Asks the server to stop and waits until `serve` returns.
+    pub async fn stop(mut self) -> wsfs::Result<()> {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        let task = self
+            .task
+            .take()
+            .expect("the server task is held until stop");
+        task.await.expect("the server task did not panic")
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
