@@ -68,7 +68,9 @@ async fn through_client(options: SessionOptions) -> Fixture {
 /// running on the test's runtime until dropped.
 pub struct TestServer {
     addr: SocketAddr,
-    data_dir: TempDir,
+    /// The temporary data directory, when the server owns it.
+    _owned_dir: Option<TempDir>,
+    data_dir: std::path::PathBuf,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<wsfs::Result<()>>>,
 }
@@ -83,12 +85,23 @@ impl TestServer {
     /// The port is bound before `serve` runs, so clients may connect at
     /// once.
     pub async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> TestServer {
-        let data_dir = tempfile::tempdir().expect("temporary data directory");
+        let dir = tempfile::tempdir().expect("temporary data directory");
+        let mut server = TestServer::start_at(dir.path(), configure).await;
+        server._owned_dir = Some(dir);
+        server
+    }
+
+    /// Starts a server on an existing data directory that outlives it (to
+    /// restart a server on the same data, say).
+    pub async fn start_at(
+        data_dir: &Path,
+        configure: impl FnOnce(&mut ServerConfig),
+    ) -> TestServer {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind a loopback port");
         let addr = listener.local_addr().expect("bound address");
-        let mut config = ServerConfig::for_tests(data_dir.path().to_path_buf());
+        let mut config = ServerConfig::for_tests(data_dir.to_path_buf());
         config.listen = addr;
         configure(&mut config);
         let (shutdown, stopped) = oneshot::channel::<()>();
@@ -97,7 +110,8 @@ impl TestServer {
         }));
         TestServer {
             addr,
-            data_dir,
+            _owned_dir: None,
+            data_dir: data_dir.to_path_buf(),
             shutdown: Some(shutdown),
             task: Some(task),
         }
@@ -113,7 +127,7 @@ impl TestServer {
     }
 
     pub fn data_dir(&self) -> &Path {
-        self.data_dir.path()
+        &self.data_dir
     }
 
     /// A channel for raw generated clients.

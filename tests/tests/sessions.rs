@@ -9,42 +9,31 @@ use tonic_types::StatusExt;
 use wsfs::proto::filesystem_client::FilesystemClient;
 use wsfs::proto::sessions_client::SessionsClient;
 use wsfs::proto::{self, session::Backend};
+use wsfs_tests::harness::TestServer;
 
-struct Server {
-    url: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<wsfs::Result<()>>,
-}
+struct Server(TestServer);
 
 impl Server {
     async fn start(data: &Path, allow_roots: Vec<PathBuf>, max_write_bytes: u64) -> Server {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let mut config = wsfs_server::ServerConfig::for_tests(data.to_path_buf());
-        config.allow_roots = allow_roots;
-        config.max_write_bytes = max_write_bytes;
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(wsfs_server::serve(config, listener, async {
-            let _ = rx.await;
-        }));
-        Server {
-            url,
-            stop: Some(tx),
-            task,
-        }
+        Server(
+            TestServer::start_at(data, |c| {
+                c.allow_roots = allow_roots;
+                c.max_write_bytes = max_write_bytes;
+            })
+            .await,
+        )
     }
 
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        self.task.await.unwrap().unwrap();
+    async fn stop(self) {
+        self.0.stop().await.unwrap();
     }
 
     async fn sessions(&self) -> SessionsClient<tonic::transport::Channel> {
-        SessionsClient::connect(self.url.clone()).await.unwrap()
+        SessionsClient::new(self.0.channel().await)
     }
 
     async fn fs(&self) -> FilesystemClient<tonic::transport::Channel> {
-        FilesystemClient::connect(self.url.clone()).await.unwrap()
+        FilesystemClient::new(self.0.channel().await)
     }
 }
 

@@ -10,14 +10,7 @@ use wsfs::proto::filesystem_client::FilesystemClient;
 use wsfs::proto::sessions_client::SessionsClient;
 use wsfs::proto::{self, session::Backend};
 use wsfs_server::metrics;
-
-async fn start_server(data: &std::path::Path) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let config = wsfs_server::ServerConfig::for_tests(data.to_path_buf());
-    tokio::spawn(wsfs_server::serve(config, listener, std::future::pending()));
-    format!("http://{addr}")
-}
+use wsfs_tests::harness::TestServer;
 
 async fn session(url: &str, backend: Backend) -> String {
     let mut sessions = SessionsClient::connect(url.to_string()).await.unwrap();
@@ -48,8 +41,8 @@ async fn until_zero(counter: &std::sync::atomic::AtomicU64, what: &str) {
 }
 
 async fn dropped_grep_stops_the_search(backend: Backend) {
-    let data = tempfile::tempdir().unwrap();
-    let url = start_server(data.path()).await;
+    let server = TestServer::start().await;
+    let url = server.url();
     let id = session(&url, backend).await;
     let mut fs = FilesystemClient::connect(url.clone()).await.unwrap();
     const FILES: u64 = 1500;
@@ -100,8 +93,8 @@ async fn dropped_grep_stops_the_search(backend: Backend) {
 }
 
 async fn dropped_read_bytes_stops_the_reads(backend: Backend) {
-    let data = tempfile::tempdir().unwrap();
-    let url = start_server(data.path()).await;
+    let server = TestServer::start().await;
+    let url = server.url();
     let id = session(&url, backend).await;
     let mut fs = FilesystemClient::connect(url.clone()).await.unwrap();
     const SIZE: usize = 64 << 20;
