@@ -295,7 +295,8 @@ impl Error {
             },
             _ => match err.raw_os_error() {
                 // ELOOP: a symlink met where none may be followed.
-                Some(40) => Error::PermissionDenied {
+                #[cfg(unix)]
+                Some(libc::ELOOP) => Error::PermissionDenied {
                     message: format!(
                         "'{path}' goes through a symbolic link, which wsfs never follows"
                     ),

@@ -1212,8 +1212,11 @@ impl Backend for DirectoryBackend {
                 .map(|()| 1)
                 .map_err(|e| io(e, path)),
         };
-        // A partial recursive removal still removed things.
-        self.forget(path);
+        // A partial recursive removal still removed things; a refused
+        // non-recursive one changed nothing and keeps its versions.
+        if removed.is_ok() || recursive {
+            self.forget(path);
+        }
         match removed? {
             0 => Err(not_found(path)),
             n => Ok(n),

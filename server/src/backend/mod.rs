@@ -145,8 +145,9 @@ pub trait Backend: Send + Sync + 'static {
 /// metadata of both ends (`None`: missing), returns `Ok(true)` when the
 /// destination exists and must be replaced, `Ok(false)` when it is free.
 ///
-/// - `src` missing: `FileNotFound`; `src` the root, or `dst` equal to or
-///   inside `src`: `InvalidArgument`; `dst` the root: `AlreadyExists`.
+/// - `src` missing: `FileNotFound`; `src` the root, `dst` equal to or
+///   inside `src`, or `dst` an ancestor of `src`: `InvalidArgument`; `dst`
+///   the root: `AlreadyExists`.
 /// - `dst` exists and not `overwrite`: `AlreadyExists`.
 /// - `dst` exists and `overwrite`: a file replaces a file, a directory
 ///   replaces a directory whole; a file over a directory is `IsADirectory`,
@@ -181,6 +182,11 @@ pub fn check_transfer(
         return Err(Error::AlreadyExists {
             path: String::new(),
         });
+    }
+    if src.starts_with(dst) {
+        return Err(Error::invalid_argument(format!(
+            "cannot move or copy '{src}' over its own ancestor '{dst}'"
+        )));
     }
     let Some(dst_meta) = dst_meta else {
         return Ok(false);

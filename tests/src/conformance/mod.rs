@@ -161,6 +161,7 @@ macro_rules! conformance_suite {
                 copy_with_overwrite_replaces_the_destination,
                 move_into_itself_is_invalid_argument,
                 copy_into_itself_is_invalid_argument,
+                overwriting_an_ancestor_of_the_source_is_invalid_argument,
                 move_of_a_missing_source_is_file_not_found,
                 copy_of_a_missing_source_is_file_not_found,
                 destination_parents_are_created_by_default,

@@ -172,6 +172,22 @@ pub async fn copy_into_itself_is_invalid_argument(fs: &dyn Filesystem) {
     assert_eq!(snapshot(fs).await, before);
 }
 
+pub async fn overwriting_an_ancestor_of_the_source_is_invalid_argument(fs: &dyn Filesystem) {
+    seed_tree(fs).await;
+    let before = snapshot(fs).await;
+    let overwrite = TransferOptions {
+        overwrite: true,
+        ..TransferOptions::default()
+    };
+
+    let moved = fs.rename(&p("src/sub"), &p("src"), overwrite).await;
+    let copied = fs.copy(&p("src/sub"), &p("src"), overwrite).await;
+
+    expect_err(moved, "INVALID_ARGUMENT");
+    expect_err(copied, "INVALID_ARGUMENT");
+    assert_eq!(snapshot(fs).await, before);
+}
+
 pub async fn move_of_a_missing_source_is_file_not_found(fs: &dyn Filesystem) {
     let result = fs
         .rename(&p("nope"), &p("x/dest"), TransferOptions::default())
