@@ -1,0 +1,253 @@
+//! Grep through the server over the corpus, beside `rg -n --no-ignore
+//! --hidden` over the same directory (wsfs searches every file and ignores
+//! nothing, so rg is told to do the same). Both run warm: one untimed pass
+//! each before the timed ones. A wsfs run is the full stream, consumed by
+//! this client, up to the summary; an rg run is the process from start to
+//! exit with its output read through a pipe.
+
+use crate::corpus::Corpus;
+use crate::report::{Row, Samples, Target};
+use crate::wire::{self, Fs};
+use futures::StreamExt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tonic::transport::Channel;
+use wsfs::proto;
+
+/// Matches one Grep may return (the server's cap); high enough that no
+/// benchmark pattern is cut short.
+const MAX_MATCHES: u32 = 100_000;
+
+/// Regexes tried, in order, for the "a few hundred matches" figure; the
+/// first whose match count on this corpus lands in `WANTED_MATCHES` wins
+/// (else the one nearest 300).
+const REGEX_CANDIDATES: &[&str] = &[
+    r"#\[inline\(never\)\]",
+    r"fn [a-z_]+_unchecked\(",
+    r"\b[Uu]ndefined [Bb]ehaviou?r\b",
+    r"impl<T: \?Sized \+ [A-Z][a-z]+>",
+    r"TODO\(\w+\)",
+    r"\bunreachable_unchecked\(",
+];
+const WANTED_MATCHES: std::ops::RangeInclusive<u64> = 100..=1000;
+
+struct Outcome {
+    elapsed: Duration,
+    matches: u64,
+    files: u64,
+}
+
+async fn wsfs_grep(
+    fs: &mut Fs,
+    session: &str,
+    pattern: &str,
+    fixed: bool,
+) -> Result<Outcome, String> {
+    use proto::grep_response::Payload;
+    let started = Instant::now();
+    let mut stream = fs
+        .grep(proto::GrepRequest {
+            session_id: session.to_string(),
+            pattern: pattern.to_string(),
+            fixed_string: fixed,
+            max_matches: MAX_MATCHES,
+            ..Default::default()
+        })
+        .await
+        .map_err(|s| format!("Grep failed: {}", s.message()))?
+        .into_inner();
+    let mut received = 0u64;
+    let mut summary = None;
+    while let Some(message) = stream.next().await {
+        match message.map_err(|s| format!("Grep stream failed: {}", s.message()))? {
+            proto::GrepResponse {
+                payload: Some(Payload::Match(_)),
+            } => received += 1,
+            proto::GrepResponse {
+                payload: Some(Payload::Summary(s)),
+            } => summary = Some(s),
+            _ => {}
+        }
+    }
+    let elapsed = started.elapsed();
+    let summary = summary.ok_or("the Grep stream ended without a summary")?;
+    if summary.truncated || summary.matches != received {
+        return Err(format!(
+            "Grep was cut short ({} matches received, summary says {}, truncated {})",
+            received, summary.matches, summary.truncated
+        ));
+    }
+    Ok(Outcome {
+        elapsed,
+        matches: received,
+        files: summary.files_searched,
+    })
+}
+
+fn rg_available() -> bool {
+    Command::new("rg")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// One `rg` run; the matches are the lines it prints.
+fn rg_grep(dir: &Path, pattern: &str, fixed: bool) -> Result<Outcome, String> {
+    let started = Instant::now();
+    let mut cmd = Command::new("rg");
+    cmd.args(["-n", "--no-ignore", "--hidden"]);
+    if fixed {
+        cmd.arg("-F");
+    }
+    let mut child = cmd
+        .arg("--")
+        .arg(pattern)
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run rg: {e}"))?;
+    let mut out = child.stdout.take().ok_or("rg has no stdout")?;
+    let mut lines = 0u64;
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        match out.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64,
+            Err(e) => return Err(format!("reading rg's output: {e}")),
+        }
+    }
+    let status = child.wait().map_err(|e| format!("rg: {e}"))?;
+    let elapsed = started.elapsed();
+    // rg exits 1 when nothing matched; 2 is an error (it may still have
+    // searched everything else, so the count is kept).
+    if status.code() == Some(2) {
+        eprintln!("  rg reported errors (exit 2) for {pattern:?}");
+    }
+    Ok(Outcome {
+        elapsed,
+        matches: lines,
+        files: 0,
+    })
+}
+
+async fn rg(dir: &Path, pattern: &str, fixed: bool) -> Result<Outcome, String> {
+    let (dir, pattern): (PathBuf, String) = (dir.to_path_buf(), pattern.to_string());
+    tokio::task::spawn_blocking(move || rg_grep(&dir, &pattern, fixed))
+        .await
+        .map_err(|e| format!("rg task: {e}"))?
+}
+
+/// Picks the regex for the "few hundred matches" figure by counting the
+/// candidates through the server (which also warms it up).
+async fn choose_regex(fs: &mut Fs, session: &str) -> Result<(String, u64), String> {
+    let mut counted = Vec::new();
+    for candidate in REGEX_CANDIDATES {
+        let n = wsfs_grep(fs, session, candidate, false).await?.matches;
+        eprintln!("  candidate regex {candidate:?}: {n} matches");
+        if WANTED_MATCHES.contains(&n) {
+            return Ok((candidate.to_string(), n));
+        }
+        counted.push((candidate.to_string(), n));
+    }
+    let distance = |n: u64| ((n.max(1) as f64) / 300.0).ln().abs();
+    counted
+        .into_iter()
+        .min_by(|a, b| distance(a.1).total_cmp(&distance(b.1)))
+        .ok_or_else(|| "no regex candidates".to_string())
+}
+
+fn markdown_code(s: &str) -> String {
+    format!("`{}`", s.replace('|', "\\|"))
+}
+
+pub async fn run(
+    channel: &Channel,
+    corpus: &Corpus,
+    runs: usize,
+    regex: Option<String>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Row>, String> {
+    eprintln!("grep: opening a DIRECTORY session over the corpus...");
+    let session = wire::tree_session(channel, &corpus.dir, &corpus.files, 1 << 30).await?;
+    if let Some(note) = &session.note {
+        notes.push(format!("Grep: {note}."));
+    }
+    let mut fs = wire::filesystem(channel);
+    let have_rg = rg_available();
+    if !have_rg {
+        eprintln!("grep: rg is not installed; the rg baseline is skipped");
+        notes.push("Grep: rg is not installed here, so the grep baseline was skipped.".into());
+    }
+
+    let (regex, _) = match regex {
+        Some(r) => (r, 0),
+        None => choose_regex(&mut fs, &session.id).await?,
+    };
+    let patterns = [
+        (corpus.literal.clone(), true, "rare literal"),
+        (regex, false, "regex"),
+    ];
+
+    let mut rows = Vec::new();
+    for (pattern, fixed, kind) in patterns {
+        eprintln!("grep: {kind} {pattern:?}: warming up...");
+        let warm = wsfs_grep(&mut fs, &session.id, &pattern, fixed).await?;
+        let rg_warm = if have_rg {
+            Some(rg(&corpus.dir, &pattern, fixed).await?)
+        } else {
+            None
+        };
+        let mut ours = Samples::default();
+        let mut theirs = Samples::default();
+        for run in 1..=runs {
+            eprintln!("grep: {kind}: run {run}/{runs}");
+            let o = wsfs_grep(&mut fs, &session.id, &pattern, fixed).await?;
+            ours.push(o.elapsed.as_secs_f64());
+            if o.matches != warm.matches {
+                notes.push(format!(
+                    "warning: wsfs grep for {pattern:?} found {} matches in one run and {} in another.",
+                    warm.matches, o.matches
+                ));
+            }
+            if have_rg {
+                theirs.push(
+                    rg(&corpus.dir, &pattern, fixed)
+                        .await?
+                        .elapsed
+                        .as_secs_f64(),
+                );
+            }
+        }
+        let counts = match &rg_warm {
+            Some(r) => format!("wsfs {} / rg {} matches", warm.matches, r.matches),
+            None => format!("wsfs {} matches", warm.matches),
+        };
+        if let Some(r) = &rg_warm {
+            if r.matches != warm.matches {
+                notes.push(format!(
+                    "warning: match counts differ for {pattern:?}: wsfs {}, rg {}.",
+                    warm.matches, r.matches
+                ));
+            }
+        }
+        let figure = format!(
+            "Grep {kind} {} ({counts}; {} files, {:.0} MB), wall time",
+            markdown_code(&pattern),
+            warm.files,
+            corpus.bytes as f64 / 1e6
+        );
+        let mut row = Row::new(figure, "s", ours).target(Target::AtMostTimes(1.5));
+        if have_rg {
+            row = row.baseline("rg", theirs);
+        }
+        rows.push(row);
+    }
+    wire::delete_session(channel, &session.id).await;
+    Ok(rows)
+}

@@ -1,0 +1,34 @@
+//! The machine line printed above the results: CPUs, memory, kernel.
+
+use std::fs;
+
+/// `2 CPUs (model), 23.5 GiB memory, Linux 6.1.0` from /proc, or what of it
+/// can be read on this system.
+pub fn describe() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let model = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .map_or(String::new(), |m| format!(" ({m})"));
+    let memory = fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kib| kib.parse::<f64>().ok())
+        })
+        .map_or("unknown memory".to_string(), |kib| {
+            format!("{:.1} GiB memory", kib / (1024.0 * 1024.0))
+        });
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_or("unknown kernel".to_string(), |k| {
+            format!("{} {}", std::env::consts::OS, k.trim())
+        });
+    format!("{cpus} CPUs{model}, {memory}, kernel {kernel}")
+}

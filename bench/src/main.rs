@@ -1,0 +1,277 @@
+//! # wsfs-bench
+//!
+//! A program that measures wsfs and prints each figure beside a baseline
+//! measured in the same run (it asserts nothing about time):
+//!
+//! - [`grep`]: Grep through the server over a source tree of 200 MB or
+//!   more, beside `rg` over the same directory;
+//! - [`bytes`]: ReadBytes and WriteBytes of a 1 GiB file, beside a raw TCP
+//!   loopback copy, and the server's peak memory growth while they run;
+//! - [`small`]: Stat and small Read calls from 16 concurrent callers.
+//!
+//! The server runs as a child process (`wsfs-server` next to this program)
+//! when it can, so its memory is its own; otherwise in this process; or it
+//! is an external one given with `--server`. Progress goes to stderr; the
+//! results, a Markdown table, to stdout. See BENCHMARKS.md.
+
+mod bytes;
+mod corpus;
+mod grep;
+mod machine;
+mod report;
+mod server;
+mod small;
+mod wire;
+
+use clap::{Parser, ValueEnum};
+use server::Server;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Which {
+    All,
+    Grep,
+    Bytes,
+    Small,
+}
+
+/// Measures wsfs against baselines and prints a results table.
+#[derive(Debug, Parser)]
+#[command(name = "wsfs-bench", version, about)]
+struct Cli {
+    /// Which benchmarks to run.
+    #[arg(value_enum, default_value_t = Which::All)]
+    which: Which,
+
+    /// Timed runs per figure; each figure shows min / median / max
+    /// [default: 5, or 2 with --quick].
+    #[arg(long)]
+    runs: Option<usize>,
+
+    /// Grep this directory as it is instead of assembling a corpus.
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+
+    /// Size of the assembled grep corpus in MiB [default: 200, or 20 with
+    /// --quick].
+    #[arg(long)]
+    corpus_mib: Option<u64>,
+
+    /// Size of the ReadBytes/WriteBytes file in MiB [default: 1024, or 64
+    /// with --quick].
+    #[arg(long)]
+    size_mib: Option<u64>,
+
+    /// Stat and Read calls per run, shared by the 16 callers [default:
+    /// 20000, or 2000 with --quick].
+    #[arg(long)]
+    small_ops: Option<usize>,
+
+    /// The regex for the "few hundred matches" grep figure [default: the
+    /// first built-in candidate with 100 to 1000 matches on the corpus].
+    #[arg(long)]
+    regex: Option<String>,
+
+    /// Small sizes and few runs, to check that everything works in well
+    /// under a minute.
+    #[arg(long)]
+    quick: bool,
+
+    /// Benchmark an external server at this URL instead of starting one.
+    #[arg(long, conflicts_with_all = ["server_bin", "in_process"])]
+    server: Option<String>,
+
+    /// The `wsfs-server` binary to run as a child process [default: the
+    /// one next to this program].
+    #[arg(long)]
+    server_bin: Option<PathBuf>,
+
+    /// Run the server library inside this process instead of as a child.
+    #[arg(long, conflicts_with = "server_bin")]
+    in_process: bool,
+
+    /// Where to put the corpus, the large file and the server's data
+    /// [default: the system temp directory]. Use a disk, not a tmpfs.
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+}
+
+struct Settings {
+    runs: usize,
+    corpus_bytes: u64,
+    size_bytes: u64,
+    small_ops: usize,
+}
+
+impl Cli {
+    fn settings(&self) -> Settings {
+        let pick = |value: Option<u64>, full: u64, quick: u64| {
+            value.unwrap_or(if self.quick { quick } else { full })
+        };
+        Settings {
+            runs: pick(self.runs.map(|r| r as u64), 5, 2).max(1) as usize,
+            corpus_bytes: pick(self.corpus_mib, 200, 20) << 20,
+            size_bytes: pick(self.size_mib, 1024, 64) << 20,
+            small_ops: (pick(self.small_ops.map(|n| n as u64), 20_000, 2_000) as usize)
+                .div_ceil(small::CALLERS)
+                * small::CALLERS,
+        }
+    }
+}
+
+fn start_server(cli: &Cli, data: &Path, allow: &[PathBuf]) -> Result<Server, String> {
+    if let Some(url) = &cli.server {
+        return Ok(Server::external(url.clone()));
+    }
+    if !cli.in_process {
+        match cli
+            .server_bin
+            .clone()
+            .or_else(server::sibling_server_binary)
+        {
+            Some(bin) => return Server::spawn(&bin, data, allow),
+            None => eprintln!(
+                "no wsfs-server binary next to this program (build it with \
+                 `cargo build --release -p wsfs-server`); running the server in this process"
+            ),
+        }
+    }
+    Server::in_process(data, allow)
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    let settings = cli.settings();
+    let machine = machine::describe();
+    eprintln!("machine: {machine}");
+
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("wsfs-bench-");
+    let work = match &cli.work_dir {
+        Some(dir) => builder.tempdir_in(dir),
+        None => builder.tempdir(),
+    }
+    .map_err(|e| format!("cannot create a work directory: {e}"))?;
+    // Sessions may be rooted anywhere in the work directory (and in the
+    // corpus given); the server's own data lives there too, so uploads and
+    // their final places share a filesystem.
+    let base = std::fs::canonicalize(work.path()).map_err(|e| e.to_string())?;
+    let mut allow = vec![base.clone()];
+    allow.extend(
+        cli.corpus
+            .iter()
+            .filter_map(|c| std::fs::canonicalize(c).ok()),
+    );
+    let server = start_server(&cli, &base.join("server-data"), &allow)?;
+    eprintln!("server: {}", server.description);
+    let channel = wire::connect(&server.url).await?;
+
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    let mut corpus_origin = None;
+    let wants = |w: Which| cli.which == Which::All || cli.which == w;
+
+    if wants(Which::Grep) {
+        let corpus = match &cli.corpus {
+            Some(dir) => corpus::existing(dir)?,
+            None => {
+                eprintln!(
+                    "grep: assembling a corpus of {} MiB from the text sources on this machine...",
+                    settings.corpus_bytes >> 20
+                );
+                let dir = base.join("corpus");
+                std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+                corpus::assemble(&dir, settings.corpus_bytes)?
+            }
+        };
+        eprintln!(
+            "grep: corpus of {} files, {:.0} MB; rare literal {:?} planted on {} lines",
+            corpus.files.len(),
+            corpus.bytes as f64 / 1e6,
+            corpus.literal,
+            corpus.planted
+        );
+        corpus_origin = Some(corpus.origin.clone());
+        rows.extend(
+            grep::run(
+                &channel,
+                &corpus,
+                settings.runs,
+                cli.regex.clone(),
+                &mut notes,
+            )
+            .await?,
+        );
+        if cli.corpus.is_none() {
+            let _ = std::fs::remove_dir_all(&corpus.dir);
+        }
+    }
+    if wants(Which::Bytes) {
+        rows.extend(
+            bytes::run(
+                &channel,
+                &base.join("bytes"),
+                settings.size_bytes,
+                settings.runs,
+                server.rss.as_ref(),
+                &mut notes,
+            )
+            .await?,
+        );
+    }
+    if wants(Which::Small) {
+        rows.extend(
+            small::run(
+                &channel,
+                &base.join("small"),
+                settings.small_ops,
+                settings.runs,
+                &mut notes,
+            )
+            .await?,
+        );
+    }
+    let server_description = server.description.clone();
+    drop(channel);
+    drop(server);
+
+    println!("machine: {machine}");
+    println!("server: {server_description}");
+    println!(
+        "runs per figure: {} (after one untimed warm-up)",
+        settings.runs
+    );
+    if let Some(origin) = corpus_origin {
+        println!("grep corpus: {origin}");
+    }
+    println!();
+    print!("{}", report::table(&rows));
+    if !notes.is_empty() {
+        println!();
+        for note in notes {
+            println!("- {note}");
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("wsfs-bench: cannot start a runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wsfs-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

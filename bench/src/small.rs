@@ -1,0 +1,142 @@
+//! Small calls under concurrency: 16 callers share one connection (as
+//! clones of one client do) and each makes its share of a fixed number of
+//! Stat, then Read, calls on one small text file. Reported: calls per
+//! second over the whole batch, and the p50 and p99 latency of one call.
+
+use crate::report::{percentile, Row, Samples};
+use crate::wire::{self, Fs, TreeFile};
+use std::path::Path;
+use std::time::Instant;
+use tonic::transport::Channel;
+use wsfs::proto;
+
+pub const CALLERS: usize = 16;
+const FILE_NAME: &str = "notes.txt";
+/// Lines in the small file; about 6 KiB.
+const FILE_LINES: usize = 100;
+
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    Stat,
+    Read,
+}
+
+impl Call {
+    fn name(self) -> &'static str {
+        match self {
+            Call::Stat => "Stat",
+            Call::Read => "Read (whole 100-line file)",
+        }
+    }
+
+    async fn once(self, fs: &mut Fs, session: &str) -> Result<(), String> {
+        let (session_id, path) = (session.to_string(), FILE_NAME.to_string());
+        let ok = match self {
+            Call::Stat => fs
+                .stat(proto::StatRequest { session_id, path })
+                .await
+                .map(|r| r.into_inner().size_bytes > 0),
+            Call::Read => fs
+                .read(proto::ReadRequest {
+                    session_id,
+                    path,
+                    ..Default::default()
+                })
+                .await
+                .map(|r| r.into_inner().total_lines == FILE_LINES as i64),
+        };
+        match ok {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(format!("{} returned the wrong file", self.name())),
+            Err(s) => Err(format!("{} failed: {}", self.name(), s.message())),
+        }
+    }
+}
+
+struct Batch {
+    ops_per_s: f64,
+    /// Latencies of every call, in milliseconds, sorted.
+    latencies_ms: Vec<f64>,
+}
+
+async fn batch(
+    channel: &Channel,
+    session: &str,
+    call: Call,
+    total: usize,
+) -> Result<Batch, String> {
+    let per_caller = total.div_ceil(CALLERS);
+    let started = Instant::now();
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|_| {
+            let mut fs = wire::filesystem(channel);
+            let session = session.to_string();
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(per_caller);
+                for _ in 0..per_caller {
+                    let t = Instant::now();
+                    call.once(&mut fs, &session).await?;
+                    latencies.push(t.elapsed().as_secs_f64() * 1000.0);
+                }
+                Ok::<_, String>(latencies)
+            })
+        })
+        .collect();
+    let mut latencies_ms = Vec::with_capacity(per_caller * CALLERS);
+    for c in callers {
+        latencies_ms.extend(c.await.map_err(|e| format!("caller task: {e}"))??);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    latencies_ms.sort_by(f64::total_cmp);
+    Ok(Batch {
+        ops_per_s: latencies_ms.len() as f64 / elapsed,
+        latencies_ms,
+    })
+}
+
+pub async fn run(
+    channel: &Channel,
+    dir: &Path,
+    ops: usize,
+    runs: usize,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Row>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create '{}': {e}", dir.display()))?;
+    let local = dir.join(FILE_NAME);
+    let text: String = (1..=FILE_LINES)
+        .map(|i| format!("line {i:03}: the quick brown fox jumps over the lazy dog, again.\n"))
+        .collect();
+    std::fs::write(&local, &text)
+        .map_err(|e| format!("cannot write '{}': {e}", local.display()))?;
+    let files = [TreeFile {
+        local,
+        path: FILE_NAME.to_string(),
+        len: text.len() as u64,
+    }];
+    eprintln!("small: opening a DIRECTORY session over a small file...");
+    let session = wire::tree_session(channel, dir, &files, 1 << 20).await?;
+    if let Some(note) = &session.note {
+        notes.push(format!("Stat/Read: {note}."));
+    }
+
+    let mut rows = Vec::new();
+    for call in [Call::Stat, Call::Read] {
+        eprintln!("small: {}: warming up...", call.name());
+        batch(channel, &session.id, call, (ops / 10).max(CALLERS)).await?;
+        let (mut rate, mut p50, mut p99) =
+            (Samples::default(), Samples::default(), Samples::default());
+        for run in 1..=runs {
+            eprintln!("small: {}: run {run}/{runs}", call.name());
+            let b = batch(channel, &session.id, call, ops).await?;
+            rate.push(b.ops_per_s);
+            p50.push(percentile(&b.latencies_ms, 0.50));
+            p99.push(percentile(&b.latencies_ms, 0.99));
+        }
+        let what = format!("{}, {CALLERS} callers, {ops} calls", call.name());
+        rows.push(Row::new(format!("{what}: throughput"), "calls/s", rate));
+        rows.push(Row::new(format!("{what}: p50 latency"), "ms", p50));
+        rows.push(Row::new(format!("{what}: p99 latency"), "ms", p99));
+    }
+    wire::delete_session(channel, &session.id).await;
+    Ok(rows)
+}
