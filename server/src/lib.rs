@@ -94,7 +94,9 @@ pub async fn serve(
         .add_service(filesystem)
         .add_service(sessions)
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            // Small frames (a Stat answer, a grep match) must not wait for
+            // Nagle's algorithm: that adds up to 40 ms to a call.
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,
         )
         .await

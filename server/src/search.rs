@@ -108,8 +108,34 @@ impl Sink for CollectSink<'_> {
     }
 }
 
+/// Files handed to one search task: enough to amortise the hand-off
+/// between threads, few enough that a stopped search wastes little.
+const FILES_PER_TASK: usize = 32;
+
+/// Searches a batch of files in order with one searcher.
+fn search_batch<B: Backend>(
+    backend: &B,
+    paths: &[CanonicalPath],
+    matcher: &RegexMatcher,
+    context: u32,
+    limit: u64,
+    stop: &AtomicBool,
+) -> Result<Vec<FileResult>> {
+    let mut searcher = SearcherBuilder::new()
+        .binary_detection(BinaryDetection::quit(0))
+        .line_number(true)
+        .before_context(context as usize)
+        .after_context(context as usize)
+        .build();
+    paths
+        .iter()
+        .map(|path| search_file(&mut searcher, backend, path, matcher, context, limit, stop))
+        .collect()
+}
+
 /// Searches one file; binary files (a NUL byte) yield no matches.
 fn search_file<B: Backend>(
+    searcher: &mut Searcher,
     backend: &B,
     path: &CanonicalPath,
     matcher: &RegexMatcher,
@@ -133,12 +159,6 @@ fn search_file<B: Backend>(
         ) => return Ok(empty),
         Err(e) => return Err(e),
     };
-    let mut searcher = SearcherBuilder::new()
-        .binary_detection(BinaryDetection::quit(0))
-        .line_number(true)
-        .before_context(context as usize)
-        .after_context(context as usize)
-        .build();
     let mut sink = CollectSink {
         lines: Vec::new(),
         matches: 0,
@@ -247,7 +267,7 @@ pub fn grep<B: Backend>(
     let parallel = std::thread::available_parallelism().map_or(2, |n| n.get()) * 2;
 
     // Walker: lists files lazily in path order on the blocking pool.
-    let (path_tx, path_rx) = mpsc::channel::<Result<CanonicalPath>>(256);
+    let (path_tx, path_rx) = mpsc::channel::<Result<Vec<CanonicalPath>>>(16);
     {
         let backend = backend.clone();
         let base = query.base.clone();
@@ -260,19 +280,37 @@ pub fn grep<B: Backend>(
                     return;
                 }
             };
+            let mut batch = Vec::with_capacity(FILES_PER_TASK);
             for item in walk {
                 if stop.load(Ordering::Relaxed) {
                     return;
                 }
-                let keep = match (&item, &filter) {
-                    (Ok(p), Some(g)) => {
-                        g.is_match(p.strip_prefix(&base).unwrap_or_else(|| p.clone()).as_str())
+                let path = match item {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let _ = path_tx.blocking_send(Err(e));
+                        return;
                     }
-                    _ => true,
                 };
-                if keep && path_tx.blocking_send(item).is_err() {
-                    return;
+                let keep = filter.as_ref().is_none_or(|g| {
+                    g.is_match(
+                        path.strip_prefix(&base)
+                            .unwrap_or_else(|| path.clone())
+                            .as_str(),
+                    )
+                });
+                if keep {
+                    batch.push(path);
                 }
+                if batch.len() == FILES_PER_TASK {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(FILES_PER_TASK));
+                    if path_tx.blocking_send(Ok(full)).is_err() {
+                        return;
+                    }
+                }
+            }
+            if !batch.is_empty() {
+                let _ = path_tx.blocking_send(Ok(batch));
             }
         });
     }
@@ -288,11 +326,11 @@ pub fn grep<B: Backend>(
                 let matcher = matcher.clone();
                 let stop = stop.clone();
                 async move {
-                    let path = item?;
+                    let paths = item?;
                     tokio::task::spawn_blocking(move || {
-                        search_file(
+                        search_batch(
                             &*backend,
-                            &path,
+                            &paths,
                             &matcher,
                             context,
                             max.saturating_add(1),
@@ -305,27 +343,26 @@ pub fn grep<B: Backend>(
             })
             .buffered(parallel);
         let mut summary = GrepSummary::default();
-        while let Some(result) = results.next().await {
-            let file = match result {
+        'batches: while let Some(result) = results.next().await {
+            let files = match result {
                 Ok(f) => f,
                 Err(e) => {
                     let _ = out_tx.send(Err(e)).await;
                     return;
                 }
             };
-            summary.files_searched += 1;
-            for m in file.matches {
-                if summary.matches == max {
-                    summary.truncated = true;
-                    break;
+            for file in files {
+                summary.files_searched += 1;
+                for m in file.matches {
+                    if summary.matches == max {
+                        summary.truncated = true;
+                        break 'batches;
+                    }
+                    summary.matches += 1;
+                    if out_tx.send(Ok(GrepEvent::Match(m))).await.is_err() {
+                        return;
+                    }
                 }
-                summary.matches += 1;
-                if out_tx.send(Ok(GrepEvent::Match(m))).await.is_err() {
-                    return;
-                }
-            }
-            if summary.truncated {
-                break;
             }
         }
         let _ = out_tx.send(Ok(GrepEvent::Summary(summary))).await;
