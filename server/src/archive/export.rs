@@ -134,6 +134,7 @@ pub fn zip_stream(source: Box<dyn ExportSource>) -> BoxStream<'static, Result<By
     let (tx, rx) = mpsc::channel::<Result<Bytes>>(EXPORT_CHANNEL_CHUNKS);
     let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
+        let _running = crate::metrics::Gauge::hold(&crate::metrics::ACTIVE_EXPORTS);
         let errors = tx.clone();
         if let Err(e) = write_zip(source, ChannelWriter::new(tx), &runtime) {
             // Fails quietly when the client is gone, which is what stopped us.
