@@ -48,6 +48,7 @@ pub async fn serve(
             config.data_dir.display()
         ))
     })?;
+    archive::import::clear_spool(&config.data_dir);
     let registry = Arc::new(sessions::SessionRegistry::open(Arc::new(config))?);
 
     let reaper = {

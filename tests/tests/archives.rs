@@ -12,7 +12,7 @@ use zip::write::SimpleFileOptions;
 
 struct World {
     client: Client,
-    _server: TestServer,
+    server: TestServer,
 }
 
 async fn world() -> World {
@@ -20,7 +20,7 @@ async fn world() -> World {
     let client = Client::connect(&server.url()).await.unwrap();
     World {
         client,
-        _server: server,
+        server,
     }
 }
 
@@ -570,4 +570,21 @@ async fn import_replaces_everything_with_new_versions() {
     let mut x = Vec::new();
     s.download("dir/x.bin", &mut x).await.unwrap();
     assert_eq!(x, [0, 159, 146, 150]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imports_leave_no_spooled_upload_behind() {
+    let w = world().await;
+    let s = victim(&w, SessionLimits::default()).await;
+    let good = Archive::new().file("files/a.txt", b"a").build();
+    s.import_from_reader(std::io::Cursor::new(good))
+        .await
+        .unwrap();
+    let bad = Archive::new().file("files/../a.txt", b"a").build();
+    s.import_from_reader(std::io::Cursor::new(bad))
+        .await
+        .unwrap_err();
+    let spool = w.server.data_dir().join("imports");
+    let left: Vec<_> = std::fs::read_dir(&spool).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -40,6 +40,21 @@ const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
 /// Bytes per read when inflating.
 const COPY_BUFFER_BYTES: usize = 64 * 1024;
 
+/// Where uploads are spooled, under the data directory.
+pub fn spool_dir(data_dir: &Path) -> std::path::PathBuf {
+    data_dir.join("imports")
+}
+
+/// Removes spooled uploads that a stopped server left behind.
+pub fn clear_spool(data_dir: &Path) {
+    let dir = spool_dir(data_dir);
+    if let Err(e) = std::fs::remove_dir_all(&dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot clear abandoned imports");
+        }
+    }
+}
+
 /// What a checked archive holds: apply it with [`apply`].
 #[derive(Debug, Clone, Default)]
 pub struct ImportPlan {

@@ -68,7 +68,7 @@ pub(crate) async fn import(
     }
     let limits = session.record.limits;
 
-    let spool_dir = registry.config().data_dir.join("imports");
+    let spool_dir = import::spool_dir(&registry.config().data_dir);
     let internal = |e: std::io::Error| Error::internal(format!("cannot spool the archive: {e}"));
     tokio::fs::create_dir_all(&spool_dir)
         .await
