@@ -125,7 +125,12 @@ impl Client {
 
     /// A handle on an existing session. Nothing is sent until it is used.
     pub fn session(&self, id: impl Into<String>) -> Session {
-        Session::new(id.into(), self.filesystem.clone(), self.credentials.clone())
+        Session::new(
+            id.into(),
+            self.filesystem.clone(),
+            self.sessions.clone(),
+            self.credentials.clone(),
+        )
     }
 
     /// The generated Sessions stub, for calls this crate does not wrap yet

@@ -16,7 +16,9 @@
 //!   cover the common cases: [`read_to_string`](Session::read_to_string),
 //!   [`write_str`](Session::write_str), streaming
 //!   [`download`](Session::download) and [`upload`](Session::upload) of
-//!   files of any size, and the [`GrepBuilder`] and [`GlobBuilder`] queries.
+//!   files of any size, and the [`GrepBuilder`] and [`GlobBuilder`] queries,
+//!   and ZIP archives of the whole workspace:
+//!   [`export_to`](Session::export_to) and [`import_from`](Session::import_from).
 //! - [`Error`] is the protocol's own error enum (`wsfs::Error`): every
 //!   failure arrives as the variant the server meant, `VERSION_MISMATCH`
 //!   with its current version, `PATH_ESCAPES_ROOT` with its path.
@@ -49,6 +51,7 @@
 //! # Ok(()) }
 //! ```
 
+mod archive;
 mod client;
 mod convert;
 mod query;

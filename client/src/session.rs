@@ -12,6 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::io::ReaderStream;
 use tonic::transport::Channel;
 use wsfs::proto::filesystem_client::FilesystemClient;
+use wsfs::proto::sessions_client::SessionsClient;
 use wsfs::{
     ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions, EditOutcome, EditSpec, Error,
     FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent, GrepQuery, LineRange, Listing,
@@ -40,6 +41,8 @@ pub fn parse_path(raw: &str) -> Result<CanonicalPath> {
 pub struct Session {
     id: String,
     filesystem: FilesystemClient<Channel>,
+    /// For the session-wide calls: archives.
+    pub(crate) sessions: SessionsClient<Channel>,
     credentials: Credentials,
 }
 
@@ -47,11 +50,13 @@ impl Session {
     pub(crate) fn new(
         id: String,
         filesystem: FilesystemClient<Channel>,
+        sessions: SessionsClient<Channel>,
         credentials: Credentials,
     ) -> Session {
         Session {
             id,
             filesystem,
+            sessions,
             credentials,
         }
     }
@@ -77,7 +82,7 @@ impl Session {
         self.filesystem.clone()
     }
 
-    fn request<T>(&self, message: T) -> tonic::Request<T> {
+    pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
         self.credentials.request(message)
     }
 

@@ -115,7 +115,7 @@ impl UploadAbort {
 
     /// The source failed: keep its error and reset the HTTP/2 stream, so the
     /// server sees a broken upload rather than a complete, shorter file.
-    fn fail(&self, error: Error) {
+    pub(crate) fn fail(&self, error: Error) {
         self.error
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -8,11 +8,13 @@
 //!
 //! [`sessions::SessionRegistry`] owns every session and its workspace;
 //! [`search`] holds glob and the ripgrep-class grep; [`serve`] runs it all
-//! with health and reflection.
+//! with health and reflection; [`archive`] exports and imports ZIP archives.
 
+pub mod archive;
 pub mod backend;
 pub mod limits;
 pub mod metrics;
+pub mod mounts;
 pub mod search;
 pub mod workspace;
 
@@ -46,6 +48,7 @@ pub async fn serve(
             config.data_dir.display()
         ))
     })?;
+    archive::import::clear_spool(&config.data_dir);
     let registry = Arc::new(sessions::SessionRegistry::open(Arc::new(config))?);
 
     let reaper = {

@@ -14,6 +14,8 @@ pub static FILES_SEARCHED: AtomicU64 = AtomicU64::new(0);
 pub static ACTIVE_BYTE_STREAMS: AtomicU64 = AtomicU64::new(0);
 /// Bytes ReadBytes streams have produced, over the process's life.
 pub static BYTES_STREAMED: AtomicU64 = AtomicU64::new(0);
+/// ExportArchive writers still running.
+pub static ACTIVE_EXPORTS: AtomicU64 = AtomicU64::new(0);
 
 /// Holds one unit of a gauge while alive.
 pub struct Gauge(&'static AtomicU64);

@@ -6,6 +6,7 @@
 //! flight, and `session.json`), or is rooted in an existing directory
 //! inside one of the allowed roots.
 
+use crate::archive::import::ArchiveTarget;
 use crate::backend::{Backend, DirectoryBackend, MemoryBackend};
 use crate::config::ServerConfig;
 use crate::limits::SessionLimits;
@@ -45,6 +46,8 @@ pub struct SessionSpec {
     pub backend: Option<BackendKind>,
     /// DIRECTORY: an existing directory inside an allowed root.
     pub root: Option<PathBuf>,
+    /// Copied in order, before the seed files.
+    pub mounts: Vec<crate::mounts::HostMount>,
     pub seed_files: Vec<(String, bytes::Bytes)>,
     pub read_only: bool,
     pub limits: Option<wsfs::proto::SessionLimits>,
@@ -56,6 +59,8 @@ pub struct SessionSpec {
 pub struct Session {
     pub record: SessionRecord,
     pub fs: Arc<dyn Filesystem>,
+    /// The same workspace, for ImportArchive's whole-workspace replacement.
+    pub archive: Arc<dyn ArchiveTarget>,
     /// The directory this session owns and removes with itself.
     owned_dir: Option<PathBuf>,
     /// When a call last named this session (ms since the Unix epoch).
@@ -207,7 +212,8 @@ impl SessionRegistry {
         ws.set_read_only(record.read_only);
         let session = Arc::new(Session {
             record,
-            fs: ws,
+            fs: ws.clone(),
+            archive: ws,
             owned_dir: Some(session_dir.to_path_buf()),
             last_used_ms: AtomicU64::new(now_ms()),
         });
@@ -282,8 +288,12 @@ impl SessionRegistry {
             .iter()
             .map(|(p, data)| Ok((CanonicalPath::parse(p, &limits.path)?, data.clone())))
             .collect::<Result<Vec<_>>>()?;
+        // Check and walk every host mount before anything is created.
+        let mounts =
+            crate::mounts::plan_all(&spec.mounts, &self.config.allow_roots, &limits.path).await?;
         let backend = spec.backend.unwrap_or(BackendKind::Memory);
-        let (fs, root_path, owned_dir): (Arc<dyn Filesystem>, _, _) = match backend {
+        type Handles = (Arc<dyn Filesystem>, Arc<dyn ArchiveTarget>);
+        let ((fs, archive), root_path, owned_dir): (Handles, _, _) = match backend {
             BackendKind::Memory => {
                 if spec.root.is_some() {
                     return Err(Error::invalid_argument(
@@ -291,9 +301,9 @@ impl SessionRegistry {
                     ));
                 }
                 let ws = Arc::new(Workspace::new(MemoryBackend::new(), limits));
-                seed(&ws, &seeds).await?;
+                populate(&ws, mounts, &seeds).await?;
                 ws.set_read_only(spec.read_only);
-                (ws, None, None)
+                ((ws.clone(), ws), None, None)
             }
             BackendKind::Directory => {
                 let session_dir = self.config.data_dir.join("sessions").join(&id);
@@ -311,12 +321,12 @@ impl SessionRegistry {
                     }
                 };
                 let ws = Arc::new(Workspace::new(backend, limits));
-                if let Err(e) = seed(&ws, &seeds).await {
+                if let Err(e) = populate(&ws, mounts, &seeds).await {
                     let _ = std::fs::remove_dir_all(&session_dir);
                     return Err(e);
                 }
                 ws.set_read_only(spec.read_only);
-                (ws, Some(root), Some(session_dir))
+                ((ws.clone(), ws), Some(root), Some(session_dir))
             }
         };
         let record = SessionRecord {
@@ -338,6 +348,7 @@ impl SessionRegistry {
         let session = Arc::new(Session {
             record,
             fs,
+            archive,
             owned_dir,
             last_used_ms: AtomicU64::new(now_ms()),
         });
@@ -421,6 +432,18 @@ fn create_session_dirs(session_dir: &Path, root: &Path, own_root: bool) -> Resul
         std::fs::create_dir_all(root).map_err(io)?;
     }
     Ok(())
+}
+
+/// Copies the host mounts in, then writes the seed files.
+async fn populate<B: Backend>(
+    ws: &Workspace<B>,
+    mounts: Vec<crate::mounts::MountPlan>,
+    seeds: &[(CanonicalPath, bytes::Bytes)],
+) -> Result<()> {
+    for plan in mounts {
+        crate::mounts::copy(ws, plan).await?;
+    }
+    seed(ws, seeds).await
 }
 
 async fn seed<B: Backend>(

@@ -135,6 +135,22 @@ impl<B: Backend> Workspace<B> {
         .await
     }
 
+    /// Runs `f` on the blocking pool with the session's write lock held, so
+    /// no other write interleaves: for changes to the whole workspace at
+    /// once (ImportArchive). A read-only session: `READ_ONLY`.
+    pub async fn exclusive<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&B) -> Result<T> + Send + 'static,
+    {
+        self.writable(&CanonicalPath::root())?;
+        let _guard = self.writes.lock().await;
+        let b = self.backend.clone();
+        tokio::task::spawn_blocking(move || f(&b))
+            .await
+            .map_err(|e| Error::internal(format!("storage task failed: {e}")))?
+    }
+
     /// Reads a whole text file that an edit may rewrite.
     fn read_text_for_edit(b: &B, path: &CanonicalPath, limit: u64) -> Result<(String, Metadata)> {
         let file = b.open(path)?;

@@ -1,5 +1,6 @@
 //! A client that goes away stops the server's work: a dropped Grep stream
-//! stops the search, a dropped ReadBytes stream stops the reads. Proven with
+//! stops the search, a dropped ReadBytes stream stops the reads, a dropped
+//! ExportArchive stream stops the archive. Proven with
 //! the server's own counters (this file is its own test binary, so no other
 //! test moves them), never with timings.
 
@@ -137,11 +138,70 @@ async fn dropped_read_bytes_stops_the_reads(backend: Backend) {
     );
 }
 
+async fn dropped_export_stops_the_archive(backend: Backend) {
+    const FILES: u64 = 16;
+    const SIZE: u64 = 1 << 20;
+    let server = TestServer::start().await;
+    let url = server.url();
+    let id = session(&url, backend).await;
+    let mut fs = FilesystemClient::connect(url.clone()).await.unwrap();
+    for f in 0..FILES {
+        // Incompressible, so the archive is as large as the files.
+        let mut x = f + 1;
+        let data: Vec<u8> = (0..SIZE)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let header = proto::WriteBytesRequest {
+            payload: Some(proto::write_bytes_request::Payload::Header(
+                proto::WriteBytesHeader {
+                    session_id: id.clone(),
+                    path: format!("f{f:02}.bin"),
+                    ..Default::default()
+                },
+            )),
+        };
+        let chunk = proto::WriteBytesRequest {
+            payload: Some(proto::write_bytes_request::Payload::Data(data.into())),
+        };
+        fs.write_bytes(futures::stream::iter([header, chunk]))
+            .await
+            .unwrap();
+    }
+
+    let before = metrics::BYTES_STREAMED.load(Ordering::SeqCst);
+    let mut sessions = SessionsClient::connect(url.clone()).await.unwrap();
+    let mut stream = sessions
+        .export_archive(proto::ExportArchiveRequest {
+            session_id: id.clone(),
+            snapshot_id: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let _chunk = stream.next().await.unwrap().unwrap();
+    assert_eq!(metrics::ACTIVE_EXPORTS.load(Ordering::SeqCst), 1);
+    drop(stream);
+    until_zero(&metrics::ACTIVE_EXPORTS, "ExportArchive").await;
+    until_zero(&metrics::ACTIVE_BYTE_STREAMS, "ExportArchive's reads").await;
+    let read = metrics::BYTES_STREAMED.load(Ordering::SeqCst) - before;
+    assert!(
+        read < FILES * SIZE / 2,
+        "read {read} of {} bytes after the client left",
+        FILES * SIZE
+    );
+}
+
 // One test function per file keeps the process-wide counters unshared.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_streams_stop_the_server_work() {
     for backend in [Backend::Memory, Backend::Directory] {
         dropped_grep_stops_the_search(backend).await;
         dropped_read_bytes_stops_the_reads(backend).await;
+        dropped_export_stops_the_archive(backend).await;
     }
 }

@@ -6,6 +6,7 @@
 //! (method, session, path, outcome, duration; never payload bytes) and turns
 //! `wsfs::Error` into a `Status` with its `ErrorInfo`.
 
+mod archive;
 mod filesystem;
 mod sessions;
 

@@ -56,12 +56,6 @@ fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> 
             )))
         }
     };
-    if !r.mounts.is_empty() {
-        return Err(unimplemented(
-            "host mounts",
-            "they arrive with snapshots and archives",
-        ));
-    }
     if r.layout != proto::session::Layout::Flat as i32 {
         return Err(unimplemented(
             "the SWARM layout",
@@ -73,6 +67,18 @@ fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> 
     Ok(SessionSpec {
         backend: Some(backend),
         root: Some(r.root).filter(|s| !s.is_empty()).map(Into::into),
+        mounts: r
+            .mounts
+            .into_iter()
+            .map(|m| crate::mounts::HostMount {
+                host_path: m.host_path.into(),
+                mount_path: m.mount_path,
+                include_glob: m.include_glob,
+                exclude_glob: m.exclude_glob,
+                max_bytes: m.max_bytes,
+                follow_symlinks: m.follow_symlinks,
+            })
+            .collect(),
         seed_files,
         read_only: r.read_only,
         limits: r.limits,
@@ -203,26 +209,32 @@ impl sessions_server::Sessions for SessionsService {
         request: Request<proto::ExportArchiveRequest>,
     ) -> Result<Response<Self::ExportArchiveStream>, Status> {
         let r = request.into_inner();
+        let session_id = r.session_id.clone();
         traced("ExportArchive", &r.session_id, "", async {
-            Err(unimplemented(
+            let chunks = super::archive::export(&self.registry, &r)?;
+            Ok(Box::pin(super::LoggedStream::new(
+                chunks,
                 "ExportArchive",
-                "archives arrive with snapshots",
-            ))
+                &session_id,
+                "",
+                |c: &proto::ArchiveChunk| c.data.len(),
+            )) as Self::ExportArchiveStream)
         })
         .await
     }
 
     async fn import_archive(
         &self,
-        _request: Request<Streaming<proto::ImportArchiveRequest>>,
+        request: Request<Streaming<proto::ImportArchiveRequest>>,
     ) -> Result<Response<proto::ImportArchiveResponse>, Status> {
-        traced("ImportArchive", "", "", async {
-            Err(unimplemented(
-                "ImportArchive",
-                "archives arrive with snapshots",
-            ))
+        // The session id arrives in the stream; the log line names it then.
+        let mut session_id = String::new();
+        let result = traced("ImportArchive", "", "", async {
+            super::archive::import(&self.registry, request.into_inner(), &mut session_id).await
         })
-        .await
+        .await;
+        tracing::debug!(session = %session_id, ok = result.is_ok(), "ImportArchive done");
+        result
     }
 
     async fn issue_token(

@@ -1,0 +1,306 @@
+//! ExportArchive: a ZIP written as it is sent.
+//!
+//! An [`ExportSource`] yields entries (the live workspace through the
+//! `Filesystem` trait today: [`LiveWorkspace`]; a snapshot's files plug in
+//! as another source). [`zip_stream`] runs the `zip` crate's streaming
+//! writer on the blocking pool; its output is cut into ~64 KiB chunks and
+//! sent through a small bounded channel, so the server holds a few chunks
+//! per export whatever the workspace's size, and a client that goes away
+//! fails the next send and stops the export.
+
+use super::{Manifest, FILES_PREFIX, MANIFEST_NAME, MANIFEST_VERSION};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::{BoxStream, StreamExt};
+use std::io::Write;
+use std::sync::Arc;
+use std::time::SystemTime;
+use tokio::sync::mpsc;
+use wsfs::{ByteRange, CanonicalPath, Error, FileKind, Filesystem, Metadata, Result};
+use zip::write::SimpleFileOptions;
+
+/// Bytes per chunk the export sends.
+pub const EXPORT_CHUNK_BYTES: usize = 64 * 1024;
+/// Chunks waiting for the client at most.
+const EXPORT_CHANNEL_CHUNKS: usize = 4;
+
+/// One entry of an export, in the order it goes into the archive.
+pub enum ExportEntry {
+    Directory {
+        path: CanonicalPath,
+        modified: SystemTime,
+    },
+    File {
+        path: CanonicalPath,
+        modified: SystemTime,
+        /// The size the content is expected to have (ZIP64 is used above 4 GiB).
+        size: u64,
+        content: BoxStream<'static, Result<Bytes>>,
+    },
+}
+
+/// Where an export reads its entries from.
+#[async_trait]
+pub trait ExportSource: Send + 'static {
+    /// The next entry; `None` when every entry has been given.
+    async fn next_entry(&mut self) -> Result<Option<ExportEntry>>;
+}
+
+/// The live workspace, walked depth-first in path order through the
+/// `Filesystem` trait (so the directory backend's symlink-proof reads are
+/// the only way in). Symlinks are left out; a file deleted between its
+/// listing and its read is left out too.
+pub struct LiveWorkspace {
+    fs: Arc<dyn Filesystem>,
+    /// Entries still to visit, the next one last.
+    pending: Vec<Metadata>,
+    started: bool,
+}
+
+impl LiveWorkspace {
+    pub fn new(fs: Arc<dyn Filesystem>) -> Self {
+        LiveWorkspace {
+            fs,
+            pending: Vec::new(),
+            started: false,
+        }
+    }
+
+    async fn push_children(&mut self, dir: &CanonicalPath) -> Result<()> {
+        let listing = match self.fs.list(dir, 1).await {
+            Ok(l) => l,
+            // Removed since its parent was listed: nothing to export there.
+            Err(Error::FileNotFound { .. } | Error::NotADirectory { .. }) if !dir.is_root() => {
+                return Ok(())
+            }
+            Err(e) => return Err(e),
+        };
+        if listing.truncated {
+            return Err(Error::QuotaExceeded {
+                message: format!(
+                    "directory '{}' holds more entries than one listing returns; it cannot be exported",
+                    dir.display()
+                ),
+            });
+        }
+        self.pending.extend(listing.entries.into_iter().rev());
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ExportSource for LiveWorkspace {
+    async fn next_entry(&mut self) -> Result<Option<ExportEntry>> {
+        if !self.started {
+            self.started = true;
+            self.push_children(&CanonicalPath::root()).await?;
+        }
+        while let Some(meta) = self.pending.pop() {
+            match meta.kind {
+                FileKind::Symlink => continue,
+                FileKind::Directory => {
+                    self.push_children(&meta.path).await?;
+                    return Ok(Some(ExportEntry::Directory {
+                        path: meta.path,
+                        modified: meta.modified,
+                    }));
+                }
+                FileKind::File => {
+                    let stream = match self
+                        .fs
+                        .read_bytes(&meta.path, ByteRange::default(), EXPORT_CHUNK_BYTES)
+                        .await
+                    {
+                        Ok(s) => s,
+                        Err(Error::FileNotFound { .. }) => continue,
+                        Err(e) => return Err(e),
+                    };
+                    return Ok(Some(ExportEntry::File {
+                        path: meta.path,
+                        modified: meta.modified,
+                        size: stream.length,
+                        content: stream.chunks,
+                    }));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Streams the ZIP of `source`: chunks of about [`EXPORT_CHUNK_BYTES`],
+/// then the end of the stream, or an error as the last item.
+pub fn zip_stream(source: Box<dyn ExportSource>) -> BoxStream<'static, Result<Bytes>> {
+    let (tx, rx) = mpsc::channel::<Result<Bytes>>(EXPORT_CHANNEL_CHUNKS);
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let _running = crate::metrics::Gauge::hold(&crate::metrics::ACTIVE_EXPORTS);
+        let errors = tx.clone();
+        if let Err(e) = write_zip(source, ChannelWriter::new(tx), &runtime) {
+            // Fails quietly when the client is gone, which is what stopped us.
+            let _ = errors.blocking_send(Err(e));
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx).boxed()
+}
+
+/// Writes the whole archive; runs on the blocking pool and waits on the
+/// source's async reads through `runtime`.
+fn write_zip(
+    mut source: Box<dyn ExportSource>,
+    out: ChannelWriter,
+    runtime: &tokio::runtime::Handle,
+) -> Result<()> {
+    let zip_error = |e: zip::result::ZipError| match e {
+        zip::result::ZipError::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe => {
+            Error::Cancelled {
+                message: "the client went away during the export".into(),
+            }
+        }
+        e => Error::internal(format!("writing the archive failed: {e}")),
+    };
+    let io_error = |e: std::io::Error| zip_error(zip::result::ZipError::Io(e));
+    let mut zip = zip::ZipWriter::new_stream(out);
+    let (mut file_count, mut total_bytes) = (0u64, 0u64);
+    while let Some(entry) = runtime.block_on(source.next_entry())? {
+        match entry {
+            ExportEntry::Directory { path, modified } => {
+                zip.add_directory(format!("{FILES_PREFIX}{path}/"), options(modified))
+                    .map_err(zip_error)?;
+            }
+            ExportEntry::File {
+                path,
+                modified,
+                size,
+                mut content,
+            } => {
+                let options = options(modified).large_file(size >= u32::MAX as u64);
+                zip.start_file(format!("{FILES_PREFIX}{path}"), options)
+                    .map_err(zip_error)?;
+                while let Some(chunk) = runtime.block_on(content.next()) {
+                    let chunk = chunk?;
+                    zip.write_all(&chunk).map_err(io_error)?;
+                    total_bytes += chunk.len() as u64;
+                }
+                file_count += 1;
+            }
+        }
+    }
+    let manifest = Manifest {
+        version: MANIFEST_VERSION.to_string(),
+        created_at: prost_types::Timestamp::from(SystemTime::now()).to_string(),
+        file_count,
+        total_bytes,
+    };
+    let json = serde_json::to_vec_pretty(&manifest)
+        .map_err(|e| Error::internal(format!("cannot encode the manifest: {e}")))?;
+    zip.start_file(MANIFEST_NAME, options(SystemTime::now()))
+        .map_err(zip_error)?;
+    zip.write_all(&json).map_err(io_error)?;
+    let mut out = zip.finish().map_err(zip_error)?.into_inner();
+    out.flush().map_err(io_error)
+}
+
+fn options(modified: SystemTime) -> SimpleFileOptions {
+    let options = SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated)
+        .unix_permissions(0o644);
+    match zip_time(modified) {
+        Some(t) => options.last_modified_time(t),
+        None => options,
+    }
+}
+
+/// A modification time as a ZIP (MS-DOS, here UTC) date and time; `None`
+/// outside 1980..=2107.
+fn zip_time(t: SystemTime) -> Option<zip::DateTime> {
+    let secs = t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    zip::DateTime::from_date_and_time(
+        u16::try_from(year).ok()?,
+        month,
+        day,
+        (rem / 3600) as u8,
+        (rem % 3600 / 60) as u8,
+        (rem % 60) as u8,
+    )
+    .ok()
+}
+
+/// A `Write` that cuts what it is given into chunks of about
+/// [`EXPORT_CHUNK_BYTES`] and sends each through a bounded channel,
+/// blocking while the client is behind. A closed channel (the client went
+/// away) is a `BrokenPipe` error.
+struct ChannelWriter {
+    tx: mpsc::Sender<Result<Bytes>>,
+    buf: Vec<u8>,
+}
+
+impl ChannelWriter {
+    fn new(tx: mpsc::Sender<Result<Bytes>>) -> Self {
+        ChannelWriter {
+            tx,
+            buf: Vec::with_capacity(EXPORT_CHUNK_BYTES),
+        }
+    }
+
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(EXPORT_CHUNK_BYTES));
+        self.tx
+            .blocking_send(Ok(Bytes::from(chunk)))
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+    }
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let room = EXPORT_CHUNK_BYTES - self.buf.len();
+        let n = data.len().min(room);
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() >= EXPORT_CHUNK_BYTES {
+            self.send()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zip_time_is_the_utc_civil_date() {
+        // 2024-02-29T13:45:30Z
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_709_214_330);
+        let z = zip_time(t).unwrap();
+        assert_eq!(
+            (
+                z.year(),
+                z.month(),
+                z.day(),
+                z.hour(),
+                z.minute(),
+                z.second()
+            ),
+            (2024, 2, 29, 13, 45, 30)
+        );
+        assert!(zip_time(std::time::UNIX_EPOCH).is_none());
+    }
+}

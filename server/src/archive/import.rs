@@ -1,0 +1,351 @@
+//! ImportArchive: check a whole archive, then replace a workspace with it.
+//!
+//! The service spools the incoming stream to a temporary file in the data
+//! directory (memory stays near one message). [`check`] then reads the
+//! whole archive before anything changes and refuses, naming the entry:
+//!
+//! | what | code / reason |
+//! | --- | --- |
+//! | not a ZIP, cut short, corrupt data (bad CRC), encrypted entries, unknown compression | INVALID_ARGUMENT `INVALID_ARGUMENT` |
+//! | an entry outside `files/` other than `manifest.json`; manifest missing, unreadable or wrong | INVALID_ARGUMENT `INVALID_ARGUMENT` |
+//! | a symlink entry (unix mode `S_IFLNK`) | INVALID_ARGUMENT `INVALID_ARGUMENT` |
+//! | an absolute entry name, or one over the session's path limits | INVALID_ARGUMENT `INVALID_PATH` |
+//! | a `..` segment anywhere | INVALID_ARGUMENT `PATH_ESCAPES_ROOT` |
+//! | two entries naming one path (after canonicalisation), or a file where another entry needs a directory | INVALID_ARGUMENT `INVALID_ARGUMENT` |
+//! | an entry whose real size differs from the size it declares | INVALID_ARGUMENT `INVALID_ARGUMENT` |
+//! | an entry over 1 MiB that expands more than 100:1 (a zip bomb) | INVALID_ARGUMENT `INVALID_ARGUMENT` |
+//! | a file over the session's per-write limit | INVALID_ARGUMENT `TOO_LARGE` |
+//! | more files or bytes than the session's `max_files` / `max_total_bytes` | RESOURCE_EXHAUSTED `QUOTA_EXCEEDED` |
+//!
+//! Decompression is capped at each entry's declared size, and declared
+//! sizes are checked against the limits before any byte is inflated, so a
+//! bomb costs at most what its declared sizes allow. [`apply`] then runs
+//! under the workspace's write lock: it empties the workspace and writes
+//! every directory and file (each file gets a new version).
+
+use super::{Manifest, FILES_PREFIX, MANIFEST_NAME, MANIFEST_VERSION};
+use crate::backend::{Backend, CommitMode, StagedFile};
+use crate::limits::SessionLimits;
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+use wsfs::{CanonicalPath, Error, Result};
+
+/// Entries larger than this are held to [`MAX_COMPRESSION_RATIO`].
+pub const BOMB_MIN_BYTES: u64 = 1024 * 1024;
+/// Most an entry over [`BOMB_MIN_BYTES`] may expand.
+pub const MAX_COMPRESSION_RATIO: u64 = 100;
+/// Largest `manifest.json` read.
+const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
+/// Bytes per read when inflating.
+const COPY_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Where uploads are spooled, under the data directory.
+pub fn spool_dir(data_dir: &Path) -> std::path::PathBuf {
+    data_dir.join("imports")
+}
+
+/// Removes spooled uploads that a stopped server left behind.
+pub fn clear_spool(data_dir: &Path) {
+    let dir = spool_dir(data_dir);
+    if let Err(e) = std::fs::remove_dir_all(&dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot clear abandoned imports");
+        }
+    }
+}
+
+/// What a checked archive holds: apply it with [`apply`].
+#[derive(Debug, Clone, Default)]
+pub struct ImportPlan {
+    /// Directories, parents before children.
+    pub dirs: Vec<CanonicalPath>,
+    /// Files: (entry index in the archive, path, size).
+    pub files: Vec<(usize, CanonicalPath, u64)>,
+    pub file_count: u64,
+    pub total_bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    File,
+    Directory,
+}
+
+fn refused(message: String) -> Error {
+    Error::InvalidArgument { message }
+}
+
+fn open(path: &Path) -> Result<zip::ZipArchive<std::fs::File>> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| Error::internal(format!("cannot reopen the spooled archive: {e}")))?;
+    zip::ZipArchive::new(file)
+        .map_err(|e| refused(format!("the upload is not a readable ZIP archive: {e}")))
+}
+
+/// Reads the whole archive at `path` and checks it against `limits`;
+/// changes nothing. Blocking.
+pub fn check(path: &Path, limits: &SessionLimits) -> Result<ImportPlan> {
+    let mut archive = open(path)?;
+    let mut entries: BTreeMap<CanonicalPath, (Kind, usize, u64)> = BTreeMap::new();
+    let mut manifest_index = None;
+    for index in 0..archive.len() {
+        let entry = archive
+            .by_index_raw(index)
+            .map_err(|e| refused(format!("archive entry {index} cannot be read: {e}")))?;
+        let name = std::str::from_utf8(entry.name_raw())
+            .map_err(|_| {
+                refused(format!(
+                    "archive entry {index} has a name that is not UTF-8"
+                ))
+            })?
+            .to_string();
+        if entry.encrypted() {
+            return Err(refused(format!(
+                "archive entry '{name}' is encrypted; encrypted archives are not accepted"
+            )));
+        }
+        let mode = entry.unix_mode().unwrap_or(0);
+        if entry.is_symlink() || mode & 0o170000 == 0o120000 {
+            return Err(refused(format!(
+                "archive entry '{name}' is a symbolic link; archives may hold only files and directories"
+            )));
+        }
+        if name.starts_with('/') || name.starts_with('\\') {
+            return Err(Error::InvalidPath {
+                message: format!("archive entry '{name}' is an absolute path"),
+                path: name,
+            });
+        }
+        if name.split(['/', '\\']).any(|s| s == "..") {
+            return Err(Error::PathEscapesRoot { path: name });
+        }
+        if name == MANIFEST_NAME {
+            if manifest_index.replace(index).is_some() {
+                return Err(refused(format!(
+                    "the archive holds '{MANIFEST_NAME}' twice"
+                )));
+            }
+            continue;
+        }
+        let Some(rest) = name.strip_prefix(FILES_PREFIX) else {
+            return Err(refused(format!(
+                "archive entry '{name}' is outside '{FILES_PREFIX}'; an archive holds '{MANIFEST_NAME}' and files under '{FILES_PREFIX}' only"
+            )));
+        };
+        let path = CanonicalPath::parse(rest, &limits.path).map_err(|e| match e {
+            Error::InvalidPath { message, .. } => Error::InvalidPath {
+                message: format!("archive entry '{name}': {message}"),
+                path: name.clone(),
+            },
+            other => other,
+        })?;
+        let kind = if entry.is_dir() {
+            Kind::Directory
+        } else {
+            Kind::File
+        };
+        if path.is_root() {
+            if kind == Kind::Directory {
+                continue;
+            }
+            return Err(refused(format!("archive entry '{name}' names no file")));
+        }
+        let size = if kind == Kind::File { entry.size() } else { 0 };
+        if kind == Kind::File {
+            if size > limits.max_write_bytes {
+                return Err(Error::TooLarge {
+                    path: path.as_str().to_string(),
+                    size,
+                    limit: limits.max_write_bytes,
+                });
+            }
+            let compressed = entry.compressed_size().max(1);
+            if size > BOMB_MIN_BYTES && size / compressed > MAX_COMPRESSION_RATIO {
+                return Err(refused(format!(
+                    "archive entry '{name}' expands {size} bytes from {compressed} ({}:1), more than the {MAX_COMPRESSION_RATIO}:1 allowed above {BOMB_MIN_BYTES} bytes; it looks like a zip bomb",
+                    size / compressed
+                )));
+            }
+        }
+        if entries.insert(path.clone(), (kind, index, size)).is_some() {
+            return Err(refused(format!(
+                "archive entry '{name}' names '{path}', which another entry names too"
+            )));
+        }
+    }
+    let mut plan = ImportPlan::default();
+    for (path, (kind, index, size)) in &entries {
+        let mut parent = path.parent();
+        while let Some(p) = parent.filter(|p| !p.is_root()) {
+            if let Some((Kind::File, ..)) = entries.get(&p) {
+                return Err(refused(format!(
+                    "archive entry for '{path}' needs '{p}' to be a directory, but the archive holds it as a file"
+                )));
+            }
+            parent = p.parent();
+        }
+        match kind {
+            Kind::Directory => plan.dirs.push(path.clone()),
+            Kind::File => {
+                plan.files.push((*index, path.clone(), *size));
+                plan.file_count += 1;
+                plan.total_bytes += size;
+            }
+        }
+    }
+    if limits.max_files > 0 && plan.file_count > limits.max_files {
+        return Err(Error::QuotaExceeded {
+            message: format!(
+                "the archive holds {} files; this session allows at most {}",
+                plan.file_count, limits.max_files
+            ),
+        });
+    }
+    if limits.max_total_bytes > 0 && plan.total_bytes > limits.max_total_bytes {
+        return Err(Error::QuotaExceeded {
+            message: format!(
+                "the archive holds {} bytes; this session allows at most {}",
+                plan.total_bytes, limits.max_total_bytes
+            ),
+        });
+    }
+
+    let Some(manifest_index) = manifest_index else {
+        return Err(refused(format!(
+            "the archive has no '{MANIFEST_NAME}'; export one with ExportArchive to see the layout"
+        )));
+    };
+    let manifest = read_manifest(&mut archive, manifest_index)?;
+    if manifest.version != MANIFEST_VERSION {
+        return Err(refused(format!(
+            "'{MANIFEST_NAME}' has version '{}'; this server reads version '{MANIFEST_VERSION}'",
+            manifest.version
+        )));
+    }
+    if (manifest.file_count, manifest.total_bytes) != (plan.file_count, plan.total_bytes) {
+        return Err(refused(format!(
+            "'{MANIFEST_NAME}' counts {} files and {} bytes, but the archive holds {} files and {} bytes",
+            manifest.file_count, manifest.total_bytes, plan.file_count, plan.total_bytes
+        )));
+    }
+
+    // Inflate every file (into nothing) to prove its data: real size equal
+    // to the declared size, and the CRC right.
+    for (index, path, size) in &plan.files {
+        let copied = copy_entry(&mut archive, *index, path, *size, &mut std::io::sink())?;
+        debug_assert_eq!(copied, *size);
+    }
+    Ok(plan)
+}
+
+fn read_manifest(archive: &mut zip::ZipArchive<std::fs::File>, index: usize) -> Result<Manifest> {
+    let bad = |why: String| refused(format!("'{MANIFEST_NAME}' is not valid: {why}"));
+    let mut raw = Vec::new();
+    archive
+        .by_index(index)
+        .map_err(|e| bad(e.to_string()))?
+        .take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut raw)
+        .map_err(|e| bad(e.to_string()))?;
+    if raw.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(bad(format!("it is larger than {MAX_MANIFEST_BYTES} bytes")));
+    }
+    serde_json::from_slice(&raw).map_err(|e| bad(e.to_string()))
+}
+
+/// Inflates entry `index` into `out`, refusing data that is corrupt or
+/// whose size is not `declared`; never inflates more than `declared + 1`
+/// bytes. Returns the bytes copied.
+fn copy_entry(
+    archive: &mut zip::ZipArchive<std::fs::File>,
+    index: usize,
+    path: &CanonicalPath,
+    declared: u64,
+    out: &mut dyn EntrySink,
+) -> Result<u64> {
+    let corrupt =
+        |e: &dyn std::fmt::Display| refused(format!("archive entry for '{path}' is corrupt: {e}"));
+    let entry = archive.by_index(index).map_err(|e| corrupt(&e))?;
+    let mut reader = entry.take(declared + 1);
+    let mut buf = vec![0u8; COPY_BUFFER_BYTES];
+    let mut copied = 0u64;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(corrupt(&e)),
+        };
+        copied += n as u64;
+        if copied > declared {
+            break;
+        }
+        out.put(&buf[..n])?;
+    }
+    if copied != declared {
+        return Err(refused(format!(
+            "archive entry for '{path}' declares {declared} bytes but holds {}{copied}",
+            if copied > declared { "more than " } else { "" }
+        )));
+    }
+    Ok(copied)
+}
+
+/// Where [`copy_entry`] puts the bytes.
+trait EntrySink {
+    fn put(&mut self, data: &[u8]) -> Result<()>;
+}
+
+impl EntrySink for std::io::Sink {
+    fn put(&mut self, _data: &[u8]) -> Result<()> {
+        Ok(())
+    }
+}
+
+struct Staging<'a, S: StagedFile>(&'a mut S);
+
+impl<S: StagedFile> EntrySink for Staging<'_, S> {
+    fn put(&mut self, data: &[u8]) -> Result<()> {
+        self.0.write_chunk(data)
+    }
+}
+
+/// Replaces everything in `backend` with the checked archive at `path`.
+/// The caller holds the workspace's write lock. Blocking.
+pub fn apply<B: Backend>(backend: &B, path: &Path, plan: &ImportPlan) -> Result<()> {
+    let mut archive = open(path)?;
+    backend.remove(&CanonicalPath::root(), true)?;
+    for dir in &plan.dirs {
+        backend.mkdir(dir, true)?;
+    }
+    for (index, path, size) in &plan.files {
+        let mut staged = backend.stage()?;
+        copy_entry(&mut archive, *index, path, *size, &mut Staging(&mut staged))?;
+        backend.commit(
+            staged,
+            path,
+            CommitMode {
+                append: false,
+                create_parents: true,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// A workspace an archive can be imported into; sessions hold their
+/// workspace as this too, since `Filesystem` has no whole-workspace write.
+#[async_trait::async_trait]
+pub trait ArchiveTarget: Send + Sync {
+    /// Empties the workspace and writes the checked archive at `archive`,
+    /// under the workspace's write lock. Read-only: `READ_ONLY`.
+    async fn import_checked(&self, archive: std::path::PathBuf, plan: ImportPlan) -> Result<()>;
+}
+
+#[async_trait::async_trait]
+impl<B: Backend> ArchiveTarget for crate::workspace::Workspace<B> {
+    async fn import_checked(&self, archive: std::path::PathBuf, plan: ImportPlan) -> Result<()> {
+        self.exclusive(move |b| apply(b, &archive, &plan)).await
+    }
+}

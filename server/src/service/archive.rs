@@ -1,0 +1,126 @@
+//! ExportArchive and ImportArchive at the gRPC edge; the archive logic is
+//! in [`crate::archive`].
+
+use crate::archive::export::{zip_stream, ExportSource, LiveWorkspace};
+use crate::archive::import;
+use crate::sessions::SessionRegistry;
+use futures::stream::{BoxStream, StreamExt};
+use tokio::io::AsyncWriteExt;
+use tonic::{Status, Streaming};
+use wsfs::proto::{self, import_archive_request::Payload};
+use wsfs::{Error, Result};
+
+/// The spool an import may fill beyond the session's byte limit: room for
+/// ZIP headers and data that does not compress.
+const SPOOL_SLACK_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The ZIP stream of a session's live workspace, or of one of its
+/// snapshots.
+pub(crate) fn export(
+    registry: &SessionRegistry,
+    r: &proto::ExportArchiveRequest,
+) -> Result<BoxStream<'static, std::result::Result<proto::ArchiveChunk, Status>>> {
+    let session = registry.get(&r.session_id)?;
+    let source: Box<dyn ExportSource> = if r.snapshot_id.is_empty() {
+        Box::new(LiveWorkspace::new(session.fs.clone()))
+    } else {
+        // Snapshot export hooks in here: a source over the snapshot's files
+        // (an `ExportSource`), once snapshots can list them.
+        return Err(super::unimplemented(
+            "exporting a snapshot",
+            "export the live workspace, or Restore the snapshot first",
+        ));
+    };
+    Ok(zip_stream(source)
+        .map(|chunk| {
+            chunk
+                .map(|data| proto::ArchiveChunk { data })
+                .map_err(|e| e.to_status())
+        })
+        .boxed())
+}
+
+/// Spools the archive, checks all of it, then replaces the workspace.
+pub(crate) async fn import(
+    registry: &SessionRegistry,
+    mut stream: Streaming<proto::ImportArchiveRequest>,
+    session_id: &mut String,
+) -> Result<proto::ImportArchiveResponse> {
+    let broke = |e: Status| Error::InvalidArgument {
+        message: format!("the archive stream broke off: {}", e.message()),
+    };
+    let first = stream.message().await.map_err(broke)?;
+    let Some(proto::ImportArchiveRequest {
+        payload: Some(Payload::SessionId(id)),
+    }) = first
+    else {
+        return Err(Error::invalid_argument(
+            "the first ImportArchive message must carry session_id; data follows in later messages",
+        ));
+    };
+    *session_id = id.clone();
+    let session = registry.get(&id)?;
+    if session.record.read_only {
+        return Err(Error::ReadOnly {
+            path: String::new(),
+            message: "cannot import into this session: it is read-only".into(),
+        });
+    }
+    let limits = session.record.limits;
+
+    let spool_dir = import::spool_dir(&registry.config().data_dir);
+    let internal = |e: std::io::Error| Error::internal(format!("cannot spool the archive: {e}"));
+    tokio::fs::create_dir_all(&spool_dir)
+        .await
+        .map_err(internal)?;
+    let spool = tempfile::Builder::new()
+        .prefix("import-")
+        .suffix(".zip")
+        .tempfile_in(&spool_dir)
+        .map_err(internal)?;
+    let mut out = tokio::fs::File::from_std(spool.reopen().map_err(internal)?);
+    let cap = match limits.max_total_bytes {
+        0 => u64::MAX,
+        n => n.saturating_mul(2).saturating_add(SPOOL_SLACK_BYTES),
+    };
+    let mut received = 0u64;
+    while let Some(message) = stream.message().await.map_err(broke)? {
+        match message.payload {
+            Some(Payload::Data(data)) => {
+                received += data.len() as u64;
+                if received > cap {
+                    return Err(Error::QuotaExceeded {
+                        message: format!(
+                            "the archive is larger than {cap} bytes, more than this session's byte limit can hold"
+                        ),
+                    });
+                }
+                out.write_all(&data).await.map_err(internal)?;
+            }
+            Some(Payload::SessionId(_)) => {
+                return Err(Error::invalid_argument(
+                    "session_id may only be sent in the first ImportArchive message",
+                ))
+            }
+            None => {}
+        }
+    }
+    out.flush().await.map_err(internal)?;
+    drop(out);
+
+    let path = spool.path().to_path_buf();
+    let plan = tokio::task::spawn_blocking(move || import::check(&path, &limits))
+        .await
+        .map_err(|e| Error::internal(format!("checking the archive failed: {e}")))??;
+    let (file_count, total_bytes) = (plan.file_count, plan.total_bytes);
+    session
+        .archive
+        .import_checked(spool.path().to_path_buf(), plan)
+        .await?;
+    drop(spool);
+    tracing::info!(session = %id, file_count, total_bytes, "archive imported");
+    Ok(proto::ImportArchiveResponse {
+        file_count: file_count as i64,
+        total_bytes: total_bytes as i64,
+    })
+}
