@@ -6,6 +6,7 @@
 //! flight, and `session.json`), or is rooted in an existing directory
 //! inside one of the allowed roots.
 
+use crate::auth::zones::{Layout, ZONE_DIRS};
 use crate::backend::{Backend, DirectoryBackend, MemoryBackend};
 use crate::config::ServerConfig;
 use crate::limits::SessionLimits;
@@ -37,6 +38,7 @@ pub struct SessionRecord {
     pub read_only: bool,
     pub labels: BTreeMap<String, String>,
     pub idle_ttl_seconds: u64,
+    pub layout: Layout,
 }
 
 /// What CreateSession asks for, parsed.
@@ -50,6 +52,7 @@ pub struct SessionSpec {
     pub limits: Option<wsfs::proto::SessionLimits>,
     pub labels: BTreeMap<String, String>,
     pub idle_ttl_seconds: u64,
+    pub layout: Layout,
 }
 
 /// A live session.
@@ -90,6 +93,8 @@ struct PersistedSession {
     read_only: bool,
     labels: BTreeMap<String, String>,
     idle_ttl_seconds: u64,
+    #[serde(default)]
+    layout: Layout,
 }
 
 impl PersistedSession {
@@ -106,6 +111,7 @@ impl PersistedSession {
             read_only: r.read_only,
             labels: r.labels.clone(),
             idle_ttl_seconds: r.idle_ttl_seconds,
+            layout: r.layout,
         }
     }
 
@@ -127,6 +133,7 @@ impl PersistedSession {
             read_only: self.read_only,
             labels: self.labels,
             idle_ttl_seconds: self.idle_ttl_seconds,
+            layout: self.layout,
         }
     }
 }
@@ -291,7 +298,7 @@ impl SessionRegistry {
                     ));
                 }
                 let ws = Arc::new(Workspace::new(MemoryBackend::new(), limits));
-                seed(&ws, &seeds).await?;
+                seed(&ws, &seeds, spec.layout).await?;
                 ws.set_read_only(spec.read_only);
                 (ws, None, None)
             }
@@ -311,7 +318,7 @@ impl SessionRegistry {
                     }
                 };
                 let ws = Arc::new(Workspace::new(backend, limits));
-                if let Err(e) = seed(&ws, &seeds).await {
+                if let Err(e) = seed(&ws, &seeds, spec.layout).await {
                     let _ = std::fs::remove_dir_all(&session_dir);
                     return Err(e);
                 }
@@ -328,6 +335,7 @@ impl SessionRegistry {
             read_only: spec.read_only,
             labels: spec.labels,
             idle_ttl_seconds: spec.idle_ttl_seconds,
+            layout: spec.layout,
         };
         if let (Some(dir), Some(root)) = (&owned_dir, &record.root_path) {
             if let Err(e) = write_session_file(dir, &PersistedSession::from_record(&record, root)) {
@@ -426,7 +434,17 @@ fn create_session_dirs(session_dir: &Path, root: &Path, own_root: bool) -> Resul
 async fn seed<B: Backend>(
     ws: &Workspace<B>,
     seeds: &[(CanonicalPath, bytes::Bytes)],
+    layout: Layout,
 ) -> Result<()> {
+    if layout == Layout::Swarm {
+        for zone in ZONE_DIRS {
+            ws.mkdir(
+                &CanonicalPath::from_canonical(zone),
+                wsfs::MkdirOptions::default(),
+            )
+            .await?;
+        }
+    }
     for (path, data) in seeds {
         let chunks = futures::stream::iter([Ok(data.clone())]);
         ws.write_bytes(
