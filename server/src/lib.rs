@@ -48,17 +48,19 @@ pub async fn serve(
         .validate(bound)
         .map_err(wsfs::Error::invalid_argument)?;
     let tls = tls_config(&config)?;
-    let auth = Arc::new(auth::Auth::new(config.admin_token.as_deref()));
-    if auth.tokens_on() && tls.is_none() && !bound.ip().is_loopback() {
-        tracing::warn!(%bound, "tokens travel in clear text: pass --tls-cert and --tls-key");
-    }
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         wsfs::Error::internal(format!(
             "cannot create the data directory '{}': {e}",
             config.data_dir.display()
         ))
     })?;
+    let data_dir = config.data_dir.clone();
+    let auth = auth::Auth::new(config.admin_token.as_deref());
     let registry = Arc::new(sessions::SessionRegistry::open(Arc::new(config))?);
+    let auth = Arc::new(auth.persisted_under(&data_dir, &registry));
+    if auth.tokens_on() && tls.is_none() && !bound.ip().is_loopback() {
+        tracing::warn!(%bound, "tokens travel in clear text: pass --tls-cert and --tls-key");
+    }
 
     let reaper = {
         let registry = registry.clone();

@@ -224,3 +224,37 @@ async fn serve_refuses_tokens_off_on_a_public_address() {
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.to_string().contains("--insecure"), "{err}");
 }
+
+#[tokio::test]
+async fn directory_session_tokens_survive_a_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let with_tokens = |c: &mut wsfs_server::ServerConfig| c.admin_token = Some(ADMIN.to_string());
+    let server = TestServer::start_at(data.path(), with_tokens).await;
+    let admin = admin(&server).await;
+    let (_, info) = admin.create(SessionOptions::directory()).await.unwrap();
+    let alice = admin.issue_token(&info.id, "alice").await.unwrap();
+    let system = info.token.clone().unwrap();
+    server.stop().await.unwrap();
+    // Only hashes are on disk.
+    let saved = std::fs::read_to_string(
+        data.path()
+            .join("sessions")
+            .join(&info.id)
+            .join("tokens.json"),
+    )
+    .unwrap();
+    assert!(
+        !saved.contains(&alice) && !saved.contains(&system),
+        "{saved}"
+    );
+
+    let server = TestServer::start_at(data.path(), with_tokens).await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let as_alice = client.session(&info.id).with_token(&alice).unwrap();
+    as_alice.write_str("a.txt", "still me\n").await.unwrap();
+    let as_system = client.session(&info.id).with_token(&system).unwrap();
+    assert_eq!(
+        as_system.read_to_string("a.txt").await.unwrap(),
+        "still me\n"
+    );
+}

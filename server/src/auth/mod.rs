@@ -17,11 +17,18 @@
 //! PERMISSION_DENIED before B is looked up, whether B exists or not, so it
 //! learns nothing about B. The admin token is the system caller of every
 //! session (it can create sessions and read their system tokens anyway).
+//!
+//! The token hashes of a DIRECTORY session are kept beside its
+//! `session.json`, in `tokens.json`, so its tokens survive a restart and
+//! go with the session's directory when it is deleted.
 
 pub mod tokens;
 pub mod zones;
 
+use crate::sessions::{BackendKind, Session, SessionRegistry};
 use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::sync::Mutex;
 use subtle::ConstantTimeEq;
 use tonic::metadata::MetadataMap;
 use wsfs::{Error, Result};
@@ -85,6 +92,21 @@ pub struct Auth {
     /// SHA-256 of the admin token; `None`: tokens are off.
     admin: Option<[u8; 32]>,
     tokens: TokenStore,
+    /// `<data dir>/sessions`: where DIRECTORY sessions keep `tokens.json`.
+    sessions_dir: Option<PathBuf>,
+    /// Serializes rewrites of `tokens.json`.
+    persisting: Mutex<()>,
+}
+
+/// The file, in a DIRECTORY session's directory, that holds its token hashes.
+const TOKENS_FILE: &str = "tokens.json";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PersistedToken {
+    /// Hex SHA-256 of the token.
+    sha256: String,
+    /// `system` or the caller's name.
+    caller: String,
 }
 
 fn unauthenticated(message: &str) -> Error {
@@ -99,7 +121,90 @@ impl Auth {
         Auth {
             admin: admin_token.map(tokens::hash),
             tokens: TokenStore::default(),
+            sessions_dir: None,
+            persisting: Mutex::new(()),
         }
+    }
+
+    /// Keeps the token hashes of DIRECTORY sessions under `data_dir`, and
+    /// loads those of every DIRECTORY session `registry` reopened.
+    pub fn persisted_under(
+        mut self,
+        data_dir: &std::path::Path,
+        registry: &SessionRegistry,
+    ) -> Auth {
+        let dir = data_dir.join("sessions");
+        for session in registry.list() {
+            if session.record.backend != BackendKind::Directory {
+                continue;
+            }
+            let file = dir.join(&session.record.id).join(TOKENS_FILE);
+            let Ok(raw) = std::fs::read(&file) else {
+                continue;
+            };
+            match serde_json::from_slice::<Vec<PersistedToken>>(&raw) {
+                Ok(saved) => {
+                    for t in saved {
+                        let caller = match t.caller.as_str() {
+                            "system" => Caller::System,
+                            name => match Caller::named(name) {
+                                Ok(c) => c,
+                                Err(_) => continue,
+                            },
+                        };
+                        if let Some(hash) = from_hex(&t.sha256) {
+                            self.tokens.insert(
+                                hash,
+                                tokens::TokenGrant {
+                                    session_id: session.record.id.clone(),
+                                    caller,
+                                },
+                            );
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), error = %e, "unreadable token file skipped")
+                }
+            }
+        }
+        self.sessions_dir = Some(dir);
+        self
+    }
+
+    /// A new token for `caller` in `session`; a DIRECTORY session's token
+    /// hashes are written down before the token is handed out.
+    pub fn issue(&self, session: &Session, caller: Caller) -> Result<String> {
+        let id = &session.record.id;
+        let token = self.tokens.issue(id, caller)?;
+        if let (Some(dir), BackendKind::Directory) = (&self.sessions_dir, session.record.backend) {
+            let _one_writer = self.persisting.lock().unwrap_or_else(|e| e.into_inner());
+            let saved: Vec<PersistedToken> = self
+                .tokens
+                .of_session(id)
+                .into_iter()
+                .map(|(hash, caller)| PersistedToken {
+                    sha256: to_hex(&hash),
+                    caller: caller.name().to_string(),
+                })
+                .collect();
+            let file = dir.join(id).join(TOKENS_FILE);
+            let written = serde_json::to_vec_pretty(&saved)
+                .map_err(std::io::Error::other)
+                .and_then(|json| {
+                    let tmp = file.with_extension("json.tmp");
+                    std::fs::write(&tmp, json)?;
+                    std::fs::rename(&tmp, &file)
+                });
+            if let Err(e) = written {
+                self.tokens.revoke(&token);
+                return Err(Error::internal(format!(
+                    "cannot record the token in '{}': {e}",
+                    file.display()
+                )));
+            }
+        }
+        Ok(token)
     }
 
     pub fn tokens_on(&self) -> bool {
@@ -190,6 +295,21 @@ fn bearer(metadata: &MetadataMap) -> Result<&str> {
         return Err(missing());
     }
     Ok(token.trim())
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(text: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    if text.len() != 64 {
+        return None;
+    }
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
 }
 
 /// SHA-256, the one hash of secrets.

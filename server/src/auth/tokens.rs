@@ -82,6 +82,14 @@ impl TokenStore {
             .collect()
     }
 
+    /// Revokes one token.
+    pub fn revoke(&self, token: &str) {
+        self.by_hash
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&hash(token));
+    }
+
     /// Revokes every token of a session (it was deleted or expired).
     pub fn forget_session(&self, session_id: &str) {
         self.by_hash

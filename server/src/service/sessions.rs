@@ -110,7 +110,7 @@ impl sessions_server::Sessions for SessionsService {
             tracing::info!(session = %session.record.id, backend = ?session.record.backend, "session created");
             let mut created = session_to_proto(&session);
             if self.auth.tokens_on() {
-                created.token = self.auth.tokens().issue(&session.record.id, Caller::System)?;
+                created.token = self.auth.issue(&session, Caller::System)?;
             }
             Ok(created)
         })
@@ -286,7 +286,7 @@ impl sessions_server::Sessions for SessionsService {
                 ));
             }
             let session = self.registry.get(&r.session_id)?;
-            let token = self.auth.tokens().issue(&session.record.id, caller)?;
+            let token = self.auth.issue(&session, caller)?;
             Ok(proto::IssueTokenResponse {
                 token,
                 caller: r.caller,
