@@ -4,7 +4,7 @@ use crate::convert;
 use crate::session::Session;
 use crate::sessions::{SessionInfo, SessionOptions};
 use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use wsfs::proto;
 use wsfs::proto::filesystem_client::FilesystemClient;
 use wsfs::proto::sessions_client::SessionsClient;
@@ -29,6 +29,23 @@ impl Client {
         let endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| {
             Error::invalid_argument(format!("'{url}' is not a valid server address: {e}"))
         })?;
+        let channel = endpoint.connect().await.map_err(|e| Error::Unavailable {
+            message: format!("cannot connect to {url}: {}", error_chain(&e)),
+        })?;
+        Ok(Client::from_channel(channel))
+    }
+
+    /// Connects over TLS, e.g. `"https://wsfs.example:50051"`, trusting the
+    /// server certificates signed by `ca_pem` (PEM; the server's own
+    /// certificate when it is self-signed). The certificate must name the
+    /// URL's host.
+    pub async fn connect_with_tls(url: &str, ca_pem: &[u8]) -> Result<Client> {
+        let endpoint = Endpoint::from_shared(url.to_string())
+            .map_err(|e| {
+                Error::invalid_argument(format!("'{url}' is not a valid server address: {e}"))
+            })?
+            .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem)))
+            .map_err(|e| Error::invalid_argument(format!("TLS setup for {url} failed: {e}")))?;
         let channel = endpoint.connect().await.map_err(|e| Error::Unavailable {
             message: format!("cannot connect to {url}: {}", error_chain(&e)),
         })?;
@@ -121,6 +138,22 @@ impl Client {
             .delete_session(self.credentials.request(request))
             .await?;
         convert::server_count("files_deleted", response.into_inner().files_deleted)
+    }
+
+    /// A token for `caller` in session `id` (this client must carry the
+    /// admin token or the session's system token). Callers are named
+    /// `[a-z0-9_-]{1,64}`, never `system`.
+    pub async fn issue_token(&self, id: &str, caller: &str) -> Result<String> {
+        let request = proto::IssueTokenRequest {
+            session_id: id.to_string(),
+            caller: caller.to_string(),
+        };
+        let response = self
+            .sessions
+            .clone()
+            .issue_token(self.credentials.request(request))
+            .await?;
+        Ok(response.into_inner().token)
     }
 
     /// A handle on an existing session. Nothing is sent until it is used.

@@ -39,7 +39,31 @@ pub struct ServerConfig {
     /// Log format.
     #[arg(long, env = "WSFS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Turns tokens on: the Sessions service then needs this token
+    /// (`authorization: Bearer <token>`), and every Filesystem call a
+    /// session token. At least 16 characters. Without it, tokens are off,
+    /// which only a loopback listener (or `--insecure`) allows.
+    #[arg(long, env = "WSFS_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Serve without tokens on a non-loopback address: anyone who reaches
+    /// the port reads and writes every session.
+    #[arg(long, env = "WSFS_INSECURE")]
+    pub insecure: bool,
+
+    /// TLS certificate chain (PEM); with `--tls-key`, the server speaks
+    /// only TLS (`https://`).
+    #[arg(long, env = "WSFS_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// TLS private key (PEM) for `--tls-cert`.
+    #[arg(long, env = "WSFS_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
+
+/// The shortest admin token accepted.
+pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 
 pub fn default_data_dir() -> PathBuf {
     dirs::data_dir()
@@ -57,6 +81,69 @@ impl ServerConfig {
             allow_roots: Vec::new(),
             max_write_bytes: DEFAULT_SERVER_MAX_WRITE_BYTES,
             log_format: LogFormat::Text,
+            admin_token: None,
+            insecure: false,
+            tls_cert: None,
+            tls_key: None,
         }
+    }
+
+    /// Refuses configurations that would expose the filesystem: tokens off
+    /// on a listener other than loopback (unless `--insecure`), a short
+    /// admin token, half a TLS identity. `listen` is the address actually
+    /// bound. The error says why and what to pass instead.
+    pub fn validate(&self, listen: SocketAddr) -> Result<(), String> {
+        match &self.admin_token {
+            Some(t) if t.chars().count() < MIN_ADMIN_TOKEN_CHARS => {
+                return Err(format!(
+                    "--admin-token must be at least {MIN_ADMIN_TOKEN_CHARS} characters long"
+                ));
+            }
+            Some(_) => {}
+            None if listen.ip().is_loopback() || self.insecure => {}
+            None => {
+                return Err(format!(
+                    "refusing to listen on {listen} without tokens: anyone who reaches it could read and write every session. \
+                     Set --admin-token (WSFS_ADMIN_TOKEN), listen on loopback (127.0.0.1 or ::1), \
+                     or pass --insecure to serve an open filesystem on purpose"
+                ));
+            }
+        }
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err("--tls-cert and --tls-key go together".to_string());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ServerConfig {
+        ServerConfig::for_tests(std::env::temp_dir())
+    }
+
+    #[test]
+    fn tokens_off_is_fine_on_loopback_only() {
+        assert!(config().validate("127.0.0.1:1".parse().unwrap()).is_ok());
+        assert!(config().validate("[::1]:1".parse().unwrap()).is_ok());
+        let err = config().validate("0.0.0.0:1".parse().unwrap()).unwrap_err();
+        assert!(
+            err.contains("--admin-token") && err.contains("--insecure"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn insecure_or_a_token_opens_other_addresses() {
+        let mut c = config();
+        c.insecure = true;
+        assert!(c.validate("0.0.0.0:1".parse().unwrap()).is_ok());
+        let mut c = config();
+        c.admin_token = Some("0123456789abcdef".into());
+        assert!(c.validate("0.0.0.0:1".parse().unwrap()).is_ok());
+        c.admin_token = Some("short".into());
+        assert!(c.validate("127.0.0.1:1".parse().unwrap()).is_err());
     }
 }

@@ -11,6 +11,7 @@
 //! with health and reflection; [`archive`] exports and imports ZIP archives.
 
 pub mod archive;
+pub mod auth;
 pub mod backend;
 pub mod limits;
 pub mod metrics;
@@ -42,6 +43,13 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> wsfs::Result<()> {
+    let bound = listener
+        .local_addr()
+        .map_err(|e| wsfs::Error::internal(format!("cannot read the listening address: {e}")))?;
+    config
+        .validate(bound)
+        .map_err(wsfs::Error::invalid_argument)?;
+    let tls = tls_config(&config)?;
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         wsfs::Error::internal(format!(
             "cannot create the data directory '{}': {e}",
@@ -49,23 +57,35 @@ pub async fn serve(
         ))
     })?;
     archive::import::clear_spool(&config.data_dir);
+    let data_dir = config.data_dir.clone();
+    let auth = auth::Auth::new(config.admin_token.as_deref());
     let registry = Arc::new(sessions::SessionRegistry::open(Arc::new(config))?);
+    let auth = Arc::new(auth.persisted_under(&data_dir, &registry));
+    if auth.tokens_on() && tls.is_none() && !bound.ip().is_loopback() {
+        tracing::warn!(%bound, "tokens travel in clear text: pass --tls-cert and --tls-key");
+    }
 
     let reaper = {
         let registry = registry.clone();
+        let auth = auth.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             loop {
                 tick.tick().await;
-                registry.expire_idle().await;
+                for id in registry.expire_idle().await {
+                    auth.tokens().forget_session(&id);
+                }
             }
         })
     };
 
-    let filesystem = FilesystemServer::new(service::FilesystemService::new(registry.clone()))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let sessions = SessionsServer::new(service::SessionsService::new(registry))
+    let filesystem = FilesystemServer::new(service::FilesystemService::new(
+        registry.clone(),
+        auth.clone(),
+    ))
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let sessions = SessionsServer::new(service::SessionsService::new(registry, auth))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
 
@@ -90,7 +110,13 @@ pub async fn serve(
         .build_v1alpha()
         .map_err(reflection_error)?;
 
-    let served = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder
+            .tls_config(tls)
+            .map_err(|e| wsfs::Error::internal(format!("TLS setup failed: {e}")))?;
+    }
+    let served = builder
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -106,4 +132,20 @@ pub async fn serve(
         .map_err(|e| wsfs::Error::internal(format!("server failed: {e}")));
     reaper.abort();
     served
+}
+
+/// The server's TLS identity from `--tls-cert` and `--tls-key`, if given.
+fn tls_config(config: &ServerConfig) -> wsfs::Result<Option<tonic::transport::ServerTlsConfig>> {
+    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
+        return Ok(None);
+    };
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| {
+            wsfs::Error::invalid_argument(format!("cannot read '{}': {e}", p.display()))
+        })
+    };
+    let identity = tonic::transport::Identity::from_pem(read(cert)?, read(key)?);
+    Ok(Some(
+        tonic::transport::ServerTlsConfig::new().identity(identity),
+    ))
 }

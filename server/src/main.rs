@@ -17,6 +17,10 @@ async fn main() -> std::process::ExitCode {
         LogFormat::Text => builder.init(),
     }
 
+    if let Err(why) = config.validate(config.listen) {
+        eprintln!("wsfs-server: {why}");
+        return std::process::ExitCode::from(2);
+    }
     let listener = match tokio::net::TcpListener::bind(config.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -26,9 +30,19 @@ async fn main() -> std::process::ExitCode {
     };
     let addr = listener.local_addr().map_or(config.listen, |a| a);
     println!(
-        "wsfs-server listening on {addr} (data dir {}, max write {} bytes)",
+        "wsfs-server listening on {addr} (data dir {}, max write {} bytes, tokens {}, {})",
         config.data_dir.display(),
-        config.max_write_bytes
+        config.max_write_bytes,
+        if config.admin_token.is_some() {
+            "on"
+        } else {
+            "off"
+        },
+        if config.tls_cert.is_some() {
+            "TLS"
+        } else {
+            "plaintext"
+        },
     );
     match wsfs_server::serve(config, listener, shutdown_signal()).await {
         Ok(()) => {

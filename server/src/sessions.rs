@@ -7,6 +7,7 @@
 //! inside one of the allowed roots.
 
 use crate::archive::import::ArchiveTarget;
+use crate::auth::zones::{Layout, ZONE_DIRS};
 use crate::backend::{Backend, DirectoryBackend, MemoryBackend};
 use crate::config::ServerConfig;
 use crate::limits::SessionLimits;
@@ -38,6 +39,7 @@ pub struct SessionRecord {
     pub read_only: bool,
     pub labels: BTreeMap<String, String>,
     pub idle_ttl_seconds: u64,
+    pub layout: Layout,
 }
 
 /// What CreateSession asks for, parsed.
@@ -53,6 +55,7 @@ pub struct SessionSpec {
     pub limits: Option<wsfs::proto::SessionLimits>,
     pub labels: BTreeMap<String, String>,
     pub idle_ttl_seconds: u64,
+    pub layout: Layout,
 }
 
 /// A live session.
@@ -95,6 +98,8 @@ struct PersistedSession {
     read_only: bool,
     labels: BTreeMap<String, String>,
     idle_ttl_seconds: u64,
+    #[serde(default)]
+    layout: Layout,
 }
 
 impl PersistedSession {
@@ -111,6 +116,7 @@ impl PersistedSession {
             read_only: r.read_only,
             labels: r.labels.clone(),
             idle_ttl_seconds: r.idle_ttl_seconds,
+            layout: r.layout,
         }
     }
 
@@ -132,6 +138,7 @@ impl PersistedSession {
             read_only: self.read_only,
             labels: self.labels,
             idle_ttl_seconds: self.idle_ttl_seconds,
+            layout: self.layout,
         }
     }
 }
@@ -301,7 +308,7 @@ impl SessionRegistry {
                     ));
                 }
                 let ws = Arc::new(Workspace::new(MemoryBackend::new(), limits));
-                populate(&ws, mounts, &seeds).await?;
+                populate(&ws, mounts, &seeds, spec.layout).await?;
                 ws.set_read_only(spec.read_only);
                 ((ws.clone(), ws), None, None)
             }
@@ -321,7 +328,7 @@ impl SessionRegistry {
                     }
                 };
                 let ws = Arc::new(Workspace::new(backend, limits));
-                if let Err(e) = populate(&ws, mounts, &seeds).await {
+                if let Err(e) = populate(&ws, mounts, &seeds, spec.layout).await {
                     let _ = std::fs::remove_dir_all(&session_dir);
                     return Err(e);
                 }
@@ -338,6 +345,7 @@ impl SessionRegistry {
             read_only: spec.read_only,
             labels: spec.labels,
             idle_ttl_seconds: spec.idle_ttl_seconds,
+            layout: spec.layout,
         };
         if let (Some(dir), Some(root)) = (&owned_dir, &record.root_path) {
             if let Err(e) = write_session_file(dir, &PersistedSession::from_record(&record, root)) {
@@ -439,17 +447,28 @@ async fn populate<B: Backend>(
     ws: &Workspace<B>,
     mounts: Vec<crate::mounts::MountPlan>,
     seeds: &[(CanonicalPath, bytes::Bytes)],
+    layout: Layout,
 ) -> Result<()> {
     for plan in mounts {
         crate::mounts::copy(ws, plan).await?;
     }
-    seed(ws, seeds).await
+    seed(ws, seeds, layout).await
 }
 
 async fn seed<B: Backend>(
     ws: &Workspace<B>,
     seeds: &[(CanonicalPath, bytes::Bytes)],
+    layout: Layout,
 ) -> Result<()> {
+    if layout == Layout::Swarm {
+        for zone in ZONE_DIRS {
+            ws.mkdir(
+                &CanonicalPath::from_canonical(zone),
+                wsfs::MkdirOptions::default(),
+            )
+            .await?;
+        }
+    }
     for (path, data) in seeds {
         let chunks = futures::stream::iter([Ok(data.clone())]);
         ws.write_bytes(

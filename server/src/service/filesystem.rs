@@ -1,29 +1,51 @@
 //! `wsfs.v1.Filesystem`.
 
 use super::{timestamp, traced, unimplemented, LoggedStream};
+use crate::auth::{Auth, Guarded};
 use crate::sessions::{Session, SessionRegistry};
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use std::sync::Arc;
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 use wsfs::proto::{self, filesystem_server};
 use wsfs::{
-    ByteRange, DeleteOptions, EditSpec, Error, FileKind, GlobQuery, GrepEvent, GrepQuery,
-    LineRange, Metadata, MkdirOptions, Result, TransferOptions, WriteMode, WriteOptions,
-    WriteOutcome,
+    ByteRange, CanonicalPath, DeleteOptions, EditSpec, Error, FileKind, Filesystem, GlobQuery,
+    GrepEvent, GrepQuery, LineRange, Metadata, MkdirOptions, Result, TransferOptions, WriteMode,
+    WriteOptions, WriteOutcome,
 };
 
 pub struct FilesystemService {
     registry: Arc<SessionRegistry>,
+    auth: Arc<Auth>,
 }
 
 impl FilesystemService {
-    pub fn new(registry: Arc<SessionRegistry>) -> Self {
-        FilesystemService { registry }
+    pub fn new(registry: Arc<SessionRegistry>, auth: Arc<Auth>) -> Self {
+        FilesystemService { registry, auth }
     }
 
-    fn session(&self, id: &str) -> Result<Arc<Session>> {
-        self.registry.get(id)
+    /// Authorizes the call, then opens the session as its caller sees it.
+    /// The caller is settled before the session is looked up, so a token
+    /// of another session learns nothing about this one.
+    fn session(&self, metadata: &MetadataMap, id: &str) -> Result<Opened> {
+        let caller = self.auth.filesystem_caller(metadata, id)?;
+        let session = self.registry.get(id)?;
+        let fs = Guarded::new(session.fs.clone(), caller, session.record.layout);
+        Ok(Opened { session, fs })
+    }
+}
+
+/// A session opened for one call: its paths, and its workspace behind the
+/// caller's zone check.
+struct Opened {
+    session: Arc<Session>,
+    fs: Guarded,
+}
+
+impl Opened {
+    fn path(&self, raw: &str) -> Result<CanonicalPath> {
+        self.session.path(raw)
     }
 }
 
@@ -81,9 +103,9 @@ impl filesystem_server::Filesystem for FilesystemService {
         &self,
         request: Request<proto::ReadRequest>,
     ) -> std::result::Result<Response<proto::ReadResponse>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
         traced("Read", &r.session_id, &r.path, async {
-            let s = self.session(&r.session_id)?;
+            let s = self.session(&metadata, &r.session_id)?;
             let path = s.path(&r.path)?;
             let limit = match r.limit {
                 None => Some(LineRange::DEFAULT_LIMIT),
@@ -116,9 +138,9 @@ impl filesystem_server::Filesystem for FilesystemService {
         &self,
         request: Request<proto::ReadBytesRequest>,
     ) -> std::result::Result<Response<Self::ReadBytesStream>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
         traced("ReadBytes", &r.session_id, &r.path, async {
-            let s = self.session(&r.session_id)?;
+            let s = self.session(&metadata, &r.session_id)?;
             let path = s.path(&r.path)?;
             let offset = non_negative(r.offset, "offset")?;
             let limit = match non_negative(r.limit, "limit")? {
@@ -156,9 +178,9 @@ impl filesystem_server::Filesystem for FilesystemService {
         &self,
         request: Request<proto::WriteRequest>,
     ) -> std::result::Result<Response<proto::WriteResponse>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
         traced("Write", &r.session_id, &r.path, async {
-            let s = self.session(&r.session_id)?;
+            let s = self.session(&metadata, &r.session_id)?;
             let path = s.path(&r.path)?;
             let options = WriteOptions {
                 mode: mode_from_proto(r.mode)?,
@@ -177,6 +199,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<Streaming<proto::WriteBytesRequest>>,
     ) -> std::result::Result<Response<proto::WriteResponse>, Status> {
         use proto::write_bytes_request::Payload;
+        let metadata = request.metadata().clone();
         let mut incoming = request.into_inner();
         let header = match incoming.next().await {
             Some(Ok(proto::WriteBytesRequest {
@@ -191,7 +214,7 @@ impl filesystem_server::Filesystem for FilesystemService {
             }
         };
         traced("WriteBytes", &header.session_id, &header.path, async {
-            let s = self.session(&header.session_id)?;
+            let s = self.session(&metadata, &header.session_id)?;
             let path = s.path(&header.path)?;
             let options = WriteOptions {
                 mode: mode_from_proto(header.mode)?,
@@ -225,9 +248,9 @@ impl filesystem_server::Filesystem for FilesystemService {
         &self,
         request: Request<proto::EditRequest>,
     ) -> std::result::Result<Response<proto::EditResponse>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
         traced("Edit", &r.session_id, &r.path, async {
-            let s = self.session(&r.session_id)?;
+            let s = self.session(&metadata, &r.session_id)?;
             let path = s.path(&r.path)?;
             let e =
                 s.fs.edit(
@@ -257,9 +280,9 @@ impl filesystem_server::Filesystem for FilesystemService {
         &self,
         request: Request<proto::DeleteRequest>,
     ) -> std::result::Result<Response<proto::DeleteResponse>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
         traced("Delete", &r.session_id, &r.path, async {
-            let s = self.session(&r.session_id)?;
+            let s = self.session(&metadata, &r.session_id)?;
             let path = s.path(&r.path)?;
             let options = DeleteOptions {
                 recursive: r.recursive,
@@ -278,9 +301,9 @@ impl filesystem_server::Filesystem for FilesystemService {
         &self,
         request: Request<proto::MkdirRequest>,
     ) -> std::result::Result<Response<proto::MkdirResponse>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
         traced("Mkdir", &r.session_id, &r.path, async {
-            let s = self.session(&r.session_id)?;
+            let s = self.session(&metadata, &r.session_id)?;
             let path = s.path(&r.path)?;
             let options = MkdirOptions {
                 parents: r.parents.unwrap_or(true),
@@ -299,23 +322,25 @@ impl filesystem_server::Filesystem for FilesystemService {
         &self,
         request: Request<proto::TransferRequest>,
     ) -> std::result::Result<Response<proto::TransferResponse>, Status> {
-        self.transfer("Move", request.into_inner()).await
+        let (metadata, _, r) = request.into_parts();
+        self.transfer("Move", &metadata, r).await
     }
 
     async fn copy(
         &self,
         request: Request<proto::TransferRequest>,
     ) -> std::result::Result<Response<proto::TransferResponse>, Status> {
-        self.transfer("Copy", request.into_inner()).await
+        let (metadata, _, r) = request.into_parts();
+        self.transfer("Copy", &metadata, r).await
     }
 
     async fn list(
         &self,
         request: Request<proto::ListRequest>,
     ) -> std::result::Result<Response<proto::ListResponse>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
         traced("List", &r.session_id, &r.path, async {
-            let s = self.session(&r.session_id)?;
+            let s = self.session(&metadata, &r.session_id)?;
             let path = s.path(&r.path)?;
             let listing = s.fs.list(&path, r.depth).await?;
             Ok(proto::ListResponse {
@@ -331,9 +356,9 @@ impl filesystem_server::Filesystem for FilesystemService {
         &self,
         request: Request<proto::GlobRequest>,
     ) -> std::result::Result<Response<proto::GlobResponse>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
         traced("Glob", &r.session_id, &r.path, async {
-            let s = self.session(&r.session_id)?;
+            let s = self.session(&metadata, &r.session_id)?;
             let base = s.path(&r.path)?;
             let outcome =
                 s.fs.glob(GlobQuery {
@@ -361,9 +386,9 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::GrepRequest>,
     ) -> std::result::Result<Response<Self::GrepStream>, Status> {
         use proto::grep_response::Payload;
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
         traced("Grep", &r.session_id, &r.path, async {
-            let s = self.session(&r.session_id)?;
+            let s = self.session(&metadata, &r.session_id)?;
             let base = s.path(&r.path)?;
             let query = GrepQuery {
                 pattern: r.pattern.clone(),
@@ -407,9 +432,9 @@ impl filesystem_server::Filesystem for FilesystemService {
         &self,
         request: Request<proto::StatRequest>,
     ) -> std::result::Result<Response<proto::StatResponse>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
         traced("Stat", &r.session_id, &r.path, async {
-            let s = self.session(&r.session_id)?;
+            let s = self.session(&metadata, &r.session_id)?;
             let path = s.path(&r.path)?;
             let m = s.fs.stat(&path).await?;
             Ok(proto::StatResponse {
@@ -428,9 +453,9 @@ impl filesystem_server::Filesystem for FilesystemService {
         &self,
         request: Request<proto::ExistsRequest>,
     ) -> std::result::Result<Response<proto::ExistsResponse>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
         traced("Exists", &r.session_id, &r.path, async {
-            let s = self.session(&r.session_id)?;
+            let s = self.session(&metadata, &r.session_id)?;
             let path = s.path(&r.path)?;
             let kind = s.fs.exists(&path).await?;
             Ok(proto::ExistsResponse {
@@ -447,9 +472,9 @@ impl filesystem_server::Filesystem for FilesystemService {
         &self,
         request: Request<proto::WatchRequest>,
     ) -> std::result::Result<Response<Self::WatchStream>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
         traced("Watch", &r.session_id, &r.path, async {
-            self.session(&r.session_id)?;
+            self.session(&metadata, &r.session_id)?;
             Err(unimplemented(
                 "Watch",
                 "change streams arrive with swarm coordination",
@@ -462,9 +487,9 @@ impl filesystem_server::Filesystem for FilesystemService {
         &self,
         request: Request<proto::ChangesRequest>,
     ) -> std::result::Result<Response<proto::ChangesResponse>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
         traced("Changes", &r.session_id, "", async {
-            self.session(&r.session_id)?;
+            self.session(&metadata, &r.session_id)?;
             Err(unimplemented(
                 "Changes",
                 "change streams arrive with swarm coordination",
@@ -485,10 +510,11 @@ impl FilesystemService {
     async fn transfer(
         &self,
         method: &'static str,
+        metadata: &MetadataMap,
         r: proto::TransferRequest,
     ) -> std::result::Result<Response<proto::TransferResponse>, Status> {
         traced(method, &r.session_id, &r.source, async {
-            let s = self.session(&r.session_id)?;
+            let s = self.session(metadata, &r.session_id)?;
             let source = s.path(&r.source)?;
             let destination = s.path(&r.destination)?;
             let options = TransferOptions {

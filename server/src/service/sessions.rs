@@ -1,6 +1,7 @@
 //! `wsfs.v1.Sessions`.
 
 use super::{timestamp, traced, unimplemented};
+use crate::auth::{Auth, Caller, Layout};
 use crate::sessions::{BackendKind, Session, SessionRegistry, SessionSpec};
 use futures::stream::BoxStream;
 use std::sync::Arc;
@@ -8,13 +9,16 @@ use tonic::{Request, Response, Status, Streaming};
 use wsfs::proto::{self, sessions_server};
 use wsfs::Error;
 
+/// Every RPC here needs the admin token when tokens are on; IssueToken
+/// also takes the session's own system token.
 pub struct SessionsService {
     registry: Arc<SessionRegistry>,
+    auth: Arc<Auth>,
 }
 
 impl SessionsService {
-    pub fn new(registry: Arc<SessionRegistry>) -> Self {
-        SessionsService { registry }
+    pub fn new(registry: Arc<SessionRegistry>, auth: Arc<Auth>) -> Self {
+        SessionsService { registry, auth }
     }
 }
 
@@ -34,7 +38,10 @@ fn session_to_proto(s: &Session) -> proto::Session {
         created_at: timestamp(r.created_at),
         limits: Some(r.limits.to_proto()),
         read_only: r.read_only,
-        layout: proto::session::Layout::Flat as i32,
+        layout: match r.layout {
+            Layout::Flat => proto::session::Layout::Flat,
+            Layout::Swarm => proto::session::Layout::Swarm,
+        } as i32,
         labels: r
             .labels
             .iter()
@@ -56,12 +63,16 @@ fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> 
             )))
         }
     };
-    if r.layout != proto::session::Layout::Flat as i32 {
-        return Err(unimplemented(
-            "the SWARM layout",
-            "it arrives with swarm coordination",
-        ));
-    }
+    let layout = match proto::session::Layout::try_from(r.layout) {
+        Ok(proto::session::Layout::Flat) => Layout::Flat,
+        Ok(proto::session::Layout::Swarm) => Layout::Swarm,
+        Err(_) => {
+            return Err(Error::invalid_argument(format!(
+                "unknown layout {}",
+                r.layout
+            )))
+        }
+    };
     let mut seed_files: Vec<_> = r.seed_files.into_iter().collect();
     seed_files.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(SessionSpec {
@@ -84,6 +95,7 @@ fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> 
         limits: r.limits,
         labels: r.labels.into_iter().collect(),
         idle_ttl_seconds: r.idle_ttl_seconds,
+        layout,
     })
 }
 
@@ -95,11 +107,18 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::CreateSessionRequest>,
     ) -> Result<Response<proto::Session>, Status> {
+        self.auth
+            .require_admin(request.metadata())
+            .map_err(|e| e.to_status())?;
         let r = request.into_inner();
         traced("CreateSession", "", &r.root.clone(), async {
             let session = self.registry.create(spec_from_proto(r)?).await?;
             tracing::info!(session = %session.record.id, backend = ?session.record.backend, "session created");
-            Ok(session_to_proto(&session))
+            let mut created = session_to_proto(&session);
+            if self.auth.tokens_on() {
+                created.token = self.auth.issue(&session, Caller::System)?;
+            }
+            Ok(created)
         })
         .await
     }
@@ -108,6 +127,9 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::GetSessionRequest>,
     ) -> Result<Response<proto::Session>, Status> {
+        self.auth
+            .require_admin(request.metadata())
+            .map_err(|e| e.to_status())?;
         let r = request.into_inner();
         traced("GetSession", &r.session_id, "", async {
             Ok(session_to_proto(&*self.registry.get(&r.session_id)?))
@@ -117,8 +139,11 @@ impl sessions_server::Sessions for SessionsService {
 
     async fn list_sessions(
         &self,
-        _request: Request<proto::ListSessionsRequest>,
+        request: Request<proto::ListSessionsRequest>,
     ) -> Result<Response<proto::ListSessionsResponse>, Status> {
+        self.auth
+            .require_admin(request.metadata())
+            .map_err(|e| e.to_status())?;
         traced("ListSessions", "", "", async {
             Ok(proto::ListSessionsResponse {
                 sessions: self
@@ -136,9 +161,13 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::DeleteSessionRequest>,
     ) -> Result<Response<proto::DeleteSessionResponse>, Status> {
+        self.auth
+            .require_admin(request.metadata())
+            .map_err(|e| e.to_status())?;
         let r = request.into_inner();
         traced("DeleteSession", &r.session_id, "", async {
             let files = self.registry.delete(&r.session_id).await?;
+            self.auth.tokens().forget_session(&r.session_id);
             Ok(proto::DeleteSessionResponse {
                 files_deleted: files as i64,
             })
@@ -150,6 +179,9 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::SnapshotRequest>,
     ) -> Result<Response<proto::SnapshotInfo>, Status> {
+        self.auth
+            .require_admin(request.metadata())
+            .map_err(|e| e.to_status())?;
         let r = request.into_inner();
         traced("Snapshot", &r.session_id, "", async {
             Err(unimplemented(
@@ -164,6 +196,9 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::RestoreRequest>,
     ) -> Result<Response<proto::RestoreResponse>, Status> {
+        self.auth
+            .require_admin(request.metadata())
+            .map_err(|e| e.to_status())?;
         let r = request.into_inner();
         traced("Restore", &r.session_id, "", async {
             Err(unimplemented(
@@ -178,6 +213,9 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::ListSnapshotsRequest>,
     ) -> Result<Response<proto::ListSnapshotsResponse>, Status> {
+        self.auth
+            .require_admin(request.metadata())
+            .map_err(|e| e.to_status())?;
         let r = request.into_inner();
         traced("ListSnapshots", &r.session_id, "", async {
             Err(unimplemented(
@@ -192,6 +230,9 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::DeleteSnapshotRequest>,
     ) -> Result<Response<proto::DeleteSnapshotResponse>, Status> {
+        self.auth
+            .require_admin(request.metadata())
+            .map_err(|e| e.to_status())?;
         let r = request.into_inner();
         traced("DeleteSnapshot", &r.session_id, "", async {
             Err(unimplemented(
@@ -208,6 +249,9 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::ExportArchiveRequest>,
     ) -> Result<Response<Self::ExportArchiveStream>, Status> {
+        self.auth
+            .require_admin(request.metadata())
+            .map_err(|e| e.to_status())?;
         let r = request.into_inner();
         let session_id = r.session_id.clone();
         traced("ExportArchive", &r.session_id, "", async {
@@ -227,6 +271,9 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<Streaming<proto::ImportArchiveRequest>>,
     ) -> Result<Response<proto::ImportArchiveResponse>, Status> {
+        self.auth
+            .require_admin(request.metadata())
+            .map_err(|e| e.to_status())?;
         // The session id arrives in the stream; the log line names it then.
         let mut session_id = String::new();
         let result = traced("ImportArchive", "", "", async {
@@ -241,12 +288,21 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::IssueTokenRequest>,
     ) -> Result<Response<proto::IssueTokenResponse>, Status> {
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
         traced("IssueToken", &r.session_id, "", async {
-            Err(unimplemented(
-                "IssueToken",
-                "tokens arrive with swarm coordination",
-            ))
+            self.auth.require_admin_or_system(&metadata, &r.session_id)?;
+            let caller = Caller::named(&r.caller)?;
+            if !self.auth.tokens_on() {
+                return Err(Error::invalid_argument(
+                    "this server has tokens off (no --admin-token): name the caller with x-wsfs-caller instead",
+                ));
+            }
+            let session = self.registry.get(&r.session_id)?;
+            let token = self.auth.issue(&session, caller)?;
+            Ok(proto::IssueTokenResponse {
+                token,
+                caller: r.caller,
+            })
         })
         .await
     }

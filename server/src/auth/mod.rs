@@ -1,0 +1,385 @@
+//! Who is calling, and what they may do.
+//!
+//! - [`Caller`]: a session's system caller, or a named caller
+//!   (`[a-z0-9_-]{1,64}`, never `system` in any case);
+//! - [`tokens::TokenStore`]: bearer tokens, kept only as SHA-256 hashes,
+//!   each naming one session and one caller;
+//! - [`Auth`]: the server's policy, and the one place where a request's
+//!   metadata becomes a caller. Tokens are on when the server has an admin
+//!   token (`--admin-token`), off otherwise (then only on loopback, or with
+//!   `--insecure`; see [`crate::config::ServerConfig::validate`]);
+//! - [`zones`]: the SWARM layout's one permission function and
+//!   [`zones::Guarded`], the `Filesystem` view that applies it in front of
+//!   every backend.
+//!
+//! With tokens on, a Filesystem call opens exactly the session its token
+//! belongs to: a token of session A naming session B is refused with
+//! PERMISSION_DENIED before B is looked up, whether B exists or not, so it
+//! learns nothing about B. The admin token is the system caller of every
+//! session (it can create sessions and read their system tokens anyway).
+//!
+//! The token hashes of a DIRECTORY session are kept beside its
+//! `session.json`, in `tokens.json`, so its tokens survive a restart and
+//! go with the session's directory when it is deleted.
+
+pub mod tokens;
+pub mod zones;
+
+use crate::sessions::{BackendKind, Session, SessionRegistry};
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use subtle::ConstantTimeEq;
+use tonic::metadata::MetadataMap;
+use wsfs::{Error, Result};
+
+pub use tokens::TokenStore;
+pub use zones::{Guarded, Layout, Operation};
+
+/// The metadata key naming the caller when tokens are off.
+pub const CALLER_HEADER: &str = "x-wsfs-caller";
+
+/// Who a call speaks for, inside one session.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Caller {
+    /// The session's own system caller: writes everywhere.
+    System,
+    /// A named member of the swarm.
+    Named(String),
+}
+
+impl Caller {
+    /// A named caller; the name must be `[a-z0-9_-]{1,64}` and not `system`
+    /// in any case (the system caller cannot be impersonated).
+    pub fn named(name: &str) -> Result<Caller> {
+        let valid_chars = name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if name.is_empty() || name.len() > 64 || !valid_chars {
+            return Err(Error::invalid_argument(format!(
+                "caller name '{name}' is invalid: use 1 to 64 of a-z, 0-9, '_' and '-'"
+            )));
+        }
+        if name.eq_ignore_ascii_case("system") {
+            return Err(Error::invalid_argument(
+                "caller name 'system' is reserved for the session's system caller",
+            ));
+        }
+        Ok(Caller::Named(name.to_string()))
+    }
+
+    /// The name shown in errors and events (`system` for the system caller).
+    pub fn name(&self) -> &str {
+        match self {
+            Caller::System => "system",
+            Caller::Named(n) => n,
+        }
+    }
+
+    pub fn is_system(&self) -> bool {
+        matches!(self, Caller::System)
+    }
+}
+
+impl std::fmt::Display for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The server's access policy and its tokens.
+pub struct Auth {
+    /// SHA-256 of the admin token; `None`: tokens are off.
+    admin: Option<[u8; 32]>,
+    tokens: TokenStore,
+    /// `<data dir>/sessions`: where DIRECTORY sessions keep `tokens.json`.
+    sessions_dir: Option<PathBuf>,
+    /// Serializes rewrites of `tokens.json`.
+    persisting: Mutex<()>,
+}
+
+/// The file, in a DIRECTORY session's directory, that holds its token hashes.
+const TOKENS_FILE: &str = "tokens.json";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PersistedToken {
+    /// Hex SHA-256 of the token.
+    sha256: String,
+    /// `system` or the caller's name.
+    caller: String,
+}
+
+fn unauthenticated(message: &str) -> Error {
+    Error::Unauthenticated {
+        message: message.to_string(),
+    }
+}
+
+impl Auth {
+    /// Tokens on when `admin_token` is set.
+    pub fn new(admin_token: Option<&str>) -> Auth {
+        Auth {
+            admin: admin_token.map(tokens::hash),
+            tokens: TokenStore::default(),
+            sessions_dir: None,
+            persisting: Mutex::new(()),
+        }
+    }
+
+    /// Keeps the token hashes of DIRECTORY sessions under `data_dir`, and
+    /// loads those of every DIRECTORY session `registry` reopened.
+    pub fn persisted_under(
+        mut self,
+        data_dir: &std::path::Path,
+        registry: &SessionRegistry,
+    ) -> Auth {
+        let dir = data_dir.join("sessions");
+        for session in registry.list() {
+            if session.record.backend != BackendKind::Directory {
+                continue;
+            }
+            let file = dir.join(&session.record.id).join(TOKENS_FILE);
+            let Ok(raw) = std::fs::read(&file) else {
+                continue;
+            };
+            match serde_json::from_slice::<Vec<PersistedToken>>(&raw) {
+                Ok(saved) => {
+                    for t in saved {
+                        let caller = match t.caller.as_str() {
+                            "system" => Caller::System,
+                            name => match Caller::named(name) {
+                                Ok(c) => c,
+                                Err(_) => continue,
+                            },
+                        };
+                        if let Some(hash) = from_hex(&t.sha256) {
+                            self.tokens.insert(
+                                hash,
+                                tokens::TokenGrant {
+                                    session_id: session.record.id.clone(),
+                                    caller,
+                                },
+                            );
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), error = %e, "unreadable token file skipped")
+                }
+            }
+        }
+        self.sessions_dir = Some(dir);
+        self
+    }
+
+    /// A new token for `caller` in `session`; a DIRECTORY session's token
+    /// hashes are written down before the token is handed out.
+    pub fn issue(&self, session: &Session, caller: Caller) -> Result<String> {
+        let id = &session.record.id;
+        let token = self.tokens.issue(id, caller)?;
+        if let (Some(dir), BackendKind::Directory) = (&self.sessions_dir, session.record.backend) {
+            let _one_writer = self.persisting.lock().unwrap_or_else(|e| e.into_inner());
+            let saved: Vec<PersistedToken> = self
+                .tokens
+                .of_session(id)
+                .into_iter()
+                .map(|(hash, caller)| PersistedToken {
+                    sha256: to_hex(&hash),
+                    caller: caller.name().to_string(),
+                })
+                .collect();
+            let file = dir.join(id).join(TOKENS_FILE);
+            let written = serde_json::to_vec_pretty(&saved)
+                .map_err(std::io::Error::other)
+                .and_then(|json| {
+                    let tmp = file.with_extension("json.tmp");
+                    std::fs::write(&tmp, json)?;
+                    std::fs::rename(&tmp, &file)
+                });
+            if let Err(e) = written {
+                self.tokens.revoke(&token);
+                return Err(Error::internal(format!(
+                    "cannot record the token in '{}': {e}",
+                    file.display()
+                )));
+            }
+        }
+        Ok(token)
+    }
+
+    pub fn tokens_on(&self) -> bool {
+        self.admin.is_some()
+    }
+
+    pub fn tokens(&self) -> &TokenStore {
+        &self.tokens
+    }
+
+    fn is_admin(&self, token: &str) -> bool {
+        self.admin
+            .is_some_and(|admin| bool::from(admin.ct_eq(&tokens::hash(token))))
+    }
+
+    /// The caller of a Filesystem call on `session_id`.
+    ///
+    /// Tokens off: `x-wsfs-caller` names it (the system caller when absent).
+    /// Tokens on: the bearer token decides; missing or unknown is
+    /// UNAUTHENTICATED, a token of another session PERMISSION_DENIED.
+    pub fn filesystem_caller(&self, metadata: &MetadataMap, session_id: &str) -> Result<Caller> {
+        if !self.tokens_on() {
+            return match metadata.get(CALLER_HEADER) {
+                None => Ok(Caller::System),
+                Some(v) => Caller::named(v.to_str().map_err(|_| {
+                    Error::invalid_argument(format!("{CALLER_HEADER} must be ASCII"))
+                })?),
+            };
+        }
+        let token = bearer(metadata)?;
+        if self.is_admin(token) {
+            return Ok(Caller::System);
+        }
+        let grant = self.tokens.resolve(token).ok_or_else(|| {
+            unauthenticated("the token is not valid: it is unknown, or its session is gone")
+        })?;
+        if grant.session_id != session_id {
+            return Err(Error::PermissionDenied {
+                path: String::new(),
+                message: format!(
+                    "this token does not open session '{session_id}': a token opens only its own session"
+                ),
+            });
+        }
+        Ok(grant.caller)
+    }
+
+    /// Guards the Sessions service: the admin token, when tokens are on.
+    pub fn require_admin(&self, metadata: &MetadataMap) -> Result<()> {
+        if !self.tokens_on() {
+            return Ok(());
+        }
+        if self.is_admin(bearer(metadata)?) {
+            Ok(())
+        } else {
+            Err(unauthenticated(
+                "this call needs the server's admin token (authorization: Bearer <admin token>)",
+            ))
+        }
+    }
+
+    /// Guards IssueToken: the admin token, or `session_id`'s system token.
+    pub fn require_admin_or_system(&self, metadata: &MetadataMap, session_id: &str) -> Result<()> {
+        if !self.tokens_on() {
+            return Ok(());
+        }
+        let token = bearer(metadata)?;
+        if self.is_admin(token) {
+            return Ok(());
+        }
+        match self.tokens.resolve(token) {
+            Some(g) if g.session_id == session_id && g.caller.is_system() => Ok(()),
+            _ => Err(unauthenticated(
+                "issuing a token needs the admin token or the session's system token",
+            )),
+        }
+    }
+}
+
+/// The token of `authorization: Bearer <token>`.
+fn bearer(metadata: &MetadataMap) -> Result<&str> {
+    let missing =
+        || unauthenticated("this server requires a token: send 'authorization: Bearer <token>'");
+    let value = metadata.get("authorization").ok_or_else(missing)?;
+    let value = value.to_str().map_err(|_| missing())?.trim();
+    let (scheme, token) = value.split_once(' ').ok_or_else(missing)?;
+    if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
+        return Err(missing());
+    }
+    Ok(token.trim())
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(text: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    if text.len() != 64 {
+        return None;
+    }
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// SHA-256, the one hash of secrets.
+pub(crate) fn sha256(data: &[u8]) -> [u8; 32] {
+    Sha256::digest(data).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    #[test]
+    fn caller_names_follow_the_contract() {
+        assert!(Caller::named("agent-1_b").is_ok());
+        for bad in [
+            "",
+            "Agent",
+            "a b",
+            "a/b",
+            &"x".repeat(65),
+            "system",
+            "SYSTEM",
+            "System",
+        ] {
+            let err = Caller::named(bad).unwrap_err();
+            assert_eq!(err.code(), Code::InvalidArgument, "{bad}");
+        }
+    }
+
+    fn with_bearer(token: &str) -> MetadataMap {
+        let mut m = MetadataMap::new();
+        m.insert("authorization", format!("Bearer {token}").parse().unwrap());
+        m
+    }
+
+    #[test]
+    fn tokens_off_takes_the_caller_header() {
+        let auth = Auth::new(None);
+        assert_eq!(
+            auth.filesystem_caller(&MetadataMap::new(), "s").unwrap(),
+            Caller::System
+        );
+        let mut m = MetadataMap::new();
+        m.insert(CALLER_HEADER, "alice".parse().unwrap());
+        assert_eq!(
+            auth.filesystem_caller(&m, "s").unwrap(),
+            Caller::Named("alice".into())
+        );
+    }
+
+    #[test]
+    fn token_opens_only_its_session() {
+        let auth = Auth::new(Some("admin-secret-123456"));
+        let t = auth
+            .tokens()
+            .issue("a", Caller::Named("bob".into()))
+            .unwrap();
+        assert_eq!(
+            auth.filesystem_caller(&with_bearer(&t), "a").unwrap(),
+            Caller::Named("bob".into())
+        );
+        let err = auth.filesystem_caller(&with_bearer(&t), "b").unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied);
+        let err = auth
+            .filesystem_caller(&MetadataMap::new(), "a")
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated);
+        auth.tokens().forget_session("a");
+        let err = auth.filesystem_caller(&with_bearer(&t), "a").unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated);
+    }
+}

@@ -1,0 +1,260 @@
+//! Tokens over real gRPC: the admin token guards the Sessions service, a
+//! session token opens its own session and nothing else, tokens die with
+//! their session, and the loopback rule for servers without tokens.
+
+use tonic::Code;
+use wsfs_client::{Client, Error, Filesystem, SessionOptions};
+use wsfs_tests::harness::TestServer;
+
+const ADMIN: &str = "admin-token-for-tests-0123456789";
+
+async fn server_with_tokens() -> TestServer {
+    TestServer::start_with(|c| c.admin_token = Some(ADMIN.to_string())).await
+}
+
+async fn admin(server: &TestServer) -> Client {
+    Client::connect(&server.url())
+        .await
+        .unwrap()
+        .with_token(ADMIN)
+        .unwrap()
+}
+
+fn assert_refused(err: &Error, code: Code, reason: &str) {
+    assert_eq!(err.code(), code, "{err}");
+    assert_eq!(err.reason(), reason, "{err}");
+}
+
+fn p(s: &str) -> wsfs::CanonicalPath {
+    wsfs_client::parse_path(s).unwrap()
+}
+
+#[tokio::test]
+async fn sessions_service_needs_the_admin_token() {
+    let server = server_with_tokens().await;
+    let anonymous = Client::connect(&server.url()).await.unwrap();
+    let wrong = anonymous.clone().with_token("not-the-admin-token").unwrap();
+    for client in [&anonymous, &wrong] {
+        let err = client
+            .create_session(SessionOptions::memory())
+            .await
+            .unwrap_err();
+        assert_refused(&err, Code::Unauthenticated, "UNAUTHENTICATED");
+        let err = client.list_sessions().await.unwrap_err();
+        assert_refused(&err, Code::Unauthenticated, "UNAUTHENTICATED");
+    }
+    let admin = admin(&server).await;
+    let info = admin
+        .create_session(SessionOptions::memory())
+        .await
+        .unwrap();
+    assert!(info.token.as_deref().is_some_and(|t| t.len() >= 32));
+    let err = anonymous.delete_session(&info.id).await.unwrap_err();
+    assert_refused(&err, Code::Unauthenticated, "UNAUTHENTICATED");
+    // Nothing changed: the session is still there, and its token shows
+    // only in the CreateSession answer.
+    let again = admin.get_session(&info.id).await.unwrap();
+    assert_eq!(again.token, None);
+}
+
+#[tokio::test]
+async fn filesystem_calls_need_a_token_of_their_session() {
+    let server = server_with_tokens().await;
+    let admin = admin(&server).await;
+    let (session, info) = admin
+        .create(SessionOptions::memory().seed_file("a.txt", "hello\n"))
+        .await
+        .unwrap();
+    assert_eq!(session.read_to_string("a.txt").await.unwrap(), "hello\n");
+
+    let anonymous = Client::connect(&server.url()).await.unwrap();
+    let err = anonymous
+        .session(&info.id)
+        .read_to_string("a.txt")
+        .await
+        .unwrap_err();
+    assert_refused(&err, Code::Unauthenticated, "UNAUTHENTICATED");
+    let err = anonymous
+        .session(&info.id)
+        .with_token("wsfs_0000")
+        .unwrap()
+        .write_str("a.txt", "overwritten")
+        .await
+        .unwrap_err();
+    assert_refused(&err, Code::Unauthenticated, "UNAUTHENTICATED");
+    assert_eq!(session.read_to_string("a.txt").await.unwrap(), "hello\n");
+}
+
+#[tokio::test]
+async fn a_token_of_one_session_learns_nothing_of_another() {
+    let server = server_with_tokens().await;
+    let admin = admin(&server).await;
+    let (_a, a) = admin.create(SessionOptions::memory()).await.unwrap();
+    let (b_system, b) = admin
+        .create(SessionOptions::memory().seed_file("secret.txt", "b's data\n"))
+        .await
+        .unwrap();
+    let a_token = a.token.clone().unwrap();
+    let anonymous = Client::connect(&server.url()).await.unwrap();
+    let a_on_b = anonymous.session(&b.id).with_token(&a_token).unwrap();
+    let a_on_nowhere = anonymous
+        .session("00000000-0000-4000-8000-000000000000")
+        .with_token(&a_token)
+        .unwrap();
+
+    // Same answer for a file that exists, one that does not, and a session
+    // that does not exist: no existence oracle.
+    let mut answers = Vec::new();
+    for (handle, path) in [
+        (&a_on_b, "secret.txt"),
+        (&a_on_b, "missing.txt"),
+        (&a_on_nowhere, "secret.txt"),
+    ] {
+        let exists = handle.exists(&p(path)).await.unwrap_err();
+        let stat = handle.stat(&p(path)).await.unwrap_err();
+        let read = handle.read_to_string(path).await.unwrap_err();
+        for err in [&exists, &stat, &read] {
+            assert_refused(err, Code::PermissionDenied, "PERMISSION_DENIED");
+        }
+        answers.push((
+            exists.code(),
+            stat.code(),
+            read.code(),
+            read.path().is_none(),
+        ));
+    }
+    assert!(answers.windows(2).all(|w| w[0] == w[1]), "{answers:?}");
+
+    let err = a_on_b
+        .write_str("secret.txt", "mine now")
+        .await
+        .unwrap_err();
+    assert_refused(&err, Code::PermissionDenied, "PERMISSION_DENIED");
+    assert_eq!(
+        b_system.read_to_string("secret.txt").await.unwrap(),
+        "b's data\n"
+    );
+}
+
+#[tokio::test]
+async fn issued_tokens_name_callers_and_refuse_impersonation() {
+    let server = server_with_tokens().await;
+    let admin = admin(&server).await;
+    let (_s, info) = admin.create(SessionOptions::memory()).await.unwrap();
+    let system = Client::connect(&server.url())
+        .await
+        .unwrap()
+        .with_token(info.token.as_deref().unwrap())
+        .unwrap();
+    // The session's system token may issue tokens for its own session.
+    let alice = system.issue_token(&info.id, "alice").await.unwrap();
+    assert!(alice.len() >= 32);
+    for bad in ["system", "System", "SYSTEM", "Alice", "a/b", ""] {
+        let err = admin.issue_token(&info.id, bad).await.unwrap_err();
+        assert_refused(&err, Code::InvalidArgument, "INVALID_ARGUMENT");
+    }
+    // A caller's token cannot mint more tokens.
+    let as_alice = Client::connect(&server.url())
+        .await
+        .unwrap()
+        .with_token(&alice)
+        .unwrap();
+    let err = as_alice.issue_token(&info.id, "bob").await.unwrap_err();
+    assert_refused(&err, Code::Unauthenticated, "UNAUTHENTICATED");
+    // Nor may another session's system token.
+    let (_o, other) = admin.create(SessionOptions::memory()).await.unwrap();
+    let other_system = Client::connect(&server.url())
+        .await
+        .unwrap()
+        .with_token(other.token.as_deref().unwrap())
+        .unwrap();
+    let err = other_system.issue_token(&info.id, "bob").await.unwrap_err();
+    assert_refused(&err, Code::Unauthenticated, "UNAUTHENTICATED");
+}
+
+#[tokio::test]
+async fn tokens_die_with_their_session() {
+    let server = server_with_tokens().await;
+    let admin = admin(&server).await;
+    let (system, info) = admin.create(SessionOptions::memory()).await.unwrap();
+    let alice_token = admin.issue_token(&info.id, "alice").await.unwrap();
+    let alice = admin.session(&info.id).with_token(&alice_token).unwrap();
+    alice.write_str("x.txt", "x").await.unwrap();
+    admin.delete_session(&info.id).await.unwrap();
+    for handle in [&system, &alice] {
+        let err = handle.exists(&p("x.txt")).await.unwrap_err();
+        assert_refused(&err, Code::Unauthenticated, "UNAUTHENTICATED");
+    }
+}
+
+#[tokio::test]
+async fn tokens_off_names_the_caller_by_metadata() {
+    let server = TestServer::start().await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let info = client
+        .create_session(SessionOptions::memory())
+        .await
+        .unwrap();
+    assert_eq!(info.token, None);
+    let err = client
+        .session(&info.id)
+        .with_caller("SYSTEM")
+        .unwrap()
+        .write_str("a.txt", "a")
+        .await
+        .unwrap_err();
+    assert_refused(&err, Code::InvalidArgument, "INVALID_ARGUMENT");
+    client
+        .session(&info.id)
+        .with_caller("alice")
+        .unwrap()
+        .write_str("a.txt", "a")
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn serve_refuses_tokens_off_on_a_public_address() {
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = wsfs_server::ServerConfig::for_tests(dir.path().to_path_buf());
+    let err = wsfs_server::serve(config, listener, async {})
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.to_string().contains("--insecure"), "{err}");
+}
+
+#[tokio::test]
+async fn directory_session_tokens_survive_a_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let with_tokens = |c: &mut wsfs_server::ServerConfig| c.admin_token = Some(ADMIN.to_string());
+    let server = TestServer::start_at(data.path(), with_tokens).await;
+    let admin = admin(&server).await;
+    let (_, info) = admin.create(SessionOptions::directory()).await.unwrap();
+    let alice = admin.issue_token(&info.id, "alice").await.unwrap();
+    let system = info.token.clone().unwrap();
+    server.stop().await.unwrap();
+    // Only hashes are on disk.
+    let saved = std::fs::read_to_string(
+        data.path()
+            .join("sessions")
+            .join(&info.id)
+            .join("tokens.json"),
+    )
+    .unwrap();
+    assert!(
+        !saved.contains(&alice) && !saved.contains(&system),
+        "{saved}"
+    );
+
+    let server = TestServer::start_at(data.path(), with_tokens).await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let as_alice = client.session(&info.id).with_token(&alice).unwrap();
+    as_alice.write_str("a.txt", "still me\n").await.unwrap();
+    let as_system = client.session(&info.id).with_token(&system).unwrap();
+    assert_eq!(
+        as_system.read_to_string("a.txt").await.unwrap(),
+        "still me\n"
+    );
+}
