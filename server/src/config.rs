@@ -45,7 +45,7 @@ pub struct ServerConfig {
     /// session token. At least 16 characters. Without it, tokens are off,
     /// which only a loopback listener (or `--insecure`) allows.
     #[arg(long, env = "WSFS_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<String>,
+    pub admin_token: Option<Secret>,
 
     /// Serve without tokens on a non-loopback address: anyone who reaches
     /// the port reads and writes every session.
@@ -60,6 +60,35 @@ pub struct ServerConfig {
     /// TLS private key (PEM) for `--tls-cert`.
     #[arg(long, env = "WSFS_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+}
+
+/// A secret from the command line: shown as `<redacted>` by `{:?}`, so a
+/// logged configuration does not leak it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(s: &str) -> Secret {
+        Secret(s.to_string())
+    }
+}
+
+impl From<String> for Secret {
+    fn from(s: String) -> Secret {
+        Secret(s)
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 /// The shortest admin token accepted.
@@ -94,7 +123,7 @@ impl ServerConfig {
     /// bound. The error says why and what to pass instead.
     pub fn validate(&self, listen: SocketAddr) -> Result<(), String> {
         match &self.admin_token {
-            Some(t) if t.chars().count() < MIN_ADMIN_TOKEN_CHARS => {
+            Some(t) if t.expose().chars().count() < MIN_ADMIN_TOKEN_CHARS => {
                 return Err(format!(
                     "--admin-token must be at least {MIN_ADMIN_TOKEN_CHARS} characters long"
                 ));
@@ -145,5 +174,12 @@ mod tests {
         assert!(c.validate("0.0.0.0:1".parse().unwrap()).is_ok());
         c.admin_token = Some("short".into());
         assert!(c.validate("127.0.0.1:1".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn debug_output_hides_the_admin_token() {
+        let mut c = config();
+        c.admin_token = Some("0123456789abcdef-secret".into());
+        assert!(!format!("{c:?}").contains("secret"));
     }
 }

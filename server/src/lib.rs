@@ -58,7 +58,7 @@ pub async fn serve(
     })?;
     archive::import::clear_spool(&config.data_dir);
     let data_dir = config.data_dir.clone();
-    let auth = auth::Auth::new(config.admin_token.as_deref());
+    let auth = auth::Auth::new(config.admin_token.as_ref().map(config::Secret::expose));
     let registry = Arc::new(sessions::SessionRegistry::open(Arc::new(config))?);
     let auth = Arc::new(auth.persisted_under(&data_dir, &registry));
     if auth.tokens_on() && tls.is_none() && !bound.ip().is_loopback() {

@@ -61,7 +61,7 @@ async fn stat_rate(server: &TestServer, admin_token: Option<&str>, ignored_heade
 #[tokio::main]
 async fn main() {
     let off = TestServer::start().await;
-    let on = TestServer::start_with(|c| c.admin_token = Some(ADMIN.to_string())).await;
+    let on = TestServer::start_with(|c| c.admin_token = Some(ADMIN.into())).await;
     let mut best = [0f64; 3];
     // Rotate which goes first, so none always runs on a warmer box.
     for round in 0..ROUNDS {

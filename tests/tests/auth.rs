@@ -9,7 +9,7 @@ use wsfs_tests::harness::TestServer;
 const ADMIN: &str = "admin-token-for-tests-0123456789";
 
 async fn server_with_tokens() -> TestServer {
-    TestServer::start_with(|c| c.admin_token = Some(ADMIN.to_string())).await
+    TestServer::start_with(|c| c.admin_token = Some(ADMIN.into())).await
 }
 
 async fn admin(server: &TestServer) -> Client {
@@ -228,7 +228,7 @@ async fn serve_refuses_tokens_off_on_a_public_address() {
 #[tokio::test]
 async fn directory_session_tokens_survive_a_restart() {
     let data = tempfile::tempdir().unwrap();
-    let with_tokens = |c: &mut wsfs_server::ServerConfig| c.admin_token = Some(ADMIN.to_string());
+    let with_tokens = |c: &mut wsfs_server::ServerConfig| c.admin_token = Some(ADMIN.into());
     let server = TestServer::start_at(data.path(), with_tokens).await;
     let admin = admin(&server).await;
     let (_, info) = admin.create(SessionOptions::directory()).await.unwrap();

@@ -33,7 +33,7 @@ async fn tls_server(id: &Identity, admin_token: Option<&str>) -> TestServer {
     TestServer::start_with(|c| {
         c.tls_cert = Some(id.cert.clone());
         c.tls_key = Some(id.key.clone());
-        c.admin_token = admin_token.map(str::to_string);
+        c.admin_token = admin_token.map(Into::into);
     })
     .await
 }

@@ -19,7 +19,7 @@ struct Swarm {
 }
 
 async fn swarm(options: SessionOptions) -> Swarm {
-    let server = TestServer::start_with(|c| c.admin_token = Some(ADMIN.to_string())).await;
+    let server = TestServer::start_with(|c| c.admin_token = Some(ADMIN.into())).await;
     let admin = Client::connect(&server.url())
         .await
         .unwrap()
@@ -267,7 +267,7 @@ async fn the_system_caller_writes_everywhere() {
 
 #[tokio::test]
 async fn flat_sessions_have_no_zones_but_still_need_tokens() {
-    let server = TestServer::start_with(|c| c.admin_token = Some(ADMIN.to_string())).await;
+    let server = TestServer::start_with(|c| c.admin_token = Some(ADMIN.into())).await;
     let admin = Client::connect(&server.url())
         .await
         .unwrap()

@@ -107,11 +107,10 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::CreateSessionRequest>,
     ) -> Result<Response<proto::Session>, Status> {
-        self.auth
-            .require_admin(request.metadata())
-            .map_err(|e| e.to_status())?;
+        let admitted = self.auth.require_admin(request.metadata());
         let r = request.into_inner();
         traced("CreateSession", "", &r.root.clone(), async {
+            admitted?;
             let session = self.registry.create(spec_from_proto(r)?).await?;
             tracing::info!(session = %session.record.id, backend = ?session.record.backend, "session created");
             let mut created = session_to_proto(&session);
@@ -127,11 +126,10 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::GetSessionRequest>,
     ) -> Result<Response<proto::Session>, Status> {
-        self.auth
-            .require_admin(request.metadata())
-            .map_err(|e| e.to_status())?;
+        let admitted = self.auth.require_admin(request.metadata());
         let r = request.into_inner();
         traced("GetSession", &r.session_id, "", async {
+            admitted?;
             Ok(session_to_proto(&*self.registry.get(&r.session_id)?))
         })
         .await
@@ -141,10 +139,9 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::ListSessionsRequest>,
     ) -> Result<Response<proto::ListSessionsResponse>, Status> {
-        self.auth
-            .require_admin(request.metadata())
-            .map_err(|e| e.to_status())?;
+        let admitted = self.auth.require_admin(request.metadata());
         traced("ListSessions", "", "", async {
+            admitted?;
             Ok(proto::ListSessionsResponse {
                 sessions: self
                     .registry
@@ -161,11 +158,10 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::DeleteSessionRequest>,
     ) -> Result<Response<proto::DeleteSessionResponse>, Status> {
-        self.auth
-            .require_admin(request.metadata())
-            .map_err(|e| e.to_status())?;
+        let admitted = self.auth.require_admin(request.metadata());
         let r = request.into_inner();
         traced("DeleteSession", &r.session_id, "", async {
+            admitted?;
             let files = self.registry.delete(&r.session_id).await?;
             self.auth.tokens().forget_session(&r.session_id);
             Ok(proto::DeleteSessionResponse {
@@ -179,11 +175,10 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::SnapshotRequest>,
     ) -> Result<Response<proto::SnapshotInfo>, Status> {
-        self.auth
-            .require_admin(request.metadata())
-            .map_err(|e| e.to_status())?;
+        let admitted = self.auth.require_admin(request.metadata());
         let r = request.into_inner();
         traced("Snapshot", &r.session_id, "", async {
+            admitted?;
             Err(unimplemented(
                 "Snapshot",
                 "snapshots arrive in their own change",
@@ -196,11 +191,10 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::RestoreRequest>,
     ) -> Result<Response<proto::RestoreResponse>, Status> {
-        self.auth
-            .require_admin(request.metadata())
-            .map_err(|e| e.to_status())?;
+        let admitted = self.auth.require_admin(request.metadata());
         let r = request.into_inner();
         traced("Restore", &r.session_id, "", async {
+            admitted?;
             Err(unimplemented(
                 "Restore",
                 "snapshots arrive in their own change",
@@ -213,11 +207,10 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::ListSnapshotsRequest>,
     ) -> Result<Response<proto::ListSnapshotsResponse>, Status> {
-        self.auth
-            .require_admin(request.metadata())
-            .map_err(|e| e.to_status())?;
+        let admitted = self.auth.require_admin(request.metadata());
         let r = request.into_inner();
         traced("ListSnapshots", &r.session_id, "", async {
+            admitted?;
             Err(unimplemented(
                 "ListSnapshots",
                 "snapshots arrive in their own change",
@@ -230,11 +223,10 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::DeleteSnapshotRequest>,
     ) -> Result<Response<proto::DeleteSnapshotResponse>, Status> {
-        self.auth
-            .require_admin(request.metadata())
-            .map_err(|e| e.to_status())?;
+        let admitted = self.auth.require_admin(request.metadata());
         let r = request.into_inner();
         traced("DeleteSnapshot", &r.session_id, "", async {
+            admitted?;
             Err(unimplemented(
                 "DeleteSnapshot",
                 "snapshots arrive in their own change",
@@ -249,12 +241,11 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::ExportArchiveRequest>,
     ) -> Result<Response<Self::ExportArchiveStream>, Status> {
-        self.auth
-            .require_admin(request.metadata())
-            .map_err(|e| e.to_status())?;
+        let admitted = self.auth.require_admin(request.metadata());
         let r = request.into_inner();
         let session_id = r.session_id.clone();
         traced("ExportArchive", &r.session_id, "", async {
+            admitted?;
             let chunks = super::archive::export(&self.registry, &r)?;
             Ok(Box::pin(super::LoggedStream::new(
                 chunks,
@@ -271,12 +262,11 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<Streaming<proto::ImportArchiveRequest>>,
     ) -> Result<Response<proto::ImportArchiveResponse>, Status> {
-        self.auth
-            .require_admin(request.metadata())
-            .map_err(|e| e.to_status())?;
+        let admitted = self.auth.require_admin(request.metadata());
         // The session id arrives in the stream; the log line names it then.
         let mut session_id = String::new();
         let result = traced("ImportArchive", "", "", async {
+            admitted?;
             super::archive::import(&self.registry, request.into_inner(), &mut session_id).await
         })
         .await;
