@@ -8,7 +8,8 @@
 //!
 //! [`sessions::SessionRegistry`] owns every session and its workspace;
 //! [`search`] holds glob and the ripgrep-class grep; [`serve`] runs it all
-//! with health and reflection.
+//! with health and reflection; [`snapshots`] takes, restores and reads back
+//! each session's snapshots.
 
 pub mod backend;
 pub mod limits;
@@ -21,6 +22,7 @@ pub use workspace::Workspace;
 pub mod config;
 pub mod service;
 pub mod sessions;
+pub mod snapshots;
 
 pub use config::ServerConfig;
 

@@ -4,11 +4,14 @@
 //! directory under the data directory (`sessions/<id>/`, holding `root/`
 //! unless the session was rooted elsewhere, `staging/` for uploads in
 //! flight, and `session.json`), or is rooted in an existing directory
-//! inside one of the allowed roots.
+//! inside one of the allowed roots. Its snapshots live beside the root,
+//! in `objects/`, `snapshots/` and `snapshot-index.json` (see
+//! [`crate::snapshots`]).
 
 use crate::backend::{Backend, DirectoryBackend, MemoryBackend};
 use crate::config::ServerConfig;
 use crate::limits::SessionLimits;
+use crate::snapshots::{DirectorySnapshots, MemorySnapshots, SnapshotStore};
 use crate::workspace::Workspace;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -56,6 +59,7 @@ pub struct SessionSpec {
 pub struct Session {
     pub record: SessionRecord,
     pub fs: Arc<dyn Filesystem>,
+    pub snapshots: Arc<dyn SnapshotStore>,
     /// The directory this session owns and removes with itself.
     owned_dir: Option<PathBuf>,
     /// When a call last named this session (ms since the Unix epoch).
@@ -205,9 +209,11 @@ impl SessionRegistry {
             record.limits,
         ));
         ws.set_read_only(record.read_only);
+        let snapshots = Arc::new(DirectorySnapshots::new(ws.clone(), session_dir));
         let session = Arc::new(Session {
             record,
             fs: ws,
+            snapshots,
             owned_dir: Some(session_dir.to_path_buf()),
             last_used_ms: AtomicU64::new(now_ms()),
         });
@@ -283,7 +289,8 @@ impl SessionRegistry {
             .map(|(p, data)| Ok((CanonicalPath::parse(p, &limits.path)?, data.clone())))
             .collect::<Result<Vec<_>>>()?;
         let backend = spec.backend.unwrap_or(BackendKind::Memory);
-        let (fs, root_path, owned_dir): (Arc<dyn Filesystem>, _, _) = match backend {
+        type Opened = (Arc<dyn Filesystem>, Arc<dyn SnapshotStore>);
+        let ((fs, snapshots), root_path, owned_dir): (Opened, _, _) = match backend {
             BackendKind::Memory => {
                 if spec.root.is_some() {
                     return Err(Error::invalid_argument(
@@ -293,7 +300,8 @@ impl SessionRegistry {
                 let ws = Arc::new(Workspace::new(MemoryBackend::new(), limits));
                 seed(&ws, &seeds).await?;
                 ws.set_read_only(spec.read_only);
-                (ws, None, None)
+                let snapshots = Arc::new(MemorySnapshots::new(ws.clone()));
+                ((ws, snapshots), None, None)
             }
             BackendKind::Directory => {
                 let session_dir = self.config.data_dir.join("sessions").join(&id);
@@ -316,7 +324,8 @@ impl SessionRegistry {
                     return Err(e);
                 }
                 ws.set_read_only(spec.read_only);
-                (ws, Some(root), Some(session_dir))
+                let snapshots = Arc::new(DirectorySnapshots::new(ws.clone(), &session_dir));
+                ((ws, snapshots), Some(root), Some(session_dir))
             }
         };
         let record = SessionRecord {
@@ -338,6 +347,7 @@ impl SessionRegistry {
         let session = Arc::new(Session {
             record,
             fs,
+            snapshots,
             owned_dir,
             last_used_ms: AtomicU64::new(now_ms()),
         });

@@ -64,6 +64,22 @@ impl<B: Backend> Workspace<B> {
         &self.limits
     }
 
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Runs `f` on the backend holding the session's write lock, so that no
+    /// write made through the service interleaves with it (snapshots and
+    /// restores).
+    pub async fn exclusive<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&B) -> Result<T> + Send + 'static,
+    {
+        let _guard = self.writes.lock().await;
+        self.run(f).await
+    }
+
     /// Runs a backend call, on the blocking pool when the backend blocks.
     async fn run<T, F>(&self, f: F) -> Result<T>
     where
