@@ -198,17 +198,21 @@ impl Objects {
 
     /// Copies `content` into the store while hashing it; returns the hash
     /// and the bytes copied. Content already stored is not kept twice.
-    fn store(&self, mut content: impl Read, path: &CanonicalPath) -> Result<(String, u64)> {
+    fn store(
+        &self,
+        mut content: impl Read,
+        path: &CanonicalPath,
+        buf: &mut [u8],
+    ) -> Result<(String, u64)> {
         let tmp_dir = self.dir.join("tmp");
         std::fs::create_dir_all(&tmp_dir).map_err(storage_error)?;
         let tmp = tmp_dir.join(new_id());
         let result = (|| {
             let mut out = std::fs::File::create_new(&tmp).map_err(storage_error)?;
             let mut hasher = Sha256::new();
-            let mut buf = vec![0u8; COPY_BUFFER];
             let mut size = 0u64;
             loop {
-                let n = match content.read(&mut buf) {
+                let n = match content.read(buf) {
                     Ok(0) => break,
                     Ok(n) => n,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -329,6 +333,7 @@ impl Store {
         let _lock = self.lock();
         let objects = self.objects();
         let mut old_index = self.load_index();
+        let mut buf = vec![0u8; COPY_BUFFER];
         let mut index = Index::new();
         let mut entries = Vec::new();
         let (mut file_count, mut total_bytes) = (0u64, 0u64);
@@ -353,7 +358,7 @@ impl Store {
                                         "the directory backend opened a file in memory",
                                     ));
                                 };
-                                objects.store(f, &e.path)?
+                                objects.store(f, &e.path, &mut buf)?
                             }
                             // Gone, or swapped for a link or directory,
                             // since the walk: not a file to keep.
@@ -407,28 +412,19 @@ impl Store {
         let objects = self.objects();
         let mut wanted: BTreeMap<&str, &ManifestEntry> = BTreeMap::new();
         for e in &target {
-            if let Some(hash) = &e.hash {
-                if !objects.path(hash).is_file() {
-                    return Err(Error::internal(format!(
-                        "snapshot {id} cannot be restored: the stored content of '{}' is missing",
-                        e.path
-                    )));
-                }
-            }
             e.canonical()?;
             wanted.insert(e.path.as_str(), e);
         }
         let index = self.load_index();
-        // Remove what the snapshot does not hold, and note the files that
-        // already hold the snapshot's bytes.
+        // Plan first: what goes (what the snapshot does not hold), and which
+        // files already hold the snapshot's bytes.
         let mut unchanged = HashSet::new();
-        let mut removed: Option<CanonicalPath> = None;
+        let mut doomed: Vec<CanonicalPath> = Vec::new();
         for e in b.tree()? {
-            if removed.as_ref().is_some_and(|r| e.path.starts_with(r)) {
+            if doomed.last().is_some_and(|r| e.path.starts_with(r)) {
                 continue;
             }
-            let want = wanted.get(e.path.as_str());
-            let keep = match (e.kind, want.map(|w| &w.hash)) {
+            let keep = match (e.kind, wanted.get(e.path.as_str()).map(|w| &w.hash)) {
                 (TreeKind::Directory, Some(None)) => true,
                 (TreeKind::File, Some(Some(hash))) => {
                     let same = index
@@ -442,11 +438,25 @@ impl Store {
                 _ => false,
             };
             if !keep {
-                match b.remove(&e.path, true) {
-                    Ok(_) | Err(Error::FileNotFound { .. }) => {}
-                    Err(err) => return Err(err),
+                doomed.push(e.path);
+            }
+        }
+        // Every content to write must be there before the first change.
+        for e in &target {
+            if let (Some(hash), false) = (&e.hash, unchanged.contains(&e.path)) {
+                if !objects.path(hash).is_file() {
+                    return Err(Error::internal(format!(
+                        "snapshot {id} cannot be restored: the stored content of '{}' is missing",
+                        e.path
+                    )));
                 }
-                removed = Some(e.path.clone());
+            }
+        }
+        for path in &doomed {
+            match b.remove(path, true) {
+                // Gone with a removed ancestor, or since the walk.
+                Ok(_) | Err(Error::FileNotFound { .. }) => {}
+                Err(err) => return Err(err),
             }
         }
         // Then create, parents before children (manifests are in path order).
@@ -454,6 +464,7 @@ impl Store {
             append: false,
             create_parents: true,
         };
+        let mut buf = vec![0u8; COPY_BUFFER];
         for e in &target {
             let path = e.canonical()?;
             match &e.hash {
@@ -464,7 +475,6 @@ impl Store {
                 Some(hash) => {
                     let mut object = objects.open(hash)?;
                     let mut staged = b.stage()?;
-                    let mut buf = vec![0u8; COPY_BUFFER];
                     loop {
                         let n = match object.read(&mut buf) {
                             Ok(0) => break,
