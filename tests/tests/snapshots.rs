@@ -173,6 +173,7 @@ both_backends!(
     read_only_session_snapshots_but_refuses_restore,
     deleted_snapshot_is_gone_and_others_stay,
     restore_after_restore_returns_to_either_snapshot,
+    writes_land_wholly_before_or_after_a_restore,
 );
 
 async fn restore_puts_back_exactly_what_the_snapshot_held(options: SessionOptions) {
@@ -408,6 +409,60 @@ async fn restore_after_restore_returns_to_either_snapshot(options: SessionOption
     assert_eq!(s.state().await, state_two);
     s.client.restore(s.id(), &one.id).await.unwrap();
     assert_eq!(s.state().await, state_one);
+}
+
+async fn writes_land_wholly_before_or_after_a_restore(options: SessionOptions) {
+    let s = setup(options).await;
+    for i in 0..200 {
+        s.write(&format!("t/{i:03}.txt"), b"snapshot\n").await;
+    }
+    let snap = s.client.snapshot(s.id(), "").await.unwrap();
+    for i in 0..200 {
+        s.write(&format!("t/{i:03}.txt"), b"changed\n").await;
+    }
+
+    let restore = {
+        let (client, id, snap) = (s.client.clone(), s.id().to_string(), snap.id.clone());
+        tokio::spawn(async move { client.restore(&id, &snap).await })
+    };
+    let mut writers = Vec::new();
+    for i in 0..20 {
+        let session = s.session.clone();
+        writers.push(tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(i)).await;
+            session
+                .write_str(&format!("w/{i:02}.txt"), "racing\n")
+                .await
+        }));
+    }
+    restore.await.unwrap().unwrap();
+    for w in writers {
+        w.await.unwrap().unwrap();
+    }
+
+    // A write before the restore is undone by it; one after it has a newer
+    // version than everything the restore wrote. None lands in between.
+    let versions = s.versions().await;
+    let newest_restored = (0..200)
+        .map(|i| versions[&format!("t/{i:03}.txt")])
+        .max()
+        .unwrap();
+    for (path, version) in &versions {
+        if path.starts_with("w/") {
+            assert!(
+                *version > newest_restored,
+                "{path} landed inside the restore"
+            );
+        }
+    }
+    for i in 0..200 {
+        let text = s
+            .session
+            .read_to_string(&format!("t/{i:03}.txt"))
+            .await
+            .unwrap();
+        assert_eq!(text, "snapshot\n");
+    }
 }
 
 #[tokio::test]
