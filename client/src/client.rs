@@ -18,9 +18,9 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// HTTP/2 channel.
 #[derive(Debug, Clone)]
 pub struct Client {
-    sessions: SessionsClient<Channel>,
+    pub(crate) sessions: SessionsClient<Channel>,
     filesystem: FilesystemClient<Channel>,
-    credentials: Credentials,
+    pub(crate) credentials: Credentials,
 }
 
 impl Client {
@@ -167,7 +167,7 @@ impl Client {
     }
 
     /// The generated Sessions stub, for calls this crate does not wrap yet
-    /// (snapshots, archives, tokens). Carries no credentials.
+    /// (archives, tokens). Carries no credentials.
     pub fn raw_sessions(&self) -> SessionsClient<Channel> {
         self.sessions.clone()
     }

@@ -8,7 +8,10 @@
 //!   [`SessionOptions`], [`get_session`](Client::get_session),
 //!   [`list_sessions`](Client::list_sessions),
 //!   [`delete_session`](Client::delete_session), each describing a session
-//!   as a [`SessionInfo`].
+//!   as a [`SessionInfo`]; and snapshots a session's workspace:
+//!   [`snapshot`](Client::snapshot), [`restore`](Client::restore),
+//!   [`list_snapshots`](Client::list_snapshots),
+//!   [`delete_snapshot`](Client::delete_snapshot).
 //! - [`Session`] is a handle on one session's workspace. It implements
 //!   [`Filesystem`], the trait the server's backends implement too, so code
 //!   written against the trait (the conformance suite, say) runs unchanged
@@ -57,12 +60,14 @@ mod convert;
 mod query;
 mod session;
 mod sessions;
+mod snapshots;
 mod stream;
 
 pub use client::{Client, MAX_MESSAGE_BYTES};
 pub use query::{GlobBuilder, GrepBuilder};
 pub use session::{parse_path, Session};
 pub use sessions::{Backend, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions};
+pub use snapshots::{Restored, SnapshotInfo};
 
 /// The protocol crate, and the types every [`Filesystem`] call uses.
 pub use wsfs;

@@ -8,7 +8,8 @@
 //!
 //! [`sessions::SessionRegistry`] owns every session and its workspace;
 //! [`search`] holds glob and the ripgrep-class grep; [`serve`] runs it all
-//! with health and reflection; [`archive`] exports and imports ZIP archives.
+//! with health and reflection; [`archive`] exports and imports ZIP archives;
+//! [`snapshots`] takes, restores and reads back each session's snapshots.
 
 pub mod archive;
 pub mod auth;
@@ -24,6 +25,7 @@ pub use workspace::Workspace;
 pub mod config;
 pub mod service;
 pub mod sessions;
+pub mod snapshots;
 
 pub use config::ServerConfig;
 

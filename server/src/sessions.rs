@@ -4,13 +4,16 @@
 //! directory under the data directory (`sessions/<id>/`, holding `root/`
 //! unless the session was rooted elsewhere, `staging/` for uploads in
 //! flight, and `session.json`), or is rooted in an existing directory
-//! inside one of the allowed roots.
+//! inside one of the allowed roots. Its snapshots live beside the root,
+//! in `objects/`, `snapshots/` and `snapshot-index.json` (see
+//! [`crate::snapshots`]).
 
 use crate::archive::import::ArchiveTarget;
 use crate::auth::zones::{Layout, ZONE_DIRS};
 use crate::backend::{Backend, DirectoryBackend, MemoryBackend};
 use crate::config::ServerConfig;
 use crate::limits::SessionLimits;
+use crate::snapshots::{DirectorySnapshots, MemorySnapshots, SnapshotStore};
 use crate::workspace::Workspace;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -64,6 +67,7 @@ pub struct Session {
     pub fs: Arc<dyn Filesystem>,
     /// The same workspace, for ImportArchive's whole-workspace replacement.
     pub archive: Arc<dyn ArchiveTarget>,
+    pub snapshots: Arc<dyn SnapshotStore>,
     /// The directory this session owns and removes with itself.
     owned_dir: Option<PathBuf>,
     /// When a call last named this session (ms since the Unix epoch).
@@ -217,10 +221,12 @@ impl SessionRegistry {
             record.limits,
         ));
         ws.set_read_only(record.read_only);
+        let snapshots = Arc::new(DirectorySnapshots::new(ws.clone(), session_dir));
         let session = Arc::new(Session {
             record,
             fs: ws.clone(),
             archive: ws,
+            snapshots,
             owned_dir: Some(session_dir.to_path_buf()),
             last_used_ms: AtomicU64::new(now_ms()),
         });
@@ -299,8 +305,12 @@ impl SessionRegistry {
         let mounts =
             crate::mounts::plan_all(&spec.mounts, &self.config.allow_roots, &limits.path).await?;
         let backend = spec.backend.unwrap_or(BackendKind::Memory);
-        type Handles = (Arc<dyn Filesystem>, Arc<dyn ArchiveTarget>);
-        let ((fs, archive), root_path, owned_dir): (Handles, _, _) = match backend {
+        type Handles = (
+            Arc<dyn Filesystem>,
+            Arc<dyn ArchiveTarget>,
+            Arc<dyn SnapshotStore>,
+        );
+        let ((fs, archive, snapshots), root_path, owned_dir): (Handles, _, _) = match backend {
             BackendKind::Memory => {
                 if spec.root.is_some() {
                     return Err(Error::invalid_argument(
@@ -310,7 +320,8 @@ impl SessionRegistry {
                 let ws = Arc::new(Workspace::new(MemoryBackend::new(), limits));
                 populate(&ws, mounts, &seeds, spec.layout).await?;
                 ws.set_read_only(spec.read_only);
-                ((ws.clone(), ws), None, None)
+                let snapshots = Arc::new(MemorySnapshots::new(ws.clone()));
+                ((ws.clone(), ws, snapshots), None, None)
             }
             BackendKind::Directory => {
                 let session_dir = self.config.data_dir.join("sessions").join(&id);
@@ -333,7 +344,8 @@ impl SessionRegistry {
                     return Err(e);
                 }
                 ws.set_read_only(spec.read_only);
-                ((ws.clone(), ws), Some(root), Some(session_dir))
+                let snapshots = Arc::new(DirectorySnapshots::new(ws.clone(), &session_dir));
+                ((ws.clone(), ws, snapshots), Some(root), Some(session_dir))
             }
         };
         let record = SessionRecord {
@@ -357,6 +369,7 @@ impl SessionRegistry {
             record,
             fs,
             archive,
+            snapshots,
             owned_dir,
             last_used_ms: AtomicU64::new(now_ms()),
         });

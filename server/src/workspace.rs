@@ -64,6 +64,22 @@ impl<B: Backend> Workspace<B> {
         &self.limits
     }
 
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Runs `f` on the backend holding the session's write lock, so that no
+    /// write made through the service interleaves with it (snapshots and
+    /// restores).
+    pub async fn exclusive<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&B) -> Result<T> + Send + 'static,
+    {
+        let _guard = self.writes.lock().await;
+        self.run(f).await
+    }
+
     /// Runs a backend call, on the blocking pool when the backend blocks.
     async fn run<T, F>(&self, f: F) -> Result<T>
     where
@@ -73,7 +89,8 @@ impl<B: Backend> Workspace<B> {
         run_on(&self.backend, f).await
     }
 
-    fn writable(&self, path: &CanonicalPath) -> Result<()> {
+    /// `READ_ONLY` when the session is read-only.
+    pub(crate) fn writable(&self, path: &CanonicalPath) -> Result<()> {
         if self.read_only.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::ReadOnly {
                 path: path.as_str().to_string(),
@@ -133,22 +150,6 @@ impl<B: Backend> Workspace<B> {
             })
         })
         .await
-    }
-
-    /// Runs `f` on the blocking pool with the session's write lock held, so
-    /// no other write interleaves: for changes to the whole workspace at
-    /// once (ImportArchive). A read-only session: `READ_ONLY`.
-    pub async fn exclusive<T, F>(&self, f: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&B) -> Result<T> + Send + 'static,
-    {
-        self.writable(&CanonicalPath::root())?;
-        let _guard = self.writes.lock().await;
-        let b = self.backend.clone();
-        tokio::task::spawn_blocking(move || f(&b))
-            .await
-            .map_err(|e| Error::internal(format!("storage task failed: {e}")))?
     }
 
     /// Reads a whole text file that an edit may rewrite.

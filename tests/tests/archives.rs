@@ -18,10 +18,7 @@ struct World {
 async fn world() -> World {
     let server = TestServer::start().await;
     let client = Client::connect(&server.url()).await.unwrap();
-    World {
-        client,
-        server,
-    }
+    World { client, server }
 }
 
 impl World {

@@ -346,6 +346,7 @@ pub trait ArchiveTarget: Send + Sync {
 #[async_trait::async_trait]
 impl<B: Backend> ArchiveTarget for crate::workspace::Workspace<B> {
     async fn import_checked(&self, archive: std::path::PathBuf, plan: ImportPlan) -> Result<()> {
+        self.writable(&CanonicalPath::root())?;
         self.exclusive(move |b| apply(b, &archive, &plan)).await
     }
 }

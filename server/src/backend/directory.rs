@@ -1428,6 +1428,114 @@ impl DirectoryBackend {
     }
 }
 
+/// What a snapshot sees of one entry: enough to tell, without reading it,
+/// whether a file changed since it was last hashed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeEntry {
+    pub path: CanonicalPath,
+    pub kind: TreeKind,
+    pub size: u64,
+    /// Inode, size, mtime and ctime (ns): equal identities mean an
+    /// unchanged file, short of a writer that restores all four.
+    pub identity: FileIdentity,
+}
+
+/// What a [`TreeEntry`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TreeKind {
+    File,
+    Directory,
+    /// A symlink, pipe, socket or device: never read, never followed.
+    Other,
+}
+
+/// See [`TreeEntry::identity`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct FileIdentity {
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+impl DirectoryBackend {
+    /// Every entry beneath the root (files, directories, and links or
+    /// special files as [`TreeKind::Other`]) in path order, with identities
+    /// from one `statx` each and no versions touched. Descends by
+    /// descriptor, never through a symlink, like every other walk here.
+    pub fn tree(&self) -> Result<Vec<TreeEntry>> {
+        let root = reopen(&self.root).map_err(|e| io(e, &CanonicalPath::root()))?;
+        let mut out = Vec::new();
+        tree_into(&root, &CanonicalPath::root(), 0, &mut out)?;
+        Ok(out)
+    }
+}
+
+fn tree_into(
+    dir: &OwnedFd,
+    path: &CanonicalPath,
+    depth: usize,
+    out: &mut Vec<TreeEntry>,
+) -> Result<()> {
+    if depth >= MAX_TREE_DEPTH {
+        return Err(too_deep(path));
+    }
+    let mut items = Vec::new();
+    for (raw, ft) in read_entries(dir).map_err(|e| io(e, path))? {
+        let Some(name) = visible_name(&raw) else {
+            continue;
+        };
+        if entry_kind(dir, &raw, ft) == Some(Kind::Dir) {
+            items.push(Item::Subtree(name.to_string()));
+        }
+        items.push(Item::Entry(name.to_string()));
+    }
+    items.sort_by(Item::cmp_path);
+    let ns = |(sec, nsec): Timestamp| {
+        sec.saturating_mul(1_000_000_000)
+            .saturating_add(i64::from(nsec))
+    };
+    for item in items {
+        match item {
+            Item::Entry(name) => {
+                let child = path.join(&name)?;
+                let st = match stat_at(dir, name.as_str()) {
+                    Ok(st) => st,
+                    // Gone since read.
+                    Err(Errno::NOENT) => continue,
+                    Err(e) => return Err(io(e, &child)),
+                };
+                let kind = match st.kind {
+                    Kind::File => TreeKind::File,
+                    Kind::Dir => TreeKind::Directory,
+                    Kind::Symlink | Kind::Special => TreeKind::Other,
+                };
+                out.push(TreeEntry {
+                    path: child,
+                    kind,
+                    size: if kind == TreeKind::File { st.size } else { 0 },
+                    identity: FileIdentity {
+                        ino: st.ino,
+                        size: st.size,
+                        mtime_ns: ns(st.mtime),
+                        ctime_ns: ns(st.ctime),
+                    },
+                });
+            }
+            Item::Subtree(name) => {
+                let child = path.join(&name)?;
+                match rustix::fs::openat(dir, name.as_str(), DIR_FLAGS, Mode::empty()) {
+                    Ok(fd) => tree_into(&fd, &child, depth + 1, out)?,
+                    // Gone or swapped for something else since read.
+                    Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => {}
+                    Err(e) => return Err(io(e, &child)),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// One step of an ordered walk over a directory's children. A directory
 /// is an `Entry` under its name and a `Subtree` under its name plus `/`:
 /// sorting by those keys bytewise puts every path in full-path byte order

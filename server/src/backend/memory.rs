@@ -414,3 +414,68 @@ impl Backend for MemoryBackend {
         Ok(Box::new(files.into_iter().map(Ok)))
     }
 }
+
+/// A frozen copy of a memory workspace: path -> `Some(bytes)` for a file,
+/// `None` for a directory (the root is implied). Contents are `Bytes`, so an
+/// image shares every file's bytes with the live tree and with other images.
+#[derive(Clone, Default)]
+pub struct MemoryImage {
+    entries: BTreeMap<String, Option<Bytes>>,
+}
+
+impl MemoryImage {
+    /// Every file and directory, in path order.
+    pub fn entries(&self) -> impl Iterator<Item = (CanonicalPath, Option<&Bytes>)> + '_ {
+        self.entries
+            .iter()
+            .map(|(k, v)| (CanonicalPath::from_canonical(k.as_str()), v.as_ref()))
+    }
+
+    pub fn file_count(&self) -> u64 {
+        self.entries.values().filter(|v| v.is_some()).count() as u64
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.entries
+            .values()
+            .flatten()
+            .map(|b| b.len() as u64)
+            .sum()
+    }
+}
+
+impl MemoryBackend {
+    /// The whole tree as it is now.
+    pub fn image(&self) -> MemoryImage {
+        let tree = self.tree();
+        MemoryImage {
+            entries: tree
+                .descendants("")
+                .map(|(k, n)| (k.clone(), n.data.clone()))
+                .collect(),
+        }
+    }
+
+    /// Makes the tree exactly `image`, in one step. Entries already equal
+    /// to the image (same kind, same bytes) keep their node and version;
+    /// every other restored entry is a change and takes a fresh version.
+    pub fn restore_image(&self, image: &MemoryImage) {
+        let mut tree = self.tree();
+        let mut nodes = BTreeMap::new();
+        let root = tree.nodes.remove("").unwrap_or_else(|| tree.new_node(None));
+        nodes.insert(String::new(), root);
+        for (path, data) in &image.entries {
+            let kept = tree.nodes.remove(path).filter(|n| match (&n.data, data) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a == b,
+                _ => false,
+            });
+            let node = match kept {
+                Some(node) => node,
+                None => tree.new_node(data.clone()),
+            };
+            nodes.insert(path.clone(), node);
+        }
+        tree.nodes = nodes;
+    }
+}

@@ -27,7 +27,7 @@ pub mod directory;
 pub mod memory;
 
 pub use directory::DirectoryBackend;
-pub use memory::MemoryBackend;
+pub use memory::{MemoryBackend, MemoryImage};
 
 /// One consistent version of a file's bytes.
 pub enum Content {

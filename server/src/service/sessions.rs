@@ -1,8 +1,9 @@
 //! `wsfs.v1.Sessions`.
 
-use super::{timestamp, traced, unimplemented};
+use super::{timestamp, traced};
 use crate::auth::{Auth, Caller, Layout};
 use crate::sessions::{BackendKind, Session, SessionRegistry, SessionSpec};
+use crate::snapshots::SnapshotInfo;
 use futures::stream::BoxStream;
 use std::sync::Arc;
 use tonic::{Request, Response, Status, Streaming};
@@ -49,6 +50,16 @@ fn session_to_proto(s: &Session) -> proto::Session {
             .collect(),
         idle_ttl_seconds: r.idle_ttl_seconds,
         token: String::new(),
+    }
+}
+
+fn snapshot_to_proto(i: &SnapshotInfo) -> proto::SnapshotInfo {
+    proto::SnapshotInfo {
+        snapshot_id: i.id.clone(),
+        tag: i.tag.clone(),
+        created_at: timestamp(i.created_at),
+        file_count: i.file_count as i64,
+        total_bytes: i.total_bytes as i64,
     }
 }
 
@@ -179,10 +190,9 @@ impl sessions_server::Sessions for SessionsService {
         let r = request.into_inner();
         traced("Snapshot", &r.session_id, "", async {
             admitted?;
-            Err(unimplemented(
-                "Snapshot",
-                "snapshots arrive in their own change",
-            ))
+            let session = self.registry.get(&r.session_id)?;
+            let info = session.snapshots.snapshot(&r.tag).await?;
+            Ok(snapshot_to_proto(&info))
         })
         .await
     }
@@ -195,10 +205,12 @@ impl sessions_server::Sessions for SessionsService {
         let r = request.into_inner();
         traced("Restore", &r.session_id, "", async {
             admitted?;
-            Err(unimplemented(
-                "Restore",
-                "snapshots arrive in their own change",
-            ))
+            let session = self.registry.get(&r.session_id)?;
+            let restored = session.snapshots.restore(&r.snapshot_id).await?;
+            Ok(proto::RestoreResponse {
+                file_count: restored.file_count as i64,
+                total_bytes: restored.total_bytes as i64,
+            })
         })
         .await
     }
@@ -211,10 +223,11 @@ impl sessions_server::Sessions for SessionsService {
         let r = request.into_inner();
         traced("ListSnapshots", &r.session_id, "", async {
             admitted?;
-            Err(unimplemented(
-                "ListSnapshots",
-                "snapshots arrive in their own change",
-            ))
+            let session = self.registry.get(&r.session_id)?;
+            let snapshots = session.snapshots.list().await?;
+            Ok(proto::ListSnapshotsResponse {
+                snapshots: snapshots.iter().map(snapshot_to_proto).collect(),
+            })
         })
         .await
     }
@@ -227,10 +240,9 @@ impl sessions_server::Sessions for SessionsService {
         let r = request.into_inner();
         traced("DeleteSnapshot", &r.session_id, "", async {
             admitted?;
-            Err(unimplemented(
-                "DeleteSnapshot",
-                "snapshots arrive in their own change",
-            ))
+            let session = self.registry.get(&r.session_id)?;
+            session.snapshots.delete(&r.snapshot_id).await?;
+            Ok(proto::DeleteSnapshotResponse {})
         })
         .await
     }

@@ -1,0 +1,104 @@
+//! Snapshots: [`Client::snapshot`], [`Client::restore`],
+//! [`Client::list_snapshots`] and [`Client::delete_snapshot`].
+
+use crate::client::Client;
+use crate::convert;
+use std::time::SystemTime;
+use wsfs::{proto, Result};
+
+/// What the server says about one snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// A UUID.
+    pub id: String,
+    pub tag: String,
+    pub created_at: SystemTime,
+    /// Regular files held (directories are not counted).
+    pub file_count: u64,
+    pub total_bytes: u64,
+}
+
+/// What a restore put back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    pub file_count: u64,
+    pub total_bytes: u64,
+}
+
+fn snapshot_info(p: proto::SnapshotInfo) -> Result<SnapshotInfo> {
+    Ok(SnapshotInfo {
+        file_count: convert::server_count("file_count", p.file_count)?,
+        total_bytes: convert::server_count("total_bytes", p.total_bytes)?,
+        created_at: convert::system_time(p.created_at),
+        id: p.snapshot_id,
+        tag: p.tag,
+    })
+}
+
+impl Client {
+    /// Captures session `session_id`'s workspace as it is now. Allowed on
+    /// read-only sessions.
+    pub async fn snapshot(&self, session_id: &str, tag: &str) -> Result<SnapshotInfo> {
+        let request = proto::SnapshotRequest {
+            session_id: session_id.to_string(),
+            tag: tag.to_string(),
+        };
+        let response = self
+            .sessions
+            .clone()
+            .snapshot(self.credentials.request(request))
+            .await?;
+        snapshot_info(response.into_inner())
+    }
+
+    /// Puts the workspace back exactly as the snapshot holds it: files
+    /// created since go, deleted ones return, each with a new version.
+    /// Unknown snapshot: `SnapshotNotFound`; read-only session: `ReadOnly`.
+    pub async fn restore(&self, session_id: &str, snapshot_id: &str) -> Result<Restored> {
+        let request = proto::RestoreRequest {
+            session_id: session_id.to_string(),
+            snapshot_id: snapshot_id.to_string(),
+        };
+        let r = self
+            .sessions
+            .clone()
+            .restore(self.credentials.request(request))
+            .await?
+            .into_inner();
+        Ok(Restored {
+            file_count: convert::server_count("file_count", r.file_count)?,
+            total_bytes: convert::server_count("total_bytes", r.total_bytes)?,
+        })
+    }
+
+    /// The session's snapshots, oldest first.
+    pub async fn list_snapshots(&self, session_id: &str) -> Result<Vec<SnapshotInfo>> {
+        let request = proto::ListSnapshotsRequest {
+            session_id: session_id.to_string(),
+        };
+        let response = self
+            .sessions
+            .clone()
+            .list_snapshots(self.credentials.request(request))
+            .await?;
+        response
+            .into_inner()
+            .snapshots
+            .into_iter()
+            .map(snapshot_info)
+            .collect()
+    }
+
+    /// Deletes a snapshot; storage no other snapshot uses is freed.
+    pub async fn delete_snapshot(&self, session_id: &str, snapshot_id: &str) -> Result<()> {
+        let request = proto::DeleteSnapshotRequest {
+            session_id: session_id.to_string(),
+            snapshot_id: snapshot_id.to_string(),
+        };
+        self.sessions
+            .clone()
+            .delete_snapshot(self.credentials.request(request))
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,105 @@
+//! Snapshots of a MEMORY session: images of the tree, held in memory.
+
+use super::{
+    new_id, not_found, parse_id, read_only, Restored, SnapshotEntry, SnapshotFiles, SnapshotInfo,
+    SnapshotStore,
+};
+use crate::backend::{Content, MemoryBackend, MemoryImage};
+use crate::workspace::Workspace;
+use async_trait::async_trait;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+use wsfs::Result;
+
+pub struct MemorySnapshots {
+    workspace: Arc<Workspace<MemoryBackend>>,
+    /// Oldest first.
+    snapshots: Mutex<Vec<(SnapshotInfo, Arc<MemoryImage>)>>,
+}
+
+impl MemorySnapshots {
+    pub fn new(workspace: Arc<Workspace<MemoryBackend>>) -> Self {
+        MemorySnapshots {
+            workspace,
+            snapshots: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn snapshots(&self) -> std::sync::MutexGuard<'_, Vec<(SnapshotInfo, Arc<MemoryImage>)>> {
+        self.snapshots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn image(&self, id: &str) -> Result<Arc<MemoryImage>> {
+        let key = parse_id(id)?;
+        self.snapshots()
+            .iter()
+            .find(|(info, _)| info.id == key)
+            .map(|(_, image)| image.clone())
+            .ok_or_else(|| not_found(id))
+    }
+}
+
+#[async_trait]
+impl SnapshotStore for MemorySnapshots {
+    async fn snapshot(&self, tag: &str) -> Result<SnapshotInfo> {
+        let image = self.workspace.exclusive(|b| Ok(b.image())).await?;
+        let info = SnapshotInfo {
+            id: new_id(),
+            tag: tag.to_string(),
+            created_at: SystemTime::now(),
+            file_count: image.file_count(),
+            total_bytes: image.total_bytes(),
+        };
+        self.snapshots().push((info.clone(), Arc::new(image)));
+        Ok(info)
+    }
+
+    async fn restore(&self, id: &str) -> Result<Restored> {
+        if self.workspace.is_read_only() {
+            return Err(read_only());
+        }
+        let image = self.image(id)?;
+        let restored = Restored {
+            file_count: image.file_count(),
+            total_bytes: image.total_bytes(),
+        };
+        self.workspace
+            .exclusive(move |b| {
+                b.restore_image(&image);
+                Ok(())
+            })
+            .await?;
+        Ok(restored)
+    }
+
+    async fn list(&self) -> Result<Vec<SnapshotInfo>> {
+        Ok(self.snapshots().iter().map(|(i, _)| i.clone()).collect())
+    }
+
+    async fn delete(&self, id: &str) -> Result<()> {
+        let key = parse_id(id)?;
+        let mut snapshots = self.snapshots();
+        let before = snapshots.len();
+        snapshots.retain(|(info, _)| info.id != key);
+        if snapshots.len() == before {
+            return Err(not_found(id));
+        }
+        Ok(())
+    }
+
+    async fn files(&self, id: &str) -> Result<SnapshotFiles> {
+        let image = self.image(id)?;
+        let entries: Vec<SnapshotEntry> = image
+            .entries()
+            .map(|(path, data)| match data {
+                None => SnapshotEntry::Directory { path },
+                Some(bytes) => SnapshotEntry::File {
+                    path,
+                    size: bytes.len() as u64,
+                    content: Content::Memory(bytes.clone()),
+                },
+            })
+            .collect();
+        Ok(Box::new(entries.into_iter().map(Ok)))
+    }
+}

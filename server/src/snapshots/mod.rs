@@ -1,0 +1,123 @@
+//! Snapshots of a session's workspace: take, restore, list, delete, and
+//! read back.
+//!
+//! Each session owns one [`SnapshotStore`], chosen by its backend:
+//!
+//! - [`MemorySnapshots`]: a snapshot is a [`crate::backend::MemoryImage`] of the tree, whose
+//!   file contents are `Bytes` shared with the live tree and every other
+//!   snapshot. Gone with the session or the server.
+//! - [`DirectorySnapshots`]: a content-addressed object store and one
+//!   manifest per snapshot, under the session's directory in the server's
+//!   data directory (never inside the workspace root, where agents and
+//!   containers could reach it). Survives a restart.
+//!
+//! Both keep the same rules: a snapshot holds every regular file and every
+//! directory (empty ones too); symlinks and special files are left out.
+//! Restore takes the workspace's write lock and makes the tree exactly the
+//! snapshot's: entries created since go, entries deleted since return, and
+//! every entry it changes gets a fresh version (entries already equal to the
+//! snapshot keep theirs).
+
+mod directory;
+mod memory;
+
+pub use directory::DirectorySnapshots;
+pub use memory::MemorySnapshots;
+
+use crate::backend::Content;
+use async_trait::async_trait;
+use std::time::SystemTime;
+use wsfs::{CanonicalPath, Error, Result};
+
+/// What the server says about one snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// A UUID, hyphenated, lowercase.
+    pub id: String,
+    pub tag: String,
+    pub created_at: SystemTime,
+    /// Regular files held (directories are not counted).
+    pub file_count: u64,
+    /// Their bytes.
+    pub total_bytes: u64,
+}
+
+/// What a restore put back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    pub file_count: u64,
+    pub total_bytes: u64,
+}
+
+/// One entry of a snapshot, as [`SnapshotStore::files`] yields it.
+pub enum SnapshotEntry {
+    Directory {
+        path: CanonicalPath,
+    },
+    File {
+        path: CanonicalPath,
+        size: u64,
+        /// The snapshot's bytes: shared `Bytes` (memory) or an open object
+        /// file (directory), read from its start.
+        content: Content,
+    },
+}
+
+impl SnapshotEntry {
+    pub fn path(&self) -> &CanonicalPath {
+        match self {
+            SnapshotEntry::Directory { path } | SnapshotEntry::File { path, .. } => path,
+        }
+    }
+}
+
+/// A snapshot's entries in path order (bytewise), produced lazily: a file's
+/// content is opened when the iterator reaches it. Blocking for directory
+/// sessions: drive it on the blocking pool.
+pub type SnapshotFiles = Box<dyn Iterator<Item = Result<SnapshotEntry>> + Send>;
+
+/// One session's snapshots.
+#[async_trait]
+pub trait SnapshotStore: Send + Sync {
+    /// Captures the workspace as it is now. Allowed on read-only sessions.
+    async fn snapshot(&self, tag: &str) -> Result<SnapshotInfo>;
+
+    /// Puts the workspace back exactly as snapshot `id` holds it, under the
+    /// write lock. Read-only session: `ReadOnly`; unknown id:
+    /// `SnapshotNotFound`, with nothing changed.
+    async fn restore(&self, id: &str) -> Result<Restored>;
+
+    /// Every snapshot, oldest first.
+    async fn list(&self) -> Result<Vec<SnapshotInfo>>;
+
+    /// Forgets snapshot `id` and frees the storage only it used.
+    async fn delete(&self, id: &str) -> Result<()>;
+
+    /// Snapshot `id`'s entries, for archive export. See [`SnapshotFiles`].
+    async fn files(&self, id: &str) -> Result<SnapshotFiles>;
+}
+
+/// The canonical form of a snapshot id; anything that is not a UUID
+/// cannot name a snapshot.
+pub(crate) fn parse_id(id: &str) -> Result<String> {
+    uuid::Uuid::parse_str(id)
+        .map(|u| u.hyphenated().to_string())
+        .map_err(|_| not_found(id))
+}
+
+pub(crate) fn not_found(id: &str) -> Error {
+    Error::SnapshotNotFound {
+        snapshot_id: id.to_string(),
+    }
+}
+
+pub(crate) fn read_only() -> Error {
+    Error::ReadOnly {
+        path: String::new(),
+        message: "cannot restore a snapshot: this session is read-only".to_string(),
+    }
+}
+
+pub(crate) fn new_id() -> String {
+    uuid::Uuid::new_v4().hyphenated().to_string()
+}

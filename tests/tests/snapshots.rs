@@ -1,0 +1,596 @@
+//! Snapshots over real gRPC, for both backends: Snapshot, Restore,
+//! ListSnapshots and DeleteSnapshot; exact restores with growing versions;
+//! every failure path; and, for DIRECTORY sessions, copy-on-write storage
+//! outside the workspace that survives a restart.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tonic::Code;
+use tonic_types::StatusExt;
+use wsfs::proto;
+use wsfs::proto::sessions_client::SessionsClient;
+use wsfs_client::{
+    Client, DeleteOptions, Error, FileKind, Filesystem, Session, SessionOptions, WriteOptions,
+};
+use wsfs_tests::harness::TestServer;
+
+/// What a workspace holds: path -> file bytes, or `None` for a directory.
+type State = BTreeMap<String, Option<Vec<u8>>>;
+
+struct Setup {
+    server: TestServer,
+    client: Client,
+    session: Session,
+    root_path: Option<PathBuf>,
+}
+
+async fn setup(options: SessionOptions) -> Setup {
+    let server = TestServer::start().await;
+    setup_on(server, options).await
+}
+
+async fn setup_on(server: TestServer, options: SessionOptions) -> Setup {
+    let client = Client::connect(&server.url()).await.unwrap();
+    let (session, info) = client.create(options).await.unwrap();
+    Setup {
+        server,
+        client,
+        session,
+        root_path: info.root_path,
+    }
+}
+
+impl Setup {
+    fn id(&self) -> &str {
+        self.session.id()
+    }
+
+    async fn write(&self, path: &str, data: &[u8]) -> u64 {
+        let reader = std::io::Cursor::new(data.to_vec());
+        self.session
+            .upload(path, reader, WriteOptions::default())
+            .await
+            .unwrap()
+            .version
+    }
+
+    async fn delete(&self, path: &str) {
+        let options = DeleteOptions {
+            recursive: true,
+            ..DeleteOptions::default()
+        };
+        self.session
+            .delete(&wsfs_client::parse_path(path).unwrap(), options)
+            .await
+            .unwrap();
+    }
+
+    async fn mkdir(&self, path: &str) {
+        self.session
+            .mkdir(&wsfs_client::parse_path(path).unwrap(), Default::default())
+            .await
+            .unwrap();
+    }
+
+    async fn state(&self) -> State {
+        let listing = self
+            .session
+            .list(&wsfs_client::CanonicalPath::root(), 64)
+            .await
+            .unwrap();
+        let mut state = State::new();
+        for entry in listing.entries {
+            let content = match entry.kind {
+                FileKind::Directory => None,
+                _ => {
+                    let mut bytes = Vec::new();
+                    self.session
+                        .download(entry.path.as_str(), &mut bytes)
+                        .await
+                        .unwrap();
+                    Some(bytes)
+                }
+            };
+            state.insert(entry.path.as_str().to_string(), content);
+        }
+        state
+    }
+
+    async fn versions(&self) -> BTreeMap<String, u64> {
+        let listing = self
+            .session
+            .list(&wsfs_client::CanonicalPath::root(), 64)
+            .await
+            .unwrap();
+        listing
+            .entries
+            .into_iter()
+            .map(|e| (e.path.as_str().to_string(), e.version))
+            .collect()
+    }
+
+    /// The DIRECTORY session's directory under the data directory.
+    fn session_dir(&self) -> PathBuf {
+        self.server.data_dir().join("sessions").join(self.id())
+    }
+
+    async fn raw(&self) -> SessionsClient<tonic::transport::Channel> {
+        SessionsClient::new(self.server.channel().await)
+    }
+}
+
+/// Bytes of every file under `dir`.
+fn bytes_under(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let meta = e.metadata().unwrap();
+            if meta.is_dir() {
+                bytes_under(&e.path())
+            } else {
+                meta.len()
+            }
+        })
+        .sum()
+}
+
+fn reason(status: &tonic::Status) -> String {
+    status
+        .get_details_error_info()
+        .map(|i| i.reason)
+        .unwrap_or_default()
+}
+
+const BINARY: &[u8] = b"\x00\xff\xfe binary \x00 bytes \x80";
+
+/// Runs each scenario against a MEMORY and a DIRECTORY session.
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(wsfs_client::SessionOptions::memory()).await
+            })*
+        }
+        mod directory {
+            $(#[tokio::test]
+            async fn $name() {
+                super::$name(wsfs_client::SessionOptions::directory()).await
+            })*
+        }
+    };
+}
+
+both_backends!(
+    restore_puts_back_exactly_what_the_snapshot_held,
+    restore_gives_changed_paths_new_versions,
+    snapshot_info_counts_files_and_lists_oldest_first,
+    unknown_snapshot_is_not_found_and_changes_nothing,
+    unknown_session_is_session_not_found,
+    read_only_session_snapshots_but_refuses_restore,
+    deleted_snapshot_is_gone_and_others_stay,
+    restore_after_restore_returns_to_either_snapshot,
+    writes_land_wholly_before_or_after_a_restore,
+);
+
+async fn restore_puts_back_exactly_what_the_snapshot_held(options: SessionOptions) {
+    let s = setup(options).await;
+    s.write("a.txt", b"alpha\n").await;
+    s.write("dir/sub/b.bin", BINARY).await;
+    s.write("dir/c.txt", b"gamma\n").await;
+    s.mkdir("empty/inner").await;
+    let before = s.state().await;
+    let snap = s.client.snapshot(s.id(), "before").await.unwrap();
+
+    s.write("a.txt", b"changed\n").await;
+    s.delete("dir").await;
+    s.delete("empty").await;
+    s.write("new.txt", b"created since\n").await;
+    s.mkdir("newdir/deeper").await;
+    s.write("empty", b"a file where a directory was").await;
+    assert_ne!(s.state().await, before);
+
+    let restored = s.client.restore(s.id(), &snap.id).await.unwrap();
+
+    assert_eq!(s.state().await, before);
+    assert_eq!(restored.file_count, 3);
+    assert_eq!(
+        restored.total_bytes,
+        (b"alpha\n".len() + BINARY.len() + b"gamma\n".len()) as u64
+    );
+}
+
+async fn restore_gives_changed_paths_new_versions(options: SessionOptions) {
+    let s = setup(options).await;
+    s.write("same.txt", b"untouched\n").await;
+    s.write("edited.txt", b"one\n").await;
+    s.write("deleted.txt", b"gone for a while\n").await;
+    let snap = s.client.snapshot(s.id(), "").await.unwrap();
+    let v_same = s.versions().await["same.txt"];
+    s.write("edited.txt", b"two\n").await;
+    s.delete("deleted.txt").await;
+    let newest_before = s.write("new.txt", b"x").await;
+
+    s.client.restore(s.id(), &snap.id).await.unwrap();
+
+    let after = s.versions().await;
+    assert!(after["edited.txt"] > newest_before, "{after:?}");
+    assert!(after["deleted.txt"] > newest_before, "{after:?}");
+    assert_eq!(
+        after["same.txt"], v_same,
+        "an unchanged file keeps its version"
+    );
+    assert!(!after.contains_key("new.txt"));
+    // And writes after the restore keep counting up.
+    let next = s.write("edited.txt", b"three\n").await;
+    assert!(next > after["edited.txt"]);
+}
+
+async fn snapshot_info_counts_files_and_lists_oldest_first(options: SessionOptions) {
+    let s = setup(options).await;
+    assert!(s.client.list_snapshots(s.id()).await.unwrap().is_empty());
+    s.write("a/one.txt", b"12345").await;
+    s.mkdir("b").await;
+    let first = s.client.snapshot(s.id(), "first").await.unwrap();
+    s.write("a/two.txt", b"123").await;
+    let second = s.client.snapshot(s.id(), "second").await.unwrap();
+
+    assert!(uuid_like(&first.id), "{}", first.id);
+    assert_ne!(first.id, second.id);
+    assert_eq!(
+        (first.tag.as_str(), first.file_count, first.total_bytes),
+        ("first", 1, 5)
+    );
+    assert_eq!(
+        (second.tag.as_str(), second.file_count, second.total_bytes),
+        ("second", 2, 8)
+    );
+    assert!(first.created_at <= second.created_at);
+    let listed = s.client.list_snapshots(s.id()).await.unwrap();
+    assert_eq!(listed, vec![first, second]);
+}
+
+fn uuid_like(id: &str) -> bool {
+    let groups: Vec<usize> = id.split('-').map(str::len).collect();
+    groups == [8, 4, 4, 4, 12] && id.chars().all(|c| c == '-' || c.is_ascii_hexdigit())
+}
+
+async fn unknown_snapshot_is_not_found_and_changes_nothing(options: SessionOptions) {
+    let s = setup(options).await;
+    s.write("keep.txt", b"kept\n").await;
+    let snap = s.client.snapshot(s.id(), "").await.unwrap();
+    s.write("later.txt", b"made after the snapshot\n").await;
+    let before = s.state().await;
+    let versions = s.versions().await;
+    let mut raw = s.raw().await;
+
+    for bad in [
+        "0b6f6b1e-0000-4000-8000-000000000000",
+        "not-a-uuid",
+        "../../session.json",
+    ] {
+        let status = raw
+            .restore(proto::RestoreRequest {
+                session_id: s.id().into(),
+                snapshot_id: bad.into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::NotFound, "{bad}: {status:?}");
+        assert_eq!(reason(&status), "SNAPSHOT_NOT_FOUND");
+        let status = raw
+            .delete_snapshot(proto::DeleteSnapshotRequest {
+                session_id: s.id().into(),
+                snapshot_id: bad.into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::NotFound, "{bad}: {status:?}");
+        assert_eq!(reason(&status), "SNAPSHOT_NOT_FOUND");
+    }
+    let err = s.client.restore(s.id(), "nope").await.unwrap_err();
+    assert!(matches!(err, Error::SnapshotNotFound { .. }), "{err:?}");
+
+    assert_eq!(s.state().await, before);
+    assert_eq!(s.versions().await, versions);
+    let listed = s.client.list_snapshots(s.id()).await.unwrap();
+    assert_eq!(listed, vec![snap]);
+}
+
+async fn unknown_session_is_session_not_found(options: SessionOptions) {
+    let s = setup(options).await;
+    let snap = s.client.snapshot(s.id(), "").await.unwrap();
+    let ghost = "6a1c1d5e-1111-4111-8111-111111111111".to_string();
+    let mut raw = s.raw().await;
+    let statuses = [
+        raw.snapshot(proto::SnapshotRequest {
+            session_id: ghost.clone(),
+            tag: String::new(),
+        })
+        .await
+        .unwrap_err(),
+        raw.restore(proto::RestoreRequest {
+            session_id: ghost.clone(),
+            snapshot_id: snap.id.clone(),
+        })
+        .await
+        .unwrap_err(),
+        raw.list_snapshots(proto::ListSnapshotsRequest {
+            session_id: ghost.clone(),
+        })
+        .await
+        .unwrap_err(),
+        raw.delete_snapshot(proto::DeleteSnapshotRequest {
+            session_id: ghost.clone(),
+            snapshot_id: snap.id.clone(),
+        })
+        .await
+        .unwrap_err(),
+    ];
+    for status in statuses {
+        assert_eq!(status.code(), Code::NotFound, "{status:?}");
+        assert_eq!(reason(&status), "SESSION_NOT_FOUND");
+    }
+    let err = s.client.snapshot(&ghost, "").await.unwrap_err();
+    assert!(matches!(err, Error::SessionNotFound { .. }), "{err:?}");
+    // The real session's snapshot is untouched.
+    assert_eq!(s.client.list_snapshots(s.id()).await.unwrap(), vec![snap]);
+}
+
+async fn read_only_session_snapshots_but_refuses_restore(options: SessionOptions) {
+    let s = setup(
+        options
+            .seed_file("seed.txt", "seeded\n")
+            .seed_file("bin/x.bin", BINARY)
+            .read_only(true),
+    )
+    .await;
+    let before = s.state().await;
+    let snap = s.client.snapshot(s.id(), "ro").await.unwrap();
+    assert_eq!((snap.file_count, snap.tag.as_str()), (2, "ro"));
+
+    let status = s
+        .raw()
+        .await
+        .restore(proto::RestoreRequest {
+            session_id: s.id().into(),
+            snapshot_id: snap.id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert_eq!(reason(&status), "READ_ONLY");
+    assert_eq!(s.state().await, before);
+}
+
+async fn deleted_snapshot_is_gone_and_others_stay(options: SessionOptions) {
+    let s = setup(options).await;
+    s.write("f.txt", b"one\n").await;
+    let first = s.client.snapshot(s.id(), "first").await.unwrap();
+    s.write("f.txt", b"two\n").await;
+    let second = s.client.snapshot(s.id(), "second").await.unwrap();
+
+    s.client.delete_snapshot(s.id(), &first.id).await.unwrap();
+
+    assert_eq!(
+        s.client.list_snapshots(s.id()).await.unwrap(),
+        vec![second.clone()]
+    );
+    let err = s.client.restore(s.id(), &first.id).await.unwrap_err();
+    assert!(matches!(err, Error::SnapshotNotFound { .. }), "{err:?}");
+    let err = s
+        .client
+        .delete_snapshot(s.id(), &first.id)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::SnapshotNotFound { .. }), "{err:?}");
+    s.write("f.txt", b"three\n").await;
+    s.client.restore(s.id(), &second.id).await.unwrap();
+    assert_eq!(s.session.read_to_string("f.txt").await.unwrap(), "two\n");
+}
+
+async fn restore_after_restore_returns_to_either_snapshot(options: SessionOptions) {
+    let s = setup(options).await;
+    s.write("x/a.txt", b"A1").await;
+    let one = s.client.snapshot(s.id(), "1").await.unwrap();
+    let state_one = s.state().await;
+    s.delete("x").await;
+    s.write("x", b"now a file").await;
+    s.write("y/b.txt", b"B2").await;
+    let two = s.client.snapshot(s.id(), "2").await.unwrap();
+    let state_two = s.state().await;
+
+    s.client.restore(s.id(), &one.id).await.unwrap();
+    assert_eq!(s.state().await, state_one);
+    s.client.restore(s.id(), &two.id).await.unwrap();
+    assert_eq!(s.state().await, state_two);
+    s.client.restore(s.id(), &one.id).await.unwrap();
+    assert_eq!(s.state().await, state_one);
+}
+
+async fn writes_land_wholly_before_or_after_a_restore(options: SessionOptions) {
+    let s = setup(options).await;
+    for i in 0..200 {
+        s.write(&format!("t/{i:03}.txt"), b"snapshot\n").await;
+    }
+    let snap = s.client.snapshot(s.id(), "").await.unwrap();
+    for i in 0..200 {
+        s.write(&format!("t/{i:03}.txt"), b"changed\n").await;
+    }
+
+    let restore = {
+        let (client, id, snap) = (s.client.clone(), s.id().to_string(), snap.id.clone());
+        tokio::spawn(async move { client.restore(&id, &snap).await })
+    };
+    let mut writers = Vec::new();
+    for i in 0..20 {
+        let session = s.session.clone();
+        writers.push(tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(i)).await;
+            session
+                .write_str(&format!("w/{i:02}.txt"), "racing\n")
+                .await
+        }));
+    }
+    restore.await.unwrap().unwrap();
+    for w in writers {
+        w.await.unwrap().unwrap();
+    }
+
+    // A write before the restore is undone by it; one after it has a newer
+    // version than everything the restore wrote. None lands in between.
+    let versions = s.versions().await;
+    let newest_restored = (0..200)
+        .map(|i| versions[&format!("t/{i:03}.txt")])
+        .max()
+        .unwrap();
+    for (path, version) in &versions {
+        if path.starts_with("w/") {
+            assert!(
+                *version > newest_restored,
+                "{path} landed inside the restore"
+            );
+        }
+    }
+    for i in 0..200 {
+        let text = s
+            .session
+            .read_to_string(&format!("t/{i:03}.txt"))
+            .await
+            .unwrap();
+        assert_eq!(text, "snapshot\n");
+    }
+}
+
+#[tokio::test]
+async fn directory_snapshots_share_unchanged_files() {
+    let s = setup(SessionOptions::directory()).await;
+    // About 1 MiB of files that never change, and one small file that does.
+    let big: Vec<u8> = (0..64 * 1024).map(|i| (i * 7 % 251) as u8).collect();
+    for i in 0..16 {
+        let mut content = big.clone();
+        content[0] = i as u8;
+        s.write(&format!("big/{i:02}.bin"), &content).await;
+    }
+    let workspace_bytes = 16 * big.len() as u64;
+    for i in 0..100 {
+        s.write("small.txt", format!("revision {i:03}\n").as_bytes())
+            .await;
+        s.client.snapshot(s.id(), &format!("r{i}")).await.unwrap();
+    }
+    let objects = bytes_under(&s.session_dir().join("objects"));
+    let small = b"revision 000\n".len() as u64;
+    assert!(
+        objects >= workspace_bytes + 100 * small,
+        "every content is stored: {objects}"
+    );
+    assert!(
+        objects <= workspace_bytes + 100 * small + 4096,
+        "unchanged files are stored once: {objects} bytes for a {workspace_bytes}-byte workspace"
+    );
+    assert_eq!(s.client.list_snapshots(s.id()).await.unwrap().len(), 100);
+    // The store is outside the workspace: nothing of it shows there.
+    let root = s.root_path.clone().unwrap();
+    assert!(!s.session_dir().join("objects").starts_with(&root));
+    let listed: Vec<String> = s.state().await.into_keys().collect();
+    assert!(listed
+        .iter()
+        .all(|p| p == "big" || p.starts_with("big/") || p == "small.txt"));
+}
+
+#[tokio::test]
+async fn deleting_a_snapshot_collects_only_its_unique_objects() {
+    let s = setup(SessionOptions::directory()).await;
+    let shared = vec![b's'; 10_000];
+    let unique = vec![b'u'; 30_000];
+    s.write("shared.bin", &shared).await;
+    s.write("changing.bin", &unique).await;
+    let first = s.client.snapshot(s.id(), "first").await.unwrap();
+    s.write("changing.bin", b"small now").await;
+    let second = s.client.snapshot(s.id(), "second").await.unwrap();
+    let objects = s.session_dir().join("objects");
+    assert_eq!(bytes_under(&objects), 10_000 + 30_000 + 9);
+
+    s.client.delete_snapshot(s.id(), &first.id).await.unwrap();
+
+    assert_eq!(bytes_under(&objects), 10_000 + 9);
+    assert!(!s
+        .session_dir()
+        .join("snapshots")
+        .join(format!("{}.json", first.id))
+        .exists());
+    s.write("shared.bin", b"overwritten").await;
+    s.client.restore(s.id(), &second.id).await.unwrap();
+    let mut back = Vec::new();
+    s.session.download("shared.bin", &mut back).await.unwrap();
+    assert_eq!(back, shared);
+
+    s.client.delete_snapshot(s.id(), &second.id).await.unwrap();
+    assert_eq!(bytes_under(&objects), 0);
+    // With nothing left in the store, a new snapshot stores everything again.
+    let third = s.client.snapshot(s.id(), "third").await.unwrap();
+    s.delete("shared.bin").await;
+    s.client.restore(s.id(), &third.id).await.unwrap();
+    assert!(s.state().await.contains_key("shared.bin"));
+}
+
+#[tokio::test]
+async fn directory_snapshots_survive_a_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let server = TestServer::start_at(data.path(), |_| {}).await;
+    let s = setup_on(server, SessionOptions::directory()).await;
+    s.write("keep/a.txt", b"kept across restarts\n").await;
+    s.write("bin.bin", BINARY).await;
+    s.mkdir("empty").await;
+    let state = s.state().await;
+    let snap = s.client.snapshot(s.id(), "durable").await.unwrap();
+    let id = s.id().to_string();
+    let Setup { server, .. } = s;
+    server.stop().await.unwrap();
+
+    let server = TestServer::start_at(data.path(), |_| {}).await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let session = client.session(&id);
+    assert_eq!(
+        client.list_snapshots(&id).await.unwrap(),
+        vec![snap.clone()]
+    );
+    session.write_str("keep/a.txt", "changed\n").await.unwrap();
+    session.write_str("extra.txt", "new\n").await.unwrap();
+    client.restore(&id, &snap.id).await.unwrap();
+    let s = Setup {
+        server,
+        client,
+        session,
+        root_path: None,
+    };
+    assert_eq!(s.state().await, state);
+}
+
+#[tokio::test]
+async fn directory_snapshot_leaves_symlinks_out_and_restore_never_follows_them() {
+    let s = setup(SessionOptions::directory()).await;
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), b"outside").unwrap();
+    s.write("real.txt", b"real\n").await;
+    let root = s.root_path.clone().unwrap();
+    std::os::unix::fs::symlink(outside.path(), root.join("link")).unwrap();
+    let snap = s.client.snapshot(s.id(), "").await.unwrap();
+    assert_eq!(snap.file_count, 1);
+
+    s.delete("real.txt").await;
+    s.client.restore(s.id(), &snap.id).await.unwrap();
+
+    assert_eq!(
+        std::fs::read(outside.path().join("secret.txt")).unwrap(),
+        b"outside"
+    );
+    assert_eq!(std::fs::read(root.join("real.txt")).unwrap(), b"real\n");
+    assert!(
+        std::fs::symlink_metadata(root.join("link")).is_err(),
+        "the restored tree is exactly the snapshot's, which holds no links"
+    );
+}
