@@ -268,7 +268,7 @@ fn read_page<R: BufRead>(
     Ok((content, index, taken, truncated))
 }
 
-fn byte_chunks(
+pub(crate) fn byte_chunks(
     content: Content,
     path: CanonicalPath,
     offset: u64,

@@ -179,15 +179,51 @@ async fn a_multi_megabyte_binary_file_survives_the_export() {
     assert_eq!(back, big);
 }
 
+async fn snapshot_exports_as_it_was_taken(backend: SessionOptions) {
+    let w = world().await;
+    let a = w.session(backend).await;
+    fill(&a).await;
+    let before = tree(&a).await;
+    let snap = w.client.snapshot(a.id(), "before").await.unwrap();
+    a.write_str("README.md", "# changed\n").await.unwrap();
+    a.write_str("later.txt", "after the snapshot\n")
+        .await
+        .unwrap();
+
+    let mut bytes = Vec::new();
+    a.export_to_writer(&mut bytes, Some(&snap.id))
+        .await
+        .unwrap();
+    let b = w.session(SessionOptions::memory()).await;
+    let (files, total) = b
+        .import_from_reader(std::io::Cursor::new(bytes))
+        .await
+        .unwrap();
+
+    assert_eq!((files, total), (3, 8 + 14 + 70_000));
+    assert_eq!(tree(&b).await, before);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exporting_a_snapshot_is_not_implemented_yet() {
+async fn memory_snapshot_exports_as_it_was_taken() {
+    snapshot_exports_as_it_was_taken(SessionOptions::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_snapshot_exports_as_it_was_taken() {
+    snapshot_exports_as_it_was_taken(SessionOptions::directory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exporting_an_unknown_snapshot_is_snapshot_not_found() {
     let w = world().await;
     let s = w.session(SessionOptions::memory()).await;
     let err = s
         .export_to_writer(Vec::new(), Some("0b6f0e0e-0000-4000-8000-000000000000"))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Code::Unimplemented, "{err}");
+    assert_eq!(err.code(), Code::NotFound, "{err}");
+    assert_eq!(err.reason(), "SNAPSHOT_NOT_FOUND");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

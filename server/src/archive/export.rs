@@ -128,6 +128,64 @@ impl ExportSource for LiveWorkspace {
     }
 }
 
+/// One snapshot of a session, read back through its snapshot store. The
+/// entries come in path order with their stored bytes; their time is the
+/// snapshot's.
+pub struct SnapshotSource {
+    files: Option<crate::snapshots::SnapshotFiles>,
+    taken: SystemTime,
+}
+
+impl SnapshotSource {
+    pub fn new(files: crate::snapshots::SnapshotFiles, taken: SystemTime) -> Self {
+        SnapshotSource {
+            files: Some(files),
+            taken,
+        }
+    }
+}
+
+#[async_trait]
+impl ExportSource for SnapshotSource {
+    async fn next_entry(&mut self) -> Result<Option<ExportEntry>> {
+        use crate::snapshots::SnapshotEntry;
+        let Some(mut files) = self.files.take() else {
+            return Ok(None);
+        };
+        // The iterator opens object files: blocking work.
+        let (files, next) = tokio::task::spawn_blocking(move || {
+            let next = files.next();
+            (files, next)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("snapshot read failed: {e}")))?;
+        self.files = Some(files);
+        let modified = self.taken;
+        Ok(match next.transpose()? {
+            None => None,
+            Some(SnapshotEntry::Directory { path }) => {
+                Some(ExportEntry::Directory { path, modified })
+            }
+            Some(SnapshotEntry::File {
+                path,
+                size,
+                content,
+            }) => Some(ExportEntry::File {
+                content: crate::workspace::byte_chunks(
+                    content,
+                    path.clone(),
+                    0,
+                    size,
+                    EXPORT_CHUNK_BYTES,
+                ),
+                path,
+                modified,
+                size,
+            }),
+        })
+    }
+}
+
 /// Streams the ZIP of `source`: chunks of about [`EXPORT_CHUNK_BYTES`],
 /// then the end of the stream, or an error as the last item.
 pub fn zip_stream(source: Box<dyn ExportSource>) -> BoxStream<'static, Result<Bytes>> {

@@ -1,7 +1,7 @@
 //! ExportArchive and ImportArchive at the gRPC edge; the archive logic is
 //! in [`crate::archive`].
 
-use crate::archive::export::{zip_stream, ExportSource, LiveWorkspace};
+use crate::archive::export::{zip_stream, ExportSource, LiveWorkspace, SnapshotSource};
 use crate::archive::import;
 use crate::sessions::SessionRegistry;
 use futures::stream::{BoxStream, StreamExt};
@@ -16,7 +16,7 @@ const SPOOL_SLACK_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The ZIP stream of a session's live workspace, or of one of its
 /// snapshots.
-pub(crate) fn export(
+pub(crate) async fn export(
     registry: &SessionRegistry,
     r: &proto::ExportArchiveRequest,
 ) -> Result<BoxStream<'static, std::result::Result<proto::ArchiveChunk, Status>>> {
@@ -24,12 +24,17 @@ pub(crate) fn export(
     let source: Box<dyn ExportSource> = if r.snapshot_id.is_empty() {
         Box::new(LiveWorkspace::new(session.fs.clone()))
     } else {
-        // Snapshot export hooks in here: a source over the snapshot's files
-        // (an `ExportSource`), once snapshots can list them.
-        return Err(super::unimplemented(
-            "exporting a snapshot",
-            "export the live workspace, or Restore the snapshot first",
-        ));
+        let info = session
+            .snapshots
+            .list()
+            .await?
+            .into_iter()
+            .find(|s| s.id == r.snapshot_id)
+            .ok_or_else(|| Error::SnapshotNotFound {
+                snapshot_id: r.snapshot_id.clone(),
+            })?;
+        let files = session.snapshots.files(&info.id).await?;
+        Box::new(SnapshotSource::new(files, info.created_at))
     };
     Ok(zip_stream(source)
         .map(|chunk| {

@@ -258,7 +258,7 @@ impl sessions_server::Sessions for SessionsService {
         let session_id = r.session_id.clone();
         traced("ExportArchive", &r.session_id, "", async {
             admitted?;
-            let chunks = super::archive::export(&self.registry, &r)?;
+            let chunks = super::archive::export(&self.registry, &r).await?;
             Ok(Box::pin(super::LoggedStream::new(
                 chunks,
                 "ExportArchive",
