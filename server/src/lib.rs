@@ -94,7 +94,10 @@ pub async fn serve(
         .add_service(filesystem)
         .add_service(sessions)
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            // Without TCP_NODELAY a stream's small messages (a ReadBytes
+            // header, a short file, the trailers) wait out delayed ACKs:
+            // ~40 ms per small-file read.
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,
         )
         .await

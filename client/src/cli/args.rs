@@ -199,6 +199,10 @@ pub struct SessionCreateArgs {
     /// A file to seed: WORKSPACE_PATH=LOCAL_FILE (repeatable).
     #[arg(long = "seed", value_name = "PATH=FILE")]
     pub seeds: Vec<String>,
+    /// Largest single write or upload in bytes (default 32 MiB, at most the
+    /// server's --max-write-bytes).
+    #[arg(long, value_name = "BYTES")]
+    pub max_write_bytes: Option<u64>,
     /// Remove the session after this many idle seconds.
     #[arg(long, value_name = "SECONDS")]
     pub ttl: Option<u64>,
@@ -320,6 +324,9 @@ pub struct TransferArgs {
     /// Replace an existing destination.
     #[arg(short = 'f', long)]
     pub overwrite: bool,
+    /// Accepted for cp habits: directories are always copied whole.
+    #[arg(short = 'r', short_alias = 'R', long, hide = true)]
+    pub recursive: bool,
 }
 
 #[derive(Debug, Args)]

@@ -36,6 +36,9 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
                     std::fs::read(file).map_err(local(format!("cannot read '{file}'")))?;
                 options = options.seed_file(path, content);
             }
+            if let Some(bytes) = args.max_write_bytes {
+                options = options.max_write_bytes(bytes);
+            }
             if let Some(ttl) = args.ttl {
                 options = options.idle_ttl(Duration::from_secs(ttl));
             }
