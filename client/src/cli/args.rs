@@ -1,0 +1,458 @@
+//! The grammar: every subcommand, its flags, and an example for `--help`.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+const ABOUT: &str = "The command line for wsfs, a workspace filesystem served over gRPC";
+
+const AFTER_HELP: &str = "\
+Configuration (flags win over the environment):
+  WSFS_SERVER   server URL (default http://127.0.0.1:50051)
+  WSFS_SESSION  the session every file command works on
+  WSFS_TOKEN    bearer token, sent as `authorization: Bearer ...`
+  WSFS_CA       CA certificate for TLS (reserved; TLS is not built in yet)
+
+Exit codes: 0 success, 1 the operation failed (the reason is printed on
+stderr as `wsfs: REASON: message`), 2 usage error.
+
+Example:
+  wsfs session create                 # prints a session id
+  export WSFS_SESSION=$(wsfs session create)
+  echo 'fn main() {}' | wsfs write src/main.rs
+  wsfs grep main";
+
+#[derive(Debug, Parser)]
+#[command(name = "wsfs", version, about = ABOUT, after_help = AFTER_HELP)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Server URL.
+    #[arg(
+        long,
+        global = true,
+        env = "WSFS_SERVER",
+        default_value = "http://127.0.0.1:50051"
+    )]
+    pub server: String,
+    /// Session id for file commands.
+    #[arg(short = 's', long, global = true, env = "WSFS_SESSION")]
+    pub session: Option<String>,
+    /// Bearer token.
+    #[arg(long, global = true, env = "WSFS_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// CA certificate (PEM) for an https:// server.
+    #[arg(long, global = true, env = "WSFS_CA")]
+    pub ca: Option<PathBuf>,
+    /// Print JSON: one document, or one object per line for streams.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// No confirmation lines and no progress bars.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create, list, show and remove sessions.
+    #[command(subcommand)]
+    Session(SessionCommand),
+    /// List a directory.
+    #[command(after_help = "Example:\n  wsfs ls -l src\n  wsfs ls -R --json")]
+    Ls(LsArgs),
+    /// Print a text file (or a page of its lines), or raw bytes with --bytes.
+    #[command(
+        after_help = "Example:\n  wsfs cat src/main.rs\n  wsfs cat --offset 100 --limit 20 big.log\n  wsfs cat --bytes image.png > image.png"
+    )]
+    Cat(CatArgs),
+    /// Download a file (streamed; `-` for stdout).
+    #[command(
+        after_help = "Example:\n  wsfs get data/model.bin ./model.bin\n  wsfs get logs/run.log - | tail"
+    )]
+    Get(GetArgs),
+    /// Upload a file (streamed; `-` for stdin).
+    #[command(
+        after_help = "Example:\n  wsfs put ./dataset.csv data/dataset.csv\n  tar c src | wsfs put - backup/src.tar"
+    )]
+    Put(PutArgs),
+    /// Write text to a file, replacing it (text from the argument or stdin).
+    #[command(
+        after_help = "Example:\n  wsfs write notes/todo.md '- ship it'\n  echo hello | wsfs write greeting.txt"
+    )]
+    Write(WriteArgs),
+    /// Append text to a file, creating it when missing.
+    #[command(after_help = "Example:\n  wsfs append log.txt 'step 2 done'")]
+    Append(WriteArgs),
+    /// Replace exact text in a file (exactly one match unless --all).
+    #[command(
+        after_help = "Example:\n  wsfs edit src/main.rs --old 'fn main' --new 'pub fn main' --dry-run"
+    )]
+    Edit(EditArgs),
+    /// Remove files, or directories with -r.
+    #[command(after_help = "Example:\n  wsfs rm -rf build")]
+    Rm(RmArgs),
+    /// Create directories.
+    #[command(after_help = "Example:\n  wsfs mkdir -p src/bin")]
+    Mkdir(MkdirArgs),
+    /// Move or rename a file or directory.
+    #[command(after_help = "Example:\n  wsfs mv draft.md notes/final.md")]
+    Mv(TransferArgs),
+    /// Copy a file or directory.
+    #[command(after_help = "Example:\n  wsfs cp -f src/lib.rs backup/lib.rs")]
+    Cp(TransferArgs),
+    /// Show a path's kind, size, times and version.
+    #[command(after_help = "Example:\n  wsfs stat src/main.rs")]
+    Stat(StatArgs),
+    /// List files matching a glob (`*`, `**`, `{a,b}`, `[ab]`).
+    #[command(after_help = "Example:\n  wsfs glob '**/*.rs'")]
+    Glob(GlobArgs),
+    /// Search file contents (regex), printed as `path:line:text`.
+    #[command(
+        after_help = "Exit status: 0 when something matched, 1 when nothing did (as grep).\n\nExample:\n  wsfs grep -i -C 2 --glob '*.rs' 'todo|fixme' src"
+    )]
+    Grep(GrepArgs),
+    /// Print change events as they happen, one line each.
+    #[command(after_help = "Example:\n  wsfs watch src --json")]
+    Watch(WatchArgs),
+    /// Take, list, restore and remove snapshots of the session.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+    /// Save the session (or a snapshot) as a ZIP archive.
+    #[command(after_help = "Example:\n  wsfs export workspace.zip")]
+    Export(ExportArgs),
+    /// Replace the session's files with a ZIP archive's.
+    #[command(after_help = "Example:\n  wsfs import workspace.zip")]
+    Import(ImportArgs),
+    /// Issue bearer tokens for callers.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Mirror a remote directory into a local one (only files that differ).
+    #[command(after_help = PULL_HELP)]
+    Pull(SyncArgs),
+    /// Mirror a local directory into a remote one (only files that differ).
+    #[command(after_help = PUSH_HELP)]
+    Push(SyncArgs),
+}
+
+/// Shared by pull and push: `after_help` needs one literal.
+macro_rules! sync_note {
+    () => {
+        "A file is transferred when it is missing on the other side, when the sizes
+differ, or, when the sizes are equal, when the SHA-256 of the two contents
+differ (the remote file is streamed here to hash it; sizes are compared
+first so that only same-size files are read). Symbolic links are skipped.
+--delete removes what exists only on the destination. --json prints a
+summary: {\"transferred\", \"unchanged\", \"deleted\", \"bytes\", ...}.
+
+"
+    };
+}
+
+const PULL_HELP: &str = concat!(sync_note!(), "Example:\n  wsfs pull src ./src --delete");
+const PUSH_HELP: &str = concat!(
+    sync_note!(),
+    "Example:\n  wsfs push ./out results --delete\n  wsfs push ./out results --json"
+);
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Create a session and print its id.
+    #[command(
+        after_help = "Prints the session id alone, for `export WSFS_SESSION=$(wsfs session create)`;\n--json prints the whole session, with its token when the server issues one.\n\nExample:\n  wsfs session create --directory --label owner=ci --ttl 3600"
+    )]
+    Create(SessionCreateArgs),
+    /// List the server's sessions.
+    #[command(after_help = "Example:\n  wsfs session list --json")]
+    List,
+    /// Show one session (default: WSFS_SESSION).
+    #[command(after_help = "Example:\n  wsfs session show 0b5e...")]
+    Show { id: Option<String> },
+    /// Remove sessions and everything they own.
+    #[command(after_help = "Example:\n  wsfs session rm $WSFS_SESSION")]
+    Rm {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SessionCreateArgs {
+    /// Keep the files in a directory on the server's disk (bind-mountable).
+    #[arg(long)]
+    pub directory: bool,
+    /// With --directory: an existing directory inside the server's allowed roots.
+    #[arg(long, requires = "directory")]
+    pub root: Option<PathBuf>,
+    #[arg(long)]
+    pub read_only: bool,
+    /// Swarm layout: shared/, home/<caller>/, sys/.
+    #[arg(long)]
+    pub swarm: bool,
+    /// A label KEY=VALUE (repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
+    /// A file to seed: WORKSPACE_PATH=LOCAL_FILE (repeatable).
+    #[arg(long = "seed", value_name = "PATH=FILE")]
+    pub seeds: Vec<String>,
+    /// Largest single write or upload in bytes (default 32 MiB, at most the
+    /// server's --max-write-bytes).
+    #[arg(long, value_name = "BYTES")]
+    pub max_write_bytes: Option<u64>,
+    /// Remove the session after this many idle seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub ttl: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    #[arg(default_value = "")]
+    pub path: String,
+    /// Long format: kind, size, modified time, version, name.
+    #[arg(short, long)]
+    pub long: bool,
+    /// Recursive (all depths).
+    #[arg(short = 'R', long, conflicts_with = "depth")]
+    pub recursive: bool,
+    /// Levels to descend (1 = the directory's own entries).
+    #[arg(long)]
+    pub depth: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct CatArgs {
+    pub path: String,
+    /// First line to print (0-based); with --bytes, the first byte.
+    #[arg(long)]
+    pub offset: Option<u64>,
+    /// Lines to print; with --bytes, bytes.
+    #[arg(long)]
+    pub limit: Option<u64>,
+    /// Raw bytes (streamed), for files that are not text.
+    #[arg(long)]
+    pub bytes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// The workspace file.
+    pub remote: String,
+    /// Where to save it (`-` for stdout; default: its name, here).
+    pub local: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PutArgs {
+    /// The local file (`-` for stdin).
+    pub local: String,
+    /// The workspace path (default: the local file's name).
+    pub remote: Option<String>,
+    /// Fail if the remote file already exists.
+    #[arg(long)]
+    pub create: bool,
+    /// Only if the remote file is at this version (0: must not exist).
+    #[arg(long)]
+    pub if_version: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct WriteArgs {
+    pub path: String,
+    /// The text (default: read stdin).
+    #[arg(allow_hyphen_values = true)]
+    pub text: Option<String>,
+    /// Fail if the file already exists.
+    #[arg(long)]
+    pub create: bool,
+    /// Only if the file is at this version (0: must not exist).
+    #[arg(long)]
+    pub if_version: Option<u64>,
+    /// Fail instead of creating missing parent directories.
+    #[arg(long)]
+    pub no_parents: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct EditArgs {
+    pub path: String,
+    /// The exact text to replace.
+    #[arg(long, allow_hyphen_values = true)]
+    pub old: String,
+    /// The replacement.
+    #[arg(long, allow_hyphen_values = true)]
+    pub new: String,
+    /// Replace every occurrence.
+    #[arg(long)]
+    pub all: bool,
+    /// Change nothing; print the diff.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Only if the file is at this version.
+    #[arg(long)]
+    pub if_version: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    #[arg(required = true)]
+    pub paths: Vec<String>,
+    /// Remove directories and their contents.
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// A missing path is not an error.
+    #[arg(short, long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MkdirArgs {
+    #[arg(required = true)]
+    pub paths: Vec<String>,
+    /// Create missing parents; an existing directory is fine.
+    #[arg(short, long)]
+    pub parents: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TransferArgs {
+    pub source: String,
+    pub destination: String,
+    /// Replace an existing destination.
+    #[arg(short = 'f', long)]
+    pub overwrite: bool,
+    /// Accepted for cp habits: directories are always copied whole.
+    #[arg(short = 'r', short_alias = 'R', long, hide = true)]
+    pub recursive: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatArgs {
+    pub path: String,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobArgs {
+    pub pattern: String,
+    /// Base directory; the pattern matches paths relative to it.
+    #[arg(default_value = "")]
+    pub path: String,
+    /// Most paths to return (server default 1000).
+    #[arg(long)]
+    pub max: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct GrepArgs {
+    /// A regex (Rust `regex` syntax), or literal text with -F.
+    pub pattern: String,
+    /// Directory to search (default: the whole workspace).
+    #[arg(default_value = "")]
+    pub path: String,
+    #[arg(short = 'i', long)]
+    pub ignore_case: bool,
+    /// The pattern is literal text.
+    #[arg(short = 'F', long)]
+    pub fixed_strings: bool,
+    /// Lines of context around each match.
+    #[arg(short = 'C', long, value_name = "N")]
+    pub context: Option<u32>,
+    /// Only files matching this glob: without `/` it matches the file name
+    /// at any depth (as ripgrep), with `/` the path relative to PATH.
+    #[arg(short = 'g', long)]
+    pub glob: Option<String>,
+    /// Stop after this many matches (server default 1000).
+    #[arg(short = 'm', long)]
+    pub max: Option<u64>,
+    /// Accepted for grep habits; line numbers are always shown.
+    #[arg(short = 'n', long, hide = true)]
+    pub line_number: bool,
+    /// Colour: auto (on a terminal, unless NO_COLOR), always, never.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    #[arg(default_value = "")]
+    pub path: String,
+    /// Only paths matching this glob.
+    #[arg(short = 'g', long)]
+    pub glob: Option<String>,
+    /// Resume after this event sequence number.
+    #[arg(long)]
+    pub since: Option<u64>,
+    /// Only the directory's own entries, not its subdirectories.
+    #[arg(long)]
+    pub shallow: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCommand {
+    /// Take a snapshot; prints its id.
+    #[command(after_help = "Example:\n  wsfs snapshot create --tag before-refactor")]
+    Create {
+        #[arg(long, default_value = "")]
+        tag: String,
+    },
+    /// List the session's snapshots.
+    #[command(after_help = "Example:\n  wsfs snapshot list")]
+    List,
+    /// Put the workspace back exactly as the snapshot holds it.
+    #[command(after_help = "Example:\n  wsfs snapshot restore 9f1c...")]
+    Restore { id: String },
+    /// Remove a snapshot.
+    #[command(after_help = "Example:\n  wsfs snapshot rm 9f1c...")]
+    Rm { id: String },
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The ZIP to write (`-` for stdout).
+    pub file: String,
+    /// Export this snapshot instead of the live workspace.
+    #[arg(long)]
+    pub snapshot: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The ZIP to read (`-` for stdin).
+    pub file: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Issue a caller's token for the session; prints the token.
+    #[command(
+        after_help = "Example:\n  wsfs token issue agent-1\n  WSFS_TOKEN=$(wsfs token issue agent-1) wsfs write home/agent-1/notes.md hi"
+    )]
+    Issue { caller: String },
+}
+
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// Source directory (remote for pull, local for push).
+    pub source: String,
+    /// Destination directory (local for pull, remote for push).
+    pub destination: String,
+    /// Remove files and directories that exist only on the destination.
+    #[arg(long)]
+    pub delete: bool,
+    /// Print what would be done; change nothing.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
+    /// Transfers and hashes in flight at once.
+    #[arg(short = 'j', long, default_value_t = 16)]
+    pub jobs: usize,
+}

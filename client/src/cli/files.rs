@@ -1,0 +1,466 @@
+//! File commands: ls, cat, get, put, write, append, edit, rm, mkdir, mv,
+//! cp, stat.
+
+use super::args::{
+    CatArgs, EditArgs, GetArgs, LsArgs, MkdirArgs, PutArgs, RmArgs, StatArgs, TransferArgs,
+    WriteArgs,
+};
+use super::output::{self, print_json, println};
+use super::{local, Ctx, Failure, Outcome};
+use base64::Engine;
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio_util::io::ReaderStream;
+use wsfs_client::{
+    parse_path, ByteRange, CanonicalPath, DeleteOptions, EditSpec, Error, FileKind, Filesystem,
+    LineRange, MkdirOptions, Session, TransferOptions, WriteMode, WriteOptions, WriteOutcome,
+    MAX_CHUNK_SIZE,
+};
+
+pub async fn ls(ctx: &mut Ctx, args: LsArgs) -> Outcome {
+    let session = ctx.session().await?;
+    let base = parse_path(&args.path)?;
+    let depth = if args.recursive {
+        u32::MAX
+    } else {
+        args.depth.unwrap_or(1)
+    };
+    let listing = session.list(&base, depth).await?;
+    if ctx.json {
+        let entries: Vec<_> = listing.entries.iter().map(output::metadata).collect();
+        return print_json(&json!({
+            "path": listing.path.as_str(),
+            "entries": entries,
+            "truncated": listing.truncated,
+        }));
+    }
+    for entry in &listing.entries {
+        let shown = entry
+            .path
+            .strip_prefix(&base)
+            .map_or_else(|| entry.path.to_string(), |p| p.to_string());
+        let suffix = if entry.kind == FileKind::Directory {
+            "/"
+        } else {
+            ""
+        };
+        if args.long {
+            let kind = match entry.kind {
+                FileKind::File => '-',
+                FileKind::Directory => 'd',
+                FileKind::Symlink => 'l',
+            };
+            println(&format!(
+                "{kind} {:>12} {} v{:<6} {shown}{suffix}",
+                entry.size,
+                output::time(entry.modified),
+                entry.version,
+            ))?;
+        } else {
+            println(&format!("{shown}{suffix}"))?;
+        }
+    }
+    if listing.truncated {
+        eprintln!("wsfs: the listing was cut at the server's entry limit");
+    }
+    Ok(())
+}
+
+pub async fn cat(ctx: &mut Ctx, args: CatArgs) -> Outcome {
+    let session = ctx.session().await?;
+    let path = parse_path(&args.path)?;
+    if args.bytes {
+        let range = ByteRange {
+            offset: args.offset.unwrap_or(0),
+            limit: args.limit,
+        };
+        let mut stream = session.read_bytes(&path, range, MAX_CHUNK_SIZE).await?;
+        if ctx.json {
+            let mut data = Vec::new();
+            while let Some(chunk) = stream.chunks.next().await {
+                data.extend_from_slice(&chunk?);
+            }
+            return print_json(&json!({
+                "path": stream.path.as_str(),
+                "size_bytes": stream.size,
+                "version": stream.version,
+                "offset": stream.offset,
+                "length": stream.length,
+                "data_base64": base64::engine::general_purpose::STANDARD.encode(&data),
+            }));
+        }
+        while let Some(chunk) = stream.chunks.next().await {
+            output::print_raw(&chunk?)?;
+        }
+        return Ok(());
+    }
+    if ctx.json || args.offset.is_some() || args.limit.is_some() {
+        let range = LineRange {
+            offset: args.offset.unwrap_or(0),
+            // No --limit: the rest of the file, not the server's 2000 lines.
+            limit: args.limit,
+        };
+        let page = session.read(&path, range).await?;
+        if ctx.json {
+            return print_json(&json!({
+                "path": page.path.as_str(),
+                "content": page.content,
+                "total_lines": page.total_lines,
+                "offset": page.offset,
+                "lines": page.lines,
+                "truncated": page.truncated,
+                "version": page.version,
+                "size_bytes": page.size,
+            }));
+        }
+        return output::print_raw(page.content.as_bytes());
+    }
+    let text = session.read_to_string(path.as_str()).await?;
+    output::print_raw(text.as_bytes())
+}
+
+pub async fn get(ctx: &mut Ctx, args: GetArgs) -> Outcome {
+    let session = ctx.session().await?;
+    let path = parse_path(&args.remote)?;
+    let name = path.name().unwrap_or("workspace").to_string();
+    let target = match args.local.as_deref() {
+        Some("-") => None,
+        Some(local) if Path::new(local).is_dir() => Some(Path::new(local).join(&name)),
+        Some(local) => Some(PathBuf::from(local)),
+        None => Some(PathBuf::from(&name)),
+    };
+    let bytes = match &target {
+        None => {
+            let mut stdout = tokio::io::stdout();
+            download(&session, &path, &mut stdout, true).await?
+        }
+        Some(target) => download_to_file(&session, &path, target, ctx.quiet || ctx.json).await?,
+    };
+    if target.is_some() {
+        let shown = target.as_ref().map(|t| t.display().to_string());
+        ctx.done(
+            || {
+                format!(
+                    "{} -> {} ({})",
+                    path,
+                    shown.clone().unwrap_or_default(),
+                    output::human_size(bytes)
+                )
+            },
+            json!({"path": path.as_str(), "local": shown, "bytes": bytes}),
+        )?;
+    }
+    Ok(())
+}
+
+/// Streams a remote file into `writer`; returns the bytes written.
+pub async fn download<W: tokio::io::AsyncWrite + Unpin>(
+    session: &Session,
+    path: &CanonicalPath,
+    writer: &mut W,
+    quiet: bool,
+) -> Outcome<u64> {
+    let mut stream = session
+        .read_bytes(path, ByteRange::default(), MAX_CHUNK_SIZE)
+        .await?;
+    let bar = output::progress(
+        Some(stream.length),
+        output::PROGRESS_THRESHOLD,
+        quiet,
+        path.as_str(),
+    );
+    let mut written = 0u64;
+    while let Some(chunk) = stream.chunks.next().await {
+        let chunk = chunk?;
+        match writer.write_all(&chunk).await {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Err(Failure::Silent(0)),
+            other => other.map_err(local(format!("cannot write the download of '{path}'")))?,
+        }
+        written += chunk.len() as u64;
+        bar.inc(chunk.len() as u64);
+    }
+    writer
+        .flush()
+        .await
+        .map_err(local(format!("cannot write the download of '{path}'")))?;
+    bar.finish_and_clear();
+    Ok(written)
+}
+
+/// Downloads next to `target` and renames into place, so a failed
+/// download never leaves a half file under the real name.
+pub async fn download_to_file(
+    session: &Session,
+    path: &CanonicalPath,
+    target: &Path,
+    quiet: bool,
+) -> Outcome<u64> {
+    let part = partial_name(target);
+    let mut file = tokio::fs::File::create(&part)
+        .await
+        .map_err(local(format!("cannot create '{}'", part.display())))?;
+    let result = download(session, path, &mut file, quiet).await;
+    drop(file);
+    match result {
+        Ok(bytes) => {
+            tokio::fs::rename(&part, target)
+                .await
+                .map_err(local(format!("cannot write '{}'", target.display())))?;
+            Ok(bytes)
+        }
+        Err(e) => {
+            let _ = tokio::fs::remove_file(&part).await;
+            Err(e)
+        }
+    }
+}
+
+fn partial_name(target: &Path) -> PathBuf {
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    target.with_file_name(format!(".{name}.wsfs-part"))
+}
+
+pub async fn put(ctx: &mut Ctx, args: PutArgs) -> Outcome {
+    let session = ctx.session().await?;
+    let remote = match (&args.remote, args.local.as_str()) {
+        (Some(remote), _) => remote.clone(),
+        (None, "-") => return Err(Failure::Usage("put from stdin needs a REMOTE path".into())),
+        (None, local) => Path::new(local)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| Failure::Usage(format!("'{local}' names no file")))?,
+    };
+    let path = parse_path(&remote)?;
+    let options = WriteOptions {
+        mode: if args.create {
+            WriteMode::Create
+        } else {
+            WriteMode::Overwrite
+        },
+        create_parents: true,
+        if_version: args.if_version,
+    };
+    let quiet = ctx.quiet || ctx.json;
+    let outcome = if args.local == "-" {
+        upload(&session, &path, tokio::io::stdin(), None, options, quiet).await?
+    } else {
+        let file = tokio::fs::File::open(&args.local)
+            .await
+            .map_err(local(format!("cannot open '{}'", args.local)))?;
+        let size = file.metadata().await.ok().map(|m| m.len());
+        upload(&session, &path, file, size, options, quiet).await?
+    };
+    ctx.done(|| wrote(&outcome), write_json(&outcome))
+}
+
+/// Streams `reader` into a remote file, 1 MiB per message.
+pub async fn upload<R: AsyncRead + Send + 'static>(
+    session: &Session,
+    path: &CanonicalPath,
+    reader: R,
+    size: Option<u64>,
+    options: WriteOptions,
+    quiet: bool,
+) -> Outcome<WriteOutcome> {
+    let bar = output::progress(size, output::PROGRESS_THRESHOLD, quiet, path.as_str());
+    let counted = bar.clone();
+    let source = path.clone();
+    let data = ReaderStream::with_capacity(reader, MAX_CHUNK_SIZE)
+        .map(move |chunk: std::io::Result<Bytes>| {
+            if let Ok(chunk) = &chunk {
+                counted.inc(chunk.len() as u64);
+            }
+            chunk.map_err(|e| Error::internal(format!("reading the upload for '{source}': {e}")))
+        })
+        .boxed();
+    let outcome = session.write_bytes(path, options, data).await?;
+    bar.finish_and_clear();
+    Ok(outcome)
+}
+
+fn wrote(outcome: &WriteOutcome) -> String {
+    format!(
+        "wrote {} to {} (version {})",
+        output::human_size(outcome.bytes_written),
+        outcome.path,
+        outcome.version
+    )
+}
+
+fn write_json(outcome: &WriteOutcome) -> serde_json::Value {
+    json!({
+        "path": outcome.path.as_str(),
+        "bytes_written": outcome.bytes_written,
+        "size_bytes": outcome.size,
+        "version": outcome.version,
+        "created": outcome.created,
+    })
+}
+
+pub async fn write(ctx: &mut Ctx, args: WriteArgs, append: bool) -> Outcome {
+    if append && args.create {
+        return Err(Failure::Usage("append takes no --create".into()));
+    }
+    let session = ctx.session().await?;
+    let path = parse_path(&args.path)?;
+    let text = match args.text {
+        Some(text) => text,
+        None => {
+            let mut raw = Vec::new();
+            tokio::io::stdin()
+                .read_to_end(&mut raw)
+                .await
+                .map_err(local("cannot read stdin"))?;
+            String::from_utf8(raw).map_err(|_| {
+                Failure::Usage(
+                    "stdin is not UTF-8 text; upload bytes with `wsfs put - PATH`".into(),
+                )
+            })?
+        }
+    };
+    let options = WriteOptions {
+        mode: match (append, args.create) {
+            (true, _) => WriteMode::Append,
+            (false, true) => WriteMode::Create,
+            (false, false) => WriteMode::Overwrite,
+        },
+        create_parents: !args.no_parents,
+        if_version: args.if_version,
+    };
+    let outcome = session.write(&path, &text, options).await?;
+    ctx.done(|| wrote(&outcome), write_json(&outcome))
+}
+
+pub async fn edit(ctx: &mut Ctx, args: EditArgs) -> Outcome {
+    let session = ctx.session().await?;
+    let path = parse_path(&args.path)?;
+    let spec = EditSpec {
+        old_text: args.old,
+        new_text: args.new,
+        replace_all: args.all,
+        if_version: args.if_version,
+        dry_run: args.dry_run,
+    };
+    let outcome = session.edit(&path, spec).await?;
+    if ctx.json {
+        return print_json(&json!({
+            "path": outcome.path.as_str(),
+            "replacements": outcome.replacements,
+            "version": outcome.version,
+            "diff": outcome.diff,
+            "dry_run": outcome.dry_run,
+            "size_bytes": outcome.size,
+        }));
+    }
+    if outcome.dry_run {
+        return output::print_raw(outcome.diff.as_bytes());
+    }
+    if ctx.quiet {
+        return Ok(());
+    }
+    let plural = if outcome.replacements == 1 { "" } else { "s" };
+    println(&format!(
+        "{} replacement{plural} in {} (version {})",
+        outcome.replacements, outcome.path, outcome.version
+    ))
+}
+
+pub async fn rm(ctx: &mut Ctx, args: RmArgs) -> Outcome {
+    let session = ctx.session().await?;
+    let options = DeleteOptions {
+        recursive: args.recursive,
+        allow_missing: args.force,
+        if_version: None,
+    };
+    let mut results = Vec::new();
+    for raw in &args.paths {
+        let path = parse_path(raw)?;
+        let deleted = session.delete(&path, options).await?;
+        if !ctx.json && !ctx.quiet && deleted > 0 {
+            println(&format!("removed {path} ({})", entries_text(deleted)))?;
+        }
+        results.push(json!({"path": path.as_str(), "deleted": deleted}));
+    }
+    if ctx.json {
+        let total: u64 = results.iter().filter_map(|r| r["deleted"].as_u64()).sum();
+        print_json(&json!({"paths": results, "deleted": total}))?;
+    }
+    Ok(())
+}
+
+pub async fn mkdir(ctx: &mut Ctx, args: MkdirArgs) -> Outcome {
+    let session = ctx.session().await?;
+    // As mkdir(1): without -p, parents must exist and the directory must not.
+    let options = MkdirOptions {
+        parents: args.parents,
+        exist_ok: args.parents,
+    };
+    let mut results = Vec::new();
+    for raw in &args.paths {
+        let path = parse_path(raw)?;
+        let created = session.mkdir(&path, options).await?;
+        results.push(json!({"path": path.as_str(), "created": created}));
+    }
+    if ctx.json {
+        print_json(&json!({ "paths": results }))?;
+    }
+    Ok(())
+}
+
+pub async fn transfer(ctx: &mut Ctx, args: TransferArgs, is_move: bool) -> Outcome {
+    let session = ctx.session().await?;
+    let source = parse_path(&args.source)?;
+    let destination = parse_path(&args.destination)?;
+    let options = TransferOptions {
+        overwrite: args.overwrite,
+        ..TransferOptions::default()
+    };
+    let entries = if is_move {
+        session.rename(&source, &destination, options).await?
+    } else {
+        session.copy(&source, &destination, options).await?
+    };
+    let verb = if is_move { "moved" } else { "copied" };
+    ctx.done(
+        || {
+            format!(
+                "{verb} {source} -> {destination} ({})",
+                entries_text(entries)
+            )
+        },
+        json!({"source": source.as_str(), "destination": destination.as_str(), "entries": entries}),
+    )
+}
+
+fn entries_text(n: u64) -> String {
+    if n == 1 {
+        "1 entry".to_string()
+    } else {
+        format!("{n} entries")
+    }
+}
+
+pub async fn stat(ctx: &mut Ctx, args: StatArgs) -> Outcome {
+    let session = ctx.session().await?;
+    let path = parse_path(&args.path)?;
+    let meta = session.stat(&path).await?;
+    if ctx.json {
+        return print_json(&output::metadata(&meta));
+    }
+    println(&format!(
+        "path:     {}\nkind:     {}\nsize:     {} ({})\ncreated:  {}\nmodified: {}\nversion:  {}",
+        meta.path.display(),
+        output::kind(meta.kind),
+        meta.size,
+        output::human_size(meta.size),
+        output::time(meta.created),
+        output::time(meta.modified),
+        meta.version
+    ))
+}

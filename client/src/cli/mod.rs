@@ -1,0 +1,222 @@
+//! The `wsfs` command line.
+//!
+//! - [`Cli`] is the whole grammar (clap derive); each subcommand's
+//!   `--help` ends with an example.
+//! - [`Ctx`] is what every command gets: the connection, the session id,
+//!   the token, and how to print (`--json` or text).
+//! - [`Failure`] is how a command fails; [`main`] turns it into the exit
+//!   code (1 for a failed operation, 2 for a usage error) and one line on
+//!   stderr, `wsfs: REASON: message`.
+//!
+//! Commands live by topic: `files` (read, write, list...), `search` (grep,
+//! glob, watch), `sessions` (sessions, snapshots, archives, tokens, over
+//! the raw calls in `raw`), `sync` (push and pull), `output` (JSON, times,
+//! sizes, progress bars).
+
+mod args;
+mod files;
+mod output;
+mod raw;
+mod search;
+mod sessions;
+mod sync;
+
+use args::{Cli, Command};
+use clap::Parser;
+use std::process::ExitCode;
+use wsfs_client::{Client, Error, Session};
+
+/// How a command fails.
+#[derive(Debug)]
+pub enum Failure {
+    /// The server (or the client's own checks) refused: exit 1, with the
+    /// contract reason.
+    Remote(Error),
+    /// Something on this machine failed (a local file, stdout): exit 1.
+    Local(String),
+    /// The command line does not make sense: exit 2.
+    Usage(String),
+    /// Nothing to print, exit with this code (grep that matched nothing).
+    Silent(u8),
+}
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        Failure::Remote(error)
+    }
+}
+
+pub type Outcome<T = ()> = std::result::Result<T, Failure>;
+
+/// A local I/O failure, with what was being done.
+pub fn local(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> Failure {
+    move |e| Failure::Local(format!("{what}: {e}"))
+}
+
+/// What every command works with.
+pub struct Ctx {
+    pub server: String,
+    pub session_id: Option<String>,
+    pub token: Option<String>,
+    pub json: bool,
+    pub quiet: bool,
+    client: Option<Client>,
+}
+
+impl Ctx {
+    /// The connection, made on first use.
+    pub async fn client(&mut self) -> Outcome<Client> {
+        if let Some(client) = &self.client {
+            return Ok(client.clone());
+        }
+        let mut client = Client::connect(&self.server).await?;
+        if let Some(token) = &self.token {
+            client = client.with_token(token)?;
+        }
+        self.client = Some(client.clone());
+        Ok(client)
+    }
+
+    /// The session named by `--session` or `WSFS_SESSION`.
+    pub fn session_id(&self) -> Outcome<String> {
+        self.session_id.clone().ok_or_else(|| {
+            Failure::Usage(
+                "no session: pass --session ID or set WSFS_SESSION (create one with `wsfs session create`)"
+                    .into(),
+            )
+        })
+    }
+
+    /// A handle on the current session, carrying the token.
+    pub async fn session(&mut self) -> Outcome<Session> {
+        let id = self.session_id()?;
+        let client = self.client().await?;
+        let session = client.session(id);
+        Ok(match &self.token {
+            Some(token) => session.with_token(token)?,
+            None => session,
+        })
+    }
+
+    /// A request for the raw generated stubs, with the token attached.
+    pub fn request<T>(&self, message: T) -> Outcome<tonic::Request<T>> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = &self.token {
+            let value = format!("Bearer {token}")
+                .parse()
+                .map_err(|_| Failure::Usage("WSFS_TOKEN must be printable ASCII".into()))?;
+            request.metadata_mut().insert("authorization", value);
+        }
+        Ok(request)
+    }
+
+    /// Prints a one-line confirmation unless `--quiet`; `--json` prints
+    /// `value` instead.
+    pub fn done(&self, text: impl FnOnce() -> String, value: serde_json::Value) -> Outcome {
+        if self.json {
+            output::print_json(&value)
+        } else if !self.quiet {
+            output::println(&text())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let json = cli.global.json;
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return report(Failure::Local(format!("cannot start: {e}")), json),
+    };
+    if let Some(ca) = &cli.global.ca {
+        if cli.global.server.starts_with("https://") {
+            return report(
+                Failure::Usage(format!(
+                    "TLS (WSFS_CA={}) is not built into this wsfs yet; use an http:// server",
+                    ca.display()
+                )),
+                json,
+            );
+        }
+    }
+    let mut ctx = Ctx {
+        server: cli.global.server.clone(),
+        session_id: cli.global.session.clone().filter(|s| !s.is_empty()),
+        token: cli.global.token.clone().filter(|s| !s.is_empty()),
+        json,
+        quiet: cli.global.quiet,
+        client: None,
+    };
+    match runtime.block_on(dispatch(&mut ctx, cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => report(failure, json),
+    }
+}
+
+async fn dispatch(ctx: &mut Ctx, command: Command) -> Outcome {
+    match command {
+        Command::Session(c) => sessions::session(ctx, c).await,
+        Command::Ls(a) => files::ls(ctx, a).await,
+        Command::Cat(a) => files::cat(ctx, a).await,
+        Command::Get(a) => files::get(ctx, a).await,
+        Command::Put(a) => files::put(ctx, a).await,
+        Command::Write(a) => files::write(ctx, a, false).await,
+        Command::Append(a) => files::write(ctx, a, true).await,
+        Command::Edit(a) => files::edit(ctx, a).await,
+        Command::Rm(a) => files::rm(ctx, a).await,
+        Command::Mkdir(a) => files::mkdir(ctx, a).await,
+        Command::Mv(a) => files::transfer(ctx, a, true).await,
+        Command::Cp(a) => files::transfer(ctx, a, false).await,
+        Command::Stat(a) => files::stat(ctx, a).await,
+        Command::Glob(a) => search::glob(ctx, a).await,
+        Command::Grep(a) => search::grep(ctx, a).await,
+        Command::Watch(a) => search::watch(ctx, a).await,
+        Command::Snapshot(c) => sessions::snapshot(ctx, c).await,
+        Command::Export(a) => sessions::export(ctx, a).await,
+        Command::Import(a) => sessions::import(ctx, a).await,
+        Command::Token(c) => sessions::token(ctx, c).await,
+        Command::Pull(a) => sync::pull(ctx, a).await,
+        Command::Push(a) => sync::push(ctx, a).await,
+    }
+}
+
+/// One line on stderr (and, with `--json`, one JSON object there too), and
+/// the exit code.
+fn report(failure: Failure, json: bool) -> ExitCode {
+    let (code, reason, message) = match failure {
+        Failure::Silent(code) => return ExitCode::from(code),
+        Failure::Remote(error) => (1, error.reason().to_string(), remote_message(&error)),
+        Failure::Local(message) => (1, "LOCAL".to_string(), message),
+        Failure::Usage(message) => (2, "USAGE".to_string(), message),
+    };
+    if json {
+        eprintln!(
+            "{}",
+            serde_json::json!({"error": {"reason": reason, "message": message}})
+        );
+    } else if reason == "LOCAL" {
+        eprintln!("wsfs: {message}");
+    } else if reason == "USAGE" {
+        eprintln!("wsfs: {message}\n\nRun `wsfs --help` for usage.");
+    } else {
+        eprintln!("wsfs: {reason}: {message}");
+    }
+    ExitCode::from(code)
+}
+
+/// The server's sentence, plus what to do when the server is older than
+/// this command.
+fn remote_message(error: &Error) -> String {
+    match error {
+        Error::Unimplemented { message } => {
+            format!("not supported by this server yet: {message}")
+        }
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,116 @@
+//! Printing: JSON documents, lines, times, kinds, and progress bars.
+
+use super::{Failure, Outcome};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+use std::io::{IsTerminal, Write};
+use std::time::SystemTime;
+use wsfs_client::{FileKind, Metadata};
+
+/// Transfers at least this large get a progress bar on a terminal.
+pub const PROGRESS_THRESHOLD: u64 = 8 * 1024 * 1024;
+
+pub fn print_json(value: &Value) -> Outcome {
+    println(&value.to_string())
+}
+
+/// A line on stdout. A closed pipe (`wsfs ls | head`) ends the command
+/// quietly rather than as an error.
+pub fn println(line: &str) -> Outcome {
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{line}") {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Failure::Silent(0)),
+        Err(e) => Err(Failure::Local(format!("cannot write to stdout: {e}"))),
+    }
+}
+
+/// Raw bytes on stdout.
+pub fn print_raw(bytes: &[u8]) -> Outcome {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Failure::Silent(0)),
+        Err(e) => Err(Failure::Local(format!("cannot write to stdout: {e}"))),
+    }
+}
+
+/// RFC 3339, UTC, whole seconds.
+pub fn time(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+pub fn kind(kind: FileKind) -> &'static str {
+    match kind {
+        FileKind::File => "file",
+        FileKind::Directory => "directory",
+        FileKind::Symlink => "symlink",
+    }
+}
+
+pub fn metadata(m: &Metadata) -> Value {
+    json!({
+        "path": m.path.as_str(),
+        "name": m.name(),
+        "kind": kind(m.kind),
+        "size_bytes": m.size,
+        "created_at": time(m.created),
+        "modified_at": time(m.modified),
+        "version": m.version,
+    })
+}
+
+/// A bar on stderr for a transfer of `total` bytes (or of `total` files
+/// with `unit` "files"), shown only on a terminal, for large transfers,
+/// without `--quiet` or `--json`.
+pub fn progress(total: Option<u64>, threshold: u64, quiet: bool, label: &str) -> ProgressBar {
+    let wanted = !quiet && std::io::stderr().is_terminal() && total.is_none_or(|t| t >= threshold);
+    if !wanted {
+        return ProgressBar::hidden();
+    }
+    let bar = match total {
+        Some(total) => ProgressBar::new(total).with_style(
+            ProgressStyle::with_template(
+                "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        ),
+        None => ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{msg} {spinner} {bytes} {bytes_per_sec}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        ),
+    };
+    bar.set_message(label.to_string());
+    bar
+}
+
+/// A bar counting files, for push and pull.
+pub fn file_progress(total: u64, quiet: bool, label: &str) -> ProgressBar {
+    if quiet || !std::io::stderr().is_terminal() || total < 100 {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total).with_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} files {per_sec}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_message(label.to_string());
+    bar
+}
+
+/// `1.5 MiB`, for people.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut size = bytes as f64;
+    let mut unit = 0;
+    while size >= 1024.0 && unit < UNITS.len() - 1 {
+        size /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{size:.1} {}", UNITS[unit])
+    }
+}

@@ -1,0 +1,253 @@
+//! Search and change commands: glob, grep, watch.
+
+use super::args::{ColorChoice, GlobArgs, GrepArgs, WatchArgs};
+use super::output::{print_json, println};
+use super::{raw, Ctx, Failure, Outcome};
+use futures::StreamExt;
+use serde_json::json;
+use std::io::IsTerminal;
+use wsfs_client::{parse_path, ContextLine, GrepEvent, GrepMatch};
+
+pub async fn glob(ctx: &mut Ctx, args: GlobArgs) -> Outcome {
+    let session = ctx.session().await?;
+    let mut query = session.glob_query(args.pattern).path(&args.path);
+    if let Some(max) = args.max {
+        query = query.max_results(max);
+    }
+    let outcome = query.run().await?;
+    if ctx.json {
+        let paths: Vec<_> = outcome.paths.iter().map(|p| p.as_str()).collect();
+        return print_json(&json!({"paths": paths, "truncated": outcome.truncated}));
+    }
+    for path in &outcome.paths {
+        println(path.as_str())?;
+    }
+    if outcome.truncated {
+        eprintln!("wsfs: more paths match; raise --max to see them");
+    }
+    Ok(())
+}
+
+/// ANSI styles for grep's output, or none.
+struct Palette {
+    on: bool,
+}
+
+impl Palette {
+    fn paint(&self, code: &str, text: &str) -> String {
+        if self.on {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_string()
+        }
+    }
+}
+
+pub async fn grep(ctx: &mut Ctx, args: GrepArgs) -> Outcome {
+    let session = ctx.session().await?;
+    let mut query = session.grep_query(args.pattern).path(&args.path);
+    if args.ignore_case {
+        query = query.case_insensitive();
+    }
+    if args.fixed_strings {
+        query = query.fixed_string();
+    }
+    if let Some(glob) = args.glob {
+        query = query.glob(file_glob(glob));
+    }
+    let explicit_max = args.max.is_some();
+    if let Some(max) = args.max {
+        query = query.max_matches(max);
+    }
+    if let Some(context) = args.context {
+        query = query.context(context);
+    }
+    let palette = Palette {
+        on: match args.color {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => {
+                !ctx.json
+                    && std::io::stdout().is_terminal()
+                    && std::env::var_os("NO_COLOR").is_none()
+            }
+        },
+    };
+    let mut events = query.stream().await?;
+    let mut printer = GrepPrinter::default();
+    while let Some(event) = events.next().await {
+        match event? {
+            GrepEvent::Match(m) => {
+                if ctx.json {
+                    print_json(&match_json(&m))?;
+                } else {
+                    printer.print(&m, &palette)?;
+                }
+            }
+            GrepEvent::Summary(summary) => {
+                if ctx.json {
+                    print_json(&json!({
+                        "type": "summary",
+                        "files_searched": summary.files_searched,
+                        "matches": summary.matches,
+                        "truncated": summary.truncated,
+                    }))?;
+                } else if summary.truncated && !ctx.quiet && !explicit_max {
+                    eprintln!(
+                        "wsfs: stopped after {} matches; raise --max to see more",
+                        summary.matches
+                    );
+                }
+                return if summary.matches == 0 {
+                    Err(Failure::Silent(1))
+                } else {
+                    Ok(())
+                };
+            }
+        }
+    }
+    Err(wsfs_client::Error::internal("the Grep stream ended without its summary").into())
+}
+
+/// As ripgrep's `--glob`: a pattern without `/` names files at any depth
+/// (`*.rs` is `**/*.rs`); one with `/` matches the path from the base.
+fn file_glob(glob: String) -> String {
+    if glob.contains('/') {
+        glob
+    } else {
+        format!("**/{glob}")
+    }
+}
+
+fn match_json(m: &GrepMatch) -> serde_json::Value {
+    let lines = |lines: &[ContextLine]| -> Vec<serde_json::Value> {
+        lines
+            .iter()
+            .map(|c| json!({"line_number": c.line_number, "line": c.line}))
+            .collect()
+    };
+    json!({
+        "type": "match",
+        "path": m.path.as_str(),
+        "line_number": m.line_number,
+        "line": m.line,
+        "match_start": m.match_start,
+        "match_end": m.match_end,
+        "before": lines(&m.before),
+        "after": lines(&m.after),
+    })
+}
+
+/// Prints matches as ripgrep does: `path:line:text` for matches,
+/// `path-line-text` for context, `--` between groups that do not touch.
+/// Each match carries its own context, so lines already printed are
+/// skipped.
+#[derive(Default)]
+struct GrepPrinter {
+    last: Option<(String, u64)>,
+}
+
+impl GrepPrinter {
+    fn print(&mut self, m: &GrepMatch, palette: &Palette) -> Outcome {
+        let path = m.path.as_str();
+        let first = m.before.first().map_or(m.line_number, |c| c.line_number);
+        if let Some((last_path, last_line)) = &self.last {
+            let with_context = !m.before.is_empty() || !m.after.is_empty();
+            if with_context && (last_path != path || first > last_line + 1) {
+                println(&palette.paint("36", "--"))?;
+            }
+        }
+        for c in &m.before {
+            self.line(path, c.line_number, '-', &c.line, palette)?;
+        }
+        if self.fresh(path, m.line_number) {
+            let start = (m.match_start as usize).min(m.line.len());
+            let end = (m.match_end as usize).clamp(start, m.line.len());
+            let text = match (
+                m.line.get(..start),
+                m.line.get(start..end),
+                m.line.get(end..),
+            ) {
+                (Some(a), Some(b), Some(c)) if palette.on => {
+                    format!("{a}{}{c}", palette.paint("1;31", b))
+                }
+                _ => m.line.clone(),
+            };
+            self.emit(path, m.line_number, ':', &text, palette)?;
+        }
+        for c in &m.after {
+            self.line(path, c.line_number, '-', &c.line, palette)?;
+        }
+        Ok(())
+    }
+
+    fn fresh(&self, path: &str, line: u64) -> bool {
+        !matches!(&self.last, Some((p, l)) if p == path && *l >= line)
+    }
+
+    fn line(
+        &mut self,
+        path: &str,
+        number: u64,
+        sep: char,
+        text: &str,
+        palette: &Palette,
+    ) -> Outcome {
+        if self.fresh(path, number) {
+            self.emit(path, number, sep, text, palette)?;
+        }
+        Ok(())
+    }
+
+    fn emit(
+        &mut self,
+        path: &str,
+        number: u64,
+        sep: char,
+        text: &str,
+        palette: &Palette,
+    ) -> Outcome {
+        self.last = Some((path.to_string(), number));
+        println(&format!(
+            "{}{sep}{}{sep}{text}",
+            palette.paint("35", path),
+            palette.paint("32", &number.to_string())
+        ))
+    }
+}
+
+pub async fn watch(ctx: &mut Ctx, args: WatchArgs) -> Outcome {
+    let path = parse_path(&args.path)?;
+    let mut events = raw::watch(
+        ctx,
+        path.as_str(),
+        !args.shallow,
+        args.glob.unwrap_or_default(),
+        args.since.unwrap_or(0),
+    )
+    .await?;
+    while let Some(event) = events.next().await {
+        let event = event?;
+        if ctx.json {
+            print_json(&event)?;
+            continue;
+        }
+        let kind = event["kind"].as_str().unwrap_or("");
+        if kind == "KEEPALIVE" {
+            continue;
+        }
+        let mut line = format!(
+            "{} {kind} {}",
+            event["seq"],
+            event["path"].as_str().unwrap_or("")
+        );
+        if let Some(to) = event["to_path"].as_str().filter(|t| !t.is_empty()) {
+            line.push_str(&format!(" -> {to}"));
+        }
+        if let Some(caller) = event["caller"].as_str().filter(|c| !c.is_empty()) {
+            line.push_str(&format!(" by {caller}"));
+        }
+        println(&line)?;
+    }
+    Ok(())
+}

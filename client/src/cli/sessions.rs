@@ -1,0 +1,323 @@
+//! Session-level commands: sessions, snapshots, archives, tokens.
+
+use super::args::{ExportArgs, ImportArgs, SessionCommand, SnapshotCommand, TokenCommand};
+use super::output::{self, print_json, println};
+use super::raw::{self, SnapshotInfo};
+use super::{local, Ctx, Failure, Outcome};
+use futures::StreamExt;
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio_util::io::ReaderStream;
+use wsfs_client::{Backend, Layout, SessionInfo, SessionOptions};
+
+pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
+    match command {
+        SessionCommand::Create(args) => {
+            let mut options = if args.directory {
+                SessionOptions::directory()
+            } else {
+                SessionOptions::memory()
+            };
+            if let Some(root) = args.root {
+                options = options.root(root);
+            }
+            options = options.read_only(args.read_only);
+            if args.swarm {
+                options = options.layout(Layout::Swarm);
+            }
+            for label in &args.labels {
+                let (key, value) = split_pair(label, "--label KEY=VALUE")?;
+                options = options.label(key, value);
+            }
+            for seed in &args.seeds {
+                let (path, file) = split_pair(seed, "--seed PATH=FILE")?;
+                let content =
+                    std::fs::read(file).map_err(local(format!("cannot read '{file}'")))?;
+                options = options.seed_file(path, content);
+            }
+            if let Some(bytes) = args.max_write_bytes {
+                options = options.max_write_bytes(bytes);
+            }
+            if let Some(ttl) = args.ttl {
+                options = options.idle_ttl(Duration::from_secs(ttl));
+            }
+            let info = ctx.client().await?.create_session(options).await?;
+            if ctx.json {
+                print_json(&session_json(&info))
+            } else {
+                println(&info.id)
+            }
+        }
+        SessionCommand::List => {
+            let sessions = ctx.client().await?.list_sessions().await?;
+            if ctx.json {
+                let all: Vec<_> = sessions.iter().map(session_json).collect();
+                return print_json(&json!({ "sessions": all }));
+            }
+            for info in &sessions {
+                let labels: Vec<_> = info
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                println(&format!(
+                    "{}  {:<9} {}  {}",
+                    info.id,
+                    backend(info.backend),
+                    output::time(info.created_at),
+                    labels.join(",")
+                ))?;
+            }
+            Ok(())
+        }
+        SessionCommand::Show { id } => {
+            let id = match id {
+                Some(id) => id,
+                None => ctx.session_id()?,
+            };
+            let info = ctx.client().await?.get_session(&id).await?;
+            if ctx.json {
+                return print_json(&session_json(&info));
+            }
+            let mut lines = vec![
+                format!("id:        {}", info.id),
+                format!("backend:   {}", backend(info.backend)),
+                format!("created:   {}", output::time(info.created_at)),
+                format!("read-only: {}", info.read_only),
+                format!(
+                    "layout:    {}",
+                    if info.layout == Layout::Swarm {
+                        "swarm"
+                    } else {
+                        "flat"
+                    }
+                ),
+            ];
+            if let Some(root) = &info.root_path {
+                lines.push(format!("root:      {}", root.display()));
+            }
+            if let Some(ttl) = info.idle_ttl {
+                lines.push(format!("idle ttl:  {}s", ttl.as_secs()));
+            }
+            for (k, v) in &info.labels {
+                lines.push(format!("label:     {k}={v}"));
+            }
+            println(&lines.join("\n"))
+        }
+        SessionCommand::Rm { ids } => {
+            let client = ctx.client().await?;
+            let mut removed = Vec::new();
+            for id in &ids {
+                let files = client.delete_session(id).await?;
+                if !ctx.json && !ctx.quiet {
+                    println(&format!("removed session {id} ({files} files)"))?;
+                }
+                removed.push(json!({"session_id": id, "files_deleted": files}));
+            }
+            if ctx.json {
+                print_json(&json!({ "sessions": removed }))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn split_pair<'a>(text: &'a str, form: &str) -> Outcome<(&'a str, &'a str)> {
+    text.split_once('=')
+        .ok_or_else(|| Failure::Usage(format!("'{text}' is not of the form {form}")))
+}
+
+fn backend(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Memory => "memory",
+        Backend::Directory => "directory",
+    }
+}
+
+fn session_json(info: &SessionInfo) -> Value {
+    json!({
+        "session_id": info.id,
+        "backend": backend(info.backend),
+        "root_path": info.root_path.as_ref().map(|p| p.display().to_string()),
+        "created_at": output::time(info.created_at),
+        "read_only": info.read_only,
+        "layout": if info.layout == Layout::Swarm { "swarm" } else { "flat" },
+        "labels": info.labels,
+        "idle_ttl_seconds": info.idle_ttl.map(|t| t.as_secs()),
+        "limits": {
+            "max_write_bytes": info.limits.max_write_bytes,
+            "max_path_depth": info.limits.max_path_depth,
+            "max_segment_length": info.limits.max_segment_length,
+            "max_files": info.limits.max_files,
+            "max_total_bytes": info.limits.max_total_bytes,
+        },
+        "token": info.token,
+    })
+}
+
+fn snapshot_json(s: &SnapshotInfo) -> Value {
+    json!({
+        "snapshot_id": s.id,
+        "tag": s.tag,
+        "created_at": s.created_at.map(output::time),
+        "file_count": s.file_count,
+        "total_bytes": s.total_bytes,
+    })
+}
+
+pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
+    match command {
+        SnapshotCommand::Create { tag } => {
+            let info = raw::snapshot(ctx, &tag).await?;
+            if ctx.json {
+                print_json(&snapshot_json(&info))
+            } else {
+                println(&info.id)
+            }
+        }
+        SnapshotCommand::List => {
+            let snapshots = raw::list_snapshots(ctx).await?;
+            if ctx.json {
+                let all: Vec<_> = snapshots.iter().map(snapshot_json).collect();
+                return print_json(&json!({ "snapshots": all }));
+            }
+            for s in &snapshots {
+                println(&format!(
+                    "{}  {}  {:>6} files {:>10}  {}",
+                    s.id,
+                    s.created_at.map(output::time).unwrap_or_default(),
+                    s.file_count,
+                    output::human_size(s.total_bytes.max(0) as u64),
+                    s.tag
+                ))?;
+            }
+            Ok(())
+        }
+        SnapshotCommand::Restore { id } => {
+            let contents = raw::restore(ctx, &id).await?;
+            ctx.done(
+                || {
+                    format!(
+                        "restored {id}: {} files, {}",
+                        contents.file_count,
+                        output::human_size(contents.total_bytes.max(0) as u64)
+                    )
+                },
+                json!({"snapshot_id": id, "file_count": contents.file_count, "total_bytes": contents.total_bytes}),
+            )
+        }
+        SnapshotCommand::Rm { id } => {
+            raw::delete_snapshot(ctx, &id).await?;
+            ctx.done(
+                || format!("removed snapshot {id}"),
+                json!({ "snapshot_id": id }),
+            )
+        }
+    }
+}
+
+pub async fn export(ctx: &mut Ctx, args: ExportArgs) -> Outcome {
+    let mut chunks = raw::export_archive(ctx, args.snapshot.as_deref()).await?;
+    let to_stdout = args.file == "-";
+    // The size is not known ahead: a spinner counting bytes.
+    let bar = output::progress(None, 0, ctx.quiet || ctx.json || to_stdout, "export");
+    let mut out: Box<dyn tokio::io::AsyncWrite + Unpin> = if to_stdout {
+        Box::new(tokio::io::stdout())
+    } else {
+        Box::new(
+            tokio::fs::File::create(&args.file)
+                .await
+                .map_err(local(format!("cannot create '{}'", args.file)))?,
+        )
+    };
+    let mut bytes = 0u64;
+    while let Some(chunk) = chunks.next().await {
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(e) => {
+                drop(out);
+                if !to_stdout {
+                    let _ = tokio::fs::remove_file(&args.file).await;
+                }
+                return Err(e.into());
+            }
+        };
+        out.write_all(&chunk)
+            .await
+            .map_err(local(format!("cannot write '{}'", args.file)))?;
+        bytes += chunk.len() as u64;
+        bar.inc(chunk.len() as u64);
+    }
+    out.flush()
+        .await
+        .map_err(local(format!("cannot write '{}'", args.file)))?;
+    bar.finish_and_clear();
+    if to_stdout {
+        return Ok(());
+    }
+    ctx.done(
+        || format!("exported {} to {}", output::human_size(bytes), args.file),
+        json!({"file": args.file, "bytes": bytes}),
+    )
+}
+
+pub async fn import(ctx: &mut Ctx, args: ImportArgs) -> Outcome {
+    let quiet = ctx.quiet || ctx.json;
+    let (reader, size): (Box<dyn tokio::io::AsyncRead + Send + Unpin>, Option<u64>) =
+        if args.file == "-" {
+            (Box::new(tokio::io::stdin()), None)
+        } else {
+            let file = tokio::fs::File::open(&args.file)
+                .await
+                .map_err(local(format!("cannot open '{}'", args.file)))?;
+            let size = file.metadata().await.ok().map(|m| m.len());
+            (Box::new(file), size)
+        };
+    let bar = output::progress(size, 0, quiet, "import");
+    let counted = bar.clone();
+    let file = args.file.clone();
+    // A read error ends the upload early; the server then sees a ZIP cut
+    // short and refuses it, so nothing changes.
+    let data = ReaderStream::with_capacity(reader, 1024 * 1024)
+        .take_while(move |chunk| {
+            if let Err(e) = chunk {
+                eprintln!("wsfs: cannot read '{file}': {e}");
+            }
+            futures::future::ready(chunk.is_ok())
+        })
+        .filter_map(move |chunk| {
+            let chunk = chunk.ok();
+            if let Some(c) = &chunk {
+                counted.inc(c.len() as u64);
+            }
+            futures::future::ready(chunk)
+        })
+        .boxed();
+    let contents = raw::import_archive(ctx, data).await?;
+    bar.finish_and_clear();
+    ctx.done(
+        || {
+            format!(
+                "imported {}: {} files, {}",
+                args.file,
+                contents.file_count,
+                output::human_size(contents.total_bytes.max(0) as u64)
+            )
+        },
+        json!({"file": args.file, "file_count": contents.file_count, "total_bytes": contents.total_bytes}),
+    )
+}
+
+pub async fn token(ctx: &mut Ctx, command: TokenCommand) -> Outcome {
+    match command {
+        TokenCommand::Issue { caller } => {
+            let (token, caller) = raw::issue_token(ctx, &caller).await?;
+            if ctx.json {
+                print_json(&json!({"token": token, "caller": caller}))
+            } else {
+                println(&token)
+            }
+        }
+    }
+}

