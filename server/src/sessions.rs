@@ -68,6 +68,8 @@ pub struct Session {
     /// The same workspace, for ImportArchive's whole-workspace replacement.
     pub archive: Arc<dyn ArchiveTarget>,
     pub snapshots: Arc<dyn SnapshotStore>,
+    /// Change events for Watch and Changes.
+    pub events: crate::events::EventLog,
     /// The directory this session owns and removes with itself.
     owned_dir: Option<PathBuf>,
     /// When a call last named this session (ms since the Unix epoch).
@@ -227,6 +229,7 @@ impl SessionRegistry {
             fs: ws.clone(),
             archive: ws,
             snapshots,
+            events: crate::events::EventLog::new(self.config.watch_ring_events),
             owned_dir: Some(session_dir.to_path_buf()),
             last_used_ms: AtomicU64::new(now_ms()),
         });
@@ -370,6 +373,7 @@ impl SessionRegistry {
             fs,
             archive,
             snapshots,
+            events: crate::events::EventLog::new(self.config.watch_ring_events),
             owned_dir,
             last_used_ms: AtomicU64::new(now_ms()),
         });
