@@ -302,3 +302,18 @@ async fn if_version_counter_loses_no_update_in_memory() {
 async fn if_version_counter_loses_no_update_in_a_directory() {
     counter_loses_no_update(SessionOptions::directory()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_agent_swarm_does_every_task_exactly_once() {
+    let server = tokens_on().await;
+    let results = wsfs_tests::swarm::run(&server.url(), ADMIN, 12)
+        .await
+        .unwrap();
+    assert_eq!(results.len(), 12);
+    for (i, (task, result)) in results.iter().enumerate() {
+        assert_eq!(task, &format!("task-{i:03}"));
+        let (value, worker) = result.split_once(" by ").unwrap();
+        assert_eq!(value, (i * i).to_string());
+        assert!(worker == "worker-a" || worker == "worker-b", "{result}");
+    }
+}
