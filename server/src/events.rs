@@ -14,7 +14,9 @@
 //! reader gets [`Since::Resync`] and should re-read the workspace.
 //! Restore and ImportArchive replace the workspace wholesale; they are
 //! recorded as a [`EventLog::barrier`], which every reader behind it sees as
-//! a resync.
+//! a resync. A DIRECTORY session also runs an [`ExternalWatcher`], which
+//! reports changes made to its root from outside the service as caller
+//! `external`.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -219,6 +221,126 @@ impl Scope {
     pub fn matches(&self, change: &Change) -> bool {
         self.matches_path(&change.path)
             || (!change.to_path.is_empty() && self.matches_path(&change.to_path))
+    }
+}
+
+/// How long the external watcher waits for a burst of filesystem events to
+/// settle before it looks; also the window in which the service's own
+/// commit reaches the log before the watcher compares versions.
+const EXTERNAL_SETTLE: std::time::Duration = std::time::Duration::from_millis(150);
+
+/// Watches a DIRECTORY session's root for changes made from outside the
+/// service (a container writing into `root_path`). Each changed path is
+/// looked at through the workspace, which bumps its version when its
+/// fingerprint changed; a version the log already holds for that path was
+/// the service's own write and is not reported again. Dropping the watcher
+/// ends its task.
+pub struct ExternalWatcher {
+    _watcher: notify::RecommendedWatcher,
+}
+
+impl ExternalWatcher {
+    /// `None` when there is no runtime or the platform cannot watch.
+    pub fn start(
+        root: &std::path::Path,
+        fs: std::sync::Arc<dyn wsfs::Filesystem>,
+        log: std::sync::Arc<EventLog>,
+        limits: wsfs::PathLimits,
+    ) -> Option<ExternalWatcher> {
+        use notify::Watcher;
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let root = std::fs::canonicalize(root).ok()?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(ChangeKind, String)>();
+        let watched_root = root.clone();
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                let Ok(event) = event else { return };
+                let kind = match event.kind {
+                    notify::EventKind::Create(_) => ChangeKind::Created,
+                    notify::EventKind::Remove(_) => ChangeKind::Deleted,
+                    notify::EventKind::Modify(_) => ChangeKind::Modified,
+                    _ => return,
+                };
+                for path in event.paths {
+                    if let Ok(rel) = path.strip_prefix(&watched_root) {
+                        if let Some(rel) = rel.to_str().filter(|r| !r.is_empty()) {
+                            let _ = tx.send((kind, rel.to_string()));
+                        }
+                    }
+                }
+            })
+            .ok()?;
+        watcher
+            .watch(&root, notify::RecursiveMode::Recursive)
+            .ok()?;
+        runtime.spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                tokio::time::sleep(EXTERNAL_SETTLE).await;
+                while let Ok(more) = rx.try_recv() {
+                    batch.push(more);
+                }
+                let mut seen = std::collections::BTreeMap::new();
+                for (kind, raw) in batch {
+                    seen.entry(raw).or_insert(kind);
+                }
+                for (raw, kind) in seen {
+                    let Ok(path) = CanonicalPath::parse(&raw, &limits) else {
+                        continue;
+                    };
+                    report_external(&*fs, &log, &path, kind).await;
+                }
+            }
+        });
+        Some(ExternalWatcher { _watcher: watcher })
+    }
+}
+
+async fn report_external(
+    fs: &dyn wsfs::Filesystem,
+    log: &EventLog,
+    path: &CanonicalPath,
+    hint: ChangeKind,
+) {
+    let last = log.last_for(path.as_str());
+    match fs.stat(path).await {
+        Ok(m) if m.kind == wsfs::FileKind::File => {
+            if last.is_some_and(|(_, v)| v == m.version) {
+                return; // the service's own write, already in the log
+            }
+            let kind = match (hint, last) {
+                (_, Some((ChangeKind::Deleted, _))) => ChangeKind::Created,
+                (ChangeKind::Created, _) => ChangeKind::Created,
+                _ => ChangeKind::Modified,
+            };
+            log.append(kind, path, None, m.version, "external");
+        }
+        Ok(_) => {}
+        Err(wsfs::Error::FileNotFound { .. }) => {
+            if !matches!(
+                last,
+                Some((ChangeKind::Deleted, _) | (ChangeKind::Moved, _))
+            ) {
+                log.append(ChangeKind::Deleted, path, None, 0, "external");
+            }
+        }
+        Err(_) => {}
+    }
+}
+
+impl EventLog {
+    /// The kind and version of the newest held event about `path`.
+    fn last_for(&self, path: &str) -> Option<(ChangeKind, u64)> {
+        let ring = self.ring();
+        ring.events.iter().rev().find_map(|e| {
+            if e.path == path {
+                Some((e.kind, e.version))
+            } else if e.to_path == path {
+                Some((ChangeKind::Created, e.version))
+            } else {
+                None
+            }
+        })
     }
 }
 

@@ -317,3 +317,42 @@ async fn three_agent_swarm_does_every_task_exactly_once() {
         assert!(worker == "worker-a" || worker == "worker-b", "{result}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_sessions_report_changes_made_from_outside() {
+    let server = TestServer::start().await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let (s, info) = client.create(SessionOptions::directory()).await.unwrap();
+    let root = info.root_path.expect("a DIRECTORY session has a root");
+    let mut events = s.watch("").recursive().stream().await.unwrap();
+    assert_eq!(next(&mut events).await.kind(), ChangeKind::Ready);
+
+    // The service's own write is reported once, in its caller's name.
+    let own = s
+        .write(&p("own.txt"), "mine", WriteOptions::default())
+        .await
+        .unwrap();
+    let e = next(&mut events).await;
+    assert_eq!(
+        (e.path.as_str(), e.caller.as_str(), e.version),
+        ("own.txt", "system", own.version)
+    );
+
+    // Another process writes into the directory.
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("echo hi > outside.txt")
+        .current_dir(&root)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let e = next(&mut events).await;
+    assert_eq!(
+        (e.kind(), e.path.as_str(), e.caller.as_str()),
+        (ChangeKind::Created, "outside.txt", "external"),
+        "and no second report of own.txt"
+    );
+    let stat = s.stat(&p("outside.txt")).await.unwrap();
+    assert_eq!(e.version, stat.version);
+    assert!(e.version > own.version);
+}
