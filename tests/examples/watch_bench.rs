@@ -50,6 +50,10 @@ async fn main() {
         pct(0.99)
     );
 
+    // Unread watchers on the shared connection would hold its HTTP/2 flow
+    // control window while the writers run.
+    drop(watchers);
+
     let counter = p("counter");
     s.write(&counter, "0", WriteOptions::default())
         .await
