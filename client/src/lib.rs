@@ -62,12 +62,14 @@ mod session;
 mod sessions;
 mod snapshots;
 mod stream;
+mod watch;
 
 pub use client::{Client, MAX_MESSAGE_BYTES};
 pub use query::{GlobBuilder, GrepBuilder};
 pub use session::{parse_path, Session};
 pub use sessions::{Backend, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions};
 pub use snapshots::{Restored, SnapshotInfo};
+pub use watch::{ChangeEvent, ChangeKind, ChangesResponse, WatchBuilder};
 
 /// The protocol crate, and the types every [`Filesystem`] call uses.
 pub use wsfs;

@@ -78,7 +78,7 @@ impl Session {
     }
 
     /// The generated stub takes `&mut self`; clones share the channel.
-    fn stub(&self) -> FilesystemClient<Channel> {
+    pub(crate) fn stub(&self) -> FilesystemClient<Channel> {
         self.filesystem.clone()
     }
 

@@ -60,6 +60,15 @@ pub struct ServerConfig {
     /// TLS private key (PEM) for `--tls-cert`.
     #[arg(long, env = "WSFS_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+
+    /// Change events each session holds for Watch and Changes; a reader
+    /// further behind gets RESYNC.
+    #[arg(long, env = "WSFS_WATCH_RING_EVENTS", default_value_t = crate::events::DEFAULT_RING_EVENTS)]
+    pub watch_ring_events: usize,
+
+    /// Milliseconds an idle Watch stream waits before a KEEPALIVE.
+    #[arg(long, env = "WSFS_WATCH_KEEPALIVE_MS", default_value_t = 15_000)]
+    pub watch_keepalive_ms: u64,
 }
 
 /// A secret from the command line: shown as `<redacted>` by `{:?}`, so a
@@ -114,6 +123,8 @@ impl ServerConfig {
             insecure: false,
             tls_cert: None,
             tls_key: None,
+            watch_ring_events: crate::events::DEFAULT_RING_EVENTS,
+            watch_keepalive_ms: 15_000,
         }
     }
 

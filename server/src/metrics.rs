@@ -16,6 +16,8 @@ pub static ACTIVE_BYTE_STREAMS: AtomicU64 = AtomicU64::new(0);
 pub static BYTES_STREAMED: AtomicU64 = AtomicU64::new(0);
 /// ExportArchive writers still running.
 pub static ACTIVE_EXPORTS: AtomicU64 = AtomicU64::new(0);
+/// Watch streams whose producer is still running.
+pub static ACTIVE_WATCHES: AtomicU64 = AtomicU64::new(0);
 
 /// Holds one unit of a gauge while alive.
 pub struct Gauge(&'static AtomicU64);

@@ -68,6 +68,10 @@ pub struct Session {
     /// The same workspace, for ImportArchive's whole-workspace replacement.
     pub archive: Arc<dyn ArchiveTarget>,
     pub snapshots: Arc<dyn SnapshotStore>,
+    /// Change events for Watch and Changes.
+    pub events: Arc<crate::events::EventLog>,
+    /// For a DIRECTORY session: reports changes made from outside.
+    _external: Option<crate::events::ExternalWatcher>,
     /// The directory this session owns and removes with itself.
     owned_dir: Option<PathBuf>,
     /// When a call last named this session (ms since the Unix epoch).
@@ -222,11 +226,20 @@ impl SessionRegistry {
         ));
         ws.set_read_only(record.read_only);
         let snapshots = Arc::new(DirectorySnapshots::new(ws.clone(), session_dir));
+        let events = Arc::new(crate::events::EventLog::new(self.config.watch_ring_events));
+        let external = crate::events::ExternalWatcher::start(
+            &root,
+            ws.clone(),
+            events.clone(),
+            record.limits.path,
+        );
         let session = Arc::new(Session {
             record,
             fs: ws.clone(),
             archive: ws,
             snapshots,
+            events,
+            _external: external,
             owned_dir: Some(session_dir.to_path_buf()),
             last_used_ms: AtomicU64::new(now_ms()),
         });
@@ -365,11 +378,22 @@ impl SessionRegistry {
                 return Err(e);
             }
         }
+        let events = Arc::new(crate::events::EventLog::new(self.config.watch_ring_events));
+        let external = record.root_path.as_deref().and_then(|root| {
+            crate::events::ExternalWatcher::start(
+                root,
+                fs.clone(),
+                events.clone(),
+                record.limits.path,
+            )
+        });
         let session = Arc::new(Session {
             record,
             fs,
             archive,
             snapshots,
+            events,
+            _external: external,
             owned_dir,
             last_used_ms: AtomicU64::new(now_ms()),
         });

@@ -16,3 +16,4 @@
 pub mod conformance;
 pub mod fixture;
 pub mod harness;
+pub mod swarm;

@@ -1,6 +1,6 @@
 //! A client that goes away stops the server's work: a dropped Grep stream
 //! stops the search, a dropped ReadBytes stream stops the reads, a dropped
-//! ExportArchive stream stops the archive. Proven with
+//! ExportArchive stream stops the archive, a dropped Watch ends its task. Proven with
 //! the server's own counters (this file is its own test binary, so no other
 //! test moves them), never with timings.
 
@@ -196,6 +196,27 @@ async fn dropped_export_stops_the_archive(backend: Backend) {
     );
 }
 
+async fn dropped_watch_ends_its_task(backend: Backend) {
+    let server = TestServer::start().await;
+    let url = server.url();
+    let id = session(&url, backend).await;
+    let mut fs = FilesystemClient::connect(url).await.unwrap();
+    let mut events = fs
+        .watch(proto::WatchRequest {
+            session_id: id,
+            recursive: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let ready = events.next().await.unwrap().unwrap();
+    assert_eq!(ready.kind(), proto::ChangeKind::Ready);
+    assert_eq!(metrics::ACTIVE_WATCHES.load(Ordering::SeqCst), 1);
+    drop(events);
+    until_zero(&metrics::ACTIVE_WATCHES, "Watch").await;
+}
+
 // One test function per file keeps the process-wide counters unshared.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_streams_stop_the_server_work() {
@@ -203,5 +224,6 @@ async fn dropped_streams_stop_the_server_work() {
         dropped_grep_stops_the_search(backend).await;
         dropped_read_bytes_stops_the_reads(backend).await;
         dropped_export_stops_the_archive(backend).await;
+        dropped_watch_ends_its_task(backend).await;
     }
 }

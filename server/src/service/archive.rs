@@ -122,6 +122,8 @@ pub(crate) async fn import(
         .archive
         .import_checked(spool.path().to_path_buf(), plan)
         .await?;
+    // The whole workspace was replaced: every watcher re-reads it.
+    session.events.barrier();
     drop(spool);
     tracing::info!(session = %id, file_count, total_bytes, "archive imported");
     Ok(proto::ImportArchiveResponse {

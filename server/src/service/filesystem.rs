@@ -1,7 +1,9 @@
 //! `wsfs.v1.Filesystem`.
 
-use super::{timestamp, traced, unimplemented, LoggedStream};
+use super::{timestamp, traced, LoggedStream};
 use crate::auth::{Auth, Guarded};
+use crate::events::{Change, ChangeKind, Scope, Since};
+use crate::metrics::{Gauge, ACTIVE_WATCHES};
 use crate::sessions::{Session, SessionRegistry};
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
@@ -46,6 +48,62 @@ struct Opened {
 impl Opened {
     fn path(&self, raw: &str) -> Result<CanonicalPath> {
         self.session.path(raw)
+    }
+
+    /// Records a change this call made, in the caller's name.
+    fn record(
+        &self,
+        kind: ChangeKind,
+        path: &CanonicalPath,
+        to: Option<&CanonicalPath>,
+        version: u64,
+    ) {
+        let caller = self.fs.caller().name();
+        self.session.events.append(kind, path, to, version, caller);
+    }
+
+    /// The version of `path` now, for events whose call did not return one.
+    async fn version_of(&self, path: &CanonicalPath) -> u64 {
+        self.fs.stat(path).await.map_or(0, |m| m.version)
+    }
+}
+
+fn change_kind_to_proto(kind: ChangeKind) -> proto::ChangeKind {
+    match kind {
+        ChangeKind::Created => proto::ChangeKind::Created,
+        ChangeKind::Modified => proto::ChangeKind::Modified,
+        ChangeKind::Deleted => proto::ChangeKind::Deleted,
+        ChangeKind::Moved => proto::ChangeKind::Moved,
+    }
+}
+
+fn change_to_proto(c: Change) -> proto::ChangeEvent {
+    proto::ChangeEvent {
+        seq: c.seq,
+        kind: change_kind_to_proto(c.kind) as i32,
+        path: c.path,
+        to_path: c.to_path,
+        version: c.version,
+        caller: c.caller,
+        at: timestamp(c.at),
+    }
+}
+
+/// An event with no path: READY, RESYNC and KEEPALIVE.
+fn marker(kind: proto::ChangeKind, seq: u64) -> proto::ChangeEvent {
+    proto::ChangeEvent {
+        seq,
+        kind: kind as i32,
+        at: timestamp(std::time::SystemTime::now()),
+        ..Default::default()
+    }
+}
+
+fn write_kind(w: &WriteOutcome) -> ChangeKind {
+    if w.created {
+        ChangeKind::Created
+    } else {
+        ChangeKind::Modified
     }
 }
 
@@ -187,9 +245,9 @@ impl filesystem_server::Filesystem for FilesystemService {
                 create_parents: r.create_parents.unwrap_or(true),
                 if_version: r.if_version,
             };
-            Ok(write_response(
-                s.fs.write(&path, &r.content, options).await?,
-            ))
+            let w = s.fs.write(&path, &r.content, options).await?;
+            s.record(write_kind(&w), &w.path, None, w.version);
+            Ok(write_response(w))
         })
         .await
     }
@@ -237,9 +295,9 @@ impl filesystem_server::Filesystem for FilesystemService {
                     }),
                 })
                 .boxed();
-            Ok(write_response(
-                s.fs.write_bytes(&path, options, chunks).await?,
-            ))
+            let w = s.fs.write_bytes(&path, options, chunks).await?;
+            s.record(write_kind(&w), &w.path, None, w.version);
+            Ok(write_response(w))
         })
         .await
     }
@@ -264,6 +322,9 @@ impl filesystem_server::Filesystem for FilesystemService {
                     },
                 )
                 .await?;
+            if !e.dry_run && e.replacements > 0 {
+                s.record(ChangeKind::Modified, &e.path, None, e.version);
+            }
             Ok(proto::EditResponse {
                 path: e.path.as_str().to_string(),
                 replacements: e.replacements as i64,
@@ -290,6 +351,9 @@ impl filesystem_server::Filesystem for FilesystemService {
                 if_version: r.if_version,
             };
             let deleted = s.fs.delete(&path, options).await?;
+            if deleted > 0 {
+                s.record(ChangeKind::Deleted, &path, None, 0);
+            }
             Ok(proto::DeleteResponse {
                 deleted: deleted as i64,
             })
@@ -310,6 +374,9 @@ impl filesystem_server::Filesystem for FilesystemService {
                 exist_ok: r.exist_ok.unwrap_or(true),
             };
             let created = s.fs.mkdir(&path, options).await?;
+            if created {
+                s.record(ChangeKind::Created, &path, None, 0);
+            }
             Ok(proto::MkdirResponse {
                 path: path.as_str().to_string(),
                 created,
@@ -474,11 +541,12 @@ impl filesystem_server::Filesystem for FilesystemService {
     ) -> std::result::Result<Response<Self::WatchStream>, Status> {
         let (metadata, _, r) = request.into_parts();
         traced("Watch", &r.session_id, &r.path, async {
-            self.session(&metadata, &r.session_id)?;
-            Err(unimplemented(
-                "Watch",
-                "change streams arrive with swarm coordination",
-            ))
+            let s = self.session(&metadata, &r.session_id)?;
+            let scope = Scope::new(s.path(&r.path)?, r.recursive, &r.glob)?;
+            let keepalive =
+                std::time::Duration::from_millis(self.registry.config().watch_keepalive_ms.max(1));
+            let events = watch_stream(s.session, scope, r.since_seq, keepalive);
+            Ok(LoggedStream::new(events, "Watch", &r.session_id, &r.path, |_| 0).boxed())
         })
         .await
     }
@@ -489,14 +557,91 @@ impl filesystem_server::Filesystem for FilesystemService {
     ) -> std::result::Result<Response<proto::ChangesResponse>, Status> {
         let (metadata, _, r) = request.into_parts();
         traced("Changes", &r.session_id, "", async {
-            self.session(&metadata, &r.session_id)?;
-            Err(unimplemented(
-                "Changes",
-                "change streams arrive with swarm coordination",
-            ))
+            let s = self.session(&metadata, &r.session_id)?;
+            let max = if r.max == 0 { 1000 } else { r.max as usize };
+            Ok(match s.session.events.since(r.since_seq, max) {
+                Since::Events(events) => proto::ChangesResponse {
+                    next_seq: events.last().map_or(r.since_seq, |e| e.seq),
+                    events: events.into_iter().map(change_to_proto).collect(),
+                    resync: false,
+                },
+                Since::Resync { seq } => proto::ChangesResponse {
+                    events: Vec::new(),
+                    next_seq: seq,
+                    resync: true,
+                },
+            })
         })
         .await
     }
+}
+
+/// READY, then the events after the cursor, then live events as they come,
+/// with KEEPALIVE while idle. One producer task per stream; it ends when the
+/// client goes away (the channel's send fails) or the session is dropped.
+fn watch_stream(
+    session: Arc<Session>,
+    scope: Scope,
+    since_seq: u64,
+    keepalive: std::time::Duration,
+) -> RpcStream<proto::ChangeEvent> {
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    // Subscribed before READY's seq is read, so no change can slip between.
+    let mut wake = session.events.subscribe();
+    let ready = session.events.current_seq();
+    let mut cursor = if since_seq == 0 { ready } else { since_seq };
+    let gauge = Gauge::hold(&ACTIVE_WATCHES);
+    tokio::spawn(async move {
+        let _gauge = gauge;
+        if tx
+            .send(Ok(marker(proto::ChangeKind::Ready, ready)))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        loop {
+            wake.borrow_and_update();
+            match session.events.since(cursor, 1024) {
+                Since::Resync { seq } => {
+                    cursor = seq;
+                    if tx
+                        .send(Ok(marker(proto::ChangeKind::Resync, seq)))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
+                Since::Events(events) if !events.is_empty() => {
+                    for e in events {
+                        cursor = e.seq;
+                        if scope.matches(&e) && tx.send(Ok(change_to_proto(e))).await.is_err() {
+                            return;
+                        }
+                    }
+                    continue;
+                }
+                Since::Events(_) => {}
+            }
+            tokio::select! {
+                changed = wake.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                _ = tokio::time::sleep(keepalive) => {
+                    let seq = session.events.current_seq();
+                    if tx.send(Ok(marker(proto::ChangeKind::Keepalive, seq))).await.is_err() {
+                        return;
+                    }
+                }
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx).boxed()
 }
 
 fn context_line(c: wsfs::ContextLine) -> proto::ContextLine {
@@ -532,6 +677,12 @@ impl FilesystemService {
                 }
                 s.fs.copy(&source, &destination, options).await?
             };
+            let version = s.version_of(&destination).await;
+            if method == "Move" {
+                s.record(ChangeKind::Moved, &source, Some(&destination), version);
+            } else {
+                s.record(ChangeKind::Created, &destination, None, version);
+            }
             Ok(proto::TransferResponse {
                 source: source.as_str().to_string(),
                 destination: destination.as_str().to_string(),

@@ -207,6 +207,8 @@ impl sessions_server::Sessions for SessionsService {
             admitted?;
             let session = self.registry.get(&r.session_id)?;
             let restored = session.snapshots.restore(&r.snapshot_id).await?;
+            // The whole workspace was replaced: every watcher re-reads it.
+            session.events.barrier();
             Ok(proto::RestoreResponse {
                 file_count: restored.file_count as i64,
                 total_bytes: restored.total_bytes as i64,

@@ -1,0 +1,395 @@
+//! Change events: each session's [`EventLog`], which `Watch` streams and
+//! `Changes` polls.
+//!
+//! The log is a bounded ring of [`Change`]s with sequence numbers from 1,
+//! plus a `tokio::sync::watch` channel carrying the last assigned seq. A
+//! reader keeps a cursor (the last seq it has seen) and asks
+//! [`EventLog::since`] for what follows; a live watcher then waits for the
+//! channel to move past its cursor. Replay and live delivery are the same
+//! read of the ring, so a resumed watcher neither loses nor repeats events.
+//!
+//! Events are appended by the service layer after a call succeeds, because
+//! only it knows both the outcome and the caller: backends stay free of
+//! callers. When the ring no longer holds the event after a cursor, the
+//! reader gets [`Since::Resync`] and should re-read the workspace.
+//! Restore and ImportArchive replace the workspace wholesale; they are
+//! recorded as a [`EventLog::barrier`], which every reader behind it sees as
+//! a resync. A DIRECTORY session also runs an [`ExternalWatcher`], which
+//! reports changes made to its root from outside the service as caller
+//! `external`.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::SystemTime;
+use tokio::sync::watch;
+use wsfs::CanonicalPath;
+
+/// Default number of events a session holds.
+pub const DEFAULT_RING_EVENTS: usize = 10_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeKind {
+    Created,
+    Modified,
+    Deleted,
+    Moved,
+}
+
+/// One change to one path.
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub seq: u64,
+    pub kind: ChangeKind,
+    pub path: String,
+    /// The destination of a move; empty otherwise.
+    pub to_path: String,
+    /// The path's version after the change (0 for deletions and directories).
+    pub version: u64,
+    /// The caller's name: `system`, a swarm member, or `external`.
+    pub caller: String,
+    pub at: SystemTime,
+}
+
+/// What a reader behind `cursor` gets.
+#[derive(Debug)]
+pub enum Since {
+    /// The events after the cursor (possibly none), oldest first.
+    Events(Vec<Change>),
+    /// Events after the cursor are no longer held; `seq` is the current one.
+    Resync { seq: u64 },
+}
+
+struct Ring {
+    events: VecDeque<Change>,
+    /// The seq the next change gets.
+    next_seq: u64,
+    /// The oldest seq a reader can still be given without a resync.
+    first_held: u64,
+}
+
+pub struct EventLog {
+    ring: Mutex<Ring>,
+    capacity: usize,
+    last_seq: watch::Sender<u64>,
+}
+
+impl EventLog {
+    pub fn new(capacity: usize) -> EventLog {
+        EventLog {
+            ring: Mutex::new(Ring {
+                events: VecDeque::new(),
+                next_seq: 1,
+                first_held: 1,
+            }),
+            capacity: capacity.max(1),
+            last_seq: watch::channel(0).0,
+        }
+    }
+
+    fn ring(&self) -> std::sync::MutexGuard<'_, Ring> {
+        self.ring.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends one change and wakes live watchers; returns its seq.
+    pub fn append(
+        &self,
+        kind: ChangeKind,
+        path: &CanonicalPath,
+        to_path: Option<&CanonicalPath>,
+        version: u64,
+        caller: &str,
+    ) -> u64 {
+        let mut ring = self.ring();
+        let seq = ring.next_seq;
+        ring.next_seq += 1;
+        ring.events.push_back(Change {
+            seq,
+            kind,
+            path: path.as_str().to_string(),
+            to_path: to_path.map(|p| p.as_str().to_string()).unwrap_or_default(),
+            version,
+            caller: caller.to_string(),
+            at: SystemTime::now(),
+        });
+        if ring.events.len() > self.capacity {
+            if let Some(dropped) = ring.events.pop_front() {
+                ring.first_held = dropped.seq + 1;
+            }
+        }
+        // Sent under the ring's lock, so the channel's value never goes back.
+        self.last_seq.send_replace(seq);
+        seq
+    }
+
+    /// Forgets every held event and skips one seq, so that every reader
+    /// whose cursor is behind gets a resync: used when the whole workspace
+    /// is replaced (Restore, ImportArchive).
+    pub fn barrier(&self) -> u64 {
+        let mut ring = self.ring();
+        let seq = ring.next_seq;
+        ring.next_seq += 1;
+        ring.events.clear();
+        ring.first_held = ring.next_seq;
+        self.last_seq.send_replace(seq);
+        seq
+    }
+
+    /// The last seq assigned (0 before any change).
+    pub fn current_seq(&self) -> u64 {
+        self.ring().next_seq - 1
+    }
+
+    /// Up to `max` events after `cursor` (0: no cap).
+    pub fn since(&self, cursor: u64, max: usize) -> Since {
+        let ring = self.ring();
+        let current = ring.next_seq - 1;
+        if cursor.saturating_add(1) < ring.first_held {
+            return Since::Resync { seq: current };
+        }
+        let take = if max == 0 { usize::MAX } else { max };
+        let events = ring
+            .events
+            .iter()
+            .skip_while(|e| e.seq <= cursor)
+            .take(take)
+            .cloned()
+            .collect();
+        Since::Events(events)
+    }
+
+    /// A receiver that wakes whenever a seq is assigned.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.last_seq.subscribe()
+    }
+}
+
+/// Which paths a watcher wants: a base path, its direct children or its
+/// whole subtree, and an optional glob relative to the base.
+pub struct Scope {
+    base: CanonicalPath,
+    recursive: bool,
+    glob: Option<globset::GlobMatcher>,
+}
+
+impl Scope {
+    pub fn new(base: CanonicalPath, recursive: bool, glob: &str) -> wsfs::Result<Scope> {
+        let glob = if glob.is_empty() {
+            None
+        } else {
+            Some(
+                globset::GlobBuilder::new(glob)
+                    .literal_separator(true)
+                    .build()
+                    .map_err(|e| wsfs::Error::InvalidPattern {
+                        pattern: glob.to_string(),
+                        message: format!("glob '{glob}' is invalid: {e}"),
+                    })?
+                    .compile_matcher(),
+            )
+        };
+        Ok(Scope {
+            base,
+            recursive,
+            glob,
+        })
+    }
+
+    fn matches_path(&self, raw: &str) -> bool {
+        if raw.is_empty() && !self.base.is_root() {
+            return false;
+        }
+        let base = self.base.as_str();
+        let relative = if base.is_empty() {
+            raw
+        } else if raw == base {
+            ""
+        } else if let Some(rest) = raw.strip_prefix(base).and_then(|r| r.strip_prefix('/')) {
+            rest
+        } else {
+            return false;
+        };
+        if !self.recursive && relative.contains('/') {
+            return false;
+        }
+        match &self.glob {
+            None => true,
+            Some(g) => !relative.is_empty() && g.is_match(relative),
+        }
+    }
+
+    /// A move matches when either of its ends does.
+    pub fn matches(&self, change: &Change) -> bool {
+        self.matches_path(&change.path)
+            || (!change.to_path.is_empty() && self.matches_path(&change.to_path))
+    }
+}
+
+/// How long the external watcher waits for a burst of filesystem events to
+/// settle before it looks; also the window in which the service's own
+/// commit reaches the log before the watcher compares versions.
+const EXTERNAL_SETTLE: std::time::Duration = std::time::Duration::from_millis(150);
+
+/// Watches a DIRECTORY session's root for changes made from outside the
+/// service (a container writing into `root_path`). Each changed path is
+/// looked at through the workspace, which bumps its version when its
+/// fingerprint changed; a version the log already holds for that path was
+/// the service's own write and is not reported again. Dropping the watcher
+/// ends its task.
+pub struct ExternalWatcher {
+    _watcher: notify::RecommendedWatcher,
+}
+
+impl ExternalWatcher {
+    /// `None` when there is no runtime or the platform cannot watch.
+    pub fn start(
+        root: &std::path::Path,
+        fs: std::sync::Arc<dyn wsfs::Filesystem>,
+        log: std::sync::Arc<EventLog>,
+        limits: wsfs::PathLimits,
+    ) -> Option<ExternalWatcher> {
+        use notify::Watcher;
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let root = std::fs::canonicalize(root).ok()?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(ChangeKind, String)>();
+        let watched_root = root.clone();
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                let Ok(event) = event else { return };
+                let kind = match event.kind {
+                    notify::EventKind::Create(_) => ChangeKind::Created,
+                    notify::EventKind::Remove(_) => ChangeKind::Deleted,
+                    notify::EventKind::Modify(_) => ChangeKind::Modified,
+                    _ => return,
+                };
+                for path in event.paths {
+                    if let Ok(rel) = path.strip_prefix(&watched_root) {
+                        if let Some(rel) = rel.to_str().filter(|r| !r.is_empty()) {
+                            let _ = tx.send((kind, rel.to_string()));
+                        }
+                    }
+                }
+            })
+            .ok()?;
+        watcher
+            .watch(&root, notify::RecursiveMode::Recursive)
+            .ok()?;
+        runtime.spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                tokio::time::sleep(EXTERNAL_SETTLE).await;
+                while let Ok(more) = rx.try_recv() {
+                    batch.push(more);
+                }
+                let mut seen = std::collections::BTreeMap::new();
+                for (kind, raw) in batch {
+                    seen.entry(raw).or_insert(kind);
+                }
+                for (raw, kind) in seen {
+                    let Ok(path) = CanonicalPath::parse(&raw, &limits) else {
+                        continue;
+                    };
+                    report_external(&*fs, &log, &path, kind).await;
+                }
+            }
+        });
+        Some(ExternalWatcher { _watcher: watcher })
+    }
+}
+
+async fn report_external(
+    fs: &dyn wsfs::Filesystem,
+    log: &EventLog,
+    path: &CanonicalPath,
+    hint: ChangeKind,
+) {
+    let last = log.last_for(path.as_str());
+    match fs.stat(path).await {
+        Ok(m) if m.kind == wsfs::FileKind::File => {
+            if last.is_some_and(|(_, v)| v == m.version) {
+                return; // the service's own write, already in the log
+            }
+            let kind = match (hint, last) {
+                (_, Some((ChangeKind::Deleted, _))) => ChangeKind::Created,
+                (ChangeKind::Created, _) => ChangeKind::Created,
+                _ => ChangeKind::Modified,
+            };
+            log.append(kind, path, None, m.version, "external");
+        }
+        Ok(_) => {}
+        Err(wsfs::Error::FileNotFound { .. }) => {
+            if !matches!(
+                last,
+                Some((ChangeKind::Deleted, _) | (ChangeKind::Moved, _))
+            ) {
+                log.append(ChangeKind::Deleted, path, None, 0, "external");
+            }
+        }
+        Err(_) => {}
+    }
+}
+
+impl EventLog {
+    /// The kind and version of the newest held event about `path`.
+    fn last_for(&self, path: &str) -> Option<(ChangeKind, u64)> {
+        let ring = self.ring();
+        ring.events.iter().rev().find_map(|e| {
+            if e.path == path {
+                Some((e.kind, e.version))
+            } else if e.to_path == path {
+                Some((ChangeKind::Created, e.version))
+            } else {
+                None
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wsfs::PathLimits;
+
+    fn p(s: &str) -> CanonicalPath {
+        CanonicalPath::parse(s, &PathLimits::default()).unwrap()
+    }
+
+    #[test]
+    fn overflowed_ring_asks_old_readers_to_resync() {
+        let log = EventLog::new(2);
+        for name in ["a", "b", "c"] {
+            log.append(ChangeKind::Created, &p(name), None, 1, "system");
+        }
+        assert!(matches!(log.since(0, 0), Since::Resync { seq: 3 }));
+        match log.since(1, 0) {
+            Since::Events(e) => assert_eq!(e.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3]),
+            other => panic!("expected events, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn barrier_resyncs_every_reader_behind_it() {
+        let log = EventLog::new(10);
+        log.append(ChangeKind::Created, &p("a"), None, 1, "system");
+        log.barrier();
+        assert!(matches!(log.since(1, 0), Since::Resync { seq: 2 }));
+        assert!(matches!(log.since(2, 0), Since::Events(ref e) if e.is_empty()));
+    }
+
+    #[test]
+    fn shallow_scope_sees_children_not_grandchildren() {
+        let scope = Scope::new(p("src"), false, "*.rs").unwrap();
+        let change = |path: &str| Change {
+            seq: 1,
+            kind: ChangeKind::Created,
+            path: path.into(),
+            to_path: String::new(),
+            version: 1,
+            caller: "system".into(),
+            at: SystemTime::now(),
+        };
+        assert!(scope.matches(&change("src/a.rs")));
+        assert!(!scope.matches(&change("src/x/a.rs")));
+        assert!(!scope.matches(&change("src/a.txt")));
+        assert!(!scope.matches(&change("srcx/a.rs")));
+    }
+}

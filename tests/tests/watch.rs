@@ -1,0 +1,358 @@
+//! Watch and Changes over real gRPC: READY first, every change with its
+//! version and caller, scope and glob filters, resume without a gap, RESYNC
+//! when the ring has moved on, keep-alives while idle, polling; and the
+//! compare-and-swap that `if_version` gives a swarm.
+
+use futures::stream::{BoxStream, StreamExt};
+use std::time::Duration;
+use wsfs_client::{
+    ChangeEvent, ChangeKind, Client, DeleteOptions, Error, Filesystem, Layout, LineRange, Session,
+    SessionOptions, TransferOptions, WriteOptions,
+};
+use wsfs_tests::harness::TestServer;
+
+const ADMIN: &str = "admin-token-for-tests-0123456789";
+
+fn p(s: &str) -> wsfs::CanonicalPath {
+    wsfs_client::parse_path(s).unwrap()
+}
+
+type Events = BoxStream<'static, wsfs_client::Result<ChangeEvent>>;
+
+/// The next event that is not a KEEPALIVE, within five seconds.
+async fn next(events: &mut Events) -> ChangeEvent {
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(5), events.next())
+            .await
+            .expect("an event within five seconds")
+            .expect("the stream stays open")
+            .expect("no error");
+        if e.kind() != ChangeKind::Keepalive {
+            return e;
+        }
+    }
+}
+
+/// A SWARM session with a named member `alice` next to the system caller.
+async fn swarm(server: &TestServer, options: SessionOptions) -> (Session, Session) {
+    let admin = Client::connect(&server.url())
+        .await
+        .unwrap()
+        .with_token(ADMIN)
+        .unwrap();
+    let (system, info) = admin.create(options.layout(Layout::Swarm)).await.unwrap();
+    let alice = admin.issue_token(&info.id, "alice").await.unwrap();
+    (system, admin.session(&info.id).with_token(&alice).unwrap())
+}
+
+async fn tokens_on() -> TestServer {
+    TestServer::start_with(|c| c.admin_token = Some(ADMIN.into())).await
+}
+
+async fn plain(configure: impl FnOnce(&mut wsfs_server::ServerConfig)) -> (TestServer, Session) {
+    let server = TestServer::start_with(configure).await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let (session, _) = client.create(SessionOptions::memory()).await.unwrap();
+    (server, session)
+}
+
+#[tokio::test]
+async fn watch_reports_every_change_with_version_and_caller() {
+    let server = tokens_on().await;
+    let (system, alice) = swarm(&server, SessionOptions::memory()).await;
+    system
+        .write(&p("shared/old.md"), "x", WriteOptions::default())
+        .await
+        .unwrap();
+    let mut events = system.watch("").recursive().stream().await.unwrap();
+    let ready = next(&mut events).await;
+    assert_eq!(ready.kind(), ChangeKind::Ready);
+    assert_eq!(ready.seq, 1, "READY carries the current seq");
+
+    let created = alice
+        .write(&p("shared/a.md"), "1", WriteOptions::default())
+        .await
+        .unwrap();
+    let modified = alice
+        .write(&p("shared/a.md"), "2", WriteOptions::default())
+        .await
+        .unwrap();
+    alice
+        .rename(
+            &p("shared/a.md"),
+            &p("shared/b.md"),
+            TransferOptions::default(),
+        )
+        .await
+        .unwrap();
+    system
+        .delete(&p("shared/old.md"), DeleteOptions::default())
+        .await
+        .unwrap();
+
+    let e = next(&mut events).await;
+    assert_eq!(
+        (
+            e.seq,
+            e.kind(),
+            e.path.as_str(),
+            e.version,
+            e.caller.as_str()
+        ),
+        (
+            2,
+            ChangeKind::Created,
+            "shared/a.md",
+            created.version,
+            "alice"
+        )
+    );
+    assert!(e.at.is_some());
+    let e = next(&mut events).await;
+    assert_eq!(
+        (e.kind(), e.version, e.caller.as_str()),
+        (ChangeKind::Modified, modified.version, "alice")
+    );
+    let e = next(&mut events).await;
+    assert_eq!(
+        (
+            e.kind(),
+            e.path.as_str(),
+            e.to_path.as_str(),
+            e.caller.as_str()
+        ),
+        (ChangeKind::Moved, "shared/a.md", "shared/b.md", "alice")
+    );
+    let e = next(&mut events).await;
+    assert_eq!(
+        (e.kind(), e.path.as_str(), e.caller.as_str()),
+        (ChangeKind::Deleted, "shared/old.md", "system")
+    );
+}
+
+#[tokio::test]
+async fn watch_keeps_to_its_glob_and_scope() {
+    let (_server, s) = plain(|_| {}).await;
+    let mut shallow = s.watch("src").glob("*.rs").stream().await.unwrap();
+    assert_eq!(next(&mut shallow).await.kind(), ChangeKind::Ready);
+    for path in ["src/x/deep.rs", "src/notes.txt", "other/a.rs", "src/a.rs"] {
+        s.write(&p(path), "x", WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    let e = next(&mut shallow).await;
+    assert_eq!(
+        e.path, "src/a.rs",
+        "only the direct child matching the glob"
+    );
+
+    let mut deep = s
+        .watch("src")
+        .recursive()
+        .glob("**/*.rs")
+        .since(0)
+        .stream()
+        .await
+        .unwrap();
+    next(&mut deep).await;
+    s.write(&p("src/x/y/z.rs"), "x", WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(next(&mut deep).await.path, "src/x/y/z.rs");
+}
+
+#[tokio::test]
+async fn watch_resumes_after_since_seq_without_a_gap() {
+    let (_server, s) = plain(|_| {}).await;
+    for i in 0..5 {
+        s.write(&p(&format!("f{i}")), "x", WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    let mut events = s.watch("").recursive().since(2).stream().await.unwrap();
+    assert_eq!(next(&mut events).await.kind(), ChangeKind::Ready);
+    let writer = s.clone();
+    let live = tokio::spawn(async move {
+        for i in 5..50 {
+            writer
+                .write(&p(&format!("f{i}")), "x", WriteOptions::default())
+                .await
+                .unwrap();
+        }
+    });
+    let mut seen = Vec::new();
+    while seen.len() < 48 {
+        seen.push(next(&mut events).await.seq);
+    }
+    live.await.unwrap();
+    assert_eq!(seen, (3..=50).collect::<Vec<u64>>(), "no loss, no repeat");
+}
+
+#[tokio::test]
+async fn watch_behind_the_ring_gets_resync() {
+    let (_server, s) = plain(|c| c.watch_ring_events = 4).await;
+    for i in 0..10 {
+        s.write(&p(&format!("f{i}")), "x", WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    let mut events = s.watch("").recursive().since(1).stream().await.unwrap();
+    assert_eq!(next(&mut events).await.kind(), ChangeKind::Ready);
+    let e = next(&mut events).await;
+    assert_eq!((e.kind(), e.seq), (ChangeKind::Resync, 10));
+    s.write(&p("after"), "x", WriteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(next(&mut events).await.seq, 11, "live again after RESYNC");
+
+    let polled = s.changes(1, 0).await.unwrap();
+    assert!(polled.resync);
+    assert_eq!(polled.next_seq, 11);
+}
+
+#[tokio::test]
+async fn idle_watch_sends_keepalives() {
+    let (_server, s) = plain(|c| c.watch_keepalive_ms = 50).await;
+    let mut events = s.watch("").stream().await.unwrap();
+    let ready = events.next().await.unwrap().unwrap();
+    assert_eq!(ready.kind(), ChangeKind::Ready);
+    let e = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.kind(), ChangeKind::Keepalive);
+}
+
+#[tokio::test]
+async fn changes_polls_in_pages() {
+    let (_server, s) = plain(|_| {}).await;
+    for i in 0..5 {
+        s.write(&p(&format!("f{i}")), "x", WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    let first = s.changes(0, 3).await.unwrap();
+    assert_eq!(
+        first.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    assert_eq!(first.next_seq, 3);
+    let rest = s.changes(first.next_seq, 0).await.unwrap();
+    assert_eq!(
+        rest.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [4, 5]
+    );
+    assert!(!rest.resync);
+    let none = s.changes(rest.next_seq, 0).await.unwrap();
+    assert!(none.events.is_empty());
+    assert_eq!(none.next_seq, 5);
+}
+
+/// Eight clients increment one counter by read-modify-write with
+/// `if_version`, retrying on VERSION_MISMATCH: no increment is lost.
+async fn counter_loses_no_update(options: SessionOptions) {
+    let (_server, s) = {
+        let server = TestServer::start().await;
+        let client = Client::connect(&server.url()).await.unwrap();
+        let (s, _) = client.create(options).await.unwrap();
+        (server, s)
+    };
+    let counter = p("counter");
+    s.write(&counter, "0", WriteOptions::default())
+        .await
+        .unwrap();
+    let mut workers = Vec::new();
+    for _ in 0..8 {
+        let s = s.clone();
+        let counter = counter.clone();
+        workers.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            while done < 25 {
+                let page = s.read(&counter, LineRange::default()).await.unwrap();
+                let n: u64 = page.content.trim().parse().unwrap();
+                let options = WriteOptions {
+                    if_version: Some(page.version),
+                    ..WriteOptions::default()
+                };
+                match s.write(&counter, &(n + 1).to_string(), options).await {
+                    Ok(_) => done += 1,
+                    Err(Error::VersionMismatch { .. }) => {}
+                    Err(e) => panic!("unexpected error: {e}"),
+                }
+            }
+            done
+        }));
+    }
+    let mut total = 0;
+    for w in workers {
+        total += w.await.unwrap();
+    }
+    let page = s.read(&counter, LineRange::default()).await.unwrap();
+    assert_eq!(page.content.trim().parse::<u64>().unwrap(), total);
+    assert_eq!(total, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn if_version_counter_loses_no_update_in_memory() {
+    counter_loses_no_update(SessionOptions::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn if_version_counter_loses_no_update_in_a_directory() {
+    counter_loses_no_update(SessionOptions::directory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_agent_swarm_does_every_task_exactly_once() {
+    let server = tokens_on().await;
+    let results = wsfs_tests::swarm::run(&server.url(), ADMIN, 12)
+        .await
+        .unwrap();
+    assert_eq!(results.len(), 12);
+    for (i, (task, result)) in results.iter().enumerate() {
+        assert_eq!(task, &format!("task-{i:03}"));
+        let (value, worker) = result.split_once(" by ").unwrap();
+        assert_eq!(value, (i * i).to_string());
+        assert!(worker == "worker-a" || worker == "worker-b", "{result}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_sessions_report_changes_made_from_outside() {
+    let server = TestServer::start().await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let (s, info) = client.create(SessionOptions::directory()).await.unwrap();
+    let root = info.root_path.expect("a DIRECTORY session has a root");
+    let mut events = s.watch("").recursive().stream().await.unwrap();
+    assert_eq!(next(&mut events).await.kind(), ChangeKind::Ready);
+
+    // The service's own write is reported once, in its caller's name.
+    let own = s
+        .write(&p("own.txt"), "mine", WriteOptions::default())
+        .await
+        .unwrap();
+    let e = next(&mut events).await;
+    assert_eq!(
+        (e.path.as_str(), e.caller.as_str(), e.version),
+        ("own.txt", "system", own.version)
+    );
+
+    // Another process writes into the directory.
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("echo hi > outside.txt")
+        .current_dir(&root)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let e = next(&mut events).await;
+    assert_eq!(
+        (e.kind(), e.path.as_str(), e.caller.as_str()),
+        (ChangeKind::Created, "outside.txt", "external"),
+        "and no second report of own.txt"
+    );
+    let stat = s.stat(&p("outside.txt")).await.unwrap();
+    assert_eq!(e.version, stat.version);
+    assert!(e.version > own.version);
+}
