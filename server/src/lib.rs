@@ -14,6 +14,7 @@
 pub mod archive;
 pub mod auth;
 pub mod backend;
+pub mod faults;
 pub mod limits;
 pub mod metrics;
 pub mod mounts;

@@ -18,7 +18,7 @@ use crate::workspace::Workspace;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, Filesystem, Result, WriteMode, WriteOptions};
@@ -166,6 +166,18 @@ fn write_session_file(session_dir: &Path, p: &PersistedSession) -> Result<()> {
 pub struct SessionRegistry {
     config: Arc<ServerConfig>,
     sessions: RwLock<HashMap<String, Arc<Session>>>,
+    /// Creations in flight: they count against `max_sessions` until their
+    /// session is inserted or they fail.
+    creating: AtomicUsize,
+}
+
+/// One reserved place under `max_sessions`, released when dropped.
+struct SessionSlot<'a>(&'a AtomicUsize);
+
+impl Drop for SessionSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl SessionRegistry {
@@ -173,6 +185,7 @@ impl SessionRegistry {
         SessionRegistry {
             config,
             sessions: RwLock::new(HashMap::new()),
+            creating: AtomicUsize::new(0),
         }
     }
 
@@ -292,7 +305,26 @@ impl SessionRegistry {
         all
     }
 
+    /// Reserves a place for one more session, or refuses when the server
+    /// is full. Checked under the write lock that inserts sessions, so
+    /// concurrent creations cannot overshoot.
+    fn reserve_slot(&self) -> Result<SessionSlot<'_>> {
+        let max = self.config.max_sessions;
+        let sessions = self.sessions.write().unwrap_or_else(|e| e.into_inner());
+        let creating = self.creating.fetch_add(1, Ordering::SeqCst);
+        let slot = SessionSlot(&self.creating);
+        if max > 0 && sessions.len() + creating >= max {
+            return Err(Error::QuotaExceeded {
+                message: format!(
+                    "the server holds its maximum of {max} sessions; delete one or raise --max-sessions"
+                ),
+            });
+        }
+        Ok(slot)
+    }
+
     pub async fn create(&self, spec: SessionSpec) -> Result<Arc<Session>> {
+        let _slot = self.reserve_slot()?;
         let id = uuid::Uuid::new_v4().to_string();
         let limits = SessionLimits::resolve(spec.limits.as_ref(), self.config.max_write_bytes);
         // Parse every seed path before anything is created.

@@ -1,0 +1,164 @@
+//! Reliability under faults and at capacity: a panicking request fails
+//! alone, the server refuses sessions beyond `--max-sessions`, and an
+//! oversized message is refused without changing anything. Each refusal
+//! leaves the server serving everyone else. This file is its own test
+//! binary, so the fault it arms touches no other test.
+
+use tonic::transport::Channel;
+use tonic::Code;
+use tonic_types::StatusExt;
+use wsfs::proto::filesystem_client::FilesystemClient;
+use wsfs::proto::sessions_client::SessionsClient;
+use wsfs::proto::{self, session::Backend};
+use wsfs_tests::harness::TestServer;
+
+/// The path that makes a request panic in this test binary.
+const PANIC_PATH: &str = "faults/panic-here.txt";
+
+fn reason(status: &tonic::Status) -> String {
+    status
+        .get_details_error_info()
+        .map(|i| i.reason)
+        .unwrap_or_default()
+}
+
+async fn create(sessions: &mut SessionsClient<Channel>, backend: Backend) -> String {
+    sessions
+        .create_session(proto::CreateSessionRequest {
+            backend: backend as i32,
+            ..Default::default()
+        })
+        .await
+        .expect("create a session")
+        .into_inner()
+        .session_id
+}
+
+async fn write(
+    fs: &mut FilesystemClient<Channel>,
+    session: &str,
+    path: &str,
+    content: String,
+) -> Result<proto::WriteResponse, tonic::Status> {
+    fs.write(proto::WriteRequest {
+        session_id: session.to_string(),
+        path: path.to_string(),
+        content,
+        ..Default::default()
+    })
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+async fn exists(fs: &mut FilesystemClient<Channel>, session: &str, path: &str) -> bool {
+    fs.exists(proto::ExistsRequest {
+        session_id: session.to_string(),
+        path: path.to_string(),
+    })
+    .await
+    .expect("exists")
+    .into_inner()
+    .exists
+}
+
+#[tokio::test]
+async fn a_panicking_request_fails_with_internal_and_the_server_keeps_serving() {
+    wsfs_server::faults::panic_on_path(PANIC_PATH);
+    let server = TestServer::start().await;
+    // One channel for everything: a panic that escaped the handler would
+    // break the shared HTTP/2 connection and fail the calls after it.
+    let channel = server.channel().await;
+    let mut sessions = SessionsClient::new(channel.clone());
+    let mut fs = FilesystemClient::new(channel);
+    let memory = create(&mut sessions, Backend::Memory).await;
+    let directory = create(&mut sessions, Backend::Directory).await;
+    write(&mut fs, &directory, "kept.txt", "before".into())
+        .await
+        .expect("write before the fault");
+
+    let err = write(&mut fs, &memory, PANIC_PATH, "x".into())
+        .await
+        .expect_err("the armed path panics");
+
+    assert_eq!(err.code(), Code::Internal, "{err:?}");
+    assert_eq!(reason(&err), "INTERNAL");
+    assert!(
+        err.message().contains("Write failed on a server bug"),
+        "{err:?}"
+    );
+    // The same connection, the same session and another session all work.
+    write(&mut fs, &memory, "after.txt", "fine".into())
+        .await
+        .expect("the panicking session still serves");
+    let stat = fs
+        .stat(proto::StatRequest {
+            session_id: directory.clone(),
+            path: "kept.txt".into(),
+        })
+        .await
+        .expect("another session still serves")
+        .into_inner();
+    assert_eq!(stat.size_bytes, 6);
+    // A fresh connection is accepted too.
+    let mut other = FilesystemClient::new(server.channel().await);
+    assert!(exists(&mut other, &memory, "after.txt").await);
+}
+
+#[tokio::test]
+async fn sessions_beyond_max_sessions_are_refused_with_quota_exceeded() {
+    let server = TestServer::start_with(|c| c.max_sessions = 2).await;
+    let mut sessions = SessionsClient::new(server.channel().await);
+    let first = create(&mut sessions, Backend::Memory).await;
+    create(&mut sessions, Backend::Directory).await;
+
+    let err = sessions
+        .create_session(proto::CreateSessionRequest {
+            backend: Backend::Directory as i32,
+            ..Default::default()
+        })
+        .await
+        .expect_err("a third session is over the limit");
+
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert_eq!(reason(&err), "QUOTA_EXCEEDED");
+    let listed = sessions
+        .list_sessions(proto::ListSessionsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions;
+    assert_eq!(listed.len(), 2, "the refused session left nothing behind");
+    let dirs = std::fs::read_dir(server.data_dir().join("sessions"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(dirs, 1, "only the one DIRECTORY session has a directory");
+    // Deleting one frees its place.
+    sessions
+        .delete_session(proto::DeleteSessionRequest { session_id: first })
+        .await
+        .unwrap();
+    create(&mut sessions, Backend::Memory).await;
+}
+
+#[tokio::test]
+async fn an_oversized_message_is_refused_and_changes_nothing() {
+    let server = TestServer::start().await;
+    let channel = server.channel().await;
+    let mut sessions = SessionsClient::new(channel.clone());
+    let session = create(&mut sessions, Backend::Memory).await;
+    let mut fs = FilesystemClient::new(channel).max_encoding_message_size(usize::MAX);
+    let content = "a".repeat(wsfs_server::MAX_MESSAGE_BYTES + 1);
+
+    let err = write(&mut fs, &session, "big.txt", content)
+        .await
+        .expect_err("a message over the server's limit");
+
+    assert!(
+        matches!(err.code(), Code::ResourceExhausted | Code::OutOfRange),
+        "{err:?}"
+    );
+    assert!(!exists(&mut fs, &session, "big.txt").await);
+    write(&mut fs, &session, "small.txt", "ok".into())
+        .await
+        .expect("the server still serves this client");
+}
