@@ -18,6 +18,7 @@ pub mod faults;
 pub mod limits;
 pub mod metrics;
 pub mod mounts;
+pub mod quota;
 pub mod search;
 pub mod workspace;
 

@@ -162,3 +162,99 @@ async fn an_oversized_message_is_refused_and_changes_nothing() {
         .await
         .expect("the server still serves this client");
 }
+
+async fn quota_session(sessions: &mut SessionsClient<Channel>, backend: Backend) -> String {
+    sessions
+        .create_session(proto::CreateSessionRequest {
+            backend: backend as i32,
+            limits: Some(proto::SessionLimits {
+                max_files: 2,
+                max_total_bytes: 10,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("create a session with quotas")
+        .into_inner()
+        .session_id
+}
+
+async fn read(fs: &mut FilesystemClient<Channel>, session: &str, path: &str) -> String {
+    fs.read(proto::ReadRequest {
+        session_id: session.to_string(),
+        path: path.to_string(),
+        limit: Some(-1),
+        ..Default::default()
+    })
+    .await
+    .expect("read")
+    .into_inner()
+    .content
+}
+
+fn assert_quota(result: Result<impl std::fmt::Debug, tonic::Status>, what: &str) {
+    let err = result.expect_err(what);
+    assert_eq!(err.code(), Code::ResourceExhausted, "{what}: {err:?}");
+    assert_eq!(reason(&err), "QUOTA_EXCEEDED", "{what}");
+}
+
+#[tokio::test]
+async fn writes_edits_and_copies_over_a_session_quota_fail_and_change_nothing() {
+    let server = TestServer::start().await;
+    let channel = server.channel().await;
+    let mut sessions = SessionsClient::new(channel.clone());
+    let mut fs = FilesystemClient::new(channel);
+    for backend in [Backend::Memory, Backend::Directory] {
+        let s = quota_session(&mut sessions, backend).await;
+        write(&mut fs, &s, "a.txt", "12345".into()).await.unwrap();
+        write(&mut fs, &s, "b.txt", "123".into()).await.unwrap();
+
+        assert_quota(
+            write(&mut fs, &s, "c.txt", "1".into()).await,
+            "a third file",
+        );
+        assert_quota(
+            write(&mut fs, &s, "b.txt", "123456".into()).await,
+            "11 bytes",
+        );
+        let append = fs
+            .write(proto::WriteRequest {
+                session_id: s.clone(),
+                path: "a.txt".into(),
+                content: "123".into(),
+                mode: proto::WriteMode::Append as i32,
+                ..Default::default()
+            })
+            .await;
+        assert_quota(append, "an append to 11 bytes");
+        let edit = fs
+            .edit(proto::EditRequest {
+                session_id: s.clone(),
+                path: "b.txt".into(),
+                old_text: "123".into(),
+                new_text: "1234567".into(),
+                ..Default::default()
+            })
+            .await;
+        assert_quota(edit, "an edit to 14 bytes");
+        let copy = fs
+            .copy(proto::TransferRequest {
+                session_id: s.clone(),
+                source: "b.txt".into(),
+                destination: "d.txt".into(),
+                ..Default::default()
+            })
+            .await;
+        assert_quota(copy, "a copy to a third file");
+
+        assert_eq!(read(&mut fs, &s, "a.txt").await, "12345", "{backend:?}");
+        assert_eq!(read(&mut fs, &s, "b.txt").await, "123", "{backend:?}");
+        assert!(!exists(&mut fs, &s, "c.txt").await);
+        assert!(!exists(&mut fs, &s, "d.txt").await);
+        // Within the quota, changes still go through: shrinking, then
+        // replacing a file with one of the same count.
+        write(&mut fs, &s, "b.txt", "1".into()).await.unwrap();
+        write(&mut fs, &s, "b.txt", "12345".into()).await.unwrap();
+    }
+}
