@@ -72,6 +72,37 @@ pub struct Session {
     owned_dir: Option<PathBuf>,
     /// When a call last named this session (ms since the Unix epoch).
     last_used_ms: AtomicU64,
+    /// Streams open on this session, and the most allowed (0: no limit).
+    streams: Arc<AtomicUsize>,
+    max_streams: usize,
+}
+
+/// One open stream of a session, released when dropped.
+pub struct StreamPermit(Arc<AtomicUsize>);
+
+impl Drop for StreamPermit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Session {
+    /// Admits one more stream (ReadBytes, WriteBytes, Grep, Watch, Export)
+    /// or refuses with `QUOTA_EXCEEDED` when the session has its maximum
+    /// open. Hold the permit for as long as the stream lives.
+    pub fn open_stream(&self) -> Result<StreamPermit> {
+        let open = self.streams.fetch_add(1, Ordering::SeqCst);
+        let permit = StreamPermit(self.streams.clone());
+        if self.max_streams > 0 && open >= self.max_streams {
+            return Err(Error::QuotaExceeded {
+                message: format!(
+                    "session '{}' already has {} streams open, its maximum; close one or raise --max-streams-per-session",
+                    self.record.id, self.max_streams
+                ),
+            });
+        }
+        Ok(permit)
+    }
 }
 
 fn now_ms() -> u64 {
@@ -242,6 +273,8 @@ impl SessionRegistry {
             snapshots,
             owned_dir: Some(session_dir.to_path_buf()),
             last_used_ms: AtomicU64::new(now_ms()),
+            streams: Arc::new(AtomicUsize::new(0)),
+            max_streams: self.config.max_streams_per_session,
         });
         self.sessions
             .write()
@@ -404,6 +437,8 @@ impl SessionRegistry {
             snapshots,
             owned_dir,
             last_used_ms: AtomicU64::new(now_ms()),
+            streams: Arc::new(AtomicUsize::new(0)),
+            max_streams: self.config.max_streams_per_session,
         });
         self.sessions
             .write()

@@ -258,3 +258,67 @@ async fn writes_edits_and_copies_over_a_session_quota_fail_and_change_nothing() 
         write(&mut fs, &s, "b.txt", "12345".into()).await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn streams_beyond_max_streams_per_session_are_refused_with_quota_exceeded() {
+    use futures::StreamExt;
+    let server = TestServer::start_with(|c| c.max_streams_per_session = 2).await;
+    let channel = server.channel().await;
+    let mut sessions = SessionsClient::new(channel.clone());
+    let mut fs = FilesystemClient::new(channel);
+    let s = create(&mut sessions, Backend::Memory).await;
+    let other = create(&mut sessions, Backend::Memory).await;
+    // Bigger than HTTP/2's flow-control windows: a stream left unread
+    // stays open on the server.
+    let big = "x\n".repeat(8 << 20);
+    write(&mut fs, &s, "big.txt", big.clone()).await.unwrap();
+    write(&mut fs, &other, "big.txt", big).await.unwrap();
+    let read_bytes = |session: &str| proto::ReadBytesRequest {
+        session_id: session.to_string(),
+        path: "big.txt".into(),
+        chunk_size: 1024,
+        ..Default::default()
+    };
+    // Two streams held open, unread past their first message.
+    let mut first = fs.read_bytes(read_bytes(&s)).await.unwrap().into_inner();
+    first.next().await.unwrap().unwrap();
+    let mut second = fs
+        .grep(proto::GrepRequest {
+            session_id: s.clone(),
+            pattern: "x".into(),
+            max_matches: 1_000_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    second.next().await.unwrap().unwrap();
+
+    let third = fs.read_bytes(read_bytes(&s)).await.map(|_| ());
+
+    assert_quota(third, "a third stream on the session");
+    // Another session is not affected, and unary calls still work.
+    let mut elsewhere = fs
+        .read_bytes(read_bytes(&other))
+        .await
+        .unwrap()
+        .into_inner();
+    elsewhere.next().await.unwrap().unwrap();
+    assert!(exists(&mut fs, &s, "big.txt").await);
+    // Closing a stream frees its place.
+    drop(first);
+    let mut admitted = None;
+    for _ in 0..100 {
+        if let Ok(r) = fs.read_bytes(read_bytes(&s)).await {
+            admitted = Some(r.into_inner());
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    admitted
+        .expect("a place frees when a stream closes")
+        .next()
+        .await
+        .unwrap()
+        .unwrap();
+}
