@@ -36,6 +36,17 @@ pub struct ServerConfig {
     #[arg(long, env = "WSFS_MAX_WRITE_BYTES", default_value_t = DEFAULT_SERVER_MAX_WRITE_BYTES)]
     pub max_write_bytes: u64,
 
+    /// The most sessions the server holds at once; CreateSession beyond it
+    /// fails with RESOURCE_EXHAUSTED `QUOTA_EXCEEDED`. 0: no limit.
+    #[arg(long, env = "WSFS_MAX_SESSIONS", default_value_t = DEFAULT_MAX_SESSIONS)]
+    pub max_sessions: usize,
+
+    /// The most streams (ReadBytes, WriteBytes, Grep, Watch, Export) one
+    /// session may have open at once; more fail with RESOURCE_EXHAUSTED
+    /// `QUOTA_EXCEEDED`. 0: no limit.
+    #[arg(long, env = "WSFS_MAX_STREAMS_PER_SESSION", default_value_t = DEFAULT_MAX_STREAMS_PER_SESSION)]
+    pub max_streams_per_session: usize,
+
     /// Log format.
     #[arg(long, env = "WSFS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -100,6 +111,13 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// Sessions a server holds at most unless `--max-sessions` says otherwise.
+pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
+
+/// Streams one session may hold open unless `--max-streams-per-session`
+/// says otherwise.
+pub const DEFAULT_MAX_STREAMS_PER_SESSION: usize = 256;
+
 /// The shortest admin token accepted.
 pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 
@@ -118,6 +136,8 @@ impl ServerConfig {
             data_dir,
             allow_roots: Vec::new(),
             max_write_bytes: DEFAULT_SERVER_MAX_WRITE_BYTES,
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            max_streams_per_session: DEFAULT_MAX_STREAMS_PER_SESSION,
             log_format: LogFormat::Text,
             admin_token: None,
             insecure: false,

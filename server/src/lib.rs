@@ -15,9 +15,11 @@ pub mod archive;
 pub mod auth;
 pub mod backend;
 pub mod events;
+pub mod faults;
 pub mod limits;
 pub mod metrics;
 pub mod mounts;
+pub mod quota;
 pub mod search;
 pub mod workspace;
 

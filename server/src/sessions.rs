@@ -18,7 +18,7 @@ use crate::workspace::Workspace;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, Filesystem, Result, WriteMode, WriteOptions};
@@ -76,6 +76,37 @@ pub struct Session {
     owned_dir: Option<PathBuf>,
     /// When a call last named this session (ms since the Unix epoch).
     last_used_ms: AtomicU64,
+    /// Streams open on this session, and the most allowed (0: no limit).
+    streams: Arc<AtomicUsize>,
+    max_streams: usize,
+}
+
+/// One open stream of a session, released when dropped.
+pub struct StreamPermit(Arc<AtomicUsize>);
+
+impl Drop for StreamPermit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Session {
+    /// Admits one more stream (ReadBytes, WriteBytes, Grep, Watch, Export)
+    /// or refuses with `QUOTA_EXCEEDED` when the session has its maximum
+    /// open. Hold the permit for as long as the stream lives.
+    pub fn open_stream(&self) -> Result<StreamPermit> {
+        let open = self.streams.fetch_add(1, Ordering::SeqCst);
+        let permit = StreamPermit(self.streams.clone());
+        if self.max_streams > 0 && open >= self.max_streams {
+            return Err(Error::QuotaExceeded {
+                message: format!(
+                    "session '{}' already has {} streams open, its maximum; close one or raise --max-streams-per-session",
+                    self.record.id, self.max_streams
+                ),
+            });
+        }
+        Ok(permit)
+    }
 }
 
 fn now_ms() -> u64 {
@@ -170,6 +201,18 @@ fn write_session_file(session_dir: &Path, p: &PersistedSession) -> Result<()> {
 pub struct SessionRegistry {
     config: Arc<ServerConfig>,
     sessions: RwLock<HashMap<String, Arc<Session>>>,
+    /// Creations in flight: they count against `max_sessions` until their
+    /// session is inserted or they fail.
+    creating: AtomicUsize,
+}
+
+/// One reserved place under `max_sessions`, released when dropped.
+struct SessionSlot<'a>(&'a AtomicUsize);
+
+impl Drop for SessionSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl SessionRegistry {
@@ -177,6 +220,7 @@ impl SessionRegistry {
         SessionRegistry {
             config,
             sessions: RwLock::new(HashMap::new()),
+            creating: AtomicUsize::new(0),
         }
     }
 
@@ -242,6 +286,8 @@ impl SessionRegistry {
             _external: external,
             owned_dir: Some(session_dir.to_path_buf()),
             last_used_ms: AtomicU64::new(now_ms()),
+            streams: Arc::new(AtomicUsize::new(0)),
+            max_streams: self.config.max_streams_per_session,
         });
         self.sessions
             .write()
@@ -305,7 +351,26 @@ impl SessionRegistry {
         all
     }
 
+    /// Reserves a place for one more session, or refuses when the server
+    /// is full. Checked under the write lock that inserts sessions, so
+    /// concurrent creations cannot overshoot.
+    fn reserve_slot(&self) -> Result<SessionSlot<'_>> {
+        let max = self.config.max_sessions;
+        let sessions = self.sessions.write().unwrap_or_else(|e| e.into_inner());
+        let creating = self.creating.fetch_add(1, Ordering::SeqCst);
+        let slot = SessionSlot(&self.creating);
+        if max > 0 && sessions.len() + creating >= max {
+            return Err(Error::QuotaExceeded {
+                message: format!(
+                    "the server holds its maximum of {max} sessions; delete one or raise --max-sessions"
+                ),
+            });
+        }
+        Ok(slot)
+    }
+
     pub async fn create(&self, spec: SessionSpec) -> Result<Arc<Session>> {
+        let _slot = self.reserve_slot()?;
         let id = uuid::Uuid::new_v4().to_string();
         let limits = SessionLimits::resolve(spec.limits.as_ref(), self.config.max_write_bytes);
         // Parse every seed path before anything is created.
@@ -396,6 +461,8 @@ impl SessionRegistry {
             _external: external,
             owned_dir,
             last_used_ms: AtomicU64::new(now_ms()),
+            streams: Arc::new(AtomicUsize::new(0)),
+            max_streams: self.config.max_streams_per_session,
         });
         self.sessions
             .write()

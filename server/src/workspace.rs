@@ -8,6 +8,7 @@
 
 use crate::backend::{Backend, CommitMode, Content, StagedFile};
 use crate::limits::SessionLimits;
+use crate::quota::{self, Usage};
 use crate::search;
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -120,6 +121,7 @@ impl<B: Backend> Workspace<B> {
     ) -> Result<WriteOutcome> {
         let _guard = self.writes.lock().await;
         let path = path.clone();
+        let limits = self.limits;
         self.run(move |b| {
             let current = b.metadata(&path)?;
             check_version(&path, current.as_ref(), options.if_version)?;
@@ -140,6 +142,19 @@ impl<B: Backend> Workspace<B> {
                 append: options.mode == WriteMode::Append,
                 create_parents: options.create_parents,
             };
+            if quota::limited(&limits) {
+                let old = current.as_ref().map_or(0, |m| m.size);
+                let new = if mode.append {
+                    old + bytes_written
+                } else {
+                    bytes_written
+                };
+                let removed = current
+                    .as_ref()
+                    .map(|_| Usage::file(old))
+                    .unwrap_or_default();
+                quota::check(b, &limits, &path, removed, Usage::file(new))?;
+            }
             let meta = b.commit(staged, &path, mode)?;
             Ok(WriteOutcome {
                 path,
@@ -465,7 +480,8 @@ impl<B: Backend> Filesystem for Workspace<B> {
         }
         // Read, replace and commit under the lock: no update slips between.
         let _guard = self.writes.lock().await;
-        let limit = self.limits.max_write_bytes;
+        let limits = self.limits;
+        let limit = limits.max_write_bytes;
         let path = path.clone();
         self.run(move |b| {
             let (text, meta) = Self::read_text_for_edit(b, &path, limit)?;
@@ -498,6 +514,8 @@ impl<B: Backend> Filesystem for Workspace<B> {
             let (version, size) = if edit.dry_run {
                 (meta.version, meta.size)
             } else {
+                let (old, new) = (Usage::file(meta.size), Usage::file(new_text.len() as u64));
+                quota::check(b, &limits, &path, old, new)?;
                 let mut staged = b.stage()?;
                 staged.write_chunk(new_text.as_bytes())?;
                 let mode = CommitMode {
@@ -582,8 +600,15 @@ impl<B: Backend> Filesystem for Workspace<B> {
         self.writable(destination)?;
         let _guard = self.writes.lock().await;
         let (src, dst) = (source.clone(), destination.clone());
-        self.run(move |b| b.copy(&src, &dst, options.overwrite, options.create_parents))
-            .await
+        let limits = self.limits;
+        self.run(move |b| {
+            if quota::limited(&limits) {
+                let (removed, added) = (quota::usage(b, &dst)?, quota::usage(b, &src)?);
+                quota::check(b, &limits, &dst, removed, added)?;
+            }
+            b.copy(&src, &dst, options.overwrite, options.create_parents)
+        })
+        .await
     }
 
     async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {

@@ -463,10 +463,13 @@ async fn idle_session_expires_after_its_ttl() {
             .await
             .unwrap()
             .into_inner();
+        // The registry forgets the session before its directory is removed:
+        // wait for both.
         if !list
             .sessions
             .iter()
             .any(|s| s.session_id == short.session_id)
+            && !Path::new(&short.root_path).exists()
         {
             gone = true;
             break;

@@ -199,6 +199,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         traced("ReadBytes", &r.session_id, &r.path, async {
             let s = self.session(&metadata, &r.session_id)?;
+            let permit = s.session.open_stream()?;
             let path = s.path(&r.path)?;
             let offset = non_negative(r.offset, "offset")?;
             let limit = match non_negative(r.limit, "limit")? {
@@ -227,6 +228,10 @@ impl filesystem_server::Filesystem for FilesystemService {
             });
             Ok(futures::stream::once(async { Ok(header) })
                 .chain(data)
+                .map(move |m| {
+                    let _held = &permit;
+                    m
+                })
                 .boxed())
         })
         .await
@@ -273,6 +278,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         };
         traced("WriteBytes", &header.session_id, &header.path, async {
             let s = self.session(&metadata, &header.session_id)?;
+            let _permit = s.session.open_stream()?;
             let path = s.path(&header.path)?;
             let options = WriteOptions {
                 mode: mode_from_proto(header.mode)?,
@@ -456,6 +462,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         traced("Grep", &r.session_id, &r.path, async {
             let s = self.session(&metadata, &r.session_id)?;
+            let permit = s.session.open_stream()?;
             let base = s.path(&r.path)?;
             let query = GrepQuery {
                 pattern: r.pattern.clone(),
@@ -468,7 +475,8 @@ impl filesystem_server::Filesystem for FilesystemService {
             };
             let events = s.fs.grep(query).await?;
             let events = events
-                .map(|e| {
+                .map(move |e| {
+                    let _held = &permit;
                     let payload = match e.map_err(|e| e.to_status())? {
                         GrepEvent::Match(m) => Payload::Match(proto::GrepMatch {
                             path: m.path.as_str().to_string(),

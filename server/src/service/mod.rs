@@ -28,9 +28,23 @@ pub(crate) async fn traced<T, F>(
 where
     F: Future<Output = wsfs::Result<T>>,
 {
+    use futures::FutureExt;
     let started = Instant::now();
     let span = tracing::info_span!("rpc", method, session, path);
-    let result = tracing::Instrument::instrument(body, span.clone()).await;
+    // A panic fails this request alone: without the catch it would unwind
+    // through the connection's task and break every call multiplexed on it.
+    let guarded = std::panic::AssertUnwindSafe(async {
+        crate::faults::check(path);
+        body.await
+    })
+    .catch_unwind();
+    let result = match tracing::Instrument::instrument(guarded, span.clone()).await {
+        Ok(result) => result,
+        Err(panic) => Err(Error::internal(format!(
+            "{method} failed on a server bug ({}); other requests are unaffected, report it with this message",
+            panic_message(&*panic)
+        ))),
+    };
     let elapsed_us = started.elapsed().as_micros() as u64;
     let _enter = span.enter();
     match result {
@@ -43,6 +57,15 @@ where
             Err(e.to_status())
         }
     }
+}
+
+/// The text a panic carried, if it carried text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
 }
 
 /// A response stream that logs, when it is dropped, how many messages and
@@ -122,10 +145,4 @@ impl<T> Drop for LoggedStream<T> {
 
 pub(crate) fn timestamp(t: SystemTime) -> Option<prost_types::Timestamp> {
     Some(prost_types::Timestamp::from(t))
-}
-
-pub(crate) fn unimplemented(what: &str, issue_note: &str) -> Error {
-    Error::Unimplemented {
-        message: format!("{what} is not implemented yet ({issue_note})"),
-    }
 }

@@ -260,7 +260,12 @@ impl sessions_server::Sessions for SessionsService {
         let session_id = r.session_id.clone();
         traced("ExportArchive", &r.session_id, "", async {
             admitted?;
+            let permit = self.registry.get(&r.session_id)?.open_stream()?;
             let chunks = super::archive::export(&self.registry, &r).await?;
+            let chunks = futures::StreamExt::boxed(futures::StreamExt::map(chunks, move |c| {
+                let _held = &permit;
+                c
+            }));
             Ok(Box::pin(super::LoggedStream::new(
                 chunks,
                 "ExportArchive",

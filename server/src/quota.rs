@@ -1,0 +1,76 @@
+//! Per-session quotas: `max_files` (regular files) and `max_total_bytes`
+//! (their sizes summed). A mutation is checked before it commits, under the
+//! workspace's write lock, so a refused call changes nothing.
+//!
+//! Usage is measured by walking the workspace at check time, and only when
+//! the session has a quota: it stays exact even when a container changes a
+//! directory-backed workspace from outside, at the cost of one walk per
+//! mutation of a quota-limited session.
+
+use crate::backend::Backend;
+use crate::limits::SessionLimits;
+use wsfs::{CanonicalPath, Error, Result};
+
+/// Files and bytes under some path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+impl Usage {
+    pub fn file(bytes: u64) -> Usage {
+        Usage { files: 1, bytes }
+    }
+}
+
+/// Regular files beneath `base` (or `base` itself) and their total size.
+pub fn usage<B: Backend + ?Sized>(b: &B, base: &CanonicalPath) -> Result<Usage> {
+    let mut total = Usage::default();
+    for path in b.walk_files(base)? {
+        if let Some(meta) = b.metadata(&path?)? {
+            total.files += 1;
+            total.bytes += meta.size;
+        }
+    }
+    Ok(total)
+}
+
+/// Whether the session has any quota to check.
+pub fn limited(limits: &SessionLimits) -> bool {
+    limits.max_files > 0 || limits.max_total_bytes > 0
+}
+
+/// Refuses a change to `path` that removes `removed` and adds `added` when
+/// the workspace would end up over a quota. Changes that shrink usage pass.
+pub fn check<B: Backend + ?Sized>(
+    b: &B,
+    limits: &SessionLimits,
+    path: &CanonicalPath,
+    removed: Usage,
+    added: Usage,
+) -> Result<()> {
+    if !limited(limits) {
+        return Ok(());
+    }
+    let now = usage(b, &CanonicalPath::root())?;
+    let files = (now.files + added.files).saturating_sub(removed.files);
+    let bytes = (now.bytes + added.bytes).saturating_sub(removed.bytes);
+    if limits.max_files > 0 && files > limits.max_files && added.files > removed.files {
+        return Err(Error::QuotaExceeded {
+            message: format!(
+                "cannot change '{path}': the session would hold {files} files, over its limit of {}",
+                limits.max_files
+            ),
+        });
+    }
+    if limits.max_total_bytes > 0 && bytes > limits.max_total_bytes && added.bytes > removed.bytes {
+        return Err(Error::QuotaExceeded {
+            message: format!(
+                "cannot change '{path}': the session would hold {bytes} bytes, over its limit of {}",
+                limits.max_total_bytes
+            ),
+        });
+    }
+    Ok(())
+}
