@@ -791,3 +791,64 @@ fn every_subcommand_has_help_with_an_example() {
         );
     }
 }
+
+// --- TLS ----------------------------------------------------------------
+
+/// A TLS server with a certificate made here, and the CA file to trust it.
+fn tls_server() -> (String, tempfile::TempDir) {
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let data_dir = dir.path().join("data");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let mut config = wsfs_server::ServerConfig::for_tests(data_dir);
+            config.tls_cert = Some(cert);
+            config.tls_key = Some(key);
+            tx.send(format!("https://localhost:{port}")).unwrap();
+            let _ = wsfs_server::serve(config, listener, std::future::pending()).await;
+        });
+    });
+    (rx.recv().unwrap(), dir)
+}
+
+#[test]
+fn an_https_server_is_reached_with_wsfs_ca() {
+    let (url, dir) = tls_server();
+    let ca = dir.path().join("cert.pem");
+    let run = |args: &[&str], ca: Option<&Path>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_wsfs"));
+        command
+            .args(args)
+            .env_remove("WSFS_SESSION")
+            .env_remove("WSFS_TOKEN")
+            .env_remove("WSFS_CA")
+            .env("WSFS_SERVER", &url);
+        if let Some(ca) = ca {
+            command.env("WSFS_CA", ca);
+        }
+        command.output().unwrap()
+    };
+    let created = run(&["session", "create"], Some(&ca));
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let id = String::from_utf8(created.stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_eq!(id.len(), 36);
+
+    // Without the CA the CLI refuses before connecting: a usage error.
+    let refused = run(&["session", "list"], None);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("WSFS_CA"));
+}

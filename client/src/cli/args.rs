@@ -10,7 +10,7 @@ Configuration (flags win over the environment):
   WSFS_SERVER   server URL (default http://127.0.0.1:50051)
   WSFS_SESSION  the session every file command works on
   WSFS_TOKEN    bearer token, sent as `authorization: Bearer ...`
-  WSFS_CA       CA certificate for TLS (reserved; TLS is not built in yet)
+  WSFS_CA       CA certificate (PEM) of an https:// server
 
 Exit codes: 0 success, 1 the operation failed (the reason is printed on
 stderr as `wsfs: REASON: message`), 2 usage error.

@@ -60,6 +60,8 @@ pub struct Ctx {
     pub token: Option<String>,
     pub json: bool,
     pub quiet: bool,
+    /// CA certificate (PEM) for an https:// server.
+    ca: Option<std::path::PathBuf>,
     client: Option<Client>,
 }
 
@@ -69,7 +71,18 @@ impl Ctx {
         if let Some(client) = &self.client {
             return Ok(client.clone());
         }
-        let mut client = Client::connect(&self.server).await?;
+        let mut client = match (&self.ca, self.server.starts_with("https://")) {
+            (Some(ca), true) => {
+                let pem = std::fs::read(ca).map_err(|e| {
+                    Failure::Usage(format!(
+                        "cannot read the CA certificate '{}': {e}",
+                        ca.display()
+                    ))
+                })?;
+                Client::connect_with_tls(&self.server, &pem).await?
+            }
+            _ => Client::connect(&self.server).await?,
+        };
         if let Some(token) = &self.token {
             client = client.with_token(token)?;
         }
@@ -134,16 +147,13 @@ pub fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return report(Failure::Local(format!("cannot start: {e}")), json),
     };
-    if let Some(ca) = &cli.global.ca {
-        if cli.global.server.starts_with("https://") {
-            return report(
-                Failure::Usage(format!(
-                    "TLS (WSFS_CA={}) is not built into this wsfs yet; use an http:// server",
-                    ca.display()
-                )),
-                json,
-            );
-        }
+    if cli.global.server.starts_with("https://") && cli.global.ca.is_none() {
+        return report(
+            Failure::Usage(
+                "an https:// server needs its CA certificate: pass --ca FILE or set WSFS_CA".into(),
+            ),
+            json,
+        );
     }
     let mut ctx = Ctx {
         server: cli.global.server.clone(),
@@ -151,6 +161,7 @@ pub fn main() -> ExitCode {
         token: cli.global.token.clone().filter(|s| !s.is_empty()),
         json,
         quiet: cli.global.quiet,
+        ca: cli.global.ca.clone(),
         client: None,
     };
     match runtime.block_on(dispatch(&mut ctx, cli.command)) {
