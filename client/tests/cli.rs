@@ -545,27 +545,7 @@ fn grep_json_is_one_object_per_line_ending_with_the_summary() {
     assert_eq!(lines[2]["matches"], 2);
 }
 
-// --- commands whose server side may not exist yet ----------------------
-
-/// Either it worked, or the server said UNIMPLEMENTED and the CLI said
-/// so plainly.
-fn works_or_is_unsupported(run: &Run) -> bool {
-    if run.code == 0 {
-        return true;
-    }
-    assert_eq!(run.code, 1, "{}", run.stderr);
-    let text = run
-        .stderr
-        .starts_with("wsfs: UNIMPLEMENTED: not supported by this server yet");
-    let json = serde_json::from_str::<Value>(run.stderr.trim()).is_ok_and(|e| {
-        e["error"]["reason"] == "UNIMPLEMENTED"
-            && e["error"]["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("not supported by this server yet"))
-    });
-    assert!(text || json, "{}", run.stderr);
-    false
-}
+// --- snapshots, archives, tokens, watch ---------------------------------
 
 #[test]
 fn snapshot_create_list_restore_and_rm() {
@@ -610,7 +590,8 @@ fn token_issue_on_a_server_without_tokens_is_invalid_argument() {
 }
 
 #[test]
-fn watch_works_or_says_unsupported() {
+fn watch_prints_ready_then_a_line_per_event() {
+    use std::io::BufRead;
     let ws = Workspace::new();
     let mut child = Command::new(env!("CARGO_BIN_EXE_wsfs"))
         .args(["watch", "--json"])
@@ -620,28 +601,19 @@ fn watch_works_or_says_unsupported() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // A server that supports Watch streams until killed; one that does not
-    // answers at once.
-    for _ in 0..50 {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    if child.try_wait().unwrap().is_none() {
-        child.kill().unwrap();
-    }
-    let output = child.wait_with_output().unwrap();
-    let run = Run {
-        code: output.status.code().unwrap_or(0),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        raw: output.stdout,
-    };
-    if works_or_is_unsupported(&run) {
-        let first: Value = serde_json::from_str(run.stdout.lines().next().unwrap()).unwrap();
-        assert_eq!(first["kind"], "READY");
-    }
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(ready["kind"], "READY");
+
+    ws.run(&["write", "watched.txt", "x"]).ok();
+    let event = lines
+        .map(|l| serde_json::from_str::<Value>(&l.unwrap()).unwrap())
+        .find(|e| e["kind"] != "KEEPALIVE")
+        .expect("an event line");
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert_eq!(event["kind"], "CREATED");
+    assert_eq!(event["path"], "watched.txt");
 }
 
 // --- push and pull ----------------------------------------------------
