@@ -140,6 +140,25 @@ impl Tree {
         Ok(None)
     }
 
+    /// The shared first half of Move and Copy: checks both ends, makes the
+    /// destination's parent, and removes a destination being replaced.
+    fn clear_destination(
+        &mut self,
+        src: &CanonicalPath,
+        dst: &CanonicalPath,
+        overwrite: bool,
+        create_parents: bool,
+    ) -> Result<()> {
+        let src_meta = self.lookup(src)?.map(|n| n.meta(src.as_str()));
+        let dst_meta = self.lookup(dst)?.map(|n| n.meta(dst.as_str()));
+        let replace = check_transfer(src, src_meta.as_ref(), dst, dst_meta.as_ref(), overwrite)?;
+        self.ensure_parent(dst, create_parents)?;
+        if replace {
+            self.remove_subtree(dst.as_str());
+        }
+        Ok(())
+    }
+
     fn remove_subtree(&mut self, path: &str) -> u64 {
         let mut count = 0;
         for k in self.descendant_keys(path) {
@@ -356,13 +375,7 @@ impl Backend for MemoryBackend {
         create_parents: bool,
     ) -> Result<u64> {
         let mut tree = self.tree();
-        let src_meta = tree.lookup(src)?.map(|n| n.meta(src.as_str()));
-        let dst_meta = tree.lookup(dst)?.map(|n| n.meta(dst.as_str()));
-        let replace = check_transfer(src, src_meta.as_ref(), dst, dst_meta.as_ref(), overwrite)?;
-        tree.ensure_parent(dst, create_parents)?;
-        if replace {
-            tree.remove_subtree(dst.as_str());
-        }
+        tree.clear_destination(src, dst, overwrite, create_parents)?;
         let moved = tree.subtree_at(src.as_str(), dst.as_str());
         tree.remove_subtree(src.as_str());
         let count = moved.len() as u64;
@@ -378,13 +391,7 @@ impl Backend for MemoryBackend {
         create_parents: bool,
     ) -> Result<u64> {
         let mut tree = self.tree();
-        let src_meta = tree.lookup(src)?.map(|n| n.meta(src.as_str()));
-        let dst_meta = tree.lookup(dst)?.map(|n| n.meta(dst.as_str()));
-        let replace = check_transfer(src, src_meta.as_ref(), dst, dst_meta.as_ref(), overwrite)?;
-        tree.ensure_parent(dst, create_parents)?;
-        if replace {
-            tree.remove_subtree(dst.as_str());
-        }
+        tree.clear_destination(src, dst, overwrite, create_parents)?;
         let now = SystemTime::now();
         let mut copied = tree.subtree_at(src.as_str(), dst.as_str());
         for (_, node) in &mut copied {
