@@ -1026,31 +1026,51 @@ impl DirectoryBackend {
         }
     }
 
-    /// The metadata of both ends of a move or copy, checked.
+    /// Both ends of a move or copy, checked (`check_transfer`) and resolved
+    /// beneath the root: the source's parent and name, and the
+    /// destination's parent (made when `create_parents`) and name.
     fn transfer_plan(
         &self,
         src: &CanonicalPath,
         dst: &CanonicalPath,
         overwrite: bool,
-    ) -> Result<(Metadata, Replace)> {
+        create_parents: bool,
+    ) -> Result<TransferPlan> {
         check_path(src)?;
         check_path(dst)?;
         let src_meta = self.metadata(src)?;
         let dst_meta = self.metadata(dst)?;
         let replace = check_transfer(src, src_meta.as_ref(), dst, dst_meta.as_ref(), overwrite)?;
         let src_meta = src_meta.ok_or_else(|| not_found(src))?;
-        if replace && src.starts_with(dst) {
-            return Err(Error::invalid_argument(format!(
-                "cannot replace '{dst}' with '{src}', which is inside it"
-            )));
-        }
         let replace = match (replace, src_meta.kind) {
             (false, _) => Replace::No,
             (true, FileKind::Directory) => Replace::Dir,
             (true, _) => Replace::File,
         };
-        Ok((src_meta, replace))
+        let (src_dir, src_name) = self.parent_dir(src, false, src)?;
+        let src_name = cname(src_name, src)?;
+        let dst_parent = dst.parent().unwrap_or_default();
+        let (dst_dir, dst_name) = self.parent_dir(dst, create_parents, &dst_parent)?;
+        let dst_name = cname(dst_name, dst)?;
+        Ok(TransferPlan {
+            src_meta,
+            replace,
+            src_dir,
+            src_name,
+            dst_dir: Arc::new(dst_dir),
+            dst_name,
+        })
     }
+}
+
+/// What `transfer_plan` resolved for a move or copy.
+struct TransferPlan {
+    src_meta: Metadata,
+    replace: Replace,
+    src_dir: OwnedFd,
+    src_name: CString,
+    dst_dir: Arc<OwnedFd>,
+    dst_name: CString,
 }
 
 impl Backend for DirectoryBackend {
@@ -1253,13 +1273,14 @@ impl Backend for DirectoryBackend {
         overwrite: bool,
         create_parents: bool,
     ) -> Result<u64> {
-        let (src_meta, replace) = self.transfer_plan(src, dst, overwrite)?;
-        let (src_dir, src_name) = self.parent_dir(src, false, src)?;
-        let src_name = cname(src_name, src)?;
-        let dst_parent = dst.parent().unwrap_or_default();
-        let (dst_dir, dst_name) = self.parent_dir(dst, create_parents, &dst_parent)?;
-        let dst_dir = Arc::new(dst_dir);
-        let dst_name = cname(dst_name, dst)?;
+        let TransferPlan {
+            src_meta,
+            replace,
+            src_dir,
+            src_name,
+            dst_dir,
+            dst_name,
+        } = self.transfer_plan(src, dst, overwrite, create_parents)?;
         self.place(src_dir.as_fd(), &src_name, &dst_dir, &dst_name, replace)
             .map_err(|e| match e {
                 Errno::EXIST | Errno::NOTEMPTY => Error::AlreadyExists {
@@ -1288,13 +1309,14 @@ impl Backend for DirectoryBackend {
         overwrite: bool,
         create_parents: bool,
     ) -> Result<u64> {
-        let (src_meta, replace) = self.transfer_plan(src, dst, overwrite)?;
-        let (src_dir, src_name) = self.parent_dir(src, false, src)?;
-        let src_name = cname(src_name, src)?;
-        let dst_parent = dst.parent().unwrap_or_default();
-        let (dst_dir, dst_name) = self.parent_dir(dst, create_parents, &dst_parent)?;
-        let dst_dir = Arc::new(dst_dir);
-        let dst_name = cname(dst_name, dst)?;
+        let TransferPlan {
+            src_meta,
+            replace,
+            src_dir,
+            src_name,
+            dst_dir,
+            dst_name,
+        } = self.transfer_plan(src, dst, overwrite, create_parents)?;
         let mut created = 0;
         match src_meta.kind {
             FileKind::File => {
