@@ -19,6 +19,7 @@ pub mod faults;
 pub mod limits;
 pub mod metrics;
 pub mod mounts;
+pub mod producer;
 pub mod quota;
 pub mod search;
 pub mod workspace;
@@ -122,6 +123,7 @@ pub async fn serve(
             .map_err(|e| wsfs::Error::internal(format!("TLS setup failed: {e}")))?;
     }
     let served = builder
+        .layer(service::resets::layer())
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -272,7 +272,7 @@ pub fn grep<B: Backend>(
         let backend = backend.clone();
         let base = query.base.clone();
         let stop = stop.clone();
-        tokio::task::spawn_blocking(move || {
+        crate::producer::spawn_blocking("Grep", path_tx, move |path_tx| {
             let walk = match backend.walk_files(&base) {
                 Ok(w) => w,
                 Err(e) => {
@@ -292,6 +292,7 @@ pub fn grep<B: Backend>(
                         return;
                     }
                 };
+                crate::faults::check_stream(path.as_str());
                 let keep = filter.as_ref().is_none_or(|g| {
                     g.is_match(
                         path.strip_prefix(&base)
@@ -316,7 +317,7 @@ pub fn grep<B: Backend>(
     }
 
     let (out_tx, out_rx) = mpsc::channel::<Result<GrepEvent>>(64);
-    tokio::spawn(async move {
+    crate::producer::spawn("Grep", out_tx.clone(), async move {
         let _stop_guard = StopOnDrop(stop.clone());
         let _active = crate::metrics::Gauge::hold(&crate::metrics::ACTIVE_GREPS);
         let context = query.context_lines;

@@ -294,22 +294,26 @@ pub(crate) fn byte_chunks(
         Content::Memory(data) => {
             let start = offset as usize;
             let end = start + length as usize;
-            futures::stream::iter(
-                (start..end)
-                    .step_by(chunk.max(1))
-                    .map(move |at| Ok(data.slice(at..(at + chunk).min(end)))),
-            )
+            futures::stream::iter((start..end).step_by(chunk.max(1)).map(move |at| {
+                if at > start {
+                    crate::faults::check_stream(path.as_str());
+                }
+                Ok(data.slice(at..(at + chunk).min(end)))
+            }))
             .boxed()
         }
         Content::Disk(file) => {
             // One producer per stream, one chunk in flight: memory stays
             // near one chunk, and a dropped receiver stops the reads.
             let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes>>(1);
-            tokio::task::spawn_blocking(move || {
+            crate::producer::spawn_blocking("ReadBytes", tx, move |tx| {
                 use std::os::unix::fs::FileExt;
                 let mut at = offset;
                 let end = offset + length;
                 while at < end {
+                    if at > offset {
+                        crate::faults::check_stream(path.as_str());
+                    }
                     let want = ((end - at) as usize).min(chunk);
                     let mut buf = vec![0u8; want];
                     let msg = match file.read_at(&mut buf, at) {

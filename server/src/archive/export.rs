@@ -191,7 +191,7 @@ impl ExportSource for SnapshotSource {
 pub fn zip_stream(source: Box<dyn ExportSource>) -> BoxStream<'static, Result<Bytes>> {
     let (tx, rx) = mpsc::channel::<Result<Bytes>>(EXPORT_CHANNEL_CHUNKS);
     let runtime = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || {
+    crate::producer::spawn_blocking("ExportArchive", tx, move |tx| {
         let _running = crate::metrics::Gauge::hold(&crate::metrics::ACTIVE_EXPORTS);
         let errors = tx.clone();
         if let Err(e) = write_zip(source, ChannelWriter::new(tx), &runtime) {
@@ -232,6 +232,7 @@ fn write_zip(
                 size,
                 mut content,
             } => {
+                crate::faults::check_stream(path.as_str());
                 let options = options(modified).large_file(size >= u32::MAX as u64);
                 zip.start_file(format!("{FILES_PREFIX}{path}"), options)
                     .map_err(zip_error)?;

@@ -4,7 +4,7 @@ use super::{timestamp, traced, LoggedStream};
 use crate::auth::{Auth, Guarded};
 use crate::events::{Change, ChangeKind, Scope, Since};
 use crate::metrics::{Gauge, ACTIVE_WATCHES};
-use crate::sessions::{Session, SessionRegistry};
+use crate::sessions::{Session, SessionRegistry, StreamPermit};
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use std::sync::Arc;
@@ -226,13 +226,14 @@ impl filesystem_server::Filesystem for FilesystemService {
                 })
                 .map_err(|e| e.to_status())
             });
-            Ok(futures::stream::once(async { Ok(header) })
+            let messages = futures::stream::once(async { Ok(header) })
                 .chain(data)
                 .map(move |m| {
                     let _held = &permit;
                     m
                 })
-                .boxed())
+                .boxed();
+            Ok(LoggedStream::new(messages, "ReadBytes", &r.session_id, &r.path, data_len).boxed())
         })
         .await
     }
@@ -550,10 +551,11 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         traced("Watch", &r.session_id, &r.path, async {
             let s = self.session(&metadata, &r.session_id)?;
+            let permit = s.session.open_stream()?;
             let scope = Scope::new(s.path(&r.path)?, r.recursive, &r.glob)?;
             let keepalive =
                 std::time::Duration::from_millis(self.registry.config().watch_keepalive_ms.max(1));
-            let events = watch_stream(s.session, scope, r.since_seq, keepalive);
+            let events = watch_stream(s.session, scope, r.since_seq, keepalive, permit);
             Ok(LoggedStream::new(events, "Watch", &r.session_id, &r.path, |_| 0).boxed())
         })
         .await
@@ -592,6 +594,7 @@ fn watch_stream(
     scope: Scope,
     since_seq: u64,
     keepalive: std::time::Duration,
+    permit: StreamPermit,
 ) -> RpcStream<proto::ChangeEvent> {
     let (tx, rx) = tokio::sync::mpsc::channel(256);
     // Subscribed before READY's seq is read, so no change can slip between.
@@ -599,8 +602,9 @@ fn watch_stream(
     let ready = session.events.current_seq();
     let mut cursor = if since_seq == 0 { ready } else { since_seq };
     let gauge = Gauge::hold(&ACTIVE_WATCHES);
-    tokio::spawn(async move {
+    crate::producer::spawn("Watch", tx.clone(), async move {
         let _gauge = gauge;
+        let _held = permit;
         if tx
             .send(Ok(marker(proto::ChangeKind::Ready, ready)))
             .await
@@ -625,6 +629,7 @@ fn watch_stream(
                 Since::Events(events) if !events.is_empty() => {
                     for e in events {
                         cursor = e.seq;
+                        crate::faults::check_stream(&e.path);
                         if scope.matches(&e) && tx.send(Ok(change_to_proto(e))).await.is_err() {
                             return;
                         }
@@ -698,5 +703,13 @@ impl FilesystemService {
             })
         })
         .await
+    }
+}
+
+/// Payload bytes of a ReadBytes message, for the stream's closing log line.
+fn data_len(m: &proto::ReadBytesResponse) -> usize {
+    match &m.payload {
+        Some(proto::read_bytes_response::Payload::Data(d)) => d.len(),
+        _ => 0,
     }
 }

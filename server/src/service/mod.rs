@@ -8,6 +8,7 @@
 
 mod archive;
 mod filesystem;
+pub(crate) mod resets;
 mod sessions;
 
 pub use filesystem::FilesystemService;
@@ -16,7 +17,6 @@ pub use sessions::SessionsService;
 use std::future::Future;
 use std::time::{Instant, SystemTime};
 use tonic::{Response, Status};
-use wsfs::Error;
 
 /// Runs one RPC body with a tracing span and its outcome logged.
 pub(crate) async fn traced<T, F>(
@@ -40,10 +40,7 @@ where
     .catch_unwind();
     let result = match tracing::Instrument::instrument(guarded, span.clone()).await {
         Ok(result) => result,
-        Err(panic) => Err(Error::internal(format!(
-            "{method} failed on a server bug ({}); other requests are unaffected, report it with this message",
-            panic_message(&*panic)
-        ))),
+        Err(panic) => Err(crate::producer::panicked(method, &*panic)),
     };
     let elapsed_us = started.elapsed().as_micros() as u64;
     let _enter = span.enter();
@@ -59,18 +56,10 @@ where
     }
 }
 
-/// The text a panic carried, if it carried text.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
-    panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a panic without a message")
-}
-
 /// A response stream that logs, when it is dropped, how many messages and
 /// payload bytes it carried, how long it lived, and whether it ran to its
-/// end or its client went away first.
+/// end or its client went away first. A panic while producing an item ends
+/// the stream with INTERNAL instead of unwinding into the connection.
 pub(crate) struct LoggedStream<T> {
     inner: futures::stream::BoxStream<'static, Result<T, Status>>,
     method: &'static str,
@@ -113,7 +102,19 @@ impl<T> futures::Stream for LoggedStream<T> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
         use futures::StreamExt;
-        let polled = self.inner.poll_next_unpin(cx);
+        if self.finished {
+            return std::task::Poll::Ready(None);
+        }
+        let polled = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.inner.poll_next_unpin(cx)
+        })) {
+            Ok(polled) => polled,
+            Err(panic) => {
+                let error = crate::producer::panicked(self.method, &*panic);
+                tracing::error!(method = self.method, error = %error, "stream producer panicked");
+                std::task::Poll::Ready(Some(Err(error.to_status())))
+            }
+        };
         match &polled {
             std::task::Poll::Ready(Some(Ok(item))) => {
                 self.messages += 1;
