@@ -32,9 +32,11 @@
 //! the same way and rewrites only the files that differ from the snapshot.
 //! It stages every file it will write (checking the stored bytes against
 //! their hash) before its first change to the workspace, so a store that
-//! fails to deliver leaves the workspace as it was. Files are read through
-//! the backend's `open` and restored through `stage`/`commit`, `mkdir` and
-//! `remove`: the symlink-proof paths every other call takes.
+//! fails to deliver leaves the workspace as it was. Replaced files are
+//! swapped out atomically and freed after the restore has answered. Files
+//! are read through the backend's `open` and restored through `stage`,
+//! `commit_aside`, `mkdir` and `remove`: the symlink-proof paths every
+//! other call takes.
 //!
 //! Snapshots written by earlier versions (a JSON list of entries in
 //! `snapshots/<uuid>.entries`) are still listed, exported and restored.
