@@ -2320,6 +2320,80 @@ mod tests {
     }
 
     #[test]
+    fn tree_lists_every_entry_in_path_order_with_its_kind() {
+        let fx = fixture();
+        let b = &fx.backend;
+        let mut expected = Vec::new();
+        // Enough subdirectories of the root to be shared among threads.
+        for d in 0..12 {
+            for f in ["a", "a.txt", "b"] {
+                write(b, &format!("d{d:02}/{f}/x"), b"12345").unwrap();
+                write(b, &format!("d{d:02}/{f}.bin"), b"1").unwrap();
+            }
+        }
+        write(b, "top.txt", b"123").unwrap();
+        symlink("/", fx.root.join("link")).unwrap();
+        for e in b.tree().unwrap() {
+            expected.push((e.path.as_str().to_string(), e.kind, e.size));
+        }
+        let mut sorted = expected.clone();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(expected, sorted, "entries come in path order");
+        assert_eq!(expected.len(), 12 * (1 + 3 * 3) + 2);
+        let find = |path: &str| expected.iter().find(|e| e.0 == path).cloned();
+        assert_eq!(find("d03"), Some(("d03".into(), TreeKind::Directory, 0)));
+        assert_eq!(
+            find("d03/a.txt/x"),
+            Some(("d03/a.txt/x".into(), TreeKind::File, 5))
+        );
+        assert_eq!(find("link"), Some(("link".into(), TreeKind::Other, 0)));
+        assert_eq!(find("top.txt"), Some(("top.txt".into(), TreeKind::File, 3)));
+    }
+
+    #[test]
+    fn commit_aside_swaps_the_old_file_out_and_frees_it_when_dropped() {
+        let fx = fixture();
+        let b = &fx.backend;
+        write(b, "a.txt", b"old").unwrap();
+        // Someone else holds the old file open: it must stay whole.
+        let mut reader = std::fs::File::open(fx.root.join("a.txt")).unwrap();
+        let put = CommitMode {
+            append: false,
+            create_parents: true,
+        };
+        let mut staged = b.stage().unwrap();
+        staged.write_chunk(b"new").unwrap();
+        staged.finish().unwrap();
+
+        let (meta, displaced) = b.commit_aside(staged, &p("a.txt"), put).unwrap();
+
+        assert_eq!(meta.size, 3);
+        assert_eq!(std::fs::read(fx.root.join("a.txt")).unwrap(), b"new");
+        assert_eq!(entries(&fx.root), ["a.txt"]);
+        let displaced = displaced.expect("the old file is kept aside");
+        assert_eq!(fx.staging_entries().len(), 1);
+        let mut old = String::new();
+        reader.read_to_string(&mut old).unwrap();
+        assert_eq!(old, "old");
+        drop(displaced);
+        assert!(fx.staging_entries().is_empty());
+
+        // Nothing to displace: a plain create.
+        let staged = b.stage().unwrap();
+        let (_, displaced) = b.commit_aside(staged, &p("d/b.txt"), put).unwrap();
+        assert!(displaced.is_none());
+        assert_eq!(std::fs::read(fx.root.join("d/b.txt")).unwrap(), b"");
+        // A directory is never swapped out.
+        let staged = b.stage().unwrap();
+        assert!(matches!(
+            b.commit_aside(staged, &p("d"), put),
+            Err(Error::IsADirectory { .. })
+        ));
+        assert!(fx.root.join("d/b.txt").is_file());
+        assert!(fx.staging_entries().is_empty());
+    }
+
+    #[test]
     fn reserved_temp_names_are_hidden_and_refused() {
         let fx = fixture();
         let b = &fx.backend;
