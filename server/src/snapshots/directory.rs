@@ -610,7 +610,6 @@ impl Store {
         match Self::root_of(info)? {
             Some(root) => {
                 self.flatten_tree(state, &root, &CanonicalPath::root(), 0, &mut out)?;
-                out.sort_unstable_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
             }
             None => {
                 for e in self.read_legacy_entries(&info.id)? {
@@ -632,6 +631,7 @@ impl Store {
                 }
             }
         }
+        out.sort_unstable_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
         Ok(out)
     }
 
@@ -786,18 +786,26 @@ impl Store {
             Some(hash) => self.tree(&state, &hash).ok(),
             None => None,
         };
-        let wanted: HashMap<&str, &FlatEntry> =
-            target.iter().map(|e| (e.path.as_str(), e)).collect();
         // Plan: what goes (what the snapshot does not hold), and which
-        // files already hold the snapshot's bytes.
+        // files already hold the snapshot's bytes. Both lists are in path
+        // order (bytewise), so one pass over both pairs them up.
         let live = b.tree()?;
-        let mut unchanged: HashSet<&str> = HashSet::new();
+        let mut unchanged = vec![false; target.len()];
         let mut doomed: Vec<&CanonicalPath> = Vec::new();
+        let mut next = 0;
         for e in &live {
             if doomed.last().is_some_and(|r| e.path.starts_with(r)) {
                 continue;
             }
-            let keep = match (e.kind, wanted.get(e.path.as_str()).map(|w| &w.file)) {
+            let key = e.path.as_str();
+            while target.get(next).is_some_and(|t| t.path.as_str() < key) {
+                next += 1;
+            }
+            let wanted = target
+                .get(next)
+                .filter(|t| t.path.as_str() == key)
+                .map(|t| &t.file);
+            let keep = match (e.kind, wanted) {
                 (TreeKind::Directory, Some(None)) => true,
                 (TreeKind::File, Some(Some(file))) => {
                     let same = file.identity == Some(e.identity)
@@ -806,9 +814,7 @@ impl Store {
                             .is_some_and(|(identity, hash)| {
                                 identity == e.identity && hash == file.hash
                             });
-                    if same {
-                        unchanged.insert(e.path.as_str());
-                    }
+                    unchanged[next] = same;
                     true
                 }
                 _ => false,
@@ -821,8 +827,9 @@ impl Store {
         // here, with the workspace untouched.
         let to_write: Vec<(&CanonicalPath, &FlatFile)> = target
             .iter()
-            .filter_map(|e| Some((&e.path, e.file.as_ref()?)))
-            .filter(|(path, _)| !unchanged.contains(path.as_str()))
+            .zip(&unchanged)
+            .filter(|(_, same)| !**same)
+            .filter_map(|(e, _)| Some((&e.path, e.file.as_ref()?)))
             .collect();
         let staged = stage_objects(b, &self.objects(), &to_write)?;
         drop(state);
