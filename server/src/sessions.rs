@@ -5,7 +5,7 @@
 //! unless the session was rooted elsewhere, `staging/` for uploads in
 //! flight, and `session.json`), or is rooted in an existing directory
 //! inside one of the allowed roots. Its snapshots live beside the root,
-//! in `objects/`, `snapshots/` and `snapshot-index.json` (see
+//! in `objects/`, `trees/`, `snapshots/` and `head` (see
 //! [`crate::snapshots`]).
 
 use crate::archive::import::ArchiveTarget;

@@ -1,12 +1,15 @@
 //! Snapshot and Restore of a DIRECTORY session beside git, on a workspace
-//! of 10,000 files / 200 MB (override with `FILES` and `FILE_KB`).
+//! of 10,000 files / 200 MB (override with `FILES`, `FILE_KB`, and `RUNS`
+//! for the timed runs of each figure, default 7).
 //!
 //! `cargo run --release -p wsfs-tests --example snapshot_speed`
 //!
-//! Prints, for wsfs and for git (a separate git dir, `--work-tree` the
-//! session's root): the first snapshot, a snapshot after 1 changed file,
-//! and a restore after 100 changed files (`git reset --hard -q && git clean
-//! -fdxq`), plus the snapshot store's size.
+//! Prints min / median / max for wsfs and for git (a separate git dir,
+//! `--work-tree` the session's root): a snapshot after 1 changed file
+//! (`git add -A && git commit -q`), and a restore after 100 changed files
+//! (`git reset --hard -q && git clean -fdxq`), with the ratio of the
+//! medians. Then the storage after 100 one-file-changed snapshots, beside
+//! the workspace's size.
 
 use std::path::Path;
 use std::process::Command;
@@ -43,9 +46,10 @@ fn fill(root: &Path, files: usize, size: usize) {
     }
 }
 
-fn touch(root: &Path, count: usize, round: usize) {
+/// Rewrites `count` files spread through the tree (the first at `offset`).
+fn touch(root: &Path, files: usize, count: usize, offset: usize, round: usize) {
     for i in 0..count {
-        let path = root.join(file_name(i * 97));
+        let path = root.join(file_name((offset + i * 97) % files));
         std::fs::write(path, format!("changed in round {round}\n")).unwrap();
     }
 }
@@ -90,14 +94,46 @@ fn settle() {
     let _ = Command::new("sync").status();
 }
 
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+/// Waits (up to a minute) until `dir` holds nothing.
+fn wait_until_empty(dir: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// min / median / max in milliseconds.
+fn spread(times: &[Duration]) -> (f64, f64, f64) {
+    let mut ms: Vec<f64> = times.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    ms.sort_by(f64::total_cmp);
+    let median = if ms.len() % 2 == 1 {
+        ms[ms.len() / 2]
+    } else {
+        (ms[ms.len() / 2 - 1] + ms[ms.len() / 2]) / 2.0
+    };
+    (ms[0], median, ms[ms.len() - 1])
+}
+
+fn row(what: &str, wsfs: &[Duration], git: &[Duration]) {
+    let (a, b) = (spread(wsfs), spread(git));
+    println!(
+        "{what:<28} {:>7.1} / {:>7.1} / {:>7.1}   {:>7.1} / {:>7.1} / {:>7.1}   {:>5.2}x",
+        a.0,
+        a.1,
+        a.2,
+        b.0,
+        b.1,
+        b.2,
+        a.1 / b.1
+    );
 }
 
 #[tokio::main]
 async fn main() {
     let files = env("FILES", 10_000);
     let size = env("FILE_KB", 20) * 1024;
+    let runs = env("RUNS", 7).max(1);
     let server = TestServer::start().await;
     let client = Client::connect(&server.url()).await.unwrap();
     let info = client
@@ -106,78 +142,109 @@ async fn main() {
         .unwrap();
     let root = info.root_path.clone().unwrap();
     fill(&root, files, size);
-    println!("workspace: {files} files, {} MB", files * size / 1_000_000);
+    let workspace_bytes = (files * size) as u64;
+    println!(
+        "workspace: {files} files, {:.1} MB; {runs} timed runs per figure",
+        workspace_bytes as f64 / 1e6
+    );
 
+    // Each round changes the tree once and times both tools on that same
+    // change, one after the other, so that both run under the same load.
     settle();
     let t = Instant::now();
     client.snapshot(&info.id, "first").await.unwrap();
     let wsfs_first = t.elapsed();
-    touch(&root, 1, 1);
-    settle();
-    let t = Instant::now();
-    let one_changed = client.snapshot(&info.id, "one changed").await.unwrap();
-    let wsfs_one = t.elapsed();
-    touch(&root, 100, 2);
-    let marker = root
-        .join("d000/f00000.dat")
-        .metadata()
-        .unwrap()
-        .modified()
-        .unwrap();
-    settle();
-    let t = Instant::now();
-    client.restore(&info.id, &one_changed.id).await.unwrap();
-    let wsfs_restore = t.elapsed();
-    let rewritten = (0..files)
-        .filter(|&i| {
-            root.join(file_name(i))
-                .metadata()
-                .unwrap()
-                .modified()
-                .unwrap()
-                > marker
-        })
-        .count();
-    println!("restore rewrote {rewritten} files");
-    let store = bytes_under(
-        &server
-            .data_dir()
-            .join("sessions")
-            .join(&info.id)
-            .join("objects"),
-    );
-
     let git_dir = tempfile::tempdir().unwrap();
     let g = git_dir.path().join("repo.git");
-    git(&g, &root, "git init -q");
+    // No automatic gc: it would pack in the background, in the middle of
+    // the next measurement of either tool.
+    git(
+        &g,
+        &root,
+        "git init -q && git config gc.auto 0 && git config maintenance.auto false",
+    );
     let git_first = git(&g, &root, "git add -A && git commit -q -m first");
-    touch(&root, 1, 3);
-    let git_one = git(&g, &root, "git add -A && git commit -q -m one");
-    touch(&root, 100, 4);
-    let git_restore = git(&g, &root, "git reset --hard -q && git clean -fdxq");
 
-    println!("{:<32} {:>12} {:>12}", "", "wsfs", "git");
-    println!(
-        "{:<32} {:>12} {:>12}",
-        "first snapshot / commit",
-        ms(wsfs_first),
-        ms(git_first)
+    let mut round = 0;
+    let (mut wsfs_snapshot, mut git_snapshot) = (Vec::new(), Vec::new());
+    let mut last = None;
+    for run in 0..runs {
+        round += 1;
+        touch(&root, files, 1, 1 + run * 13, round);
+        settle();
+        let t = Instant::now();
+        last = Some(client.snapshot(&info.id, "one changed").await.unwrap());
+        wsfs_snapshot.push(t.elapsed());
+        git_snapshot.push(git(&g, &root, "git add -A && git commit -q -m one"));
+    }
+    let staging = server
+        .data_dir()
+        .join("sessions")
+        .join(&info.id)
+        .join("staging");
+    // Both now hold the same tree: the last snapshot, git's HEAD.
+    let target = last.unwrap();
+    let (mut wsfs_restore, mut git_restore) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        // The same 100 files each time, so that neither tool also meets
+        // the files the other one rewrote.
+        round += 1;
+        touch(&root, files, 100, 0, round);
+        settle();
+        let t = Instant::now();
+        client.restore(&info.id, &target.id).await.unwrap();
+        wsfs_restore.push(t.elapsed());
+        // The server frees the replaced files after it answers; let it
+        // finish before git runs, so that git does not pay for it.
+        wait_until_empty(&staging);
+        round += 1;
+        touch(&root, files, 100, 0, round);
+        git_restore.push(git(&g, &root, "git reset --hard -q && git clean -fdxq"));
+    }
+    // Both restores are exact: the tree holds the snapshot's bytes again.
+    let check = client.snapshot(&info.id, "after restore").await.unwrap();
+    assert_eq!(
+        (check.file_count, check.total_bytes),
+        (target.file_count, target.total_bytes)
     );
+
     println!(
-        "{:<32} {:>12} {:>12}",
-        "snapshot, 1 file changed",
-        ms(wsfs_one),
-        ms(git_one)
+        "{:<28} {:>29}   {:>29}   ratio of medians",
+        "(ms: min / median / max)", "wsfs", "git"
     );
+    row("first snapshot / commit", &[wsfs_first], &[git_first]);
+    row("snapshot, 1 file changed", &wsfs_snapshot, &git_snapshot);
+    row("restore, 100 files changed", &wsfs_restore, &git_restore);
+
+    // Storage: 100 snapshots, each after one small file changed, in a
+    // fresh session over the same tree.
+    let store_info = client
+        .create_session(SessionOptions::directory())
+        .await
+        .unwrap();
+    let store_root = store_info.root_path.clone().unwrap();
+    fill(&store_root, files, size);
+    let sid = store_info.id.clone();
+    for i in 0..100 {
+        std::fs::write(store_root.join("small.txt"), format!("revision {i:03}\n")).unwrap();
+        client.snapshot(&sid, &format!("r{i}")).await.unwrap();
+    }
+    let session_dir = server.data_dir().join("sessions").join(&sid);
+    let part = |name: &str| bytes_under(&session_dir.join(name));
+    let (objects, trees, records) = (part("objects"), part("trees"), part("snapshots"));
+    let index = std::fs::metadata(session_dir.join("head"))
+        .or_else(|_| std::fs::metadata(session_dir.join("snapshot-index.json")))
+        .map_or(0, |m| m.len());
+    let total = objects + trees + records + index;
     println!(
-        "{:<32} {:>12} {:>12}",
-        "restore, 100 files changed",
-        ms(wsfs_restore),
-        ms(git_restore)
-    );
-    println!(
-        "store: wsfs objects {} MB, git objects {} MB",
-        store / 1_000_000,
-        bytes_under(&g.join("objects")) / 1_000_000
+        "storage after 100 one-file-changed snapshots: {:.1} MB ({:.3}x the {:.1} MB workspace): \
+         contents {:.1} MB, directory manifests {:.2} MB, snapshot records {:.2} MB, index {:.2} MB",
+        total as f64 / 1e6,
+        total as f64 / workspace_bytes as f64,
+        workspace_bytes as f64 / 1e6,
+        objects as f64 / 1e6,
+        trees as f64 / 1e6,
+        records as f64 / 1e6,
+        index as f64 / 1e6
     );
 }

@@ -622,3 +622,66 @@ async fn imports_leave_no_spooled_upload_behind() {
     let left: Vec<_> = std::fs::read_dir(&spool).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// A DIRECTORY session whose import fails on its 40th of 50 files (its
+/// stored data does not match its CRC), after the 39 before it inflated
+/// fine: every path, byte and version is as before, and no staged file is
+/// left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_import_that_fails_late_changes_nothing() {
+    let w = world().await;
+    let (s, info) = w
+        .client
+        .create(SessionOptions::directory().seed_file("keep.txt", "still here\n"))
+        .await
+        .unwrap();
+    fill(&s).await;
+    let mut archive = Archive::new();
+    for i in 0..50 {
+        archive = archive.file(
+            &format!("files/n/{i:02}.txt"),
+            format!("entry number {i:02}\n").as_bytes(),
+        );
+    }
+    let mut a = archive.build();
+    let at = find(&a, b"entry number 39\n");
+    a[at] = b'E';
+    let before = tree(&s).await;
+    let listing = s.list(&parse_path("").unwrap(), 64).await.unwrap();
+
+    let err = s
+        .import_from_reader(std::io::Cursor::new(a))
+        .await
+        .unwrap_err();
+
+    assert_eq!(
+        (err.code(), err.reason()),
+        (Code::InvalidArgument, "INVALID_ARGUMENT"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("n/39.txt"), "{err}");
+    assert_eq!(
+        tree(&s).await,
+        before,
+        "a failed import changed the workspace"
+    );
+    let after = s.list(&parse_path("").unwrap(), 64).await.unwrap();
+    let versions = |l: &wsfs_client::Listing| {
+        l.entries
+            .iter()
+            .map(|e| (e.path.as_str().to_string(), e.version))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(versions(&after), versions(&listing));
+    let staging = w
+        .server
+        .data_dir()
+        .join("sessions")
+        .join(&info.id)
+        .join("staging");
+    assert_eq!(
+        std::fs::read_dir(&staging).map_or(0, |d| d.count()),
+        0,
+        "a failed import left staged files"
+    );
+}

@@ -594,3 +594,119 @@ async fn directory_snapshot_leaves_symlinks_out_and_restore_never_follows_them()
         "the restored tree is exactly the snapshot's, which holds no links"
     );
 }
+
+/// The file in the session's content store that holds exactly `content`.
+fn stored_content(session_dir: &Path, content: &[u8]) -> PathBuf {
+    fn find(dir: &Path, content: &[u8]) -> Option<PathBuf> {
+        for entry in std::fs::read_dir(dir).ok()?.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if let Some(found) = find(&path, content) {
+                    return Some(found);
+                }
+            } else if std::fs::read(&path).ok().as_deref() == Some(content) {
+                return Some(path);
+            }
+        }
+        None
+    }
+    find(&session_dir.join("objects"), content).expect("the content is stored")
+}
+
+/// A restore that must rewrite 20 files, deleting one and bringing one
+/// back, after `damage` hit the stored content of the 11th file: it fails
+/// and leaves every path, byte and version as it was, and no staged file
+/// behind.
+async fn restore_from_a_damaged_store_changes_nothing(damage: fn(&Path)) -> Error {
+    let s = setup(SessionOptions::directory()).await;
+    for i in 0..20 {
+        s.write(
+            &format!("f/{i:02}.txt"),
+            format!("snapshot {i:02}\n").as_bytes(),
+        )
+        .await;
+    }
+    s.write("deleted/later.txt", b"deleted after the snapshot\n")
+        .await;
+    let snap = s.client.snapshot(s.id(), "before").await.unwrap();
+    for i in 0..20 {
+        s.write(
+            &format!("f/{i:02}.txt"),
+            format!("changed {i:02}\n").as_bytes(),
+        )
+        .await;
+    }
+    s.delete("deleted").await;
+    s.write("created.txt", b"created after the snapshot\n")
+        .await;
+    damage(&stored_content(&s.session_dir(), b"snapshot 10\n"));
+    let (before, versions) = (s.state().await, s.versions().await);
+
+    let err = s.client.restore(s.id(), &snap.id).await.unwrap_err();
+
+    assert_eq!(
+        s.state().await,
+        before,
+        "a failed restore changed the workspace"
+    );
+    assert_eq!(s.versions().await, versions);
+    let staging = s.session_dir().join("staging");
+    assert_eq!(
+        std::fs::read_dir(&staging).map_or(0, |d| d.count()),
+        0,
+        "a failed restore left staged files"
+    );
+    err
+}
+
+#[tokio::test]
+async fn restore_with_a_corrupt_stored_content_fails_and_changes_nothing() {
+    let err = restore_from_a_damaged_store_changes_nothing(|object| {
+        // Same length, other bytes: only the hash tells.
+        std::fs::write(object, b"snapshot 99\n").unwrap();
+    })
+    .await;
+    assert_eq!(err.code(), Code::Internal, "{err}");
+    assert!(err.to_string().contains("corrupt"), "{err}");
+}
+
+#[tokio::test]
+async fn restore_with_a_missing_stored_content_fails_and_changes_nothing() {
+    let err = restore_from_a_damaged_store_changes_nothing(|object| {
+        std::fs::remove_file(object).unwrap();
+    })
+    .await;
+    assert_eq!(err.code(), Code::Internal, "{err}");
+    assert!(err.to_string().contains("f/10.txt"), "{err}");
+}
+
+#[tokio::test]
+async fn restore_rewrites_only_the_files_that_changed() {
+    let s = setup(SessionOptions::directory()).await;
+    for i in 0..10 {
+        s.write(&format!("f/{i}.txt"), format!("kept {i}\n").as_bytes())
+            .await;
+    }
+    let snap = s.client.snapshot(s.id(), "base").await.unwrap();
+    s.write("f/3.txt", b"changed\n").await;
+    let before = s.versions().await;
+
+    s.client.restore(s.id(), &snap.id).await.unwrap();
+
+    let after = s.versions().await;
+    // Files only: a directory's version moves with its entries.
+    for (path, version) in after.iter().filter(|(p, _)| p.ends_with(".txt")) {
+        if path == "f/3.txt" {
+            assert!(
+                version > &before[path],
+                "a rewritten file gets a new version"
+            );
+        } else {
+            assert_eq!(version, &before[path], "{path} was rewritten");
+        }
+    }
+    assert_eq!(
+        s.state().await["f/3.txt"].as_deref(),
+        Some(&b"kept 3\n"[..])
+    );
+}

@@ -20,8 +20,11 @@
 //! Decompression is capped at each entry's declared size, and declared
 //! sizes are checked against the limits before any byte is inflated, so a
 //! bomb costs at most what its declared sizes allow. [`apply`] then runs
-//! under the workspace's write lock: it empties the workspace and writes
-//! every directory and file (each file gets a new version).
+//! under the workspace's write lock: it inflates every file into the
+//! backend's staging area (proving each entry's size and CRC: corrupt data
+//! is refused there, still with the workspace unchanged), then empties the
+//! workspace and commits every directory and file (each file gets a new
+//! version).
 
 use super::{Manifest, FILES_PREFIX, MANIFEST_NAME, MANIFEST_VERSION};
 use crate::backend::{Backend, CommitMode, StagedFile};
@@ -83,8 +86,9 @@ fn open(path: &Path) -> Result<zip::ZipArchive<std::fs::File>> {
         .map_err(|e| refused(format!("the upload is not a readable ZIP archive: {e}")))
 }
 
-/// Reads the whole archive at `path` and checks it against `limits`;
-/// changes nothing. Blocking.
+/// Reads the archive's directory and manifest at `path` and checks them
+/// against `limits`; changes nothing. Each entry's data is proven as
+/// [`apply`] stages it. Blocking.
 pub fn check(path: &Path, limits: &SessionLimits) -> Result<ImportPlan> {
     let mut archive = open(path)?;
     let mut entries: BTreeMap<CanonicalPath, (Kind, usize, u64)> = BTreeMap::new();
@@ -229,13 +233,8 @@ pub fn check(path: &Path, limits: &SessionLimits) -> Result<ImportPlan> {
             manifest.file_count, manifest.total_bytes, plan.file_count, plan.total_bytes
         )));
     }
-
-    // Inflate every file (into nothing) to prove its data: real size equal
-    // to the declared size, and the CRC right.
-    for (index, path, size) in &plan.files {
-        let copied = copy_entry(&mut archive, *index, path, *size, &mut std::io::sink())?;
-        debug_assert_eq!(copied, *size);
-    }
+    // Each file's data (its real size and CRC) is proven as `apply` stages
+    // it, before the workspace changes.
     Ok(plan)
 }
 
@@ -297,12 +296,6 @@ trait EntrySink {
     fn put(&mut self, data: &[u8]) -> Result<()>;
 }
 
-impl EntrySink for std::io::Sink {
-    fn put(&mut self, _data: &[u8]) -> Result<()> {
-        Ok(())
-    }
-}
-
 struct Staging<'a, S: StagedFile>(&'a mut S);
 
 impl<S: StagedFile> EntrySink for Staging<'_, S> {
@@ -311,25 +304,85 @@ impl<S: StagedFile> EntrySink for Staging<'_, S> {
     }
 }
 
+/// Most threads that inflate an archive at once.
+const MAX_STAGING_THREADS: usize = 4;
+
+/// Inflates every file of the checked archive at `path` into a staged file
+/// of `backend`, proving each entry's size and CRC; the workspace is not
+/// touched. The files are shared among a few threads, each reading the
+/// archive through its own handle. On error every staged file is dropped
+/// (and so removed).
+fn stage_all<B: Backend>(backend: &B, path: &Path, plan: &ImportPlan) -> Result<Vec<B::Staged>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_STAGING_THREADS)
+        .min(plan.files.len().max(1));
+    // Contiguous runs of about equal bytes, so each thread reads its part
+    // of the archive in order.
+    let share = plan.total_bytes / threads as u64 + 1;
+    let mut runs: Vec<&[(usize, CanonicalPath, u64)]> = Vec::with_capacity(threads);
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, (_, _, size)) in plan.files.iter().enumerate() {
+        bytes += size;
+        if bytes >= share && runs.len() + 1 < threads {
+            runs.push(&plan.files[start..=i]);
+            (start, bytes) = (i + 1, 0);
+        }
+    }
+    runs.push(&plan.files[start..]);
+    let stage_run = |run: &[(usize, CanonicalPath, u64)]| -> Result<Vec<B::Staged>> {
+        let mut archive = open(path)?;
+        let mut staged = Vec::with_capacity(run.len());
+        for (index, path, size) in run {
+            let mut file = backend.stage()?;
+            copy_entry(&mut archive, *index, path, *size, &mut Staging(&mut file))?;
+            file.finish()?;
+            staged.push(file);
+        }
+        Ok(staged)
+    };
+    let results: Vec<Result<Vec<B::Staged>>> = if runs.len() == 1 {
+        vec![stage_run(runs[0])]
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = runs
+                .iter()
+                .map(|run| scope.spawn(|| stage_run(run)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(Error::internal("an import thread panicked")))
+                })
+                .collect()
+        })
+    };
+    let mut all = Vec::with_capacity(plan.files.len());
+    for result in results {
+        all.extend(result?);
+    }
+    Ok(all)
+}
+
 /// Replaces everything in `backend` with the checked archive at `path`.
 /// The caller holds the workspace's write lock. Blocking.
+///
+/// Every file is inflated and staged first; only then is the workspace
+/// emptied and filled, so a corrupt entry, or staging that fails (a full
+/// disk), leaves the workspace as it was.
 pub fn apply<B: Backend>(backend: &B, path: &Path, plan: &ImportPlan) -> Result<()> {
-    let mut archive = open(path)?;
+    let staged = stage_all(backend, path, plan)?;
     backend.remove(&CanonicalPath::root(), true)?;
     for dir in &plan.dirs {
         backend.mkdir(dir, true)?;
     }
-    for (index, path, size) in &plan.files {
-        let mut staged = backend.stage()?;
-        copy_entry(&mut archive, *index, path, *size, &mut Staging(&mut staged))?;
-        backend.commit(
-            staged,
-            path,
-            CommitMode {
-                append: false,
-                create_parents: true,
-            },
-        )?;
+    let put = CommitMode {
+        append: false,
+        create_parents: true,
+    };
+    for ((_, path, _), file) in plan.files.iter().zip(staged) {
+        backend.commit(file, path, put)?;
     }
     Ok(())
 }

@@ -67,7 +67,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wsfs::{CanonicalPath, Error, FileKind, Metadata, Result};
@@ -668,20 +668,49 @@ impl Drop for TempEntry {
 
 /// Bytes being written, in a temporary file in the staging directory.
 pub struct DirectoryStaged {
-    file: File,
+    /// Open until [`StagedFile::finish`].
+    file: Option<File>,
     temp: TempEntry,
     len: u64,
 }
 
+impl DirectoryStaged {
+    /// The staged file, reopened by its name in the staging directory (a
+    /// directory only the server writes) when `finish` closed it.
+    fn into_parts(self) -> Result<(File, TempEntry)> {
+        let file = match self.file {
+            Some(file) => file,
+            None => rustix::fs::openat(
+                self.temp.dir.as_fd(),
+                &self.temp.name,
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map(File::from)
+            .map_err(|e| staging_error(e.into()))?,
+        };
+        Ok((file, self.temp))
+    }
+}
+
 impl StagedFile for DirectoryStaged {
     fn write_chunk(&mut self, chunk: &[u8]) -> Result<()> {
-        self.file.write_all(chunk).map_err(staging_error)?;
+        let file = self
+            .file
+            .as_mut()
+            .ok_or_else(|| Error::internal("a finished staged file was written to"))?;
+        file.write_all(chunk).map_err(staging_error)?;
         self.len += chunk.len() as u64;
         Ok(())
     }
 
     fn len(&self) -> u64 {
         self.len
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.file = None;
+        Ok(())
     }
 }
 
@@ -694,6 +723,11 @@ enum Replace {
     File,
     /// Replace a directory whole: move it aside, move in, delete it.
     Dir,
+    /// Swap atomically with an existing file, which takes the
+    /// temporary's name: the caller removes it when it likes (freeing a
+    /// file's blocks can cost milliseconds, which need not be spent while
+    /// the workspace waits).
+    FileAside,
 }
 
 fn open_trusted_dir(path: &Path) -> Result<OwnedFd> {
@@ -938,7 +972,8 @@ impl DirectoryBackend {
     }
 
     /// Moves `from/from_name` to `to/to_name`, treating an existing
-    /// destination as `replace` says.
+    /// destination as `replace` says. True when it was swapped
+    /// ([`Replace::FileAside`]): `from/from_name` now holds the old entry.
     fn place(
         &self,
         from: BorrowedFd,
@@ -946,15 +981,37 @@ impl DirectoryBackend {
         to: &Arc<OwnedFd>,
         to_name: &CStr,
         replace: Replace,
-    ) -> std::result::Result<(), Errno> {
+    ) -> std::result::Result<bool, Errno> {
         match replace {
-            Replace::No => rename_noreplace(from, from_name, to.as_fd(), to_name),
-            Replace::File => rustix::fs::renameat(from, from_name, to.as_fd(), to_name),
+            Replace::No => rename_noreplace(from, from_name, to.as_fd(), to_name).map(|()| false),
+            Replace::File => {
+                rustix::fs::renameat(from, from_name, to.as_fd(), to_name).map(|()| false)
+            }
+            Replace::FileAside => {
+                match rustix::fs::renameat_with(
+                    from,
+                    from_name,
+                    to.as_fd(),
+                    to_name,
+                    RenameFlags::EXCHANGE,
+                ) {
+                    Ok(()) => Ok(true),
+                    // Nothing there to swap with.
+                    Err(Errno::NOENT) => {
+                        rename_noreplace(from, from_name, to.as_fd(), to_name).map(|()| false)
+                    }
+                    // No exchange on this filesystem: a plain replace.
+                    Err(Errno::INVAL | Errno::NOSYS) => {
+                        rustix::fs::renameat(from, from_name, to.as_fd(), to_name).map(|()| false)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
             Replace::Dir => {
                 let aside = self.move_aside(to, to_name)?;
                 match rename_noreplace(from, from_name, to.as_fd(), to_name) {
                     // Dropping `aside` deletes the old directory.
-                    Ok(()) => Ok(()),
+                    Ok(()) => Ok(false),
                     Err(e) => {
                         if let Some(aside) = aside {
                             let restored = rename_noreplace(
@@ -999,6 +1056,7 @@ impl DirectoryBackend {
     /// to `dir/name`. `build` gets the temporary directory and whether it is
     /// the staging directory; it runs again in the destination directory
     /// when the staging directory turns out to be on another filesystem.
+    /// With [`Replace::FileAside`], returns the old file it displaced.
     fn install(
         &self,
         dir: &Arc<OwnedFd>,
@@ -1006,14 +1064,37 @@ impl DirectoryBackend {
         path: &CanonicalPath,
         replace: Replace,
         mut build: impl FnMut(&Arc<OwnedFd>, bool) -> Result<TempEntry>,
-    ) -> Result<()> {
+    ) -> Result<Option<TempEntry>> {
         loop {
             let (home, in_staging) = self.temp_home(dir);
             let temp = build(&home, in_staging)?;
             match self.place(temp.dir.as_fd(), &temp.name, dir, name, replace) {
-                Ok(()) => {
+                Ok(false) => {
                     temp.keep();
-                    return Ok(());
+                    return Ok(None);
+                }
+                Ok(true) => {
+                    // `temp` now names the old entry. Only a file may be
+                    // displaced; a directory swapped in meanwhile goes back.
+                    return match stat_at(temp.dir.as_fd(), &temp.name) {
+                        Ok(st) if st.kind != Kind::Dir => Ok(Some(temp)),
+                        _ => {
+                            let back = rustix::fs::renameat_with(
+                                temp.dir.as_fd(),
+                                &temp.name,
+                                dir.as_fd(),
+                                name,
+                                RenameFlags::EXCHANGE,
+                            );
+                            if back.is_err() {
+                                tracing::warn!(name = ?temp.name, "could not put a displaced directory back; it is kept aside");
+                                temp.keep();
+                            }
+                            Err(Error::IsADirectory {
+                                path: path.as_str().to_string(),
+                            })
+                        }
+                    };
                 }
                 Err(Errno::XDEV) if in_staging => self.cross_device.store(true, Ordering::Relaxed),
                 Err(Errno::EXIST | Errno::NOTEMPTY) => {
@@ -1124,7 +1205,11 @@ impl Backend for DirectoryBackend {
 
     fn stage(&self) -> Result<DirectoryStaged> {
         let (temp, file) = TempEntry::file(&self.staging).map_err(|e| staging_error(e.into()))?;
-        Ok(DirectoryStaged { file, temp, len: 0 })
+        Ok(DirectoryStaged {
+            file: Some(file),
+            temp,
+            len: 0,
+        })
     }
 
     fn commit(
@@ -1133,70 +1218,8 @@ impl Backend for DirectoryBackend {
         path: &CanonicalPath,
         mode: CommitMode,
     ) -> Result<Metadata> {
-        check_path(path)?;
-        if path.is_root() {
-            return Err(Error::IsADirectory {
-                path: String::new(),
-            });
-        }
-        let parent = path.parent().unwrap_or_default();
-        let (dir, name) = self.parent_dir(path, mode.create_parents, &parent)?;
-        let dir = Arc::new(dir);
-        let name = cname(name, path)?;
-        let existing = match stat_at(dir.as_fd(), &name) {
-            Ok(st) => Some(st),
-            Err(Errno::NOENT) => None,
-            Err(e) => return Err(io(e, path)),
-        };
-        match existing.map(|st| st.kind) {
-            Some(Kind::Dir) => {
-                return Err(Error::IsADirectory {
-                    path: path.as_str().to_string(),
-                })
-            }
-            Some(Kind::Symlink) => return Err(symlink_denied(path, true)),
-            Some(Kind::Special) => return Err(not_regular(path)),
-            Some(Kind::File) | None => {}
-        }
-        let current = match (mode.append, existing) {
-            (true, Some(_)) => match open_regular(dir.as_fd(), &name, path) {
-                Ok((file, _)) => Some(file),
-                Err(Error::FileNotFound { .. }) => None,
-                Err(e) => return Err(e),
-            },
-            _ => None,
-        };
-        let perms = existing.map(|st| st.mode & 0o777);
-        let DirectoryStaged {
-            file: staged_file,
-            temp,
-            ..
-        } = staged;
-        let mut staged_temp = Some(temp);
-        self.install(&dir, &name, path, Replace::File, |home, in_staging| {
-            let fail = |e: std::io::Error| staging_error(e);
-            // The staged file itself moves into place when it can.
-            let (temp, file) = match (current.is_none() && in_staging, staged_temp.take()) {
-                (true, Some(temp)) => (temp, None),
-                _ => {
-                    let (temp, file) = TempEntry::file(home).map_err(|e| fail(e.into()))?;
-                    let mut offset = 0;
-                    if let Some(current) = &current {
-                        offset =
-                            copy_data(current, &file, 0).map_err(|e| Error::from_io(e, path))?;
-                    }
-                    copy_data(&staged_file, &file, offset).map_err(fail)?;
-                    (temp, Some(file))
-                }
-            };
-            if let Some(perms) = perms {
-                let target = file.as_ref().unwrap_or(&staged_file);
-                rustix::fs::fchmod(target, Mode::from_raw_mode(perms))
-                    .map_err(|e| fail(e.into()))?;
-            }
-            Ok(temp)
-        })?;
-        self.record(dir.as_fd(), &name, path)
+        self.commit_with(staged, path, mode, Replace::File)
+            .map(|(meta, _)| meta)
     }
 
     fn remove(&self, path: &CanonicalPath, recursive: bool) -> Result<u64> {
@@ -1282,6 +1305,7 @@ impl Backend for DirectoryBackend {
             dst_name,
         } = self.transfer_plan(src, dst, overwrite, create_parents)?;
         self.place(src_dir.as_fd(), &src_name, &dst_dir, &dst_name, replace)
+            .map(drop)
             .map_err(|e| match e {
                 Errno::EXIST | Errno::NOTEMPTY => Error::AlreadyExists {
                     path: dst.as_str().to_string(),
@@ -1395,6 +1419,98 @@ impl Backend for DirectoryBackend {
 }
 
 impl DirectoryBackend {
+    /// Like [`Backend::commit`], but an existing file is swapped out
+    /// atomically rather than unlinked: it is returned, kept in the staging
+    /// area until the [`Displaced`] is dropped. A restore drops them after
+    /// it let go of the workspace, so that freeing the old files' blocks
+    /// does not hold it up.
+    pub fn commit_aside(
+        &self,
+        staged: DirectoryStaged,
+        path: &CanonicalPath,
+        mode: CommitMode,
+    ) -> Result<(Metadata, Option<Displaced>)> {
+        self.commit_with(staged, path, mode, Replace::FileAside)
+    }
+
+    fn commit_with(
+        &self,
+        staged: DirectoryStaged,
+        path: &CanonicalPath,
+        mode: CommitMode,
+        replace: Replace,
+    ) -> Result<(Metadata, Option<Displaced>)> {
+        check_path(path)?;
+        if path.is_root() {
+            return Err(Error::IsADirectory {
+                path: String::new(),
+            });
+        }
+        let parent = path.parent().unwrap_or_default();
+        let (dir, name) = self.parent_dir(path, mode.create_parents, &parent)?;
+        let dir = Arc::new(dir);
+        let name = cname(name, path)?;
+        let existing = match stat_at(dir.as_fd(), &name) {
+            Ok(st) => Some(st),
+            Err(Errno::NOENT) => None,
+            Err(e) => return Err(io(e, path)),
+        };
+        match existing.map(|st| st.kind) {
+            Some(Kind::Dir) => {
+                return Err(Error::IsADirectory {
+                    path: path.as_str().to_string(),
+                })
+            }
+            Some(Kind::Symlink) => return Err(symlink_denied(path, true)),
+            Some(Kind::Special) => return Err(not_regular(path)),
+            Some(Kind::File) | None => {}
+        }
+        let current = match (mode.append, existing) {
+            (true, Some(_)) => match open_regular(dir.as_fd(), &name, path) {
+                Ok((file, _)) => Some(file),
+                Err(Error::FileNotFound { .. }) => None,
+                Err(e) => return Err(e),
+            },
+            _ => None,
+        };
+        let perms = existing.map(|st| st.mode & 0o777);
+        let (staged_file, temp) = staged.into_parts()?;
+        let mut staged_temp = Some(temp);
+        let displaced = self.install(&dir, &name, path, replace, |home, in_staging| {
+            let fail = |e: std::io::Error| staging_error(e);
+            // The staged file itself moves into place when it can.
+            let (temp, file) = match (current.is_none() && in_staging, staged_temp.take()) {
+                (true, Some(temp)) => (temp, None),
+                _ => {
+                    let (temp, file) = TempEntry::file(home).map_err(|e| fail(e.into()))?;
+                    let mut offset = 0;
+                    if let Some(current) = &current {
+                        offset =
+                            copy_data(current, &file, 0).map_err(|e| Error::from_io(e, path))?;
+                    }
+                    copy_data(&staged_file, &file, offset).map_err(fail)?;
+                    (temp, Some(file))
+                }
+            };
+            if let Some(perms) = perms {
+                let target = file.as_ref().unwrap_or(&staged_file);
+                rustix::fs::fchmod(target, Mode::from_raw_mode(perms))
+                    .map_err(|e| fail(e.into()))?;
+            }
+            Ok(temp)
+        })?;
+        let meta = self.record(dir.as_fd(), &name, path)?;
+        Ok((meta, displaced.map(|entry| Displaced { _entry: entry })))
+    }
+}
+
+/// An old file that [`DirectoryBackend::commit_aside`] replaced, under a
+/// temporary name outside the workspace's listings; dropping it removes it.
+pub struct Displaced {
+    _entry: TempEntry,
+}
+
+impl DirectoryBackend {
     /// Appends the entries beneath `dir` to `out` in path order, `levels`
     /// deep; true when it stopped at `max` with more left.
     fn list_into(
@@ -1480,16 +1596,148 @@ pub struct FileIdentity {
     pub ctime_ns: i64,
 }
 
+/// Most threads that walk a tree at once.
+const MAX_WALK_THREADS: usize = 4;
+
 impl DirectoryBackend {
     /// Every entry beneath the root (files, directories, and links or
     /// special files as [`TreeKind::Other`]) in path order, with identities
     /// from one `statx` each and no versions touched. Descends by
     /// descriptor, never through a symlink, like every other walk here.
+    /// The root's subdirectories are walked on a few threads at once (the
+    /// cost is one `statx` per entry, which threads overlap).
     pub fn tree(&self) -> Result<Vec<TreeEntry>> {
-        let root = reopen(&self.root).map_err(|e| io(e, &CanonicalPath::root()))?;
+        let root_path = CanonicalPath::root();
+        let root = reopen(&self.root).map_err(|e| io(e, &root_path))?;
+        let items = tree_items(&root, &root_path)?;
+        let subtrees: Vec<&str> = items
+            .iter()
+            .filter_map(|item| match item {
+                Item::Subtree(name) => Some(name.as_str()),
+                Item::Entry(_) => None,
+            })
+            .collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, MAX_WALK_THREADS)
+            .min(subtrees.len());
+        let mut walked: Vec<Result<Vec<TreeEntry>>> = Vec::with_capacity(subtrees.len());
+        if threads <= 1 {
+            for name in &subtrees {
+                let mut out = Vec::new();
+                walked.push(tree_subtree(&root, name, &root_path, 0, &mut out).map(|()| out));
+            }
+        } else {
+            // Threads take the next unwalked subdirectory until none is
+            // left; results go back in order by index.
+            let next = AtomicUsize::new(0);
+            let mut parts: Vec<(usize, Result<Vec<TreeEntry>>)> = std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..threads)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            let mut done = Vec::new();
+                            loop {
+                                let i = next.fetch_add(1, Ordering::Relaxed);
+                                let Some(name) = subtrees.get(i) else {
+                                    return done;
+                                };
+                                let mut out = Vec::new();
+                                let result = tree_subtree(&root, name, &root_path, 0, &mut out);
+                                done.push((i, result.map(|()| out)));
+                            }
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            vec![(0, Err(Error::internal("a tree walk thread panicked")))]
+                        })
+                    })
+                    .collect()
+            });
+            parts.sort_by_key(|(i, _)| *i);
+            walked.extend(parts.into_iter().map(|(_, r)| r));
+        }
+        let mut walked = walked.into_iter();
         let mut out = Vec::new();
-        tree_into(&root, &CanonicalPath::root(), 0, &mut out)?;
+        for item in items {
+            match item {
+                Item::Entry(name) => out.extend(tree_entry(&root, &name, &root_path)?),
+                Item::Subtree(_) => {
+                    let part = walked
+                        .next()
+                        .ok_or_else(|| Error::internal("a tree walk lost a directory"))??;
+                    out.extend(part);
+                }
+            }
+        }
         Ok(out)
+    }
+}
+
+/// The visible children of `dir` as walk steps, in path order.
+fn tree_items(dir: &OwnedFd, path: &CanonicalPath) -> Result<Vec<Item>> {
+    let mut items = Vec::new();
+    for (raw, ft) in read_entries(dir).map_err(|e| io(e, path))? {
+        let Some(name) = visible_name(&raw) else {
+            continue;
+        };
+        if entry_kind(dir, &raw, ft) == Some(Kind::Dir) {
+            items.push(Item::Subtree(name.to_string()));
+        }
+        items.push(Item::Entry(name.to_string()));
+    }
+    items.sort_by(Item::cmp_path);
+    Ok(items)
+}
+
+/// The [`TreeEntry`] of `name` in `dir`; `None` when it is gone.
+fn tree_entry(dir: &OwnedFd, name: &str, path: &CanonicalPath) -> Result<Option<TreeEntry>> {
+    let child = path.join(name)?;
+    let st = match stat_at(dir, name) {
+        Ok(st) => st,
+        // Gone since read.
+        Err(Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(io(e, &child)),
+    };
+    let kind = match st.kind {
+        Kind::File => TreeKind::File,
+        Kind::Dir => TreeKind::Directory,
+        Kind::Symlink | Kind::Special => TreeKind::Other,
+    };
+    let ns = |(sec, nsec): Timestamp| {
+        sec.saturating_mul(1_000_000_000)
+            .saturating_add(i64::from(nsec))
+    };
+    Ok(Some(TreeEntry {
+        path: child,
+        kind,
+        size: if kind == TreeKind::File { st.size } else { 0 },
+        identity: FileIdentity {
+            ino: st.ino,
+            size: st.size,
+            mtime_ns: ns(st.mtime),
+            ctime_ns: ns(st.ctime),
+        },
+    }))
+}
+
+/// Walks the subdirectory `name` of `dir` into `out`.
+fn tree_subtree(
+    dir: &OwnedFd,
+    name: &str,
+    path: &CanonicalPath,
+    depth: usize,
+    out: &mut Vec<TreeEntry>,
+) -> Result<()> {
+    let child = path.join(name)?;
+    match rustix::fs::openat(dir, name, DIR_FLAGS, Mode::empty()) {
+        Ok(fd) => tree_into(&fd, &child, depth + 1, out),
+        // Gone or swapped for something else since read.
+        Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => Ok(()),
+        Err(e) => Err(io(e, &child)),
     }
 }
 
@@ -1502,57 +1750,10 @@ fn tree_into(
     if depth >= MAX_TREE_DEPTH {
         return Err(too_deep(path));
     }
-    let mut items = Vec::new();
-    for (raw, ft) in read_entries(dir).map_err(|e| io(e, path))? {
-        let Some(name) = visible_name(&raw) else {
-            continue;
-        };
-        if entry_kind(dir, &raw, ft) == Some(Kind::Dir) {
-            items.push(Item::Subtree(name.to_string()));
-        }
-        items.push(Item::Entry(name.to_string()));
-    }
-    items.sort_by(Item::cmp_path);
-    let ns = |(sec, nsec): Timestamp| {
-        sec.saturating_mul(1_000_000_000)
-            .saturating_add(i64::from(nsec))
-    };
-    for item in items {
+    for item in tree_items(dir, path)? {
         match item {
-            Item::Entry(name) => {
-                let child = path.join(&name)?;
-                let st = match stat_at(dir, name.as_str()) {
-                    Ok(st) => st,
-                    // Gone since read.
-                    Err(Errno::NOENT) => continue,
-                    Err(e) => return Err(io(e, &child)),
-                };
-                let kind = match st.kind {
-                    Kind::File => TreeKind::File,
-                    Kind::Dir => TreeKind::Directory,
-                    Kind::Symlink | Kind::Special => TreeKind::Other,
-                };
-                out.push(TreeEntry {
-                    path: child,
-                    kind,
-                    size: if kind == TreeKind::File { st.size } else { 0 },
-                    identity: FileIdentity {
-                        ino: st.ino,
-                        size: st.size,
-                        mtime_ns: ns(st.mtime),
-                        ctime_ns: ns(st.ctime),
-                    },
-                });
-            }
-            Item::Subtree(name) => {
-                let child = path.join(&name)?;
-                match rustix::fs::openat(dir, name.as_str(), DIR_FLAGS, Mode::empty()) {
-                    Ok(fd) => tree_into(&fd, &child, depth + 1, out)?,
-                    // Gone or swapped for something else since read.
-                    Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => {}
-                    Err(e) => return Err(io(e, &child)),
-                }
-            }
+            Item::Entry(name) => out.extend(tree_entry(dir, &name, path)?),
+            Item::Subtree(name) => tree_subtree(dir, &name, path, depth, out)?,
         }
     }
     Ok(())
@@ -2116,6 +2317,80 @@ mod tests {
         drop(staged);
         assert!(fx.staging_entries().is_empty());
         assert!(entries(&fx.root).is_empty());
+    }
+
+    #[test]
+    fn tree_lists_every_entry_in_path_order_with_its_kind() {
+        let fx = fixture();
+        let b = &fx.backend;
+        let mut expected = Vec::new();
+        // Enough subdirectories of the root to be shared among threads.
+        for d in 0..12 {
+            for f in ["a", "a.txt", "b"] {
+                write(b, &format!("d{d:02}/{f}/x"), b"12345").unwrap();
+                write(b, &format!("d{d:02}/{f}.bin"), b"1").unwrap();
+            }
+        }
+        write(b, "top.txt", b"123").unwrap();
+        symlink("/", fx.root.join("link")).unwrap();
+        for e in b.tree().unwrap() {
+            expected.push((e.path.as_str().to_string(), e.kind, e.size));
+        }
+        let mut sorted = expected.clone();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(expected, sorted, "entries come in path order");
+        assert_eq!(expected.len(), 12 * (1 + 3 * 3) + 2);
+        let find = |path: &str| expected.iter().find(|e| e.0 == path).cloned();
+        assert_eq!(find("d03"), Some(("d03".into(), TreeKind::Directory, 0)));
+        assert_eq!(
+            find("d03/a.txt/x"),
+            Some(("d03/a.txt/x".into(), TreeKind::File, 5))
+        );
+        assert_eq!(find("link"), Some(("link".into(), TreeKind::Other, 0)));
+        assert_eq!(find("top.txt"), Some(("top.txt".into(), TreeKind::File, 3)));
+    }
+
+    #[test]
+    fn commit_aside_swaps_the_old_file_out_and_frees_it_when_dropped() {
+        let fx = fixture();
+        let b = &fx.backend;
+        write(b, "a.txt", b"old").unwrap();
+        // Someone else holds the old file open: it must stay whole.
+        let mut reader = std::fs::File::open(fx.root.join("a.txt")).unwrap();
+        let put = CommitMode {
+            append: false,
+            create_parents: true,
+        };
+        let mut staged = b.stage().unwrap();
+        staged.write_chunk(b"new").unwrap();
+        staged.finish().unwrap();
+
+        let (meta, displaced) = b.commit_aside(staged, &p("a.txt"), put).unwrap();
+
+        assert_eq!(meta.size, 3);
+        assert_eq!(std::fs::read(fx.root.join("a.txt")).unwrap(), b"new");
+        assert_eq!(entries(&fx.root), ["a.txt"]);
+        let displaced = displaced.expect("the old file is kept aside");
+        assert_eq!(fx.staging_entries().len(), 1);
+        let mut old = String::new();
+        reader.read_to_string(&mut old).unwrap();
+        assert_eq!(old, "old");
+        drop(displaced);
+        assert!(fx.staging_entries().is_empty());
+
+        // Nothing to displace: a plain create.
+        let staged = b.stage().unwrap();
+        let (_, displaced) = b.commit_aside(staged, &p("d/b.txt"), put).unwrap();
+        assert!(displaced.is_none());
+        assert_eq!(std::fs::read(fx.root.join("d/b.txt")).unwrap(), b"");
+        // A directory is never swapped out.
+        let staged = b.stage().unwrap();
+        assert!(matches!(
+            b.commit_aside(staged, &p("d"), put),
+            Err(Error::IsADirectory { .. })
+        ));
+        assert!(fx.root.join("d/b.txt").is_file());
+        assert!(fx.staging_entries().is_empty());
     }
 
     #[test]

@@ -53,6 +53,12 @@ pub trait StagedFile: Send + 'static {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Every byte is written: release what the staged bytes hold open (a
+    /// descriptor), so that many staged files can wait for their commits
+    /// together. Writing after it is an error.
+    fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Where a commit puts the staged bytes.

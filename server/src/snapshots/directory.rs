@@ -1,37 +1,57 @@
-//! Snapshots of a DIRECTORY session: a content-addressed store on disk.
+//! Snapshots of a DIRECTORY session: a content-addressed store on disk,
+//! shaped like git's object store.
 //!
 //! Everything lives under the session's directory in the data directory,
 //! beside (never inside) the workspace root:
 //!
 //! ```text
 //! sessions/<id>/objects/<aa>/<62 hex>     file contents, named by SHA-256
-//! sessions/<id>/objects/tmp/              objects being written
-//! sessions/<id>/snapshots/<uuid>.json     a snapshot's info (its presence
-//!                                         makes the snapshot exist)
-//! sessions/<id>/snapshots/<uuid>.entries  its entries: path, size, hash
-//! sessions/<id>/snapshot-index.json       path -> (inode, size, mtime,
-//!                                         ctime, hash) as last hashed
+//! sessions/<id>/objects/tmp/              contents being written
+//! sessions/<id>/trees/<aa>/<62 hex>       directory manifests, named by the
+//!                                         SHA-256 of their bytes
+//! sessions/<id>/trees/tmp/                manifests being written
+//! sessions/<id>/snapshots/<uuid>.json     a snapshot's info and root
+//!                                         manifest (its presence makes the
+//!                                         snapshot exist)
+//! sessions/<id>/head                      the root manifest the next
+//!                                         snapshot compares against
 //! ```
 //!
-//! An unchanged file is stored once, however many snapshots hold it. A
-//! snapshot stats every entry (one `statx` each, by descriptor, through
-//! [`DirectoryBackend::tree`]) but reads and hashes only the files whose
-//! identity differs from the index, so its cost in reads and writes grows
-//! with what changed. Files are read through the backend's `open` and
-//! restored through `stage`/`commit`, `mkdir` and `remove`: the
-//! symlink-proof paths every other call takes.
+//! A directory manifest ([`Tree`]) lists a directory's children by name: for
+//! a file its size, content hash and the identity (inode, size, mtime,
+//! ctime) it had when it was hashed; for a directory the hash of the
+//! directory's own manifest. An unchanged directory has the same manifest,
+//! stored once, so a snapshot writes only the manifests of the directories
+//! on the way to a change, and an unchanged file is stored once across all
+//! snapshots.
+//!
+//! A snapshot stats every entry (one `statx` each, by descriptor, through
+//! [`DirectoryBackend::tree`]) and compares it with the previous snapshot's
+//! manifests, kept in memory: a file with the same identity is not read, so
+//! the snapshot's reads and writes grow with what changed. Restore compares
+//! the same way and rewrites only the files that differ from the snapshot.
+//! It stages every file it will write (checking the stored bytes against
+//! their hash) before its first change to the workspace, so a store that
+//! fails to deliver leaves the workspace as it was. Replaced files are
+//! swapped out atomically and freed after the restore has answered. Files
+//! are read through the backend's `open` and restored through `stage`,
+//! `commit_aside`, `mkdir` and `remove`: the symlink-proof paths every
+//! other call takes.
+//!
+//! Snapshots written by earlier versions (a JSON list of entries in
+//! `snapshots/<uuid>.entries`) are still listed, exported and restored.
 
 use super::{
     new_id, not_found, parse_id, read_only, Restored, SnapshotEntry, SnapshotFiles, SnapshotInfo,
     SnapshotStore,
 };
-use crate::backend::directory::{FileIdentity, TreeKind};
+use crate::backend::directory::{Displaced, FileIdentity, TreeEntry, TreeKind};
 use crate::backend::{Backend, CommitMode, Content, DirectoryBackend, StagedFile};
 use crate::workspace::Workspace;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -40,7 +60,14 @@ use wsfs::{CanonicalPath, Error, PathLimits, Result};
 
 const COPY_BUFFER: usize = 1024 * 1024;
 const INFO_SUFFIX: &str = ".json";
+/// The entries of a snapshot written by an earlier version.
 const ENTRIES_SUFFIX: &str = ".entries";
+/// Deeper manifests than this are corrupt (the workspace's own depth is
+/// far less).
+const MAX_TREE_DEPTH: usize = 256;
+
+/// A SHA-256 digest.
+type Hash = [u8; 32];
 
 pub struct DirectorySnapshots {
     workspace: Arc<Workspace<DirectoryBackend>>,
@@ -55,7 +82,7 @@ impl DirectorySnapshots {
             workspace,
             store: Arc::new(Store {
                 dir: session_dir.to_path_buf(),
-                lock: Mutex::new(()),
+                state: Mutex::new(State::default()),
             }),
         }
     }
@@ -86,14 +113,21 @@ impl SnapshotStore for DirectorySnapshots {
         }
         let key = parse_id(id)?;
         let store = self.store.clone();
-        self.workspace
+        let (restored, displaced) = self
+            .workspace
             .exclusive(move |b| store.restore(b, &key))
-            .await
+            .await?;
+        if !displaced.is_empty() {
+            // The replaced files' blocks are freed once the workspace is
+            // free again.
+            tokio::task::spawn_blocking(move || drop(displaced));
+        }
+        Ok(restored)
     }
 
     async fn list(&self) -> Result<Vec<SnapshotInfo>> {
         self.blocking(|s| {
-            let _lock = s.lock();
+            let _state = s.lock();
             s.infos()
         })
         .await
@@ -107,9 +141,9 @@ impl SnapshotStore for DirectorySnapshots {
     async fn files(&self, id: &str) -> Result<SnapshotFiles> {
         let key = parse_id(id)?;
         self.blocking(move |s| {
-            let _lock = s.lock();
-            s.read_info(&key)?;
-            let entries = s.read_entries(&key)?;
+            let state = s.lock();
+            let info = s.read_info(&key)?;
+            let entries = s.flatten(&info, &state)?;
             let objects = s.objects();
             Ok(Box::new(entries.into_iter().map(move |e| e.open(&objects))) as SnapshotFiles)
         })
@@ -125,6 +159,10 @@ struct InfoFile {
     created_at: SystemTime,
     file_count: u64,
     total_bytes: u64,
+    /// The root directory's manifest, in hex; absent in snapshots written
+    /// by earlier versions, which list their entries in a separate file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    root: Option<String>,
 }
 
 impl InfoFile {
@@ -139,61 +177,205 @@ impl InfoFile {
     }
 }
 
-/// One entry of a snapshot: a directory when `hash` is absent.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct ManifestEntry {
+/// One entry of a snapshot written by an earlier version: a directory when
+/// `hash` is absent.
+#[derive(Debug, Clone, Deserialize)]
+struct LegacyEntry {
     path: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     hash: Option<String>,
     #[serde(default)]
     size: u64,
 }
 
-impl ManifestEntry {
-    fn canonical(&self) -> Result<CanonicalPath> {
-        CanonicalPath::parse(&self.path, &PathLimits::UNLIMITED)
+/// One child in a directory manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Node {
+    File {
+        /// The stored bytes.
+        size: u64,
+        hash: Hash,
+        /// What the file was when it was hashed.
+        identity: FileIdentity,
+    },
+    Dir {
+        tree: Hash,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TreeItem {
+    name: String,
+    node: Node,
+}
+
+/// A directory manifest: its children, sorted by name bytewise.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Tree {
+    items: Vec<TreeItem>,
+}
+
+const TREE_MAGIC: &[u8] = b"wsfs-tree 1\n";
+const FILE_TAG: u8 = 1;
+const DIR_TAG: u8 = 2;
+
+impl Tree {
+    fn get(&self, name: &str) -> Option<&Node> {
+        self.items
+            .binary_search_by(|i| i.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.items[i].node)
     }
 
-    fn open(self, objects: &Objects) -> Result<SnapshotEntry> {
-        let path = self.canonical()?;
-        Ok(match &self.hash {
-            None => SnapshotEntry::Directory { path },
-            Some(hash) => SnapshotEntry::File {
-                path,
-                size: self.size,
-                content: Content::Disk(objects.open(hash)?),
+    /// The manifest's bytes: a magic line, then per child a tag byte, the
+    /// name (u16 length, bytes), and for a file its size, hash, inode,
+    /// identity size, mtime and ctime (ns); for a directory its manifest's
+    /// hash. Integers little-endian.
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(TREE_MAGIC.len() + self.items.len() * 100);
+        out.extend_from_slice(TREE_MAGIC);
+        for item in &self.items {
+            let name = item.name.as_bytes();
+            match &item.node {
+                Node::File { .. } => out.push(FILE_TAG),
+                Node::Dir { .. } => out.push(DIR_TAG),
+            }
+            // Names are path segments, far below u16::MAX bytes.
+            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            out.extend_from_slice(name);
+            match &item.node {
+                Node::File {
+                    size,
+                    hash,
+                    identity,
+                } => {
+                    out.extend_from_slice(&size.to_le_bytes());
+                    out.extend_from_slice(hash);
+                    out.extend_from_slice(&identity.ino.to_le_bytes());
+                    out.extend_from_slice(&identity.size.to_le_bytes());
+                    out.extend_from_slice(&identity.mtime_ns.to_le_bytes());
+                    out.extend_from_slice(&identity.ctime_ns.to_le_bytes());
+                }
+                Node::Dir { tree } => out.extend_from_slice(tree),
+            }
+        }
+        out
+    }
+
+    fn decode(raw: &[u8]) -> Option<Tree> {
+        let mut r = raw.strip_prefix(TREE_MAGIC)?;
+        fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+            let (head, rest) = r.split_at_checked(n)?;
+            *r = rest;
+            Some(head)
+        }
+        fn u64_of(r: &mut &[u8]) -> Option<u64> {
+            Some(u64::from_le_bytes(take(r, 8)?.try_into().ok()?))
+        }
+        fn hash_of(r: &mut &[u8]) -> Option<Hash> {
+            take(r, 32)?.try_into().ok()
+        }
+        let mut items: Vec<TreeItem> = Vec::new();
+        while !r.is_empty() {
+            let tag = take(&mut r, 1)?[0];
+            let len = u16::from_le_bytes(take(&mut r, 2)?.try_into().ok()?);
+            let name = std::str::from_utf8(take(&mut r, usize::from(len))?).ok()?;
+            let node = match tag {
+                FILE_TAG => Node::File {
+                    size: u64_of(&mut r)?,
+                    hash: hash_of(&mut r)?,
+                    identity: FileIdentity {
+                        ino: u64_of(&mut r)?,
+                        size: u64_of(&mut r)?,
+                        mtime_ns: u64_of(&mut r)? as i64,
+                        ctime_ns: u64_of(&mut r)? as i64,
+                    },
+                },
+                DIR_TAG => Node::Dir {
+                    tree: hash_of(&mut r)?,
+                },
+                _ => return None,
+            };
+            if items.last().is_some_and(|last| last.name.as_str() >= name) {
+                return None;
+            }
+            items.push(TreeItem {
+                name: name.to_string(),
+                node,
+            });
+        }
+        Some(Tree { items })
+    }
+}
+
+/// One entry of a snapshot, flattened out of its manifests.
+struct FlatEntry {
+    path: CanonicalPath,
+    /// `None` for a directory.
+    file: Option<FlatFile>,
+}
+
+struct FlatFile {
+    size: u64,
+    hash: Hash,
+    /// Unknown in snapshots written by earlier versions.
+    identity: Option<FileIdentity>,
+}
+
+impl FlatEntry {
+    fn open(self, objects: &ContentStore) -> Result<SnapshotEntry> {
+        Ok(match self.file {
+            None => SnapshotEntry::Directory { path: self.path },
+            Some(file) => SnapshotEntry::File {
+                path: self.path,
+                size: file.size,
+                content: Content::Disk(objects.open(&file.hash)?),
             },
         })
     }
 }
 
-/// What the index remembers of a file it hashed.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Indexed {
-    identity: FileIdentity,
-    hash: String,
-}
-
-type Index = BTreeMap<String, Indexed>;
-
-/// The content-addressed objects directory.
+/// A directory of files named by hash: `<aa>/<62 hex>`, written through
+/// `tmp/`.
 #[derive(Clone)]
-struct Objects {
+struct ContentStore {
     dir: PathBuf,
 }
 
-impl Objects {
-    fn path(&self, hash: &str) -> PathBuf {
-        let (head, rest) = hash.split_at(2.min(hash.len()));
-        self.dir.join(head).join(rest)
+impl ContentStore {
+    fn path(&self, hash: &Hash) -> PathBuf {
+        let hex = hex(hash);
+        self.dir.join(&hex[..2]).join(&hex[2..])
     }
 
-    fn open(&self, hash: &str) -> Result<std::fs::File> {
+    fn open(&self, hash: &Hash) -> Result<std::fs::File> {
         std::fs::File::open(self.path(hash)).map_err(|e| {
             Error::internal(format!(
-                "a snapshot's stored content {hash} cannot be read: {e}"
+                "a snapshot's stored content {} cannot be read: {e}",
+                hex(hash)
             ))
         })
+    }
+
+    fn temp_file(&self) -> Result<(PathBuf, std::fs::File)> {
+        let tmp_dir = self.dir.join("tmp");
+        std::fs::create_dir_all(&tmp_dir).map_err(storage_error)?;
+        let tmp = tmp_dir.join(new_id());
+        let file = std::fs::File::create_new(&tmp).map_err(storage_error)?;
+        Ok((tmp, file))
+    }
+
+    /// Moves the finished temporary file `tmp` to `hash`'s name, unless
+    /// that is already stored.
+    fn publish(&self, tmp: &Path, hash: &Hash) -> Result<()> {
+        let target = self.path(hash);
+        if !target.exists() {
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).map_err(storage_error)?;
+            }
+            std::fs::rename(tmp, &target).map_err(storage_error)?;
+        }
+        Ok(())
     }
 
     /// Copies `content` into the store while hashing it; returns the hash
@@ -203,12 +385,9 @@ impl Objects {
         mut content: impl Read,
         path: &CanonicalPath,
         buf: &mut [u8],
-    ) -> Result<(String, u64)> {
-        let tmp_dir = self.dir.join("tmp");
-        std::fs::create_dir_all(&tmp_dir).map_err(storage_error)?;
-        let tmp = tmp_dir.join(new_id());
+    ) -> Result<(Hash, u64)> {
+        let (tmp, mut out) = self.temp_file()?;
         let result = (|| {
-            let mut out = std::fs::File::create_new(&tmp).map_err(storage_error)?;
             let mut hasher = Sha256::new();
             let mut size = 0u64;
             loop {
@@ -222,27 +401,94 @@ impl Objects {
                 out.write_all(&buf[..n]).map_err(storage_error)?;
                 size += n as u64;
             }
-            let hash = hex(&hasher.finalize());
-            let target = self.path(&hash);
-            if !target.exists() {
-                if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent).map_err(storage_error)?;
-                }
-                std::fs::rename(&tmp, &target).map_err(storage_error)?;
-            }
+            let hash: Hash = hasher.finalize().into();
+            self.publish(&tmp, &hash)?;
             Ok((hash, size))
         })();
         let _ = std::fs::remove_file(&tmp);
         result
     }
+
+    /// Stores `bytes` under their hash, unless already stored.
+    fn store_bytes(&self, hash: &Hash, bytes: &[u8]) -> Result<()> {
+        if self.path(hash).exists() {
+            return Ok(());
+        }
+        let (tmp, mut out) = self.temp_file()?;
+        let result = out
+            .write_all(bytes)
+            .map_err(storage_error)
+            .and_then(|()| self.publish(&tmp, hash));
+        let _ = std::fs::remove_file(&tmp);
+        result
+    }
+
+    /// Removes every stored file not in `live`, and anything half written.
+    fn sweep(&self, live: &HashSet<Hash>) -> Result<()> {
+        let _ = std::fs::remove_dir_all(self.dir.join("tmp"));
+        let heads = match std::fs::read_dir(&self.dir) {
+            Ok(h) => h,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(storage_error(e)),
+        };
+        for head in heads {
+            let head = head.map_err(storage_error)?;
+            let head_name = head.file_name().to_string_lossy().into_owned();
+            for object in std::fs::read_dir(head.path()).map_err(storage_error)? {
+                let object = object.map_err(storage_error)?;
+                let name = format!("{head_name}{}", object.file_name().to_string_lossy());
+                if !parse_hash(&name).is_some_and(|h| live.contains(&h)) {
+                    std::fs::remove_file(object.path()).map_err(storage_error)?;
+                }
+            }
+            // Only succeeds once empty.
+            let _ = std::fs::remove_dir(head.path());
+        }
+        Ok(())
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    s
+}
+
+fn parse_hash(s: &str) -> Option<Hash> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(s.get(i * 2..i * 2 + 2)?, 16).ok()?;
+    }
+    Some(out)
 }
 
 fn storage_error(e: std::io::Error) -> Error {
     Error::internal(format!("the snapshot store failed: {e}"))
+}
+
+/// A path's parent (`""` for the root) and last name.
+fn split_parent(path: &str) -> (&str, &str) {
+    match path.rfind('/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => ("", path),
+    }
+}
+
+/// What the store keeps in memory between calls.
+#[derive(Default)]
+struct State {
+    /// The head manifest's hash once read; `Some(None)` when there is none.
+    head: Option<Option<Hash>>,
+    /// Manifests by hash: those of the head, so that the next snapshot
+    /// reads none from disk.
+    trees: HashMap<Hash, Arc<Tree>>,
 }
 
 /// The on-disk store of one session.
@@ -250,17 +496,23 @@ struct Store {
     /// The session's directory.
     dir: PathBuf,
     /// Serialises snapshot, restore, delete and reads of the store.
-    lock: Mutex<()>,
+    state: Mutex<State>,
 }
 
 impl Store {
-    fn lock(&self) -> MutexGuard<'_, ()> {
-        self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn objects(&self) -> Objects {
-        Objects {
+    fn objects(&self) -> ContentStore {
+        ContentStore {
             dir: self.dir.join("objects"),
+        }
+    }
+
+    fn trees(&self) -> ContentStore {
+        ContentStore {
+            dir: self.dir.join("trees"),
         }
     }
 
@@ -276,17 +528,53 @@ impl Store {
         self.manifests().join(format!("{id}{ENTRIES_SUFFIX}"))
     }
 
-    fn index_path(&self) -> PathBuf {
-        self.dir.join("snapshot-index.json")
+    fn head_path(&self) -> PathBuf {
+        self.dir.join("head")
     }
 
-    /// The index, or an empty one when it is missing or unreadable (every
-    /// file is then hashed again: slower, never wrong).
-    fn load_index(&self) -> Index {
-        std::fs::read(self.index_path())
-            .ok()
-            .and_then(|raw| serde_json::from_slice(&raw).ok())
-            .unwrap_or_default()
+    /// The head manifest's hash. A missing or unreadable head file means
+    /// none: every file is then hashed again (slower, never wrong).
+    fn head(&self, state: &mut State) -> Option<Hash> {
+        *state.head.get_or_insert_with(|| {
+            std::fs::read_to_string(self.head_path())
+                .ok()
+                .and_then(|s| parse_hash(s.trim()))
+        })
+    }
+
+    fn set_head(&self, state: &mut State, head: Option<Hash>) -> Result<()> {
+        match head {
+            Some(hash) => write_atomic(&self.head_path(), hex(&hash).as_bytes())?,
+            None => match std::fs::remove_file(self.head_path()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(storage_error(e)),
+            },
+        }
+        state.head = Some(head);
+        Ok(())
+    }
+
+    /// The manifest `hash`, from memory or from disk (checked against its
+    /// hash).
+    fn tree(&self, state: &State, hash: &Hash) -> Result<Arc<Tree>> {
+        if let Some(tree) = state.trees.get(hash) {
+            return Ok(tree.clone());
+        }
+        let corrupt = |why: String| {
+            Error::internal(format!(
+                "the snapshot store's directory manifest {} {why}",
+                hex(hash)
+            ))
+        };
+        let raw = std::fs::read(self.trees().path(hash))
+            .map_err(|e| corrupt(format!("cannot be read: {e}")))?;
+        if <[u8; 32]>::from(Sha256::digest(&raw)) != *hash {
+            return Err(corrupt("is corrupt".to_string()));
+        }
+        Tree::decode(&raw)
+            .map(Arc::new)
+            .ok_or_else(|| corrupt("is corrupt".to_string()))
     }
 
     fn read_info(&self, id: &str) -> Result<InfoFile> {
@@ -299,13 +587,119 @@ impl Store {
             .map_err(|e| Error::internal(format!("snapshot {id} has a corrupt record: {e}")))
     }
 
-    fn read_entries(&self, id: &str) -> Result<Vec<ManifestEntry>> {
+    fn read_legacy_entries(&self, id: &str) -> Result<Vec<LegacyEntry>> {
         let raw = std::fs::read(self.entries_path(id)).map_err(storage_error)?;
         serde_json::from_slice(&raw)
             .map_err(|e| Error::internal(format!("snapshot {id} has a corrupt manifest: {e}")))
     }
 
-    fn infos(&self) -> Result<Vec<SnapshotInfo>> {
+    fn root_of(info: &InfoFile) -> Result<Option<Hash>> {
+        info.root
+            .as_deref()
+            .map(|r| {
+                parse_hash(r).ok_or_else(|| {
+                    Error::internal(format!("snapshot {} has a corrupt record", info.id))
+                })
+            })
+            .transpose()
+    }
+
+    /// Every entry of a snapshot, in path order (bytewise).
+    fn flatten(&self, info: &InfoFile, state: &State) -> Result<Vec<FlatEntry>> {
+        let mut out = Vec::new();
+        match Self::root_of(info)? {
+            Some(root) => {
+                self.flatten_tree(state, &root, &CanonicalPath::root(), 0, &mut out)?;
+            }
+            None => {
+                for e in self.read_legacy_entries(&info.id)? {
+                    let path = CanonicalPath::parse(&e.path, &PathLimits::UNLIMITED)?;
+                    let file = match e.hash {
+                        None => None,
+                        Some(hash) => Some(FlatFile {
+                            size: e.size,
+                            hash: parse_hash(&hash).ok_or_else(|| {
+                                Error::internal(format!(
+                                    "snapshot {} has a corrupt manifest",
+                                    info.id
+                                ))
+                            })?,
+                            identity: None,
+                        }),
+                    };
+                    out.push(FlatEntry { path, file });
+                }
+            }
+        }
+        out.sort_unstable_by(|a, b| a.path.as_str().cmp(b.path.as_str()));
+        Ok(out)
+    }
+
+    fn flatten_tree(
+        &self,
+        state: &State,
+        hash: &Hash,
+        path: &CanonicalPath,
+        depth: usize,
+        out: &mut Vec<FlatEntry>,
+    ) -> Result<()> {
+        if depth > MAX_TREE_DEPTH {
+            return Err(Error::internal(
+                "the snapshot store's manifests nest too deep",
+            ));
+        }
+        let tree = self.tree(state, hash)?;
+        for item in &tree.items {
+            let child = path.join(&item.name)?;
+            match &item.node {
+                Node::File {
+                    size,
+                    hash,
+                    identity,
+                } => out.push(FlatEntry {
+                    path: child,
+                    file: Some(FlatFile {
+                        size: *size,
+                        hash: *hash,
+                        identity: Some(*identity),
+                    }),
+                }),
+                Node::Dir { tree } => {
+                    out.push(FlatEntry {
+                        path: child.clone(),
+                        file: None,
+                    });
+                    self.flatten_tree(state, tree, &child, depth + 1, out)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What the head holds at `path`: a file's identity and hash.
+    fn head_file(
+        &self,
+        state: &State,
+        head: Option<&Arc<Tree>>,
+        path: &str,
+    ) -> Result<Option<(FileIdentity, Hash)>> {
+        let Some(mut tree) = head.cloned() else {
+            return Ok(None);
+        };
+        let mut segments = path.split('/').peekable();
+        while let Some(seg) = segments.next() {
+            match (tree.get(seg), segments.peek()) {
+                (Some(Node::File { hash, identity, .. }), None) => {
+                    return Ok(Some((*identity, *hash)))
+                }
+                (Some(Node::Dir { tree: sub }), Some(_)) => tree = self.tree(state, sub)?,
+                _ => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
+    fn infos_raw(&self) -> Result<Vec<InfoFile>> {
         let entries = match std::fs::read_dir(self.manifests()) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -318,7 +712,7 @@ impl Store {
                 continue;
             };
             match self.read_info(id) {
-                Ok(info) => infos.push(info.info()),
+                Ok(info) => infos.push(info),
                 // Deleted since listed.
                 Err(Error::SnapshotNotFound { .. }) => {}
                 Err(e) => return Err(e),
@@ -328,222 +722,420 @@ impl Store {
         Ok(infos)
     }
 
+    fn infos(&self) -> Result<Vec<SnapshotInfo>> {
+        Ok(self.infos_raw()?.into_iter().map(InfoFile::info).collect())
+    }
+
     /// Takes a snapshot of the workspace (the caller holds its write lock).
     fn take(&self, b: &DirectoryBackend, tag: String) -> Result<SnapshotInfo> {
-        let _lock = self.lock();
-        let objects = self.objects();
-        let mut old_index = self.load_index();
-        let mut buf = vec![0u8; COPY_BUFFER];
-        let mut index = Index::new();
-        let mut entries = Vec::new();
-        let (mut file_count, mut total_bytes) = (0u64, 0u64);
-        for e in b.tree()? {
-            match e.kind {
-                TreeKind::Other => continue,
-                TreeKind::Directory => entries.push(ManifestEntry {
-                    path: e.path.as_str().to_string(),
-                    hash: None,
-                    size: 0,
-                }),
-                TreeKind::File => {
-                    let known = old_index
-                        .remove(e.path.as_str())
-                        .filter(|k| k.identity == e.identity);
-                    let (hash, size) = match known {
-                        Some(k) => (k.hash, e.size),
-                        None => match b.open(&e.path) {
-                            Ok(file) => {
-                                let Content::Disk(f) = file.content else {
-                                    return Err(Error::internal(
-                                        "the directory backend opened a file in memory",
-                                    ));
-                                };
-                                objects.store(f, &e.path, &mut buf)?
-                            }
-                            // Gone, or swapped for a link or directory,
-                            // since the walk: not a file to keep.
-                            Err(
-                                Error::FileNotFound { .. }
-                                | Error::PermissionDenied { .. }
-                                | Error::IsADirectory { .. },
-                            ) => continue,
-                            Err(err) => return Err(err),
-                        },
-                    };
-                    index.insert(
-                        e.path.as_str().to_string(),
-                        Indexed {
-                            identity: e.identity,
-                            hash: hash.clone(),
-                        },
-                    );
-                    file_count += 1;
-                    total_bytes += size;
-                    entries.push(ManifestEntry {
-                        path: e.path.as_str().to_string(),
-                        hash: Some(hash),
-                        size,
-                    });
-                }
+        let mut state = self.lock();
+        let previous = match self.head(&mut state) {
+            // A head that cannot be read is no head: everything is hashed.
+            Some(hash) => self.tree(&state, &hash).ok().map(|tree| (hash, tree)),
+            None => None,
+        };
+        let live = b.tree()?;
+        let mut children: HashMap<&str, Vec<&TreeEntry>> = HashMap::new();
+        for e in &live {
+            if e.kind != TreeKind::Other {
+                let (parent, _) = split_parent(e.path.as_str());
+                children.entry(parent).or_default().push(e);
             }
         }
+        let mut walk = SnapshotWalk {
+            b,
+            store: self,
+            state: &state,
+            children: &children,
+            objects: self.objects(),
+            trees: self.trees(),
+            buf: vec![0u8; COPY_BUFFER],
+            file_count: 0,
+            total_bytes: 0,
+            seen: HashMap::new(),
+        };
+        let root = walk.directory("", previous, 0)?;
+        let (file_count, total_bytes, seen) = (walk.file_count, walk.total_bytes, walk.seen);
         let info = InfoFile {
             id: new_id(),
             tag,
             created_at: SystemTime::now(),
             file_count,
             total_bytes,
+            root: Some(hex(&root)),
         };
         std::fs::create_dir_all(self.manifests()).map_err(storage_error)?;
-        // Entries first: the info file's arrival is what makes the snapshot
-        // exist, so a crash in between leaves no half snapshot.
-        write_json(&self.entries_path(&info.id), &entries)?;
+        // Contents and manifests first: the info file's arrival is what
+        // makes the snapshot exist, so a crash in between leaves no half
+        // snapshot.
         write_json(&self.info_path(&info.id), &info)?;
-        write_json(&self.index_path(), &index)?;
+        state.trees = seen;
+        self.set_head(&mut state, Some(root))?;
         Ok(info.info())
     }
 
     /// Makes the workspace exactly snapshot `id` (the caller holds its write
-    /// lock). Everything is checked before the first change.
-    fn restore(&self, b: &DirectoryBackend, id: &str) -> Result<Restored> {
-        let _lock = self.lock();
+    /// lock). Everything it writes is staged before the first change. Also
+    /// returns the old files it replaced, for the caller to drop (and so
+    /// remove) when it likes.
+    fn restore(&self, b: &DirectoryBackend, id: &str) -> Result<(Restored, Vec<Displaced>)> {
+        let mut state = self.lock();
         let info = self.read_info(id)?;
-        let target = self.read_entries(id)?;
-        let objects = self.objects();
-        let mut wanted: BTreeMap<&str, &ManifestEntry> = BTreeMap::new();
-        for e in &target {
-            e.canonical()?;
-            wanted.insert(e.path.as_str(), e);
-        }
-        let index = self.load_index();
-        // Plan first: what goes (what the snapshot does not hold), and which
-        // files already hold the snapshot's bytes.
-        let mut unchanged = HashSet::new();
-        let mut doomed: Vec<CanonicalPath> = Vec::new();
-        for e in b.tree()? {
+        let target = self.flatten(&info, &state)?;
+        let head = match self.head(&mut state) {
+            Some(hash) => self.tree(&state, &hash).ok(),
+            None => None,
+        };
+        // Plan: what goes (what the snapshot does not hold), and which
+        // files already hold the snapshot's bytes. Both lists are in path
+        // order (bytewise), so one pass over both pairs them up.
+        let live = b.tree()?;
+        let mut unchanged = vec![false; target.len()];
+        let mut doomed: Vec<&CanonicalPath> = Vec::new();
+        let mut next = 0;
+        for e in &live {
             if doomed.last().is_some_and(|r| e.path.starts_with(r)) {
                 continue;
             }
-            let keep = match (e.kind, wanted.get(e.path.as_str()).map(|w| &w.hash)) {
+            let key = e.path.as_str();
+            while target.get(next).is_some_and(|t| t.path.as_str() < key) {
+                next += 1;
+            }
+            let wanted = target
+                .get(next)
+                .filter(|t| t.path.as_str() == key)
+                .map(|t| &t.file);
+            let keep = match (e.kind, wanted) {
                 (TreeKind::Directory, Some(None)) => true,
-                (TreeKind::File, Some(Some(hash))) => {
-                    let same = index
-                        .get(e.path.as_str())
-                        .is_some_and(|k| k.identity == e.identity && &k.hash == hash);
-                    if same {
-                        unchanged.insert(e.path.as_str().to_string());
-                    }
+                (TreeKind::File, Some(Some(file))) => {
+                    let same = file.identity == Some(e.identity)
+                        || self
+                            .head_file(&state, head.as_ref(), e.path.as_str())?
+                            .is_some_and(|(identity, hash)| {
+                                identity == e.identity && hash == file.hash
+                            });
+                    unchanged[next] = same;
                     true
                 }
                 _ => false,
             };
             if !keep {
-                doomed.push(e.path);
+                doomed.push(&e.path);
             }
         }
-        // Every content to write must be there before the first change.
-        for e in &target {
-            if let (Some(hash), false) = (&e.hash, unchanged.contains(&e.path)) {
-                if !objects.path(hash).is_file() {
-                    return Err(Error::internal(format!(
-                        "snapshot {id} cannot be restored: the stored content of '{}' is missing",
-                        e.path
-                    )));
-                }
-            }
-        }
-        for path in &doomed {
+        // Stage every file to write: a missing or damaged content fails
+        // here, with the workspace untouched.
+        let to_write: Vec<(&CanonicalPath, &FlatFile)> = target
+            .iter()
+            .zip(&unchanged)
+            .filter(|(_, same)| !**same)
+            .filter_map(|(e, _)| Some((&e.path, e.file.as_ref()?)))
+            .collect();
+        let staged = stage_objects(b, &self.objects(), &to_write)?;
+        drop(state);
+        for path in doomed {
             match b.remove(path, true) {
                 // Gone with a removed ancestor, or since the walk.
                 Ok(_) | Err(Error::FileNotFound { .. }) => {}
                 Err(err) => return Err(err),
             }
         }
-        // Then create, parents before children (manifests are in path order).
+        // Directories in path order, so parents come before children.
+        for e in target.iter().filter(|e| e.file.is_none()) {
+            b.mkdir(&e.path, true)?;
+        }
         let put = CommitMode {
             append: false,
             create_parents: true,
         };
-        let mut buf = vec![0u8; COPY_BUFFER];
-        for e in &target {
-            let path = e.canonical()?;
-            match &e.hash {
-                None => {
-                    b.mkdir(&path, true)?;
-                }
-                Some(_) if unchanged.contains(&e.path) => {}
-                Some(hash) => {
-                    let mut object = objects.open(hash)?;
-                    let mut staged = b.stage()?;
-                    loop {
-                        let n = match object.read(&mut buf) {
-                            Ok(0) => break,
-                            Ok(n) => n,
-                            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
-                            Err(err) => return Err(storage_error(err)),
-                        };
-                        staged.write_chunk(&buf[..n])?;
-                    }
-                    b.commit(staged, &path, put)?;
-                }
-            }
+        let mut displaced = Vec::new();
+        for ((path, _), content) in to_write.iter().zip(staged) {
+            displaced.extend(b.commit_aside(content, path, put)?.1);
         }
-        Ok(Restored {
+        let restored = Restored {
             file_count: info.file_count,
             total_bytes: info.total_bytes,
-        })
+        };
+        Ok((restored, displaced))
     }
 
-    /// Deletes snapshot `id`, then every object no other snapshot holds.
+    /// Deletes snapshot `id`, then every content and manifest no other
+    /// snapshot holds.
     fn delete(&self, id: &str) -> Result<()> {
-        let _lock = self.lock();
+        let mut state = self.lock();
         self.read_info(id)?;
         std::fs::remove_file(self.info_path(id)).map_err(storage_error)?;
         let _ = std::fs::remove_file(self.entries_path(id));
-        self.collect_garbage()
+        self.collect_garbage(&mut state)
     }
 
-    fn collect_garbage(&self) -> Result<()> {
-        let mut live = HashSet::new();
-        for info in self.infos()? {
-            for e in self.read_entries(&info.id)? {
-                if let Some(hash) = e.hash {
-                    live.insert(hash);
+    fn collect_garbage(&self, state: &mut State) -> Result<()> {
+        let infos = self.infos_raw()?;
+        let mut live_objects = HashSet::new();
+        let mut live_trees = HashSet::new();
+        let mut newest_root = None;
+        for info in &infos {
+            match Self::root_of(info)? {
+                Some(root) => {
+                    self.mark(state, &root, 0, &mut live_objects, &mut live_trees)?;
+                    newest_root = Some(root);
+                }
+                None => {
+                    newest_root = None;
+                    for e in self.read_legacy_entries(&info.id)? {
+                        if let Some(hash) = e.hash.as_deref().and_then(parse_hash) {
+                            live_objects.insert(hash);
+                        }
+                    }
                 }
             }
         }
-        let objects = self.objects();
-        let _ = std::fs::remove_dir_all(objects.dir.join("tmp"));
-        let heads = match std::fs::read_dir(&objects.dir) {
-            Ok(h) => h,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(storage_error(e)),
-        };
-        for head in heads {
-            let head = head.map_err(storage_error)?;
-            let head_name = head.file_name().to_string_lossy().into_owned();
-            for object in std::fs::read_dir(head.path()).map_err(storage_error)? {
-                let object = object.map_err(storage_error)?;
-                let hash = format!("{head_name}{}", object.file_name().to_string_lossy());
-                if !live.contains(&hash) {
-                    std::fs::remove_file(object.path()).map_err(storage_error)?;
-                }
-            }
-            // Only succeeds once empty.
-            let _ = std::fs::remove_dir(head.path());
+        // The head may only name what stays: when its snapshot goes, the
+        // newest one left takes its place (before anything is removed, so
+        // that a crash leaves a head that names stored manifests).
+        if self
+            .head(state)
+            .is_some_and(|head| !live_trees.contains(&head))
+        {
+            state.trees.clear();
+            self.set_head(state, newest_root)?;
         }
-        // The index may only name stored content.
-        let mut index = self.load_index();
-        index.retain(|_, k| live.contains(&k.hash));
-        write_json(&self.index_path(), &index)
+        self.objects().sweep(&live_objects)?;
+        self.trees().sweep(&live_trees)?;
+        // Left by earlier versions, which kept a separate index.
+        let _ = std::fs::remove_file(self.dir.join("snapshot-index.json"));
+        Ok(())
     }
+
+    fn mark(
+        &self,
+        state: &State,
+        hash: &Hash,
+        depth: usize,
+        objects: &mut HashSet<Hash>,
+        trees: &mut HashSet<Hash>,
+    ) -> Result<()> {
+        if depth > MAX_TREE_DEPTH {
+            return Err(Error::internal(
+                "the snapshot store's manifests nest too deep",
+            ));
+        }
+        if !trees.insert(*hash) {
+            return Ok(());
+        }
+        for item in &self.tree(state, hash)?.items {
+            match &item.node {
+                Node::File { hash, .. } => {
+                    objects.insert(*hash);
+                }
+                Node::Dir { tree } => self.mark(state, tree, depth + 1, objects, trees)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One snapshot being taken: builds the manifests bottom-up, reading only
+/// the files whose identity differs from the previous snapshot's.
+struct SnapshotWalk<'a> {
+    b: &'a DirectoryBackend,
+    store: &'a Store,
+    state: &'a State,
+    /// Live entries (files and directories) by parent path, in name order.
+    children: &'a HashMap<&'a str, Vec<&'a TreeEntry>>,
+    objects: ContentStore,
+    trees: ContentStore,
+    buf: Vec<u8>,
+    file_count: u64,
+    total_bytes: u64,
+    /// Every manifest of the new snapshot.
+    seen: HashMap<Hash, Arc<Tree>>,
+}
+
+impl SnapshotWalk<'_> {
+    /// The manifest hash of directory `path`, given the previous
+    /// snapshot's manifest of the same directory.
+    fn directory(
+        &mut self,
+        path: &str,
+        previous: Option<(Hash, Arc<Tree>)>,
+        depth: usize,
+    ) -> Result<Hash> {
+        if depth > MAX_TREE_DEPTH {
+            return Err(Error::internal("the workspace nests too deep to snapshot"));
+        }
+        let children: &[&TreeEntry] = self.children.get(path).map_or(&[], |c| c.as_slice());
+        let mut items = Vec::with_capacity(children.len());
+        for e in children {
+            let (_, name) = split_parent(e.path.as_str());
+            let before = previous.as_ref().and_then(|(_, tree)| tree.get(name));
+            let node = match e.kind {
+                TreeKind::Directory => {
+                    let sub = match before {
+                        Some(Node::Dir { tree }) => {
+                            self.store.tree(self.state, tree).ok().map(|t| (*tree, t))
+                        }
+                        _ => None,
+                    };
+                    Node::Dir {
+                        tree: self.directory(e.path.as_str(), sub, depth + 1)?,
+                    }
+                }
+                TreeKind::File => match before {
+                    Some(Node::File {
+                        size,
+                        hash,
+                        identity,
+                    }) if *identity == e.identity => Node::File {
+                        size: *size,
+                        hash: *hash,
+                        identity: e.identity,
+                    },
+                    _ => match self.hash_file(&e.path)? {
+                        Some((hash, size)) => Node::File {
+                            size,
+                            hash,
+                            identity: e.identity,
+                        },
+                        None => continue,
+                    },
+                },
+                TreeKind::Other => continue,
+            };
+            if let Node::File { size, .. } = node {
+                self.file_count += 1;
+                self.total_bytes += size;
+            }
+            items.push(TreeItem {
+                name: name.to_string(),
+                node,
+            });
+        }
+        let tree = Tree { items };
+        if let Some((hash, before)) = previous {
+            if *before == tree {
+                self.seen.insert(hash, before);
+                return Ok(hash);
+            }
+        }
+        let raw = tree.encode();
+        let hash: Hash = Sha256::digest(&raw).into();
+        self.trees.store_bytes(&hash, &raw)?;
+        self.seen.insert(hash, Arc::new(tree));
+        Ok(hash)
+    }
+
+    /// Stores a file's content; `None` when it is no longer a file.
+    fn hash_file(&mut self, path: &CanonicalPath) -> Result<Option<(Hash, u64)>> {
+        match self.b.open(path) {
+            Ok(file) => {
+                let Content::Disk(f) = file.content else {
+                    return Err(Error::internal(
+                        "the directory backend opened a file in memory",
+                    ));
+                };
+                self.objects.store(f, path, &mut self.buf).map(Some)
+            }
+            // Gone, or swapped for a link or directory, since the walk.
+            Err(
+                Error::FileNotFound { .. }
+                | Error::PermissionDenied { .. }
+                | Error::IsADirectory { .. },
+            ) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+}
+
+/// Most threads that stage a restore's files at once.
+const MAX_STAGING_THREADS: usize = 4;
+
+/// Stages every file of `files` (in order), on a few threads: creating and
+/// filling many small files is mostly waiting on the filesystem. On error,
+/// everything staged so far is dropped (and so removed).
+fn stage_objects(
+    b: &DirectoryBackend,
+    objects: &ContentStore,
+    files: &[(&CanonicalPath, &FlatFile)],
+) -> Result<Vec<<DirectoryBackend as Backend>::Staged>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_STAGING_THREADS);
+    let chunk = files.len().div_ceil(threads).max(1);
+    let stage_chunk = |part: &[(&CanonicalPath, &FlatFile)]| {
+        let mut buf = vec![0u8; COPY_BUFFER];
+        part.iter()
+            .map(|(path, file)| stage_object(b, objects, file, path, &mut buf))
+            .collect::<Result<Vec<_>>>()
+    };
+    if files.len() <= chunk {
+        return stage_chunk(files);
+    }
+    let parts: Vec<Result<Vec<_>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = files
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || stage_chunk(part)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::internal("a staging thread panicked")))
+            })
+            .collect()
+    });
+    let mut staged = Vec::with_capacity(files.len());
+    for part in parts {
+        staged.extend(part?);
+    }
+    Ok(staged)
+}
+
+/// Copies a stored content into a new staged file, checking its bytes
+/// against its hash.
+fn stage_object(
+    b: &DirectoryBackend,
+    objects: &ContentStore,
+    file: &FlatFile,
+    path: &CanonicalPath,
+    buf: &mut [u8],
+) -> Result<<DirectoryBackend as Backend>::Staged> {
+    let damaged = |why: String| {
+        Error::internal(format!(
+            "the snapshot cannot be restored: the stored content of '{path}' {why}"
+        ))
+    };
+    let mut object = std::fs::File::open(objects.path(&file.hash))
+        .map_err(|e| damaged(format!("cannot be read: {e}")))?;
+    let mut staged = b.stage()?;
+    let mut hasher = Sha256::new();
+    loop {
+        let n = match object.read(buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(damaged(format!("cannot be read: {err}"))),
+        };
+        hasher.update(&buf[..n]);
+        staged.write_chunk(&buf[..n])?;
+    }
+    if <[u8; 32]>::from(hasher.finalize()) != file.hash || staged.len() != file.size {
+        return Err(damaged("is corrupt".to_string()));
+    }
+    staged.finish()?;
+    Ok(staged)
+}
+
+/// Writes `bytes` to `path`, replacing it atomically.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).map_err(storage_error)?;
+    std::fs::rename(&tmp, path).map_err(storage_error)
 }
 
 /// Writes `value` as JSON to `path`, replacing it atomically.
 fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
     let json = serde_json::to_vec(value)
         .map_err(|e| Error::internal(format!("cannot encode a snapshot record: {e}")))?;
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, json).map_err(storage_error)?;
-    std::fs::rename(&tmp, path).map_err(storage_error)
+    write_atomic(path, &json)
 }
