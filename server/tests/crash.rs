@@ -899,3 +899,57 @@ fn validation_refuses_torn_and_foreign_content() {
         "torn slots"
     );
 }
+
+/// A client that read a version before the server went down must not be
+/// able to overwrite a change made after that read once the server is back:
+/// versions keep growing across restarts, not start over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_seen_before_a_crash_is_stale_after_it() {
+    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data_dir = scratch.path().join("data");
+    let log = scratch.path().join("server.log");
+    let mut server = Server::start(&data_dir, &log);
+    let client = Client::connect(&server.url).await.unwrap();
+    let info = client
+        .create_session(SessionOptions::directory())
+        .await
+        .unwrap();
+    let session = client.session(&info.id);
+    let mut seen = Vec::new();
+    for i in 0..5 {
+        seen.push(
+            session
+                .write_str("a.txt", &format!("{i}\n"))
+                .await
+                .unwrap()
+                .version,
+        );
+    }
+    server.kill();
+
+    let server = Server::start(&data_dir, &log);
+    let client = Client::connect(&server.url).await.unwrap();
+    let session = client.session(&info.id);
+    let path = parse_path("a.txt").unwrap();
+    let now = session.stat(&path).await.unwrap().version;
+    for stale in &seen[..4] {
+        assert_ne!(now, *stale, "a version from before the crash came back");
+        let result = session
+            .write(
+                &path,
+                "lost update\n",
+                WriteOptions {
+                    if_version: Some(*stale),
+                    ..WriteOptions::default()
+                },
+            )
+            .await;
+        assert!(
+            matches!(result, Err(Error::VersionMismatch { .. })),
+            "a write conditional on version {stale}, from before the crash, was {result:?}"
+        );
+    }
+    assert_eq!(session.read_to_string("a.txt").await.unwrap(), "4\n");
+    let mut server = server;
+    server.kill();
+}
