@@ -19,7 +19,9 @@
 //! "handed to the kernel" here. Power loss is not covered: the server does
 //! not fsync file contents, renames or directories.
 //!
-//! `CRASH_LOOPS` (default 5) sets the iterations and `CRASH_SEED` replays a
+//! It lives in the server package because only a package's own tests are
+//! given its binary (`CARGO_BIN_EXE_wsfs-server`), built by the same cargo
+//! command. `CRASH_LOOPS` (default 5) sets the iterations and `CRASH_SEED` replays a
 //! schedule of operations and kill points (the kill point is a time, so
 //! the exact interleaving still varies). Harness size:
 //! `CRASH_LOOPS=200 cargo test --release -p wsfs-server --test crash --
