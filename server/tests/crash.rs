@@ -306,9 +306,17 @@ impl Server {
     }
 
     fn kill(&mut self) {
-        // SIGKILL on Unix.
-        self.child.kill().unwrap();
+        // SIGKILL on Unix; a no-op on a process already reaped.
+        let _ = self.child.kill();
         self.child.wait().unwrap();
+    }
+}
+
+/// A failing test must not leave its server running.
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -929,8 +937,8 @@ async fn a_version_seen_before_a_crash_is_stale_after_it() {
     }
     server.kill();
 
-    let server = Server::start(&data_dir, &log);
-    let client = Client::connect(&server.url).await.unwrap();
+    let restarted = Server::start(&data_dir, &log);
+    let client = Client::connect(&restarted.url).await.unwrap();
     let session = client.session(&info.id);
     let path = parse_path("a.txt").unwrap();
     let now = session.stat(&path).await.unwrap().version;
@@ -952,6 +960,4 @@ async fn a_version_seen_before_a_crash_is_stale_after_it() {
         );
     }
     assert_eq!(session.read_to_string("a.txt").await.unwrap(), "4\n");
-    let mut server = server;
-    server.kill();
 }
