@@ -1,6 +1,6 @@
 //! Crash loop: the real `wsfs-server` binary, SIGKILLed at a random moment
-//! of a storm of writes, multi-megabyte WriteBytes uploads, edits, deletes
-//! and snapshots on DIRECTORY sessions, then started again on the same data
+//! of a storm of writes, multi-megabyte WriteBytes uploads, edits, deletes,
+//! snapshots and snapshot deletes on DIRECTORY sessions, then started again on the same data
 //! directory. After every restart:
 //!
 //! - every session is listed and serves (a probe write reads back);
@@ -13,7 +13,10 @@
 //!   partial file, no phantom; the staging directory is empty;
 //! - every acknowledged snapshot is listed (the one in flight may or may
 //!   not be), and each new one restores to exactly what it captured: each
-//!   file in a state it held while the snapshot was being taken.
+//!   file in a state it held while the snapshot was being taken; after a
+//!   snapshot delete cut short by the kill, every remaining snapshot is
+//!   restored and checked again (its garbage collection must not have
+//!   taken what they hold).
 //!
 //! Scope: SIGKILL keeps the kernel's page cache, so "acknowledged" means
 //! "handed to the kernel" here. Power loss is not covered: the server does
@@ -241,6 +244,8 @@ struct SnapshotExpect {
     tag: String,
     allowed: BTreeMap<String, Vec<State>>,
     verified: bool,
+    /// A DeleteSnapshot of it was in flight at the kill.
+    deleting: bool,
 }
 
 /// A snapshot request in flight: the acknowledged index of every path when
@@ -327,6 +332,8 @@ struct Storm {
     unexpected: Mutex<Vec<String>>,
     generation: Arc<AtomicU64>,
     acked_ops: AtomicU64,
+    /// DeleteSnapshot calls sent.
+    snapshot_deletes: AtomicU64,
 }
 
 impl Storm {
@@ -473,6 +480,30 @@ async fn snapshotter(
         if storm.killed.load(Ordering::SeqCst) {
             return;
         }
+        // Now and then delete a snapshot of an earlier iteration instead:
+        // the store's garbage collection is cut short by the kill too.
+        if rng.below(4) == 0 {
+            let doomed = {
+                let mut m = lock(&model);
+                let session = m[s].id.clone();
+                m[s].snapshots
+                    .iter_mut()
+                    .find(|k| k.verified && !k.deleting)
+                    .map(|k| {
+                        k.deleting = true;
+                        (session, k.id.clone())
+                    })
+            };
+            if let Some((session, snapshot)) = doomed {
+                storm.snapshot_deletes.fetch_add(1, Ordering::SeqCst);
+                let result = client.delete_snapshot(&session, &snapshot).await;
+                if !storm.outcome(&format!("delete snapshot {snapshot}"), result) {
+                    return;
+                }
+                lock(&model)[s].snapshots.retain(|k| k.id != snapshot);
+                continue;
+            }
+        }
         let tag = format!("i{iteration}-n{n}");
         let id = {
             let mut m = lock(&model);
@@ -503,6 +534,7 @@ async fn snapshotter(
             tag,
             allowed,
             verified: false,
+            deleting: false,
         });
     }
 }
@@ -660,6 +692,15 @@ async fn verify_after_restart(client: &Client, data_dir: &Path, model: &Model, s
         let listed = client.list_snapshots(&id).await.unwrap();
         {
             let mut m = lock(model);
+            // A delete cut short: the snapshot may be gone or still there;
+            // if there, it and every other must still restore whole.
+            let interrupted = m[s].snapshots.iter().any(|k| k.deleting);
+            m[s].snapshots
+                .retain(|k| !k.deleting || listed.iter().any(|l| l.id == k.id));
+            for known in &mut m[s].snapshots {
+                known.verified &= !interrupted;
+                known.deleting = false;
+            }
             for known in &m[s].snapshots {
                 assert!(
                     listed.iter().any(|l| l.id == known.id && l.tag == known.tag),
@@ -678,6 +719,7 @@ async fn verify_after_restart(client: &Client, data_dir: &Path, model: &Model, s
                         tag: tag.clone(),
                         allowed: allowed.clone(),
                         verified: false,
+                        deleting: false,
                     }),
                     _ => panic!(
                         "session {s}: snapshot {} ({}) was never taken (CRASH_SEED={seed})",
@@ -814,6 +856,7 @@ async fn a_server_killed_mid_storm_restarts_with_every_acknowledged_write_whole(
             unexpected: Mutex::new(Vec::new()),
             generation: generation.clone(),
             acked_ops: AtomicU64::new(0),
+            snapshot_deletes: AtomicU64::new(0),
         });
         let mut tasks = Vec::new();
         for s in 0..SESSIONS {
@@ -862,8 +905,9 @@ async fn a_server_killed_mid_storm_restarts_with_every_acknowledged_write_whole(
         let restored = verify_after_restart(&client, &data_dir, &model, seed).await;
         snapshots_total += restored;
         println!(
-            "crash: iteration {iteration}: killed after {} ms, {acked} calls acknowledged; verified, {restored} new snapshots restored",
-            kill_after.as_millis()
+            "crash: iteration {iteration}: killed after {} ms, {acked} calls acknowledged ({} snapshot deletes sent); verified, {restored} snapshots restored",
+            kill_after.as_millis(),
+            storm.snapshot_deletes.load(Ordering::SeqCst)
         );
     }
     server.kill();
