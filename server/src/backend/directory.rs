@@ -45,6 +45,11 @@
 //! they are next observed. Directories have versions too; their mtime moves
 //! when entries come and go, so their version does as well.
 //!
+//! The counter starts at the wall clock in microseconds ([`version_floor`]),
+//! not at 1: the workspace outlives the process, and a server restarted on
+//! it must not hand out again a version a client may still hold, or that
+//! client's `if_version` would overwrite changes it never saw.
+//!
 //! # Choices
 //!
 //! - Names that are not UTF-8 are skipped by list, walk and copy (they
@@ -746,6 +751,18 @@ fn open_trusted_dir(path: &Path) -> Result<OwnedFd> {
     })
 }
 
+/// Where a freshly opened backend starts its version counter: microseconds
+/// since the Unix epoch. Every version an earlier process gave out is
+/// below it, unless that process gave out more than one per microsecond
+/// of its life or the clock has gone back; versions stay below 2^53, so
+/// JSON clients read them exactly.
+fn version_floor() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_micros() as u64)
+        .max(1)
+}
+
 impl DirectoryBackend {
     /// Opens the workspace directory `root`, with temporary files made in
     /// `staging`, a directory outside the root (normally on the same
@@ -774,7 +791,7 @@ impl DirectoryBackend {
             root: root_fd,
             staging: Arc::new(staging_fd),
             cross_device: AtomicBool::new(cross_device),
-            next_version: AtomicU64::new(1),
+            next_version: AtomicU64::new(version_floor()),
             versions: Mutex::new(BTreeMap::new()),
         })
     }

@@ -1,0 +1,1007 @@
+//! Crash loop: the real `wsfs-server` binary, SIGKILLed at a random moment
+//! of a storm of writes, multi-megabyte WriteBytes uploads, edits, deletes,
+//! snapshots and snapshot deletes on DIRECTORY sessions, then started again on the same data
+//! directory. After every restart:
+//!
+//! - every session is listed and serves (a probe write reads back);
+//! - every file holds either its last acknowledged content or the content
+//!   of the one write that was in flight on it, never a torn mix: contents
+//!   are self-validating (a header naming path, generation and length, and
+//!   a body derived from them), and the model of acknowledged writes says
+//!   which generations are allowed;
+//! - nothing else is in any workspace root on disk: no temporary, staged or
+//!   partial file, no phantom; the staging directory is empty;
+//! - every acknowledged snapshot is listed (the one in flight may or may
+//!   not be), and each new one restores to exactly what it captured: each
+//!   file in a state it held while the snapshot was being taken; after a
+//!   snapshot delete cut short by the kill, every remaining snapshot is
+//!   restored and checked again (its garbage collection must not have
+//!   taken what they hold).
+//!
+//! Scope: SIGKILL keeps the kernel's page cache, so "acknowledged" means
+//! "handed to the kernel" here. Power loss is not covered: the server does
+//! not fsync file contents, renames or directories.
+//!
+//! It lives in the server package because only a package's own tests are
+//! given its binary (`CARGO_BIN_EXE_wsfs-server`), built by the same cargo
+//! command. `CRASH_LOOPS` (default 5) sets the iterations and `CRASH_SEED` replays a
+//! schedule of operations and kill points (the kill point is a time, so
+//! the exact interleaving still varies). Harness size:
+//! `CRASH_LOOPS=200 cargo test --release -p wsfs-server --test crash --
+//! --nocapture`.
+
+use bytes::Bytes;
+use futures::StreamExt;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use wsfs_client::{
+    parse_path, ByteRange, Client, DeleteOptions, EditSpec, Error, Filesystem, GlobQuery, Session,
+    SessionOptions, WriteOptions,
+};
+
+const SESSIONS: usize = 2;
+const WRITERS: usize = 2;
+const EDIT_SLOTS: usize = 6;
+const MAX_BLOB: u64 = 6 << 20;
+const CHUNK: usize = 64 * 1024;
+/// Snapshots kept (all verified) after each iteration; older ones are
+/// deleted so the store stays small over hundreds of iterations.
+const KEEP_SNAPSHOTS: usize = 2;
+const TEMP_PREFIX: &str = ".wsfs-tmp-";
+
+fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v} is not a valid value")),
+        Err(_) => default,
+    }
+}
+
+/// splitmix64.
+#[derive(Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// What a file holds, in the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    Absent,
+    /// Written by WriteBytes: a header and `len` bytes of body.
+    Blob {
+        generation: u64,
+        len: u64,
+    },
+    /// Written by Write: a header and `lines` lines.
+    Text {
+        generation: u64,
+        lines: u64,
+    },
+    /// Changed by Edit, one slot at a time.
+    Slots([u64; EDIT_SLOTS]),
+}
+
+fn header(path: &str, kind: &str, generation: u64, len: u64) -> String {
+    format!("WSFS-CRASH {kind} {path} generation={generation} len={len}\n")
+}
+
+/// The bytes of `state` at `path`; `None` when absent.
+fn content(path: &str, state: &State) -> Option<Vec<u8>> {
+    match state {
+        State::Absent => None,
+        State::Blob { generation, len } => {
+            let mut out = header(path, "blob", *generation, *len).into_bytes();
+            let mut rng = Rng(fnv(path) ^ generation);
+            let block: Vec<u8> = (0..CHUNK / 8)
+                .flat_map(|_| rng.next().to_le_bytes())
+                .collect();
+            let body_start = out.len();
+            let mut index = 0u64;
+            while ((out.len() - body_start) as u64) < *len {
+                let mut b = block.clone();
+                b[..8].copy_from_slice(&index.to_le_bytes());
+                out.extend_from_slice(&b);
+                index += 1;
+            }
+            out.truncate(body_start + *len as usize);
+            Some(out)
+        }
+        State::Text { generation, lines } => {
+            let mut out = header(path, "text", *generation, *lines);
+            let mut rng = Rng(fnv(path) ^ generation);
+            for i in 0..*lines {
+                out.push_str(&format!(
+                    "line {i} of {path} #{generation} {:016x}\n",
+                    rng.next()
+                ));
+            }
+            Some(out.into_bytes())
+        }
+        State::Slots(slots) => {
+            let mut out = header(path, "slots", 0, EDIT_SLOTS as u64);
+            for (i, v) in slots.iter().enumerate() {
+                out.push_str(&slot_line(i, *v));
+            }
+            Some(out.into_bytes())
+        }
+    }
+}
+
+fn slot_line(i: usize, v: u64) -> String {
+    format!("slot {i} = v{v};\n")
+}
+
+/// Reads back which state `bytes` are, from the bytes alone: the header
+/// names the state and the rest must be exactly what it implies. A torn,
+/// truncated or mixed file fails here whatever the model says.
+fn validate(path: &str, bytes: &[u8]) -> Result<State, String> {
+    let torn = |why: &str| {
+        format!(
+            "'{path}' is torn or foreign ({why}): {} bytes starting {:?}",
+            bytes.len(),
+            String::from_utf8_lossy(&bytes[..bytes.len().min(80)])
+        )
+    };
+    let end = bytes
+        .iter()
+        .position(|b| *b == b'\n')
+        .ok_or_else(|| torn("no header"))?;
+    let head = std::str::from_utf8(&bytes[..end]).map_err(|_| torn("header not UTF-8"))?;
+    let words: Vec<&str> = head.split(' ').collect();
+    let [magic, kind, named, generation, len] = words[..] else {
+        return Err(torn("bad header"));
+    };
+    let number = |w: &str, key: &str| -> Result<u64, String> {
+        w.strip_prefix(key)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| torn("bad header number"))
+    };
+    if magic != "WSFS-CRASH" || named != path {
+        return Err(torn("wrong header"));
+    }
+    let generation = number(generation, "generation=")?;
+    let len = number(len, "len=")?;
+    let state = match kind {
+        "blob" => State::Blob { generation, len },
+        "text" => State::Text {
+            generation,
+            lines: len,
+        },
+        "slots" => {
+            let text = std::str::from_utf8(&bytes[end + 1..]).map_err(|_| torn("not UTF-8"))?;
+            let mut slots = [0u64; EDIT_SLOTS];
+            let lines: Vec<&str> = text.split_inclusive('\n').collect();
+            if lines.len() != EDIT_SLOTS {
+                return Err(torn("wrong slot count"));
+            }
+            for (i, line) in lines.iter().enumerate() {
+                slots[i] = line
+                    .strip_prefix(&format!("slot {i} = v"))
+                    .and_then(|l| l.strip_suffix(";\n"))
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| torn("bad slot line"))?;
+            }
+            State::Slots(slots)
+        }
+        _ => return Err(torn("unknown kind")),
+    };
+    if content(path, &state).as_deref() != Some(bytes) {
+        return Err(torn("body does not match its header"));
+    }
+    Ok(state)
+}
+
+/// One path's history: every state written to it, in order, and how far
+/// the server has acknowledged. One writer at a time per path, so at most
+/// the state after `acked` is in flight.
+#[derive(Debug, Default)]
+struct PathModel {
+    history: Vec<State>,
+    acked: usize,
+}
+
+impl PathModel {
+    fn current(&self) -> &State {
+        &self.history[self.acked]
+    }
+
+    /// Makes `state` the acknowledged present.
+    fn settle(&mut self, state: State) {
+        self.history.push(state);
+        self.acked = self.history.len() - 1;
+    }
+}
+
+/// What an acknowledged snapshot must restore: for each path, the states
+/// the path held while the snapshot was taken.
+#[derive(Debug)]
+struct SnapshotExpect {
+    id: String,
+    tag: String,
+    allowed: BTreeMap<String, Vec<State>>,
+    verified: bool,
+    /// A DeleteSnapshot of it was in flight at the kill.
+    deleting: bool,
+}
+
+/// A snapshot request in flight: the acknowledged index of every path when
+/// it was sent.
+#[derive(Debug)]
+struct SnapshotInFlight {
+    tag: String,
+    from: BTreeMap<String, usize>,
+}
+
+#[derive(Debug, Default)]
+struct SessionModel {
+    id: String,
+    root: PathBuf,
+    paths: BTreeMap<String, PathModel>,
+    snapshots: Vec<SnapshotExpect>,
+    in_flight: Option<SnapshotInFlight>,
+}
+
+type Model = Arc<Mutex<Vec<SessionModel>>>;
+
+fn lock(model: &Model) -> std::sync::MutexGuard<'_, Vec<SessionModel>> {
+    model.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The server binary, running on `data_dir`.
+struct Server {
+    child: Child,
+    url: String,
+    /// Held so the server's stdout stays open.
+    _stdout: std::io::BufReader<ChildStdout>,
+}
+
+impl Server {
+    fn start(data_dir: &Path, log: &Path) -> Server {
+        let stderr = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wsfs-server"))
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env_remove("WSFS_ADMIN_TOKEN")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .expect("start wsfs-server");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let addr = line
+            .split("listening on ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or_else(|| panic!("the server did not say where it listens: {line:?}"));
+        Server {
+            child,
+            url: format!("http://{addr}"),
+            _stdout: stdout,
+        }
+    }
+
+    fn kill(&mut self) {
+        // SIGKILL on Unix; a no-op on a process already reaped.
+        let _ = self.child.kill();
+        self.child.wait().unwrap();
+    }
+}
+
+/// A failing test must not leave its server running.
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The storm's shared flags: whether the server has been killed (errors
+/// are expected from then on), and errors seen before that.
+struct Storm {
+    killed: AtomicBool,
+    unexpected: Mutex<Vec<String>>,
+    generation: Arc<AtomicU64>,
+    acked_ops: AtomicU64,
+    /// DeleteSnapshot calls sent.
+    snapshot_deletes: AtomicU64,
+}
+
+impl Storm {
+    /// `Ok(true)` when the call succeeded; `Ok(false)` when it failed after
+    /// the kill (its effect is in doubt); an error before the kill is kept.
+    fn outcome<T>(&self, what: &str, result: wsfs::Result<T>) -> bool {
+        match result {
+            Ok(_) => {
+                self.acked_ops.fetch_add(1, Ordering::SeqCst);
+                true
+            }
+            Err(_) if self.killed.load(Ordering::SeqCst) => false,
+            Err(e) => {
+                self.unexpected
+                    .lock()
+                    .unwrap()
+                    .push(format!("{what}: {e:?}"));
+                false
+            }
+        }
+    }
+}
+
+async fn upload(session: &Session, path: &str, data: Vec<u8>) -> wsfs::Result<()> {
+    let data = Bytes::from(data);
+    let chunks: Vec<wsfs::Result<Bytes>> = (0..data.len())
+        .step_by(CHUNK)
+        .map(|at| Ok(data.slice(at..(at + CHUNK).min(data.len()))))
+        .collect();
+    session
+        .write_bytes(
+            &parse_path(path)?,
+            WriteOptions::default(),
+            futures::stream::iter(chunks).boxed(),
+        )
+        .await
+        .map(drop)
+}
+
+/// Writes, uploads, edits and deletes on one writer's own paths until the
+/// server dies.
+async fn writer(
+    session: Session,
+    s: usize,
+    w: usize,
+    model: Model,
+    storm: Arc<Storm>,
+    mut rng: Rng,
+) {
+    loop {
+        if storm.killed.load(Ordering::SeqCst) {
+            return;
+        }
+        let generation = storm.generation.fetch_add(1, Ordering::SeqCst);
+        let (path, next) = match rng.below(10) {
+            0..=2 => (
+                format!("w{w}/blob.bin"),
+                State::Blob {
+                    generation,
+                    len: 1 + rng.below(MAX_BLOB),
+                },
+            ),
+            3..=5 => (
+                format!("w{w}/t{}.txt", rng.below(2)),
+                State::Text {
+                    generation,
+                    lines: 1 + rng.below(200),
+                },
+            ),
+            6 => (format!("w{w}/t1.txt"), State::Absent),
+            _ => {
+                let path = format!("w{w}/slots.txt");
+                let State::Slots(mut slots) = lock(&model)[s].paths[&path].current().clone() else {
+                    panic!("'{path}' holds no slots in the model");
+                };
+                slots[rng.below(EDIT_SLOTS as u64) as usize] = generation;
+                (path, State::Slots(slots))
+            }
+        };
+        let before = {
+            let mut m = lock(&model);
+            let p = m[s].paths.entry(path.clone()).or_insert_with(|| PathModel {
+                history: vec![State::Absent],
+                acked: 0,
+            });
+            let before = p.current().clone();
+            p.history.push(next.clone());
+            before
+        };
+        let result = match (&before, &next) {
+            (_, State::Absent) => session
+                .delete(
+                    &parse_path(&path).unwrap(),
+                    DeleteOptions {
+                        allow_missing: true,
+                        ..DeleteOptions::default()
+                    },
+                )
+                .await
+                .map(drop),
+            (_, State::Blob { .. }) => {
+                upload(&session, &path, content(&path, &next).unwrap()).await
+            }
+            (State::Slots(old), State::Slots(new)) => {
+                let i = (0..EDIT_SLOTS).find(|i| old[*i] != new[*i]).unwrap();
+                session
+                    .edit(
+                        &parse_path(&path).unwrap(),
+                        EditSpec {
+                            old_text: slot_line(i, old[i]),
+                            new_text: slot_line(i, new[i]),
+                            ..EditSpec::default()
+                        },
+                    )
+                    .await
+                    .map(drop)
+            }
+            _ => {
+                let text = String::from_utf8(content(&path, &next).unwrap()).unwrap();
+                session.write_str(&path, &text).await.map(drop)
+            }
+        };
+        if storm.outcome(&format!("session {s} '{path}'"), result) {
+            let mut m = lock(&model);
+            let p = m[s].paths.get_mut(&path).unwrap();
+            p.acked = p.history.len() - 1;
+        } else {
+            return;
+        }
+    }
+}
+
+/// Takes snapshots now and then until the server dies.
+async fn snapshotter(
+    client: Client,
+    s: usize,
+    iteration: usize,
+    model: Model,
+    storm: Arc<Storm>,
+    mut rng: Rng,
+) {
+    for n in 0.. {
+        tokio::time::sleep(Duration::from_millis(50 + rng.below(300))).await;
+        if storm.killed.load(Ordering::SeqCst) {
+            return;
+        }
+        // Now and then delete a snapshot of an earlier iteration instead:
+        // the store's garbage collection is cut short by the kill too.
+        if rng.below(4) == 0 {
+            let doomed = {
+                let mut m = lock(&model);
+                let session = m[s].id.clone();
+                m[s].snapshots
+                    .iter_mut()
+                    .find(|k| k.verified && !k.deleting)
+                    .map(|k| {
+                        k.deleting = true;
+                        (session, k.id.clone())
+                    })
+            };
+            if let Some((session, snapshot)) = doomed {
+                storm.snapshot_deletes.fetch_add(1, Ordering::SeqCst);
+                let result = client.delete_snapshot(&session, &snapshot).await;
+                if !storm.outcome(&format!("delete snapshot {snapshot}"), result) {
+                    return;
+                }
+                lock(&model)[s].snapshots.retain(|k| k.id != snapshot);
+                continue;
+            }
+        }
+        let tag = format!("i{iteration}-n{n}");
+        let id = {
+            let mut m = lock(&model);
+            let from = m[s]
+                .paths
+                .iter()
+                .map(|(p, pm)| (p.clone(), pm.acked))
+                .collect();
+            m[s].in_flight = Some(SnapshotInFlight {
+                tag: tag.clone(),
+                from,
+            });
+            m[s].id.clone()
+        };
+        let result = client.snapshot(&id, &tag).await;
+        let ok = match &result {
+            Ok(info) => Some(info.id.clone()),
+            Err(_) => None,
+        };
+        if !storm.outcome(&format!("snapshot {tag}"), result) {
+            return;
+        }
+        let mut m = lock(&model);
+        let flight = m[s].in_flight.take().unwrap();
+        let allowed = window(&m[s].paths, &flight.from);
+        m[s].snapshots.push(SnapshotExpect {
+            id: ok.unwrap(),
+            tag,
+            allowed,
+            verified: false,
+            deleting: false,
+        });
+    }
+}
+
+/// The states each path may have had in a snapshot whose request was sent
+/// when the paths' acknowledged indices were `from`, and which was
+/// answered (or cut off) now.
+fn window(
+    paths: &BTreeMap<String, PathModel>,
+    from: &BTreeMap<String, usize>,
+) -> BTreeMap<String, Vec<State>> {
+    paths
+        .iter()
+        .map(|(p, pm)| {
+            let start = from.get(p).copied().unwrap_or(0);
+            (p.clone(), pm.history[start..].to_vec())
+        })
+        .collect()
+}
+
+/// The whole file, or `None` when it does not exist.
+async fn fetch(session: &Session, path: &str) -> Option<Vec<u8>> {
+    let opened = session
+        .read_bytes(&parse_path(path).unwrap(), ByteRange::default(), CHUNK)
+        .await;
+    let mut stream = match opened {
+        Ok(s) => s,
+        Err(Error::FileNotFound { .. }) => return None,
+        Err(e) => panic!("ReadBytes '{path}' after the restart: {e:?}"),
+    };
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.chunks.next().await {
+        out.extend_from_slice(&chunk.unwrap_or_else(|e| panic!("ReadBytes '{path}': {e:?}")));
+    }
+    Some(out)
+}
+
+/// The state of `path` as the server serves it, checked to be whole.
+async fn observe(session: &Session, path: &str) -> State {
+    match fetch(session, path).await {
+        None => State::Absent,
+        Some(bytes) => validate(path, &bytes).unwrap_or_else(|e| panic!("{e}")),
+    }
+}
+
+/// Every file under `dir` on disk, relative, with `/` separators.
+fn files_on_disk(dir: &Path, prefix: &str, out: &mut BTreeSet<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        assert!(
+            !name.starts_with(TEMP_PREFIX),
+            "a temporary entry '{prefix}{name}' is visible in the workspace root {}",
+            dir.display()
+        );
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            files_on_disk(&entry.path(), &format!("{prefix}{name}/"), out);
+        } else {
+            out.insert(format!("{prefix}{name}"));
+        }
+    }
+}
+
+/// The files the server lists, by Glob.
+async fn files_served(session: &Session) -> BTreeSet<String> {
+    let mut query = GlobQuery::new("**");
+    query.max_results = u64::MAX;
+    let found = session.glob(query).await.unwrap();
+    found.paths.iter().map(|p| p.as_str().to_string()).collect()
+}
+
+fn present(paths: &BTreeMap<String, PathModel>) -> BTreeSet<String> {
+    paths
+        .iter()
+        .filter(|(_, pm)| *pm.current() != State::Absent)
+        .map(|(p, _)| p.clone())
+        .collect()
+}
+
+/// Everything that must hold after a restart; settles the model on what
+/// the server now holds.
+/// Returns how many snapshots it restored and checked.
+async fn verify_after_restart(client: &Client, data_dir: &Path, model: &Model, seed: u64) -> usize {
+    let mut restored_snapshots = 0;
+    let ids: BTreeSet<String> = lock(model).iter().map(|m| m.id.clone()).collect();
+    let listed: BTreeSet<String> = client
+        .list_sessions()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(
+        listed, ids,
+        "sessions lost or invented by the crash (CRASH_SEED={seed})"
+    );
+
+    for s in 0..SESSIONS {
+        let (id, root) = {
+            let m = lock(model);
+            (m[s].id.clone(), m[s].root.clone())
+        };
+        let session = client.session(&id);
+        // Each file: its acknowledged state or the one in flight.
+        let paths: Vec<String> = lock(model)[s].paths.keys().cloned().collect();
+        let mut seen = BTreeMap::new();
+        for path in &paths {
+            let state = observe(&session, path).await;
+            let m = lock(model);
+            let pm = &m[s].paths[path];
+            let allowed = &pm.history[pm.acked..];
+            assert!(
+                allowed.contains(&state),
+                "session {s}: '{path}' holds {state:?}; allowed (acknowledged first, then in flight): {allowed:?} (CRASH_SEED={seed})"
+            );
+            seen.insert(path.clone(), state);
+        }
+        // The in-flight snapshot's window ends at the kill: take it before
+        // the model forgets what did not land.
+        let flight = {
+            let mut m = lock(model);
+            let flight = m[s].in_flight.take();
+            flight.map(|f| (f.tag.clone(), window(&m[s].paths, &f.from)))
+        };
+        {
+            let mut m = lock(model);
+            for (path, state) in seen {
+                let pm = m[s].paths.get_mut(&path).unwrap();
+                if *pm.current() != state {
+                    pm.settle(state);
+                } else {
+                    pm.history.truncate(pm.acked + 1);
+                }
+            }
+        }
+        // Nothing else in the root: no temporary, partial or phantom file.
+        let mut on_disk = BTreeSet::new();
+        files_on_disk(&root, "", &mut on_disk);
+        let expected = present(&lock(model)[s].paths);
+        assert_eq!(
+            on_disk, expected,
+            "session {s}: the files on disk are not the model's (CRASH_SEED={seed})"
+        );
+        assert_eq!(files_served(&session).await, expected, "session {s}: Glob");
+        let staging = data_dir.join("sessions").join(&id).join("staging");
+        assert_eq!(
+            std::fs::read_dir(&staging).unwrap().count(),
+            0,
+            "session {s}: staged uploads left behind"
+        );
+
+        // Snapshots: every acknowledged one listed, the one in flight
+        // perhaps, nothing else; each new one restores exactly.
+        let listed = client.list_snapshots(&id).await.unwrap();
+        {
+            let mut m = lock(model);
+            // A delete cut short: the snapshot may be gone or still there;
+            // if there, it and every other must still restore whole.
+            let interrupted = m[s].snapshots.iter().any(|k| k.deleting);
+            m[s].snapshots
+                .retain(|k| !k.deleting || listed.iter().any(|l| l.id == k.id));
+            for known in &mut m[s].snapshots {
+                known.verified &= !interrupted;
+                known.deleting = false;
+            }
+            for known in &m[s].snapshots {
+                assert!(
+                    listed.iter().any(|l| l.id == known.id && l.tag == known.tag),
+                    "session {s}: acknowledged snapshot {} ({}) is not listed after the crash (CRASH_SEED={seed})",
+                    known.id,
+                    known.tag
+                );
+            }
+            for l in &listed {
+                if m[s].snapshots.iter().any(|k| k.id == l.id) {
+                    continue;
+                }
+                match &flight {
+                    Some((tag, allowed)) if *tag == l.tag => m[s].snapshots.push(SnapshotExpect {
+                        id: l.id.clone(),
+                        tag: tag.clone(),
+                        allowed: allowed.clone(),
+                        verified: false,
+                        deleting: false,
+                    }),
+                    _ => panic!(
+                        "session {s}: snapshot {} ({}) was never taken (CRASH_SEED={seed})",
+                        l.id, l.tag
+                    ),
+                }
+            }
+        }
+        let unverified: Vec<(String, BTreeMap<String, Vec<State>>)> = lock(model)[s]
+            .snapshots
+            .iter()
+            .filter(|k| !k.verified)
+            .map(|k| (k.id.clone(), k.allowed.clone()))
+            .collect();
+        for (snapshot, allowed) in unverified {
+            client
+                .restore(&id, &snapshot)
+                .await
+                .unwrap_or_else(|e| panic!("session {s}: snapshot {snapshot} does not restore after the crash: {e:?} (CRASH_SEED={seed})"));
+            let mut restored = BTreeSet::new();
+            let known: Vec<String> = lock(model)[s].paths.keys().cloned().collect();
+            for path in known.iter().filter(|p| !allowed.contains_key(*p)) {
+                let state = observe(&session, path).await;
+                assert_eq!(
+                    state,
+                    State::Absent,
+                    "session {s}: snapshot {snapshot} kept '{path}', made after it"
+                );
+                lock(model)[s].paths.get_mut(path).unwrap().settle(state);
+            }
+            for (path, states) in &allowed {
+                let state = observe(&session, path).await;
+                assert!(
+                    states.contains(&state),
+                    "session {s}: snapshot {snapshot} restored '{path}' as {state:?}; it captured one of {states:?} (CRASH_SEED={seed})"
+                );
+                if state != State::Absent {
+                    restored.insert(path.clone());
+                }
+                lock(model)[s].paths.get_mut(path).unwrap().settle(state);
+            }
+            assert_eq!(
+                files_served(&session).await,
+                restored,
+                "session {s}: snapshot {snapshot} restored other files than it holds"
+            );
+            let mut m = lock(model);
+            let known = m[s]
+                .snapshots
+                .iter_mut()
+                .find(|k| k.id == snapshot)
+                .unwrap();
+            known.verified = true;
+            restored_snapshots += 1;
+        }
+        // Keep the store small: drop all but the newest verified ones.
+        let doomed: Vec<String> = {
+            let mut m = lock(model);
+            let n = m[s].snapshots.len().saturating_sub(KEEP_SNAPSHOTS);
+            m[s].snapshots.drain(..n).map(|k| k.id).collect()
+        };
+        for snapshot in doomed {
+            client.delete_snapshot(&id, &snapshot).await.unwrap();
+        }
+
+        // The server serves normally.
+        let probe = session.write_str("probe.txt", "alive\n").await.unwrap();
+        assert_eq!(probe.size, 6);
+        assert_eq!(
+            session.read_to_string("probe.txt").await.unwrap(),
+            "alive\n"
+        );
+        session
+            .delete(&parse_path("probe.txt").unwrap(), DeleteOptions::default())
+            .await
+            .unwrap();
+    }
+    restored_snapshots
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_killed_mid_storm_restarts_with_every_acknowledged_write_whole() {
+    let loops: usize = env("CRASH_LOOPS", 5);
+    let default_seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let seed: u64 = env("CRASH_SEED", default_seed);
+    let max_kill_ms: u64 = env("CRASH_MAX_KILL_MS", 1500);
+    println!("crash: {loops} iterations, kill within {max_kill_ms} ms, CRASH_SEED={seed}");
+    let mut rng = Rng(seed);
+    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data_dir = scratch.path().join("data");
+    let log = scratch.path().join("server.log");
+    let model: Model = Arc::new(Mutex::new(Vec::new()));
+    let generation = Arc::new(AtomicU64::new(1));
+
+    let mut server = Server::start(&data_dir, &log);
+    let client = Client::connect(&server.url).await.unwrap();
+    for _ in 0..SESSIONS {
+        let info = client
+            .create_session(SessionOptions::directory())
+            .await
+            .unwrap();
+        let session = client.session(&info.id);
+        let mut paths = BTreeMap::new();
+        for w in 0..WRITERS {
+            let path = format!("w{w}/slots.txt");
+            let state = State::Slots([0; EDIT_SLOTS]);
+            let text = String::from_utf8(content(&path, &state).unwrap()).unwrap();
+            session.write_str(&path, &text).await.unwrap();
+            paths.insert(
+                path,
+                PathModel {
+                    history: vec![state],
+                    acked: 0,
+                },
+            );
+        }
+        lock(&model).push(SessionModel {
+            id: info.id,
+            root: info.root_path.expect("a DIRECTORY session has a root"),
+            paths,
+            ..SessionModel::default()
+        });
+    }
+
+    let (mut acked_total, mut snapshots_total) = (0u64, 0usize);
+    let started = Instant::now();
+    for iteration in 0..loops {
+        let client = Client::connect(&server.url).await.unwrap();
+        let storm = Arc::new(Storm {
+            killed: AtomicBool::new(false),
+            unexpected: Mutex::new(Vec::new()),
+            generation: generation.clone(),
+            acked_ops: AtomicU64::new(0),
+            snapshot_deletes: AtomicU64::new(0),
+        });
+        let mut tasks = Vec::new();
+        for s in 0..SESSIONS {
+            let id = lock(&model)[s].id.clone();
+            for w in 0..WRITERS {
+                // Each writer on its own connection.
+                let own = Client::connect(&server.url).await.unwrap();
+                tasks.push(tokio::spawn(writer(
+                    own.session(&id),
+                    s,
+                    w,
+                    model.clone(),
+                    storm.clone(),
+                    Rng(rng.next()),
+                )));
+            }
+            tasks.push(tokio::spawn(snapshotter(
+                client.clone(),
+                s,
+                iteration,
+                model.clone(),
+                storm.clone(),
+                Rng(rng.next()),
+            )));
+        }
+        let kill_after = Duration::from_millis(rng.below(max_kill_ms + 1));
+        tokio::time::sleep(kill_after).await;
+        storm.killed.store(true, Ordering::SeqCst);
+        server.kill();
+        for task in tasks {
+            tokio::time::timeout(Duration::from_secs(60), task)
+                .await
+                .expect("a storm client hung after the kill")
+                .expect("a storm client panicked");
+        }
+        let unexpected = storm.unexpected.lock().unwrap().clone();
+        assert!(
+            unexpected.is_empty(),
+            "errors before the kill (CRASH_SEED={seed}): {unexpected:?}"
+        );
+        let acked = storm.acked_ops.load(Ordering::SeqCst);
+        acked_total += acked;
+
+        server = Server::start(&data_dir, &log);
+        let client = Client::connect(&server.url).await.unwrap();
+        let restored = verify_after_restart(&client, &data_dir, &model, seed).await;
+        snapshots_total += restored;
+        println!(
+            "crash: iteration {iteration}: killed after {} ms, {acked} calls acknowledged ({} snapshot deletes sent); verified, {restored} snapshots restored",
+            kill_after.as_millis(),
+            storm.snapshot_deletes.load(Ordering::SeqCst)
+        );
+    }
+    server.kill();
+    println!(
+        "crash: {loops} kills, {acked_total} acknowledged calls, {snapshots_total} snapshots restored, all whole, in {:.1} s (CRASH_SEED={seed})",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn validation_refuses_torn_and_foreign_content() {
+    let path = "w0/blob.bin";
+    let state = State::Blob {
+        generation: 7,
+        len: 200_000,
+    };
+    let whole = content(path, &state).unwrap();
+    assert_eq!(validate(path, &whole), Ok(state.clone()));
+    assert!(
+        validate(path, &whole[..whole.len() - 1]).is_err(),
+        "truncated"
+    );
+    let mut mixed = whole.clone();
+    let other = content(
+        path,
+        &State::Blob {
+            generation: 8,
+            len: 200_000,
+        },
+    )
+    .unwrap();
+    mixed[100_000..].copy_from_slice(&other[100_000..]);
+    assert!(validate(path, &mixed).is_err(), "two versions mixed");
+    assert!(
+        validate("w1/blob.bin", &whole).is_err(),
+        "another file's content"
+    );
+    let slots = State::Slots([1, 2, 3, 4, 5, 6]);
+    let text = content("s", &slots).unwrap();
+    assert_eq!(validate("s", &text), Ok(slots));
+    assert!(
+        validate("s", &text[..text.len() - 2]).is_err(),
+        "torn slots"
+    );
+}
+
+/// A client that read a version before the server went down must not be
+/// able to overwrite a change made after that read once the server is back:
+/// versions keep growing across restarts, not start over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_seen_before_a_crash_is_stale_after_it() {
+    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data_dir = scratch.path().join("data");
+    let log = scratch.path().join("server.log");
+    let mut server = Server::start(&data_dir, &log);
+    let client = Client::connect(&server.url).await.unwrap();
+    let info = client
+        .create_session(SessionOptions::directory())
+        .await
+        .unwrap();
+    let session = client.session(&info.id);
+    let mut seen = Vec::new();
+    for i in 0..5 {
+        seen.push(
+            session
+                .write_str("a.txt", &format!("{i}\n"))
+                .await
+                .unwrap()
+                .version,
+        );
+    }
+    server.kill();
+
+    let restarted = Server::start(&data_dir, &log);
+    let client = Client::connect(&restarted.url).await.unwrap();
+    let session = client.session(&info.id);
+    let path = parse_path("a.txt").unwrap();
+    let now = session.stat(&path).await.unwrap().version;
+    for stale in &seen[..4] {
+        assert_ne!(now, *stale, "a version from before the crash came back");
+        let result = session
+            .write(
+                &path,
+                "lost update\n",
+                WriteOptions {
+                    if_version: Some(*stale),
+                    ..WriteOptions::default()
+                },
+            )
+            .await;
+        assert!(
+            matches!(result, Err(Error::VersionMismatch { .. })),
+            "a write conditional on version {stale}, from before the crash, was {result:?}"
+        );
+    }
+    assert_eq!(session.read_to_string("a.txt").await.unwrap(), "4\n");
+}
