@@ -1,15 +1,16 @@
 //! Model-based operation sequences: random runs of Write (OVERWRITE,
 //! CREATE, APPEND, `if_version`), WriteBytes (non-UTF-8 content), Edit,
-//! Mkdir, Delete, Move, Copy, Read, ReadBytes, Stat, Exists, List and Glob
+//! Mkdir, Delete, Move, Copy, Read, ReadBytes, Stat, Exists, List, Glob and Grep
 //! over a tiny path alphabet, so that collisions, files in the way of
 //! directories, moves into their own subtree and stale versions come up
 //! often. Each operation goes to the memory backend, the directory backend
-//! (and, in a smaller run, a MEMORY session over gRPC) and to [`Model`], a
-//! plain map from path to bytes written from the contract. After every
-//! operation all of them must answer alike: the same value (versions and
-//! times aside) or the same error code, reason and path. Versions are held
-//! to the contract instead: a file's version grows when the model says the
-//! path changed and stays put otherwise. At the end the trees must be equal.
+//! (and, in a smaller run, MEMORY and DIRECTORY sessions over gRPC) and to
+//! [`Model`], a plain map from path to bytes written from the contract.
+//! After every operation all of them must answer alike: the same value
+//! (versions and times aside) or the same error code, reason and path.
+//! Versions are held to the contract instead: a file's version grows when
+//! the model says the path changed and stays put otherwise. At the end the
+//! trees must be equal.
 //!
 //! `PROPTEST_CASES` sets the number of sequences (default: 256 in-process,
 //! 32 over gRPC).
@@ -22,7 +23,8 @@ use std::collections::{BTreeMap, HashMap};
 use tonic::Code;
 use wsfs::{
     ByteRange, CanonicalPath, DeleteOptions, EditSpec, Error, FileKind, Filesystem, GlobQuery,
-    LineRange, MkdirOptions, PathLimits, TransferOptions, WriteMode, WriteOptions,
+    GrepEvent, GrepQuery, LineRange, MkdirOptions, PathLimits, TransferOptions, WriteMode,
+    WriteOptions,
 };
 use wsfs_tests::fixture::Fixture;
 use wsfs_tests::harness;
@@ -124,7 +126,20 @@ enum Op {
         base: String,
         max: u64,
     },
+    Grep {
+        pattern: &'static str,
+        base: String,
+        glob: Option<&'static str>,
+        case_insensitive: bool,
+        fixed_string: bool,
+        max: u64,
+        context: u32,
+    },
 }
+
+/// Grep patterns the model reads without a regex engine: literals, one
+/// anchor, and a pattern that does not compile.
+const GREP_PATTERNS: &[&str] = &["x", "y", "xy", "X", "é", "^x", "y$", "("];
 
 // ---------------------------------------------------------------------------
 // Strategies
@@ -253,6 +268,25 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (path(), 0..4u32).prop_map(|(path, depth)| Op::List { path, depth }),
         2 => (prop::sample::select(GLOBS), path(), prop_oneof![Just(0u64), 1..4u64])
             .prop_map(|(pattern, base, max)| Op::Glob { pattern, base, max }),
+        2 => (
+            prop::sample::select(GREP_PATTERNS),
+            prop_oneof![Just(String::new()), path()],
+            prop::option::weighted(0.3, prop::sample::select(GLOBS)),
+            any::<(bool, bool)>(),
+            prop_oneof![Just(0u64), 1..4u64],
+            0..2u32,
+        )
+            .prop_map(
+                |(pattern, base, glob, (case_insensitive, fixed_string), max, context)| Op::Grep {
+                    pattern,
+                    base,
+                    glob,
+                    case_insensitive,
+                    fixed_string,
+                    max,
+                    context,
+                }
+            ),
     ]
 }
 
@@ -327,7 +361,24 @@ enum Seen {
         paths: Vec<String>,
         truncated: bool,
     },
+    Grep {
+        matches: Vec<Found>,
+        files_searched: u64,
+        count: u64,
+        truncated: bool,
+    },
 }
+
+/// One grep match: path, line number, line, match range, context before
+/// and after (line number and text).
+type Found = (
+    String,
+    u64,
+    String,
+    (u32, u32),
+    Vec<(u64, String)>,
+    Vec<(u64, String)>,
+);
 
 fn failed(e: &Error) -> Seen {
     Seen::Failed {
@@ -689,39 +740,102 @@ impl Model {
                 if *pattern == "[" {
                     return Err(Refusal("INVALID_PATTERN", None));
                 }
-                let files: Vec<String> = match self.lookup(base) {
-                    Ok(Some(Node::File(_))) => vec![base.clone()],
-                    Ok(Some(Node::Dir)) => self
-                        .below(base)
-                        .into_iter()
-                        .filter(|k| matches!(self.nodes[k], Node::File(_)))
-                        .collect(),
-                    _ => Vec::new(),
-                };
                 let max = if *max == 0 {
                     GlobQuery::DEFAULT_MAX_RESULTS
                 } else {
                     *max
                 } as usize;
-                let mut paths: Vec<String> = files
-                    .into_iter()
-                    .filter(|f| {
-                        // A file base is matched as the empty path.
-                        let rel = if f == base {
-                            ""
-                        } else if base.is_empty() {
-                            f.as_str()
-                        } else {
-                            &f[base.len() + 1..]
-                        };
-                        glob_matches(pattern, rel)
-                    })
-                    .collect();
+                let mut paths = self.files_matching(base, Some(pattern));
                 let truncated = paths.len() > max;
                 paths.truncate(max);
                 Ok(Seen::Paths { paths, truncated })
             }
+            Op::Grep {
+                pattern,
+                base,
+                glob,
+                case_insensitive,
+                fixed_string,
+                max,
+                context,
+            } => {
+                if *pattern == "(" && !fixed_string || *glob == Some("[") {
+                    return Err(Refusal("INVALID_PATTERN", None));
+                }
+                let max = if *max == 0 {
+                    GrepQuery::DEFAULT_MAX_MATCHES
+                } else {
+                    *max
+                };
+                let (mut found, mut files_searched, mut truncated) = (Vec::new(), 0, false);
+                'files: for path in self.files_matching(base, *glob) {
+                    files_searched += 1;
+                    let Some(Node::File(data)) = self.nodes.get(&path) else {
+                        unreachable!("files_matching lists files");
+                    };
+                    if data.contains(&0) {
+                        continue; // binary
+                    }
+                    let text = String::from_utf8_lossy(data);
+                    let lines: Vec<&str> = text.lines().collect();
+                    for (i, line) in lines.iter().enumerate() {
+                        let Some(range) =
+                            grep_line(pattern, line, *case_insensitive, *fixed_string)
+                        else {
+                            continue;
+                        };
+                        if found.len() as u64 == max {
+                            truncated = true;
+                            break 'files;
+                        }
+                        let near = |j: usize| ((j + 1) as u64, lines[j].to_string());
+                        let ctx = *context as usize;
+                        found.push((
+                            path.clone(),
+                            (i + 1) as u64,
+                            line.to_string(),
+                            range,
+                            (i.saturating_sub(ctx)..i).map(near).collect(),
+                            (i + 1..(i + 1 + ctx).min(lines.len())).map(near).collect(),
+                        ));
+                    }
+                }
+                Ok(Seen::Grep {
+                    count: found.len() as u64,
+                    matches: found,
+                    files_searched,
+                    truncated,
+                })
+            }
         }
+    }
+
+    /// Files beneath `base` (or `base` itself when a file), in path order,
+    /// whose path relative to `base` matches `glob`. A file base is
+    /// matched as the empty path.
+    fn files_matching(&self, base: &str, glob: Option<&str>) -> Vec<String> {
+        let files: Vec<String> = match self.lookup(base) {
+            Ok(Some(Node::File(_))) => vec![base.to_string()],
+            Ok(Some(Node::Dir)) => self
+                .below(base)
+                .into_iter()
+                .filter(|k| matches!(self.nodes[k], Node::File(_)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        files
+            .into_iter()
+            .filter(|f| {
+                let rel = if f == base {
+                    ""
+                } else if base.is_empty() {
+                    f.as_str()
+                } else {
+                    &f[base.len() + 1..]
+                };
+                glob.is_none_or(|g| glob_matches(g, rel))
+            })
+            .collect()
     }
 
     fn write(
@@ -847,6 +961,36 @@ fn meta_of(path: &str, node: &Node) -> Seen {
         kind: kind_of(node),
         size: size_of(node),
     }
+}
+
+/// Where [`GREP_PATTERNS`] first match in `line`, if they do.
+fn grep_line(
+    pattern: &str,
+    line: &str,
+    case_insensitive: bool,
+    fixed_string: bool,
+) -> Option<(u32, u32)> {
+    let fold = |s: &str| {
+        if case_insensitive {
+            s.to_ascii_lowercase()
+        } else {
+            s.to_string()
+        }
+    };
+    let (pattern, line) = (fold(pattern), fold(line));
+    let span = |start: usize, len: usize| Some((start as u32, (start + len) as u32));
+    if !fixed_string {
+        if let Some(lit) = pattern.strip_prefix('^') {
+            return line.starts_with(lit).then(|| span(0, lit.len())).flatten();
+        }
+        if let Some(lit) = pattern.strip_suffix('$') {
+            return line
+                .ends_with(lit)
+                .then(|| span(line.len() - lit.len(), lit.len()))
+                .flatten();
+        }
+    }
+    line.find(&pattern).and_then(|at| span(at, pattern.len()))
 }
 
 /// The contract's globs on the patterns of [`GLOBS`]: `*` and `[ab]` stay
@@ -1200,6 +1344,64 @@ impl Subject {
                     truncated: g.truncated,
                 })
             }
+            Op::Grep {
+                pattern,
+                base,
+                glob,
+                case_insensitive,
+                fixed_string,
+                max,
+                context,
+            } => {
+                let query = GrepQuery {
+                    pattern: pattern.to_string(),
+                    base: cp(base),
+                    glob: glob.map(str::to_string),
+                    case_insensitive: *case_insensitive,
+                    fixed_string: *fixed_string,
+                    max_matches: *max,
+                    context_lines: *context,
+                };
+                match fs.grep(query).await {
+                    Err(e) => Err(e),
+                    Ok(events) => {
+                        let events: Vec<GrepEvent> = events
+                            .try_collect()
+                            .await
+                            .map_err(|e| format!("{name}: Grep stream failed: {e}"))?;
+                        let mut matches = Vec::new();
+                        let mut summary = None;
+                        for event in events {
+                            match event {
+                                GrepEvent::Match(m) => {
+                                    let lines = |c: Vec<wsfs::ContextLine>| {
+                                        c.into_iter().map(|c| (c.line_number, c.line)).collect()
+                                    };
+                                    matches.push((
+                                        m.path.as_str().to_string(),
+                                        m.line_number,
+                                        m.line,
+                                        (m.match_start, m.match_end),
+                                        lines(m.before),
+                                        lines(m.after),
+                                    ))
+                                }
+                                GrepEvent::Summary(s) if summary.is_none() => summary = Some(s),
+                                GrepEvent::Summary(_) => {
+                                    return Err(format!("{name}: Grep sent two summaries"))
+                                }
+                            }
+                        }
+                        let s = summary.ok_or(format!("{name}: Grep ended without a summary"))?;
+                        Ok(Seen::Grep {
+                            matches,
+                            files_searched: s.files_searched,
+                            count: s.matches,
+                            truncated: s.truncated,
+                        })
+                    }
+                }
+            }
         };
         Ok((answer.unwrap_or_else(|e| failed(&e)), versions, diff))
     }
@@ -1329,12 +1531,15 @@ proptest! {
     #![proptest_config(config(32))]
 
     #[test]
-    fn a_memory_session_over_grpc_agrees_with_the_model(
+    fn memory_and_directory_sessions_over_grpc_agree_with_the_model(
         ops in ops()
     ) {
         runtime()
             .block_on(async {
-                let subjects = vec![Subject::new("grpc memory", harness::grpc_memory().await).await];
+                let subjects = vec![
+                    Subject::new("grpc memory", harness::grpc_memory().await).await,
+                    Subject::new("grpc directory", harness::grpc_directory().await).await,
+                ];
                 agree(&ops, subjects).await
             })
             .map_err(TestCaseError::fail)?;
