@@ -353,18 +353,20 @@ fn archive() -> impl Strategy<Value = (&'static str, Vec<u8>)> {
             let other = archive_of(&other, !deflate, None);
             ("mutated", mutate(base, &other, &m))
         }),
-        1 => (tree(), manifest_json()).prop_map(|(t, json)| ("manifest", archive_of(&t, false, Some(&json)))),
+        1 => (tree(), manifest_json())
+            .prop_map(|(t, json)| ("manifest", archive_of(&t, false, Some(&json)))),
         2 => hostile_archive().prop_map(|a| ("hostile names", a)),
         1 => (tree(), any::<bool>()).prop_map(|(t, compressed_too)| {
             ("lying sizes", lying_archive(&t, compressed_too))
         }),
         1 => prop::collection::vec(any::<u8>(), 0..2000).prop_map(|b| ("random bytes", b)),
-        1 => (prop::collection::vec(any::<u8>(), 0..200), any::<[u8; 18]>()).prop_map(|(mut b, end)| {
-            // A ZIP end record with random counts, sizes and offsets.
-            b.extend_from_slice(b"PK\x05\x06");
-            b.extend_from_slice(&end);
-            ("random end record", b)
-        }),
+        1 => (prop::collection::vec(any::<u8>(), 0..200), any::<[u8; 18]>())
+            .prop_map(|(mut b, end)| {
+                // A ZIP end record with random counts, sizes and offsets.
+                b.extend_from_slice(b"PK\x05\x06");
+                b.extend_from_slice(&end);
+                ("random end record", b)
+            }),
     ]
 }
 
@@ -576,7 +578,9 @@ proptest! {
     fn hostile_archives_are_refused_cleanly_or_imported_exactly((kind, bytes) in archive()) {
         runtime()
             .block_on(run_case(&bytes))
-            .map_err(|e| TestCaseError::fail(format!("{kind} archive of {} bytes: {e}", bytes.len())))?;
+            .map_err(|e| {
+                TestCaseError::fail(format!("{kind} archive of {} bytes: {e}", bytes.len()))
+            })?;
     }
 }
 

@@ -173,6 +173,12 @@ fn text() -> impl Strategy<Value = String> {
     prop::collection::vec(prop::sample::select(PIECES), 0..6).prop_map(|p| p.concat())
 }
 
+/// Bytes that are not always text: invalid UTF-8 (`NOT_TEXT`), NUL
+/// (binary to Grep).
+fn raw_bytes() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(prop::sample::select(vec![b'x', b'\n', 0xff, 0]), 0..4)
+}
+
 fn if_version() -> impl Strategy<Value = IfVersion> {
     prop_oneof![
         6 => Just(IfVersion::Unset),
@@ -205,7 +211,7 @@ fn op() -> impl Strategy<Value = Op> {
                 if_version,
             }
         ),
-        1 => (path(), prop::collection::vec(prop::sample::select(vec![b'x', b'\n', 0xff, 0]), 0..4), if_version())
+        1 => (path(), raw_bytes(), if_version())
             .prop_map(|(path, data, if_version)| Op::WriteBytes { path, data, if_version }),
         3 => (
             path(),
