@@ -29,9 +29,10 @@
 //! Mounts are copied in order, later ones overwriting earlier ones at the
 //! same path; seed files are written after every mount.
 
+use crate::quota::Usage;
 use futures::stream::StreamExt;
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -70,6 +71,8 @@ pub struct PreparedMount {
 pub struct PlannedFile {
     pub host: PathBuf,
     pub dest: CanonicalPath,
+    /// The size seen by the scan.
+    pub size: u64,
 }
 
 /// The files of one mount, in walk order.
@@ -227,7 +230,11 @@ pub fn scan(mount: PreparedMount, limits: &PathLimits) -> Result<MountPlan> {
                 return Err(over_budget(&mount));
             }
             let dest = CanonicalPath::parse(&format!("{}/{rel}", mount.mount_path), limits)?;
-            files.push(PlannedFile { host, dest });
+            files.push(PlannedFile {
+                host,
+                dest,
+                size: meta.len(),
+            });
         }
         stack.extend(subdirs.into_iter().rev());
     }
@@ -310,6 +317,23 @@ pub async fn copy(fs: &dyn Filesystem, plan: MountPlan) -> Result<()> {
             .await?;
     }
     Ok(())
+}
+
+/// The files and bytes a new workspace will hold once `plans` are copied
+/// and `seeds` written: later mounts replace earlier ones at the same path,
+/// and seeds replace both.
+pub fn initial_usage(plans: &[MountPlan], seeds: &[(CanonicalPath, bytes::Bytes)]) -> Usage {
+    let mut sizes: HashMap<&str, u64> = HashMap::new();
+    for file in plans.iter().flat_map(|p| &p.files) {
+        sizes.insert(file.dest.as_str(), file.size);
+    }
+    for (path, data) in seeds {
+        sizes.insert(path.as_str(), data.len() as u64);
+    }
+    Usage {
+        files: sizes.len() as u64,
+        bytes: sizes.values().sum(),
+    }
 }
 
 /// Prepares and scans every mount, in order; nothing is created yet.

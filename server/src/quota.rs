@@ -41,6 +41,29 @@ pub fn limited(limits: &SessionLimits) -> bool {
     limits.max_files > 0 || limits.max_total_bytes > 0
 }
 
+/// Refuses a new session whose initial content (host mounts and seed
+/// files, see [`crate::mounts::initial_usage`]) is already over its quotas,
+/// before anything is created or copied.
+pub fn check_initial(limits: &SessionLimits, initial: Usage) -> Result<()> {
+    if limits.max_files > 0 && initial.files > limits.max_files {
+        return Err(Error::QuotaExceeded {
+            message: format!(
+                "the session's mounts and seed files hold {} files, over its limit of {}",
+                initial.files, limits.max_files
+            ),
+        });
+    }
+    if limits.max_total_bytes > 0 && initial.bytes > limits.max_total_bytes {
+        return Err(Error::QuotaExceeded {
+            message: format!(
+                "the session's mounts and seed files hold {} bytes, over its limit of {}",
+                initial.bytes, limits.max_total_bytes
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Refuses a change to `path` that removes `removed` and adds `added` when
 /// the workspace would end up over a quota. Changes that shrink usage pass.
 pub fn check<B: Backend + ?Sized>(

@@ -382,6 +382,10 @@ impl SessionRegistry {
         // Check and walk every host mount before anything is created.
         let mounts =
             crate::mounts::plan_all(&spec.mounts, &self.config.allow_roots, &limits.path).await?;
+        // Mounts and seeds count against the quotas: refuse before any
+        // directory is made or any byte copied. (The writes check again, for
+        // host files that grow after the scan.)
+        crate::quota::check_initial(&limits, crate::mounts::initial_usage(&mounts, &seeds))?;
         let backend = spec.backend.unwrap_or(BackendKind::Memory);
         type Handles = (
             Arc<dyn Filesystem>,

@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 use tonic::Code;
 use wsfs_client::{
-    parse_path, Client, Error, FileKind, Filesystem, HostMount, Session, SessionOptions,
+    parse_path, Client, Error, FileKind, Filesystem, HostMount, Session, SessionLimits,
+    SessionOptions,
 };
 use wsfs_tests::harness::TestServer;
 
@@ -336,4 +337,90 @@ async fn special_files_are_not_copied() {
 extern "C" {
     #[link_name = "mkfifo"]
     fn libc_mkfifo(path: *const std::ffi::c_char, mode: u32) -> i32;
+}
+
+/// Asserts that creation failed with QUOTA_EXCEEDED, decided up front from
+/// the scan (the message counts mounts and seeds), and left no session and
+/// no session directory.
+async fn refused_over_quota(w: &World, options: SessionOptions) {
+    let err = w.create(options).await.unwrap_err();
+    assert_eq!(
+        (err.code(), err.reason()),
+        (Code::ResourceExhausted, "QUOTA_EXCEEDED"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("mounts and seed files"), "{err}");
+    assert!(w.client.list_sessions().await.unwrap().is_empty());
+    let sessions = w.server.data_dir().join("sessions");
+    let left = std::fs::read_dir(&sessions).map_or(0, |d| d.count());
+    assert_eq!(left, 0, "a session directory was left behind");
+}
+
+fn quota(max_files: u64, max_total_bytes: u64) -> SessionLimits {
+    SessionLimits {
+        max_files,
+        max_total_bytes,
+        ..SessionLimits::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mounts_over_the_session_file_quota_fail_and_leave_nothing() {
+    let w = World::new().await;
+    for name in ["a", "b", "c"] {
+        put(&w.allowed().join("src").join(name), b"x");
+    }
+    for options in [SessionOptions::memory(), SessionOptions::directory()] {
+        let mount = HostMount::new(w.allowed().join("src"), "");
+        refused_over_quota(&w, options.mount(mount).limits(quota(2, 0))).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mounts_plus_seed_files_over_the_byte_quota_fail_and_leave_nothing() {
+    let w = World::new().await;
+    put(&w.allowed().join("src/a.bin"), &[1u8; 600]);
+    for options in [SessionOptions::memory(), SessionOptions::directory()] {
+        let options = options
+            .mount(HostMount::new(w.allowed().join("src"), ""))
+            .seed_file("notes.txt", vec![b'n'; 500])
+            .limits(quota(0, 1000));
+        refused_over_quota(&w, options).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mounts_over_the_quota_copy_nothing_into_an_existing_root() {
+    let w = World::new().await;
+    for name in ["a", "b", "c"] {
+        put(&w.allowed().join("src").join(name), b"x");
+    }
+    let root = w.allowed().join("workspace");
+    std::fs::create_dir(&root).unwrap();
+    let options = SessionOptions::directory()
+        .root(&root)
+        .mount(HostMount::new(w.allowed().join("src"), ""))
+        .limits(quota(2, 0));
+    refused_over_quota(&w, options).await;
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mounts_within_the_quota_count_a_replaced_file_once() {
+    let w = World::new().await;
+    put(&w.allowed().join("one/same.txt"), b"12345");
+    put(&w.allowed().join("two/same.txt"), b"abcde");
+    for options in [SessionOptions::memory(), SessionOptions::directory()] {
+        // Two mounts and a seed land on one path: one file of 5 bytes.
+        let options = options
+            .mount(HostMount::new(w.allowed().join("one"), ""))
+            .mount(HostMount::new(w.allowed().join("two"), ""))
+            .seed_file("same.txt", b"SEED!".to_vec())
+            .limits(quota(1, 5));
+        let s = w.create(options).await.unwrap();
+        assert_eq!(
+            files(&s).await,
+            [("same.txt".to_string(), b"SEED!".to_vec())]
+        );
+    }
 }

@@ -106,14 +106,15 @@ impl Tree {
     }
 
     /// Makes sure the parent of `path` exists as a directory, creating
-    /// missing ancestors when `create`.
+    /// missing ancestors when `create`. Otherwise a missing ancestor is
+    /// `FileNotFound` naming the parent, as in every backend.
     fn ensure_parent(&mut self, path: &CanonicalPath, create: bool) -> Result<()> {
-        let Some(missing) = self.check_ancestors(path)? else {
+        if self.check_ancestors(path)?.is_none() {
             return Ok(());
-        };
+        }
         if !create {
             return Err(Error::FileNotFound {
-                path: missing.as_str().to_string(),
+                path: path.parent().unwrap_or_default().as_str().to_string(),
             });
         }
         let mut to_make = Vec::new();
