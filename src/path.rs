@@ -7,7 +7,31 @@
 //! the edge handles raw strings.
 
 use crate::error::{Error, Result};
+use std::borrow::Cow;
 use std::fmt;
+
+/// The most bytes (UTF-8) one segment may hold, on every backend: the name
+/// limit of the filesystems DIRECTORY sessions live on (`NAME_MAX`), applied
+/// to MEMORY sessions too, so any workspace can move to any backend.
+pub const MAX_SEGMENT_BYTES: usize = 255;
+
+/// The most bytes a raw path may have (`PATH_MAX`). Checked before anything
+/// else looks at the path, so a huge path costs nothing but its refusal.
+pub const MAX_PATH_BYTES: usize = 4096;
+
+/// The most characters of a client's input that an error message or a log
+/// line quotes; the rest is summarised by its length.
+pub const QUOTE_CHARS: usize = 128;
+
+/// `raw` as errors and logs show it: whole when short, otherwise its first
+/// [`QUOTE_CHARS`] characters and the total length, so echoing an input
+/// never costs more than a fixed amount.
+pub fn quote(raw: &str) -> Cow<'_, str> {
+    match raw.char_indices().nth(QUOTE_CHARS) {
+        None => Cow::Borrowed(raw),
+        Some((cut, _)) => Cow::Owned(format!("{}... ({} bytes)", &raw[..cut], raw.len())),
+    }
+}
 
 /// Per-session limits on path shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +78,15 @@ impl CanonicalPath {
 
     /// Parses a client-supplied path.
     pub fn parse(raw: &str, limits: &PathLimits) -> Result<Self> {
+        if raw.len() > MAX_PATH_BYTES {
+            return Err(Error::InvalidPath {
+                path: quote(raw).into_owned(),
+                message: format!(
+                    "path is {} bytes long; at most {MAX_PATH_BYTES} are allowed",
+                    raw.len()
+                ),
+            });
+        }
         if raw.contains('\0') {
             return Err(Error::InvalidPath {
                 path: raw.replace('\0', "\\0"),
@@ -95,6 +128,9 @@ impl CanonicalPath {
                     limits.max_segment_chars
                 ),
             });
+        }
+        if let Some(long) = segments.iter().find(|s| s.len() > MAX_SEGMENT_BYTES) {
+            return Err(segment_too_long(raw, long));
         }
         Ok(CanonicalPath(segments.join("/")))
     }
@@ -164,6 +200,9 @@ impl CanonicalPath {
                 message: format!("'{name}' is not a single path segment"),
             });
         }
+        if name.len() > MAX_SEGMENT_BYTES {
+            return Err(segment_too_long(name, name));
+        }
         Ok(if self.is_root() {
             CanonicalPath(name.to_string())
         } else {
@@ -208,6 +247,17 @@ impl CanonicalPath {
         } else {
             &self.0
         }
+    }
+}
+
+fn segment_too_long(raw: &str, segment: &str) -> Error {
+    Error::InvalidPath {
+        path: quote(raw).into_owned(),
+        message: format!(
+            "path segment '{}' is {} bytes long; at most {MAX_SEGMENT_BYTES} bytes are allowed on every backend",
+            quote(segment),
+            segment.len()
+        ),
     }
 }
 
@@ -288,6 +338,50 @@ mod tests {
     fn segment_limit_counts_characters() {
         assert!(p(&"é".repeat(80)).is_ok());
         assert!(matches!(p(&"x".repeat(81)), Err(Error::InvalidPath { .. })));
+    }
+
+    #[test]
+    fn segment_limit_counts_bytes_too() {
+        let wide = PathLimits {
+            max_depth: 16,
+            max_segment_chars: 1000,
+        };
+        // 85 three-byte characters: 255 bytes, the most a segment may hold.
+        assert!(CanonicalPath::parse(&"€".repeat(85), &wide).is_ok());
+        for limits in [wide, PathLimits::UNLIMITED] {
+            match CanonicalPath::parse(&format!("a/{}", "€".repeat(86)), &limits) {
+                Err(Error::InvalidPath { message, .. }) => {
+                    assert!(message.contains("258 bytes"), "{message}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(CanonicalPath::root().join(&"x".repeat(256)).is_err());
+    }
+
+    #[test]
+    fn huge_paths_are_refused_by_length_and_quoted_briefly() {
+        let huge = "a/".repeat(20 * 1024 * 1024);
+        match CanonicalPath::parse(&huge, &PathLimits::UNLIMITED) {
+            Err(e @ Error::InvalidPath { .. }) => {
+                let shown = format!("{e}");
+                assert!(shown.len() < 1024, "{} bytes quoted", shown.len());
+                assert!(shown.contains(&huge.len().to_string()), "{shown}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let edge = "x/".repeat(MAX_PATH_BYTES / 2);
+        assert!(CanonicalPath::parse(&edge, &PathLimits::UNLIMITED).is_ok());
+        assert!(CanonicalPath::parse(&format!("{edge}y"), &PathLimits::UNLIMITED).is_err());
+    }
+
+    #[test]
+    fn quote_keeps_short_inputs_and_cuts_long_ones_on_char_boundaries() {
+        assert_eq!(quote("short"), "short");
+        let long = "é".repeat(QUOTE_CHARS + 10);
+        let q = quote(&long);
+        assert!(q.starts_with(&"é".repeat(QUOTE_CHARS)), "{q}");
+        assert!(q.ends_with(&format!("({} bytes)", long.len())), "{q}");
     }
 
     #[test]

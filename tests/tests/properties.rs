@@ -55,7 +55,7 @@ enum Expected {
 }
 
 fn model(raw: &str, limits: &PathLimits) -> Expected {
-    if raw.contains('\0') {
+    if raw.len() > wsfs::path::MAX_PATH_BYTES || raw.contains('\0') {
         return Expected::Invalid;
     }
     let mut stack: Vec<&str> = Vec::new();
@@ -72,6 +72,9 @@ fn model(raw: &str, limits: &PathLimits) -> Expected {
         || stack
             .iter()
             .any(|s| s.chars().count() > limits.max_segment_chars)
+        || stack
+            .iter()
+            .any(|s| s.len() > wsfs::path::MAX_SEGMENT_BYTES)
     {
         return Expected::Invalid;
     }

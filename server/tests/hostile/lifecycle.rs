@@ -1,0 +1,1 @@
+//! Connections, Watch streams, idle expiry, shutdown and filesystem watchers.

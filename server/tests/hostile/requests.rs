@@ -1,0 +1,1 @@
+//! One request's own cost: Edit, Grep, paths and patterns.

@@ -1,0 +1,1 @@
+//! Sparse files, archives, snapshots and the disk.
