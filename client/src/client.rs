@@ -14,6 +14,25 @@ use wsfs::{Error, Result};
 /// Write or Read may carry, plus framing.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
+/// A caller's bearer token, as [`Client::issue_token`] returns it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IssuedToken {
+    /// Sent as `authorization: Bearer <token>`.
+    pub token: String,
+    /// The caller the token speaks for, as the server recorded it.
+    pub caller: String,
+}
+
+/// Keeps the token out of logs and panic messages.
+impl std::fmt::Debug for IssuedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedToken")
+            .field("token", &"<redacted>")
+            .field("caller", &self.caller)
+            .finish()
+    }
+}
+
 /// A connection to a wsfs server. Cloning is cheap: clones share one
 /// HTTP/2 channel.
 #[derive(Debug, Clone)]
@@ -143,7 +162,7 @@ impl Client {
     /// A token for `caller` in session `id` (this client must carry the
     /// admin token or the session's system token). Callers are named
     /// `[a-z0-9_-]{1,64}`, never `system`.
-    pub async fn issue_token(&self, id: &str, caller: &str) -> Result<String> {
+    pub async fn issue_token(&self, id: &str, caller: &str) -> Result<IssuedToken> {
         let request = proto::IssueTokenRequest {
             session_id: id.to_string(),
             caller: caller.to_string(),
@@ -152,8 +171,12 @@ impl Client {
             .sessions
             .clone()
             .issue_token(self.credentials.request(request))
-            .await?;
-        Ok(response.into_inner().token)
+            .await?
+            .into_inner();
+        Ok(IssuedToken {
+            token: response.token,
+            caller: response.caller,
+        })
     }
 
     /// A handle on an existing session. Nothing is sent until it is used.
@@ -166,14 +189,14 @@ impl Client {
         )
     }
 
-    /// The generated Sessions stub, for calls this crate does not wrap yet
-    /// (archives, tokens). Carries no credentials.
+    /// The generated Sessions stub, for what the typed API cannot say (a
+    /// test that sends a malformed request, say). Carries no credentials.
     pub fn raw_sessions(&self) -> SessionsClient<Channel> {
         self.sessions.clone()
     }
 
-    /// The generated Filesystem stub, for calls this crate does not wrap yet
-    /// (Watch, Changes). Carries no credentials.
+    /// The generated Filesystem stub, for what the typed API cannot say.
+    /// Carries no credentials.
     pub fn raw_filesystem(&self) -> FilesystemClient<Channel> {
         self.filesystem.clone()
     }

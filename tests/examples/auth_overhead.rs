@@ -34,7 +34,8 @@ async fn stat_rate(server: &TestServer, admin_token: Option<&str>, ignored_heade
                 let token = client
                     .issue_token(&info.id, &format!("c{i}"))
                     .await
-                    .unwrap();
+                    .unwrap()
+                    .token;
                 client.session(&info.id).with_token(&token).unwrap()
             }
             None if ignored_header => client.session(&info.id).with_token(IGNORED).unwrap(),

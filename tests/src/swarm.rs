@@ -27,7 +27,7 @@ pub async fn run(url: &str, admin: &str, tasks: usize) -> Result<BTreeMap<String
         let admin = admin.clone();
         let id = info.id.clone();
         async move {
-            let token = admin.issue_token(&id, name).await?;
+            let token = admin.issue_token(&id, name).await?.token;
             admin.session(&id).with_token(&token)
         }
     };

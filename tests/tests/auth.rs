@@ -147,7 +147,7 @@ async fn issued_tokens_name_callers_and_refuse_impersonation() {
         .with_token(info.token.as_deref().unwrap())
         .unwrap();
     // The session's system token may issue tokens for its own session.
-    let alice = system.issue_token(&info.id, "alice").await.unwrap();
+    let alice = system.issue_token(&info.id, "alice").await.unwrap().token;
     assert!(alice.len() >= 32);
     for bad in ["system", "System", "SYSTEM", "Alice", "a/b", ""] {
         let err = admin.issue_token(&info.id, bad).await.unwrap_err();
@@ -177,7 +177,7 @@ async fn tokens_die_with_their_session() {
     let server = server_with_tokens().await;
     let admin = admin(&server).await;
     let (system, info) = admin.create(SessionOptions::memory()).await.unwrap();
-    let alice_token = admin.issue_token(&info.id, "alice").await.unwrap();
+    let alice_token = admin.issue_token(&info.id, "alice").await.unwrap().token;
     let alice = admin.session(&info.id).with_token(&alice_token).unwrap();
     alice.write_str("x.txt", "x").await.unwrap();
     admin.delete_session(&info.id).await.unwrap();
@@ -232,7 +232,7 @@ async fn directory_session_tokens_survive_a_restart() {
     let server = TestServer::start_at(data.path(), with_tokens).await;
     let admin = admin(&server).await;
     let (_, info) = admin.create(SessionOptions::directory()).await.unwrap();
-    let alice = admin.issue_token(&info.id, "alice").await.unwrap();
+    let alice = admin.issue_token(&info.id, "alice").await.unwrap().token;
     let system = info.token.clone().unwrap();
     server.stop().await.unwrap();
     // Only hashes are on disk.

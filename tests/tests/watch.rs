@@ -41,7 +41,7 @@ async fn swarm(server: &TestServer, options: SessionOptions) -> (Session, Sessio
         .with_token(ADMIN)
         .unwrap();
     let (system, info) = admin.create(options.layout(Layout::Swarm)).await.unwrap();
-    let alice = admin.issue_token(&info.id, "alice").await.unwrap();
+    let alice = admin.issue_token(&info.id, "alice").await.unwrap().token;
     (system, admin.session(&info.id).with_token(&alice).unwrap())
 }
 

@@ -33,8 +33,8 @@ async fn swarm(options: SessionOptions) -> Swarm {
         .seed_file("top.md", "top\n");
     let (system, info) = admin.create(options).await.unwrap();
     assert_eq!(info.layout, Layout::Swarm);
-    let alice = admin.issue_token(&info.id, "alice").await.unwrap();
-    let bob = admin.issue_token(&info.id, "bob").await.unwrap();
+    let alice = admin.issue_token(&info.id, "alice").await.unwrap().token;
+    let bob = admin.issue_token(&info.id, "bob").await.unwrap().token;
     Swarm {
         alice: admin.session(&info.id).with_token(&alice).unwrap(),
         bob: admin.session(&info.id).with_token(&bob).unwrap(),
@@ -277,7 +277,7 @@ async fn flat_sessions_have_no_zones_but_still_need_tokens() {
         .create_session(SessionOptions::memory())
         .await
         .unwrap();
-    let alice = admin.issue_token(&info.id, "alice").await.unwrap();
+    let alice = admin.issue_token(&info.id, "alice").await.unwrap().token;
     let alice = admin.session(&info.id).with_token(&alice).unwrap();
     alice.write_str("sys/anything.md", "ok\n").await.unwrap();
     alice.write_str("home/bob/x.md", "ok\n").await.unwrap();

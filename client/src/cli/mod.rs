@@ -9,14 +9,14 @@
 //!   stderr, `wsfs: REASON: message`.
 //!
 //! Commands live by topic: `files` (read, write, list...), `search` (grep,
-//! glob, watch), `sessions` (sessions, snapshots, archives, tokens, over
-//! the raw calls in `raw`), `sync` (push and pull), `output` (JSON, times,
-//! sizes, progress bars).
+//! glob, watch), `sessions` (sessions, snapshots, archives, tokens), `sync`
+//! (push and pull), `output` (JSON, times, sizes, progress bars). Every
+//! command is a plain user of the typed client: nothing here builds a
+//! request by hand.
 
 mod args;
 mod files;
 mod output;
-mod raw;
 mod search;
 mod sessions;
 mod sync;
@@ -100,27 +100,10 @@ impl Ctx {
         })
     }
 
-    /// A handle on the current session, carrying the token.
+    /// A handle on the current session; it carries the client's token.
     pub async fn session(&mut self) -> Outcome<Session> {
         let id = self.session_id()?;
-        let client = self.client().await?;
-        let session = client.session(id);
-        Ok(match &self.token {
-            Some(token) => session.with_token(token)?,
-            None => session,
-        })
-    }
-
-    /// A request for the raw generated stubs, with the token attached.
-    pub fn request<T>(&self, message: T) -> Outcome<tonic::Request<T>> {
-        let mut request = tonic::Request::new(message);
-        if let Some(token) = &self.token {
-            let value = format!("Bearer {token}")
-                .parse()
-                .map_err(|_| Failure::Usage("WSFS_TOKEN must be printable ASCII".into()))?;
-            request.metadata_mut().insert("authorization", value);
-        }
-        Ok(request)
+        Ok(self.client().await?.session(id))
     }
 
     /// Prints a one-line confirmation unless `--quiet`; `--json` prints

@@ -1,12 +1,13 @@
 //! Search and change commands: glob, grep, watch.
 
 use super::args::{ColorChoice, GlobArgs, GrepArgs, WatchArgs};
-use super::output::{print_json, println};
-use super::{raw, Ctx, Failure, Outcome};
+use super::output::{self, print_json, println};
+use super::{Ctx, Failure, Outcome};
 use futures::StreamExt;
 use serde_json::json;
 use std::io::IsTerminal;
-use wsfs_client::{parse_path, ContextLine, GrepEvent, GrepMatch};
+use std::time::SystemTime;
+use wsfs_client::{parse_path, ChangeKind, ContextLine, GrepEvent, GrepMatch};
 
 pub async fn glob(ctx: &mut Ctx, args: GlobArgs) -> Outcome {
     let session = ctx.session().await?;
@@ -218,34 +219,44 @@ impl GrepPrinter {
 
 pub async fn watch(ctx: &mut Ctx, args: WatchArgs) -> Outcome {
     let path = parse_path(&args.path)?;
-    let mut events = raw::watch(
-        ctx,
-        path.as_str(),
-        !args.shallow,
-        args.glob.unwrap_or_default(),
-        args.since.unwrap_or(0),
-    )
-    .await?;
+    let mut watch = ctx
+        .session()
+        .await?
+        .watch(path.as_str())
+        .since(args.since.unwrap_or(0));
+    if !args.shallow {
+        watch = watch.recursive();
+    }
+    if let Some(glob) = &args.glob {
+        watch = watch.glob(glob);
+    }
+    let mut events = watch.stream().await?;
     while let Some(event) = events.next().await {
         let event = event?;
+        let kind = ChangeKind::try_from(event.kind)
+            .map(|k| k.as_str_name().to_string())
+            .unwrap_or_else(|_| event.kind.to_string());
         if ctx.json {
-            print_json(&event)?;
+            print_json(&json!({
+                "seq": event.seq,
+                "kind": kind,
+                "path": event.path,
+                "to_path": event.to_path,
+                "version": event.version,
+                "caller": event.caller,
+                "at": event.at.and_then(|t| SystemTime::try_from(t).ok()).map(output::time),
+            }))?;
             continue;
         }
-        let kind = event["kind"].as_str().unwrap_or("");
         if kind == "KEEPALIVE" {
             continue;
         }
-        let mut line = format!(
-            "{} {kind} {}",
-            event["seq"],
-            event["path"].as_str().unwrap_or("")
-        );
-        if let Some(to) = event["to_path"].as_str().filter(|t| !t.is_empty()) {
-            line.push_str(&format!(" -> {to}"));
+        let mut line = format!("{} {kind} {}", event.seq, event.path);
+        if !event.to_path.is_empty() {
+            line.push_str(&format!(" -> {}", event.to_path));
         }
-        if let Some(caller) = event["caller"].as_str().filter(|c| !c.is_empty()) {
-            line.push_str(&format!(" by {caller}"));
+        if !event.caller.is_empty() {
+            line.push_str(&format!(" by {}", event.caller));
         }
         println(&line)?;
     }

@@ -2,14 +2,11 @@
 
 use super::args::{ExportArgs, ImportArgs, SessionCommand, SnapshotCommand, TokenCommand};
 use super::output::{self, print_json, println};
-use super::raw::{self, SnapshotInfo};
 use super::{local, Ctx, Failure, Outcome};
-use futures::StreamExt;
 use serde_json::{json, Value};
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
-use tokio_util::io::ReaderStream;
-use wsfs_client::{Backend, Layout, SessionInfo, SessionOptions};
+use tokio_util::io::{InspectReader, InspectWriter};
+use wsfs_client::{Backend, Layout, SessionInfo, SessionOptions, SnapshotInfo};
 
 pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
     match command {
@@ -160,7 +157,7 @@ fn snapshot_json(s: &SnapshotInfo) -> Value {
     json!({
         "snapshot_id": s.id,
         "tag": s.tag,
-        "created_at": s.created_at.map(output::time),
+        "created_at": output::time(s.created_at),
         "file_count": s.file_count,
         "total_bytes": s.total_bytes,
     })
@@ -169,7 +166,8 @@ fn snapshot_json(s: &SnapshotInfo) -> Value {
 pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
     match command {
         SnapshotCommand::Create { tag } => {
-            let info = raw::snapshot(ctx, &tag).await?;
+            let id = ctx.session_id()?;
+            let info = ctx.client().await?.snapshot(&id, &tag).await?;
             if ctx.json {
                 print_json(&snapshot_json(&info))
             } else {
@@ -177,7 +175,8 @@ pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
             }
         }
         SnapshotCommand::List => {
-            let snapshots = raw::list_snapshots(ctx).await?;
+            let id = ctx.session_id()?;
+            let snapshots = ctx.client().await?.list_snapshots(&id).await?;
             if ctx.json {
                 let all: Vec<_> = snapshots.iter().map(snapshot_json).collect();
                 return print_json(&json!({ "snapshots": all }));
@@ -186,29 +185,34 @@ pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
                 println(&format!(
                     "{}  {}  {:>6} files {:>10}  {}",
                     s.id,
-                    s.created_at.map(output::time).unwrap_or_default(),
+                    output::time(s.created_at),
                     s.file_count,
-                    output::human_size(s.total_bytes.max(0) as u64),
+                    output::human_size(s.total_bytes),
                     s.tag
                 ))?;
             }
             Ok(())
         }
         SnapshotCommand::Restore { id } => {
-            let contents = raw::restore(ctx, &id).await?;
+            let session_id = ctx.session_id()?;
+            let contents = ctx.client().await?.restore(&session_id, &id).await?;
             ctx.done(
                 || {
                     format!(
                         "restored {id}: {} files, {}",
                         contents.file_count,
-                        output::human_size(contents.total_bytes.max(0) as u64)
+                        output::human_size(contents.total_bytes)
                     )
                 },
                 json!({"snapshot_id": id, "file_count": contents.file_count, "total_bytes": contents.total_bytes}),
             )
         }
         SnapshotCommand::Rm { id } => {
-            raw::delete_snapshot(ctx, &id).await?;
+            let session_id = ctx.session_id()?;
+            ctx.client()
+                .await?
+                .delete_snapshot(&session_id, &id)
+                .await?;
             ctx.done(
                 || format!("removed snapshot {id}"),
                 json!({ "snapshot_id": id }),
@@ -218,11 +222,11 @@ pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
 }
 
 pub async fn export(ctx: &mut Ctx, args: ExportArgs) -> Outcome {
-    let mut chunks = raw::export_archive(ctx, args.snapshot.as_deref()).await?;
+    let session = ctx.session().await?;
     let to_stdout = args.file == "-";
     // The size is not known ahead: a spinner counting bytes.
     let bar = output::progress(None, 0, ctx.quiet || ctx.json || to_stdout, "export");
-    let mut out: Box<dyn tokio::io::AsyncWrite + Unpin> = if to_stdout {
+    let out: Box<dyn tokio::io::AsyncWrite + Unpin> = if to_stdout {
         Box::new(tokio::io::stdout())
     } else {
         Box::new(
@@ -231,27 +235,20 @@ pub async fn export(ctx: &mut Ctx, args: ExportArgs) -> Outcome {
                 .map_err(local(format!("cannot create '{}'", args.file)))?,
         )
     };
-    let mut bytes = 0u64;
-    while let Some(chunk) = chunks.next().await {
-        let chunk = match chunk {
-            Ok(chunk) => chunk,
-            Err(e) => {
-                drop(out);
-                if !to_stdout {
-                    let _ = tokio::fs::remove_file(&args.file).await;
-                }
-                return Err(e.into());
-            }
-        };
-        out.write_all(&chunk)
-            .await
-            .map_err(local(format!("cannot write '{}'", args.file)))?;
-        bytes += chunk.len() as u64;
-        bar.inc(chunk.len() as u64);
-    }
-    out.flush()
+    let counted = bar.clone();
+    let out = InspectWriter::new(out, move |written| counted.inc(written.len() as u64));
+    let bytes = match session
+        .export_to_writer(out, args.snapshot.as_deref())
         .await
-        .map_err(local(format!("cannot write '{}'", args.file)))?;
+    {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            if !to_stdout {
+                let _ = tokio::fs::remove_file(&args.file).await;
+            }
+            return Err(e.into());
+        }
+    };
     bar.finish_and_clear();
     if to_stdout {
         return Ok(());
@@ -276,47 +273,33 @@ pub async fn import(ctx: &mut Ctx, args: ImportArgs) -> Outcome {
         };
     let bar = output::progress(size, 0, quiet, "import");
     let counted = bar.clone();
-    let file = args.file.clone();
-    // A read error ends the upload early; the server then sees a ZIP cut
-    // short and refuses it, so nothing changes.
-    let data = ReaderStream::with_capacity(reader, 1024 * 1024)
-        .take_while(move |chunk| {
-            if let Err(e) = chunk {
-                eprintln!("wsfs: cannot read '{file}': {e}");
-            }
-            futures::future::ready(chunk.is_ok())
-        })
-        .filter_map(move |chunk| {
-            let chunk = chunk.ok();
-            if let Some(c) = &chunk {
-                counted.inc(c.len() as u64);
-            }
-            futures::future::ready(chunk)
-        })
-        .boxed();
-    let contents = raw::import_archive(ctx, data).await?;
+    let reader = InspectReader::new(reader, move |read| counted.inc(read.len() as u64));
+    // A read error aborts the upload: the server never sees a complete
+    // archive, so nothing changes.
+    let (file_count, total_bytes) = ctx.session().await?.import_from_reader(reader).await?;
     bar.finish_and_clear();
     ctx.done(
         || {
             format!(
                 "imported {}: {} files, {}",
                 args.file,
-                contents.file_count,
-                output::human_size(contents.total_bytes.max(0) as u64)
+                file_count,
+                output::human_size(total_bytes)
             )
         },
-        json!({"file": args.file, "file_count": contents.file_count, "total_bytes": contents.total_bytes}),
+        json!({"file": args.file, "file_count": file_count, "total_bytes": total_bytes}),
     )
 }
 
 pub async fn token(ctx: &mut Ctx, command: TokenCommand) -> Outcome {
     match command {
         TokenCommand::Issue { caller } => {
-            let (token, caller) = raw::issue_token(ctx, &caller).await?;
+            let id = ctx.session_id()?;
+            let issued = ctx.client().await?.issue_token(&id, &caller).await?;
             if ctx.json {
-                print_json(&json!({"token": token, "caller": caller}))
+                print_json(&json!({"token": issued.token, "caller": issued.caller}))
             } else {
-                println(&token)
+                println(&issued.token)
             }
         }
     }
