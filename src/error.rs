@@ -257,6 +257,10 @@ impl Error {
             "PERMISSION_DENIED" => Error::PermissionDenied { path, message },
             "UNAUTHENTICATED" => Error::Unauthenticated { message },
             "QUOTA_EXCEEDED" => Error::QuotaExceeded { message },
+            "UNIMPLEMENTED" => Error::Unimplemented { message },
+            "CANCELLED" => Error::Cancelled { message },
+            "UNAVAILABLE" => Error::Unavailable { message },
+            "INTERNAL" => Error::Internal { message },
             _ => match status.code() {
                 Code::InvalidArgument => Error::InvalidArgument { message },
                 Code::Unauthenticated => Error::Unauthenticated { message },
@@ -268,6 +272,8 @@ impl Error {
                 Code::Unimplemented => Error::Unimplemented { message },
                 Code::Cancelled => Error::Cancelled { message },
                 Code::Unavailable | Code::DeadlineExceeded => Error::Unavailable { message },
+                Code::Internal => Error::Internal { message },
+                // Codes wsfs never sends itself: keep the code in the text.
                 _ => Error::Internal {
                     message: format!("{:?}: {message}", status.code()),
                 },
@@ -400,12 +406,46 @@ mod tests {
             Error::QuotaExceeded {
                 message: "full".into(),
             },
+            Error::Unimplemented {
+                message: "not here".into(),
+            },
+            Error::Cancelled {
+                message: "gone".into(),
+            },
+            Error::Unavailable {
+                message: "later".into(),
+            },
+            Error::Internal {
+                message: "broke".into(),
+            },
         ];
+        // Every variant, so a new one cannot be left out of the table.
+        let reasons: std::collections::BTreeSet<_> = samples.iter().map(Error::reason).collect();
+        assert_eq!(reasons.len(), samples.len());
+        assert_eq!(samples.len(), 25, "add the new variant to this list");
         for e in samples {
             let status = e.to_status();
             assert_eq!(status.code(), e.code());
             assert_eq!(Error::from_status(&status), e, "{}", e.reason());
         }
+    }
+
+    #[test]
+    fn statuses_without_a_reason_map_by_code_without_decoration() {
+        let e = Error::from_status(&Status::internal("boom"));
+        assert_eq!(
+            e,
+            Error::Internal {
+                message: "boom".into()
+            }
+        );
+        let e = Error::from_status(&Status::unknown("odd"));
+        assert_eq!(
+            e,
+            Error::Internal {
+                message: "Unknown: odd".into()
+            }
+        );
     }
 
     #[test]
