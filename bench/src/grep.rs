@@ -86,15 +86,6 @@ async fn wsfs_grep(
     })
 }
 
-fn rg_available() -> bool {
-    Command::new("rg")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// One `rg` run; the matches are the lines it prints.
 fn rg_grep(dir: &Path, pattern: &str, fixed: bool) -> Result<Outcome, String> {
     let started = Instant::now();
@@ -179,11 +170,6 @@ pub async fn run(
         notes.push(format!("Grep: {note}."));
     }
     let mut fs = wire::filesystem(channel);
-    let have_rg = rg_available();
-    if !have_rg {
-        eprintln!("grep: rg is not installed; the rg baseline is skipped");
-        notes.push("Grep: rg is not installed here, so the grep baseline was skipped.".into());
-    }
 
     let (regex, _) = match regex {
         Some(r) => (r, 0),
@@ -198,11 +184,7 @@ pub async fn run(
     for (pattern, fixed, kind) in patterns {
         eprintln!("grep: {kind} {pattern:?}: warming up...");
         let warm = wsfs_grep(&mut fs, &session.id, &pattern, fixed).await?;
-        let rg_warm = if have_rg {
-            Some(rg(&corpus.dir, &pattern, fixed).await?)
-        } else {
-            None
-        };
+        let rg_warm = rg(&corpus.dir, &pattern, fixed).await?;
         let mut ours = Samples::default();
         let mut theirs = Samples::default();
         for run in 1..=runs {
@@ -215,26 +197,19 @@ pub async fn run(
                     warm.matches, o.matches
                 ));
             }
-            if have_rg {
-                theirs.push(
-                    rg(&corpus.dir, &pattern, fixed)
-                        .await?
-                        .elapsed
-                        .as_secs_f64(),
-                );
-            }
+            theirs.push(
+                rg(&corpus.dir, &pattern, fixed)
+                    .await?
+                    .elapsed
+                    .as_secs_f64(),
+            );
         }
-        let counts = match &rg_warm {
-            Some(r) => format!("wsfs {} / rg {} matches", warm.matches, r.matches),
-            None => format!("wsfs {} matches", warm.matches),
-        };
-        if let Some(r) = &rg_warm {
-            if r.matches != warm.matches {
-                notes.push(format!(
-                    "warning: match counts differ for {pattern:?}: wsfs {}, rg {}.",
-                    warm.matches, r.matches
-                ));
-            }
+        let counts = format!("wsfs {} / rg {} matches", warm.matches, rg_warm.matches);
+        if rg_warm.matches != warm.matches {
+            notes.push(format!(
+                "warning: match counts differ for {pattern:?}: wsfs {}, rg {}.",
+                warm.matches, rg_warm.matches
+            ));
         }
         let figure = format!(
             "Grep {kind} {} ({counts}; {} files, {:.0} MB), wall time",
@@ -242,11 +217,11 @@ pub async fn run(
             warm.files,
             corpus.bytes as f64 / 1e6
         );
-        let mut row = Row::new(figure, "s", ours).target(Target::AtMostTimes(1.5));
-        if have_rg {
-            row = row.baseline("rg", theirs);
-        }
-        rows.push(row);
+        rows.push(
+            Row::new(figure, "s", ours)
+                .baseline("rg", theirs)
+                .target(Target::AtMostTimes(1.5)),
+        );
     }
     wire::delete_session(channel, &session.id).await;
     Ok(rows)

@@ -7,13 +7,21 @@
 //!   more, beside `rg` over the same directory;
 //! - [`bytes`]: ReadBytes and WriteBytes of a 1 GiB file, beside a raw TCP
 //!   loopback copy, and the server's peak memory growth while they run;
-//! - [`small`]: Stat and small Read calls from 16 concurrent callers.
+//! - [`small`]: Stat and small Read calls from 16 concurrent callers;
+//! - [`snapshot`]: Snapshot and Restore of a 10,000-file workspace beside
+//!   git;
+//! - [`archive`]: ExportArchive, ImportArchive and host mounts beside
+//!   `zip`, `unzip` and `cp -r`.
+//!
+//! Every figure needs its baseline program ([`tools`]): when one is
+//! missing the benchmark names its package and stops before any work.
 //!
 //! The server runs as a child process (`wsfs-server` next to this program)
 //! when it can, so its memory is its own; otherwise in this process; or it
 //! is an external one given with `--server`. Progress goes to stderr; the
 //! results, a Markdown table, to stdout. See BENCHMARKS.md.
 
+mod archive;
 mod bytes;
 mod corpus;
 mod grep;
@@ -21,6 +29,9 @@ mod machine;
 mod report;
 mod server;
 mod small;
+mod snapshot;
+mod tools;
+mod trees;
 mod wire;
 
 use clap::{Parser, ValueEnum};
@@ -34,6 +45,27 @@ enum Which {
     Grep,
     Bytes,
     Small,
+    Snapshot,
+    Archive,
+}
+
+impl Which {
+    /// The baseline programs this choice runs.
+    fn tools(self) -> Vec<tools::Tool> {
+        match self {
+            Which::All => vec![tools::RG, tools::GIT, tools::ZIP, tools::UNZIP],
+            Which::Grep => vec![tools::RG],
+            Which::Snapshot => vec![tools::GIT],
+            Which::Archive => vec![tools::ZIP, tools::UNZIP],
+            Which::Bytes | Which::Small => Vec::new(),
+        }
+    }
+
+    /// Whether it reads the server's data directory (so needs a server
+    /// this program starts).
+    fn needs_local_server(self) -> bool {
+        matches!(self, Which::All | Which::Snapshot | Which::Archive)
+    }
 }
 
 /// Measures wsfs against baselines and prints a results table.
@@ -67,6 +99,16 @@ struct Cli {
     /// 20000, or 2000 with --quick].
     #[arg(long)]
     small_ops: Option<usize>,
+
+    /// Files in the snapshot and archive workspaces [default: 10000, or
+    /// 1000 with --quick].
+    #[arg(long)]
+    tree_files: Option<usize>,
+
+    /// Size of the archive tree in MiB [default: 200, or 20 with --quick];
+    /// the snapshot workspace's files are 20 KiB each.
+    #[arg(long)]
+    tree_mib: Option<u64>,
 
     /// The regex for the "few hundred matches" grep figure [default: the
     /// first built-in candidate with 100 to 1000 matches on the corpus].
@@ -102,7 +144,12 @@ struct Settings {
     corpus_bytes: u64,
     size_bytes: u64,
     small_ops: usize,
+    tree_files: usize,
+    tree_bytes: u64,
 }
+
+/// Each file of the snapshot workspace.
+const SNAPSHOT_FILE_BYTES: usize = 20 * 1024;
 
 impl Cli {
     fn settings(&self) -> Settings {
@@ -116,8 +163,15 @@ impl Cli {
             small_ops: (pick(self.small_ops.map(|n| n as u64), 20_000, 2_000) as usize)
                 .div_ceil(small::CALLERS)
                 * small::CALLERS,
+            tree_files: pick(self.tree_files.map(|n| n as u64), 10_000, 1_000).max(1) as usize,
+            tree_bytes: pick(self.tree_mib, 200, 20) << 20,
         }
     }
+}
+
+/// A client error as the benchmark reports it: what was being done, then why.
+fn failed(what: &str) -> impl FnOnce(wsfs_client::Error) -> String + '_ {
+    move |e| format!("{what}: {e}")
 }
 
 fn start_server(cli: &Cli, data: &Path, allow: &[PathBuf]) -> Result<Server, String> {
@@ -142,6 +196,14 @@ fn start_server(cli: &Cli, data: &Path, allow: &[PathBuf]) -> Result<Server, Str
 
 async fn run(cli: Cli) -> Result<(), String> {
     let settings = cli.settings();
+    tools::require(&cli.which.tools())?;
+    if cli.server.is_some() && cli.which.needs_local_server() {
+        return Err(
+            "the snapshot and archive figures read the server's data directory: \
+             run them without --server (choose grep, bytes or small for an external server)"
+                .into(),
+        );
+    }
     let machine = machine::describe();
     eprintln!("machine: {machine}");
 
@@ -162,7 +224,8 @@ async fn run(cli: Cli) -> Result<(), String> {
             .iter()
             .filter_map(|c| std::fs::canonicalize(c).ok()),
     );
-    let server = start_server(&cli, &base.join("server-data"), &allow)?;
+    let server_data = base.join("server-data");
+    let server = start_server(&cli, &server_data, &allow)?;
     eprintln!("server: {}", server.description);
     let channel = wire::connect(&server.url).await?;
 
@@ -230,6 +293,41 @@ async fn run(cli: Cli) -> Result<(), String> {
             )
             .await?,
         );
+    }
+    if wants(Which::Snapshot) || wants(Which::Archive) {
+        let client = wsfs_client::Client::connect(&server.url)
+            .await
+            .map_err(|e| e.to_string())?;
+        if wants(Which::Snapshot) {
+            rows.extend(
+                snapshot::run(
+                    &client,
+                    &server_data,
+                    &base,
+                    settings.tree_files,
+                    SNAPSHOT_FILE_BYTES,
+                    settings.runs,
+                    &mut notes,
+                )
+                .await?,
+            );
+        }
+        if wants(Which::Archive) {
+            let dir = base.join("archive");
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            rows.extend(
+                archive::run(
+                    &client,
+                    &dir,
+                    settings.tree_files,
+                    settings.tree_bytes,
+                    settings.runs,
+                    &mut notes,
+                )
+                .await?,
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     }
     let server_description = server.description.clone();
     drop(channel);

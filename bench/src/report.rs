@@ -119,8 +119,10 @@ impl Row {
                 let m = self.wsfs.median();
                 format!("< {t} {} ({})", self.unit, verdict(m < t))
             }
-            (Target::AtMostTimes(t), None) => format!("<= {t}x (no baseline)"),
-            (Target::AtLeastShare(s), None) => format!(">= {:.0}% (no baseline)", s * 100.0),
+            // Never a verdict without the baseline it is relative to.
+            (Target::AtMostTimes(_) | Target::AtLeastShare(_), None) => {
+                "no verdict: baseline missing".to_string()
+            }
             (Target::None, _) => "-".to_string(),
         }
     }
