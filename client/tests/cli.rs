@@ -7,6 +7,9 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
+#[path = "cli/mcp.rs"]
+mod mcp;
+
 /// One server for the whole test binary, on a loopback port, serving from
 /// its own thread until the process ends.
 fn server_url() -> &'static str {

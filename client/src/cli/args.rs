@@ -119,6 +119,11 @@ pub enum Command {
     /// Print change events as they happen, one line each.
     #[command(after_help = "Example:\n  wsfs watch src --json")]
     Watch(WatchArgs),
+    /// Serve the session to an AI agent as an MCP server on stdio.
+    #[command(
+        after_help = "Tools: read, write, edit, multi_edit, list, glob, grep, stat, move, copy,\ndelete, mkdir, snapshot, restore, list_snapshots. Errors come back as tool\nerrors that start with the wsfs reason.\n\nExample (an MCP client's server entry):\n  {\"command\": \"wsfs\", \"args\": [\"mcp\"],\n   \"env\": {\"WSFS_SERVER\": \"http://127.0.0.1:50051\", \"WSFS_SESSION\": \"<id>\"}}"
+    )]
+    Mcp,
     /// Take, list, restore and remove snapshots of the session.
     #[command(subcommand)]
     Snapshot(SnapshotCommand),

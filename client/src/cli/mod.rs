@@ -16,6 +16,7 @@
 
 mod args;
 mod files;
+mod mcp;
 mod output;
 mod search;
 mod sessions;
@@ -171,6 +172,7 @@ async fn dispatch(ctx: &mut Ctx, command: Command) -> Outcome {
         Command::Glob(a) => search::glob(ctx, a).await,
         Command::Grep(a) => search::grep(ctx, a).await,
         Command::Watch(a) => search::watch(ctx, a).await,
+        Command::Mcp => mcp::serve(ctx).await,
         Command::Snapshot(c) => sessions::snapshot(ctx, c).await,
         Command::Export(a) => sessions::export(ctx, a).await,
         Command::Import(a) => sessions::import(ctx, a).await,
