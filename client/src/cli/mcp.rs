@@ -624,21 +624,7 @@ impl Workspace {
         &self,
         Parameters(a): Parameters<TransferArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(
-            async {
-                let options = TransferOptions {
-                    overwrite: a.overwrite,
-                    create_parents: true,
-                    if_version: None,
-                };
-                let n = self
-                    .session
-                    .rename(&parse_path(&a.from)?, &parse_path(&a.to)?, options)
-                    .await?;
-                Ok(format!("moved {} to {} ({n} entries)", a.from, a.to))
-            }
-            .await,
-        )
+        answer(self.transfer(a, true).await)
     }
 
     #[tool(description = "Copy a file or a directory (with its contents).")]
@@ -646,21 +632,7 @@ impl Workspace {
         &self,
         Parameters(a): Parameters<TransferArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(
-            async {
-                let options = TransferOptions {
-                    overwrite: a.overwrite,
-                    create_parents: true,
-                    if_version: None,
-                };
-                let n = self
-                    .session
-                    .copy(&parse_path(&a.from)?, &parse_path(&a.to)?, options)
-                    .await?;
-                Ok(format!("copied {} to {} ({n} entries)", a.from, a.to))
-            }
-            .await,
-        )
+        answer(self.transfer(a, false).await)
     }
 
     #[tool(description = "Delete a file, or a directory (recursive: true for one with contents).")]
@@ -771,6 +743,24 @@ impl Workspace {
             }
             .await,
         )
+    }
+}
+
+impl Workspace {
+    /// Move (`moving`) or copy, creating the destination's parents.
+    async fn transfer(&self, a: TransferArgs, moving: bool) -> Result<String, Error> {
+        let (from, to) = (parse_path(&a.from)?, parse_path(&a.to)?);
+        let options = TransferOptions {
+            overwrite: a.overwrite,
+            create_parents: true,
+            if_version: None,
+        };
+        let (n, done) = if moving {
+            (self.session.rename(&from, &to, options).await?, "moved")
+        } else {
+            (self.session.copy(&from, &to, options).await?, "copied")
+        };
+        Ok(format!("{done} {from} to {to} ({n} entries)"))
     }
 }
 
