@@ -411,6 +411,9 @@ class AsyncSession:
         self.id = session_id
         self.info: Optional[SessionInfo] = None
         self._metadata = metadata
+        # The Sessions service (snapshots, archives) wants the client's own
+        # credentials: on a server with tokens, the admin token.
+        self._admin_metadata = client._metadata
         self._fs = client._filesystem
         self._sessions = client._sessions
         self._owned = False
@@ -429,10 +432,11 @@ class AsyncSession:
         return await self.client.get_session(self.id)
 
     async def delete_session(self, *, missing_ok: bool = False) -> int:
+        """Deletes this session and its files (with the client's
+        credentials: on a server with tokens, the admin token); returns how
+        many files went."""
         try:
-            request = sessions_pb2.DeleteSessionRequest(session_id=self.id)
-            response = await _call(self._sessions.DeleteSession(request, metadata=self._metadata))
-            return response.files_deleted
+            return await self.client.delete_session(self.id)
         except WsfsError as e:
             if missing_ok and e.reason == "SESSION_NOT_FOUND":
                 return 0
@@ -691,23 +695,23 @@ class AsyncSession:
 
     async def snapshot(self, tag: str = "") -> SnapshotInfo:
         request = sessions_pb2.SnapshotRequest(session_id=self.id, tag=tag)
-        return SnapshotInfo._from_proto(await _call(self._sessions.Snapshot(request, metadata=self._metadata)))
+        return SnapshotInfo._from_proto(await _call(self._sessions.Snapshot(request, metadata=self._admin_metadata)))
 
     async def restore(self, snapshot: Union[str, SnapshotInfo]) -> Restored:
         snapshot_id = snapshot.id if isinstance(snapshot, SnapshotInfo) else snapshot
         request = sessions_pb2.RestoreRequest(session_id=self.id, snapshot_id=snapshot_id)
-        response = await _call(self._sessions.Restore(request, metadata=self._metadata))
+        response = await _call(self._sessions.Restore(request, metadata=self._admin_metadata))
         return Restored(response.file_count, response.total_bytes)
 
     async def list_snapshots(self) -> list[SnapshotInfo]:
         request = sessions_pb2.ListSnapshotsRequest(session_id=self.id)
-        response = await _call(self._sessions.ListSnapshots(request, metadata=self._metadata))
+        response = await _call(self._sessions.ListSnapshots(request, metadata=self._admin_metadata))
         return [SnapshotInfo._from_proto(s) for s in response.snapshots]
 
     async def delete_snapshot(self, snapshot: Union[str, SnapshotInfo]) -> None:
         snapshot_id = snapshot.id if isinstance(snapshot, SnapshotInfo) else snapshot
         request = sessions_pb2.DeleteSnapshotRequest(session_id=self.id, snapshot_id=snapshot_id)
-        await _call(self._sessions.DeleteSnapshot(request, metadata=self._metadata))
+        await _call(self._sessions.DeleteSnapshot(request, metadata=self._admin_metadata))
 
     async def export_archive(
         self,
@@ -717,7 +721,7 @@ class AsyncSession:
     ) -> Any:
         snapshot_id = snapshot.id if isinstance(snapshot, SnapshotInfo) else (snapshot or "")
         request = sessions_pb2.ExportArchiveRequest(session_id=self.id, snapshot_id=snapshot_id)
-        call = self._sessions.ExportArchive(request, metadata=self._metadata)
+        call = self._sessions.ExportArchive(request, metadata=self._admin_metadata)
 
         async def chunks() -> AsyncIterator[bytes]:
             try:
@@ -753,7 +757,7 @@ class AsyncSession:
                 failure.append(e)
                 raise
 
-        response = await _upload(self._sessions.ImportArchive(requests(), metadata=self._metadata), failure)
+        response = await _upload(self._sessions.ImportArchive(requests(), metadata=self._admin_metadata), failure)
         return Restored(response.file_count, response.total_bytes)
 
     async def upload_dir(self, local_dir: c.PathLike, remote_dir: str = "") -> Transferred:

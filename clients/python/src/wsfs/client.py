@@ -386,6 +386,9 @@ class Session:
         #: :meth:`Client.session` (see :meth:`get_info`).
         self.info: Optional[SessionInfo] = None
         self._metadata = metadata
+        # The Sessions service (snapshots, archives) wants the client's own
+        # credentials: on a server with tokens, the admin token.
+        self._admin_metadata = client._metadata
         self._fs = client._filesystem
         self._sessions = client._sessions
         self._owned = False
@@ -404,10 +407,11 @@ class Session:
         return self.client.get_session(self.id)
 
     def delete_session(self, *, missing_ok: bool = False) -> int:
-        """Deletes this session and its files; returns how many files went."""
+        """Deletes this session and its files (with the client's
+        credentials: on a server with tokens, the admin token); returns how
+        many files went."""
         try:
-            request = sessions_pb2.DeleteSessionRequest(session_id=self.id)
-            return _call(self._sessions.DeleteSession, request, metadata=self._metadata).files_deleted
+            return self.client.delete_session(self.id)
         except WsfsError as e:
             if missing_ok and e.reason == "SESSION_NOT_FOUND":
                 return 0
@@ -720,24 +724,24 @@ class Session:
 
     def snapshot(self, tag: str = "") -> SnapshotInfo:
         request = sessions_pb2.SnapshotRequest(session_id=self.id, tag=tag)
-        return SnapshotInfo._from_proto(_call(self._sessions.Snapshot, request, metadata=self._metadata))
+        return SnapshotInfo._from_proto(_call(self._sessions.Snapshot, request, metadata=self._admin_metadata))
 
     def restore(self, snapshot: Union[str, SnapshotInfo]) -> Restored:
         """Puts the workspace back exactly as the snapshot holds it."""
         snapshot_id = snapshot.id if isinstance(snapshot, SnapshotInfo) else snapshot
         request = sessions_pb2.RestoreRequest(session_id=self.id, snapshot_id=snapshot_id)
-        response = _call(self._sessions.Restore, request, metadata=self._metadata)
+        response = _call(self._sessions.Restore, request, metadata=self._admin_metadata)
         return Restored(response.file_count, response.total_bytes)
 
     def list_snapshots(self) -> list[SnapshotInfo]:
         request = sessions_pb2.ListSnapshotsRequest(session_id=self.id)
-        response = _call(self._sessions.ListSnapshots, request, metadata=self._metadata)
+        response = _call(self._sessions.ListSnapshots, request, metadata=self._admin_metadata)
         return [SnapshotInfo._from_proto(s) for s in response.snapshots]
 
     def delete_snapshot(self, snapshot: Union[str, SnapshotInfo]) -> None:
         snapshot_id = snapshot.id if isinstance(snapshot, SnapshotInfo) else snapshot
         request = sessions_pb2.DeleteSnapshotRequest(session_id=self.id, snapshot_id=snapshot_id)
-        _call(self._sessions.DeleteSnapshot, request, metadata=self._metadata)
+        _call(self._sessions.DeleteSnapshot, request, metadata=self._admin_metadata)
 
     def export_archive(
         self,
@@ -750,7 +754,7 @@ class Session:
         when ``destination`` is None."""
         snapshot_id = snapshot.id if isinstance(snapshot, SnapshotInfo) else (snapshot or "")
         request = sessions_pb2.ExportArchiveRequest(session_id=self.id, snapshot_id=snapshot_id)
-        call = _call(self._sessions.ExportArchive, request, metadata=self._metadata)
+        call = _call(self._sessions.ExportArchive, request, metadata=self._admin_metadata)
 
         def chunks() -> Iterator[bytes]:
             try:
@@ -788,7 +792,7 @@ class Session:
                 raise
 
         try:
-            response = self._sessions.ImportArchive(requests(), metadata=self._metadata)
+            response = self._sessions.ImportArchive(requests(), metadata=self._admin_metadata)
         except grpc.RpcError as e:
             if failure:
                 raise failure[0] from None
