@@ -66,7 +66,7 @@ _MODES = {
 }
 
 
-def write_mode(mode: Union[WriteMode, str]) -> int:
+def write_mode(mode: Union[WriteMode, str]) -> Any:
     if isinstance(mode, str):
         try:
             mode = WriteMode(mode.lower())
@@ -77,7 +77,7 @@ def write_mode(mode: Union[WriteMode, str]) -> int:
     return _MODES[mode]
 
 
-def _backend(backend: Union[Backend, str]) -> int:
+def _backend(backend: Union[Backend, str]) -> Any:
     if isinstance(backend, str):
         backend = Backend(backend.lower())
     if backend is Backend.UNKNOWN:
@@ -85,7 +85,7 @@ def _backend(backend: Union[Backend, str]) -> int:
     return sessions_pb2.Session.Backend.Value(backend.name)
 
 
-def _layout(layout: Union[Layout, str]) -> int:
+def _layout(layout: Union[Layout, str]) -> Any:
     if isinstance(layout, str):
         layout = Layout(layout.lower())
     if layout is Layout.UNKNOWN:

@@ -16,6 +16,7 @@ import os
 from typing import (
     IO,
     Any,
+    List,
     AsyncIterable,
     AsyncIterator,
     Awaitable,
@@ -26,6 +27,7 @@ from typing import (
     Sequence,
     TypeVar,
     Union,
+    cast,
 )
 
 import grpc
@@ -67,6 +69,9 @@ __all__ = ["AsyncClient", "AsyncSession", "AsyncByteStream", "AsyncGrepStream", 
 
 T = TypeVar("T")
 
+#: What a stream call's read() returns at the end.
+_EOF = grpc.aio.EOF  # type: ignore[attr-defined]
+
 
 async def _call(awaitable: Awaitable[T]) -> T:
     try:
@@ -102,7 +107,7 @@ class AsyncClient:
         self._filesystem = fs_grpc.FilesystemStub(self._channel)
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self._channel.close(None)
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -236,7 +241,7 @@ class AsyncByteStream:
         except grpc.RpcError as e:
             self._done = True
             raise from_rpc_error(e) from None
-        if first is grpc.aio.EOF:
+        if first is _EOF:
             self._done = True
             raise Internal("the ReadBytes stream ended before its header")
         if first.WhichOneof("payload") != "header":
@@ -260,7 +265,7 @@ class AsyncByteStream:
         except grpc.RpcError as e:
             self._done = True
             raise from_rpc_error(e) from None
-        if message is grpc.aio.EOF:
+        if message is _EOF:
             self._done = True
             if self._received != self.length:
                 raise Internal(
@@ -311,7 +316,7 @@ class AsyncGrepStream:
         except grpc.RpcError as e:
             self._done = True
             raise from_rpc_error(e) from None
-        if message is grpc.aio.EOF:
+        if message is _EOF:
             self._done = True
             raise Internal("the Grep stream ended without its summary")
         if message.WhichOneof("payload") == "summary":
@@ -368,7 +373,7 @@ class AsyncWatch:
                 if stopped:
                     break
                 raise from_rpc_error(e) from None
-            if message is grpc.aio.EOF:
+            if message is _EOF:
                 self._done = True
                 break
             event = ChangeEvent._from_proto(message)
@@ -542,7 +547,7 @@ class AsyncSession:
         if_version: Optional[int] = None,
     ) -> WriteResult:
         if c.is_file(source):
-            return await self.write(path, source, mode=mode, create_parents=create_parents, if_version=if_version)
+            return await self.write(path, cast(IO[bytes], source), mode=mode, create_parents=create_parents, if_version=if_version)
         with open(os.fspath(source), "rb") as f:  # type: ignore[arg-type]
             return await self.write(path, f, mode=mode, create_parents=create_parents, if_version=if_version)
 
@@ -703,7 +708,7 @@ class AsyncSession:
         response = await _call(self._sessions.Restore(request, metadata=self._admin_metadata))
         return Restored(response.file_count, response.total_bytes)
 
-    async def list_snapshots(self) -> list[SnapshotInfo]:
+    async def list_snapshots(self) -> List[SnapshotInfo]:
         request = sessions_pb2.ListSnapshotsRequest(session_id=self.id)
         response = await _call(self._sessions.ListSnapshots(request, metadata=self._admin_metadata))
         return [SnapshotInfo._from_proto(s) for s in response.snapshots]
@@ -727,7 +732,7 @@ class AsyncSession:
             try:
                 while True:
                     message = await call.read()
-                    if message is grpc.aio.EOF:
+                    if message is _EOF:
                         return
                     yield message.data
             except grpc.RpcError as e:

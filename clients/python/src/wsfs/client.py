@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import IO, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar, Union
+from typing import IO, Any, List, cast, Callable, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar, Union
 
 import grpc
 
@@ -255,6 +255,12 @@ class ByteStream:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 class GrepStream:
@@ -548,7 +554,7 @@ class Session:
     ) -> WriteResult:
         """Streams a local file (a path or a binary file object) into ``path``."""
         if c.is_file(source):
-            return self.write(path, source, mode=mode, create_parents=create_parents, if_version=if_version)
+            return self.write(path, cast(IO[bytes], source), mode=mode, create_parents=create_parents, if_version=if_version)
         with open(os.fspath(source), "rb") as f:  # type: ignore[arg-type]
             return self.write(path, f, mode=mode, create_parents=create_parents, if_version=if_version)
 
@@ -733,7 +739,7 @@ class Session:
         response = _call(self._sessions.Restore, request, metadata=self._admin_metadata)
         return Restored(response.file_count, response.total_bytes)
 
-    def list_snapshots(self) -> list[SnapshotInfo]:
+    def list_snapshots(self) -> List[SnapshotInfo]:
         request = sessions_pb2.ListSnapshotsRequest(session_id=self.id)
         response = _call(self._sessions.ListSnapshots, request, metadata=self._admin_metadata)
         return [SnapshotInfo._from_proto(s) for s in response.snapshots]

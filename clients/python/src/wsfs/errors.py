@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Mapping
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
 __all__ = [
     "WsfsError",
