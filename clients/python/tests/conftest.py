@@ -85,6 +85,18 @@ def server() -> Iterator[Server]:
     s.stop()
 
 
+#: The admin token of :func:`token_server`.
+ADMIN_TOKEN = "admin-token-0123456789"
+
+
+@pytest.fixture(scope="session")
+def token_server() -> Iterator[Server]:
+    """A second server, with tokens on (started only by the tests that use it)."""
+    s = Server(server_binary(), "--admin-token", ADMIN_TOKEN)
+    yield s
+    s.stop()
+
+
 @pytest.fixture(scope="session")
 def client(server: Server) -> Iterator[wsfs.Client]:
     with wsfs.Client(server.url) as c:

@@ -16,7 +16,7 @@ import pytest
 import wsfs
 from wsfs import ChangeKind, FileKind
 
-from conftest import Server
+from conftest import ADMIN_TOKEN, Server
 
 MiB = 1024 * 1024
 
@@ -259,3 +259,22 @@ def test_errors(server: Server) -> None:
 async def _past_end(session: wsfs.AsyncSession) -> bytes:
     await session.write("short.txt", "abc")
     return await session.read_bytes("short.txt", offset=10)
+
+
+def test_tokens(token_server: Server) -> None:
+    async def main() -> None:
+        async with wsfs.AsyncClient(token_server.url) as anonymous:
+            with pytest.raises(wsfs.Unauthenticated):
+                await anonymous.list_sessions()
+        async with wsfs.AsyncClient(token_server.url, token=ADMIN_TOKEN) as admin:
+            async with admin.create_session(layout=wsfs.Layout.SWARM) as session:
+                assert session.info is not None and session.info.token
+                issued = await admin.issue_token(session.id, "agent-2")
+                agent = admin.session(session.id, token=issued.token)
+                await agent.write("home/agent-2/a.txt", "a")
+                with pytest.raises(wsfs.PermissionDenied):
+                    await agent.write("shared/../sys/x", "x")
+                assert [e.caller for e in await session.changes()] == ["agent-2"]
+                assert (await session.snapshot()).file_count == 1
+
+    asyncio.run(main())

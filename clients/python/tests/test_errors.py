@@ -10,7 +10,7 @@ from google.rpc import error_details_pb2, status_pb2
 import wsfs
 from wsfs.errors import from_rpc_error
 
-from conftest import Server, server_binary
+from conftest import ADMIN_TOKEN, Server
 
 MISSING_SESSION = "00000000-0000-4000-8000-000000000000"
 
@@ -131,6 +131,14 @@ def test_pattern_range_and_read_only(client: wsfs.Client, session: wsfs.Session)
         assert ro.read_text("a.txt") == "a"
 
 
+def test_caller_names_travel_with_tokens_off(server: Server, client: wsfs.Client) -> None:
+    with client.create_session() as session:
+        client.session(session.id, caller="agent-7").write("a.txt", "a")
+        with wsfs.Client(server.url, caller="agent-8") as named:
+            named.session(session.id).write("b.txt", "b")
+        assert [e.caller for e in session.changes()] == ["agent-7", "agent-8"]
+
+
 def test_unreachable_server_is_unavailable() -> None:
     with wsfs.Client("127.0.0.1:9") as client:
         with pytest.raises(wsfs.Unavailable) as caught:
@@ -147,19 +155,12 @@ def test_bad_urls() -> None:
         wsfs.Client("http://h:1", token="t", caller="c")
 
 
-@pytest.fixture(scope="module")
-def token_server():
-    s = Server(server_binary(), "--admin-token", "admin-token-0123456789")
-    yield s
-    s.stop()
-
-
 def test_tokens_and_unauthenticated(token_server: Server) -> None:
     with wsfs.Client(token_server.url) as anonymous:
         with pytest.raises(wsfs.Unauthenticated) as caught:
             anonymous.list_sessions()
         assert caught.value.code is grpc.StatusCode.UNAUTHENTICATED
-    with wsfs.Client(token_server.url, token="admin-token-0123456789") as admin:
+    with wsfs.Client(token_server.url, token=ADMIN_TOKEN) as admin:
         with admin.create_session(layout="swarm") as session:
             assert session.info is not None and session.info.token
             session.write("sys/config", "system writes sys/")
