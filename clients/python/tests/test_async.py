@@ -12,16 +12,17 @@ from typing import Awaitable, Callable
 
 import grpc
 import pytest
+from conftest import ADMIN_TOKEN, Server
 
 import wsfs
 from wsfs import ChangeKind, FileKind
 
-from conftest import ADMIN_TOKEN, Server
-
 MiB = 1024 * 1024
 
 
-def run(server: Server, test: Callable[[wsfs.AsyncClient, wsfs.AsyncSession], Awaitable[None]]) -> None:
+def run(
+    server: Server, test: Callable[[wsfs.AsyncClient, wsfs.AsyncSession], Awaitable[None]]
+) -> None:
     async def main() -> None:
         async with wsfs.AsyncClient(server.url) as client:
             async with client.create_session(labels={"test": "async"}) as session:
@@ -160,6 +161,7 @@ def test_watch_and_changes(server: Server) -> None:
         await session.write("other.txt", "o")
         event = await watch.__anext__()
         assert (event.kind, event.path) == (ChangeKind.CREATED, "src/a.py")
+
         # close() from another task ends an iteration that is waiting.
         async def consume() -> list[wsfs.ChangeEvent]:
             return [e async for e in watch]
@@ -239,7 +241,9 @@ def test_errors(server: Server) -> None:
             await _past_end(session)
         with pytest.raises(wsfs.SessionNotFound):
             await client.session("00000000-0000-4000-8000-000000000000").exists("a")
-        async with client.create_session(limits=wsfs.SessionLimits(max_write_bytes=10, max_total_bytes=15)) as small:
+        async with client.create_session(
+            limits=wsfs.SessionLimits(max_write_bytes=10, max_total_bytes=15)
+        ) as small:
             with pytest.raises(wsfs.TooLarge):
                 await small.write("a", b"x" * 11)
             await small.write("a", "x" * 10)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from conftest import ADMIN_TOKEN, Server
 from google.rpc import error_details_pb2, status_pb2
 
 import wsfs
 from wsfs.errors import from_rpc_error
-
-from conftest import ADMIN_TOKEN, Server
 
 MISSING_SESSION = "00000000-0000-4000-8000-000000000000"
 
@@ -69,7 +68,9 @@ def test_too_large_and_quota(client: wsfs.Client) -> None:
         with pytest.raises(wsfs.TooLarge) as caught:
             session.write("big.bin", b"x" * 5000)
         e = caught.value
-        assert e.code is grpc.StatusCode.INVALID_ARGUMENT and e.limit == 1000 and e.path == "big.bin"
+        assert (
+            e.code is grpc.StatusCode.INVALID_ARGUMENT and e.limit == 1000 and e.path == "big.bin"
+        )
         assert not session.exists("big.bin")
         with pytest.raises(wsfs.TooLarge):
             session.write("big.txt", "x" * 5000)
@@ -214,5 +215,9 @@ def test_unknown_reason_and_bare_codes() -> None:
     assert type(e) is wsfs.WsfsError and e.reason == "SOMETHING_NEW"
     assert e.code is grpc.StatusCode.FAILED_PRECONDITION and e.message == "new"
     bare = from_rpc_error(_rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "late", None))
-    assert type(bare) is wsfs.WsfsError and bare.reason == "" and str(bare) == "DEADLINE_EXCEEDED: late"
+    assert (
+        type(bare) is wsfs.WsfsError
+        and bare.reason == ""
+        and str(bare) == "DEADLINE_EXCEEDED: late"
+    )
     assert type(from_rpc_error(_rpc_error(grpc.StatusCode.INTERNAL, "x", None))) is wsfs.Internal

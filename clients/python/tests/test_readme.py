@@ -23,7 +23,12 @@ def test_readme_example_runs_unchanged(server: Server, tmp_path) -> None:
     code = readme_example()
     env = dict(os.environ, WSFS_SERVER=server.url)
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -32,7 +37,7 @@ def test_readme_example_runs_unchanged(server: Server, tmp_path) -> None:
     assert "src/app.py:1: print('hello')" in lines
     assert "notes/todo.md:1: - ship it" in lines
     assert "FILE src/app.py 15" in lines
-    assert any(re.fullmatch(r"VERSION_MISMATCH notes/todo.md \d+", l) for l in lines)
+    assert any(re.fullmatch(r"VERSION_MISMATCH notes/todo.md \d+", line) for line in lines)
     assert "NOT_FOUND FILE_NOT_FOUND missing.txt" in lines
     assert "CREATED READY" in lines
     assert lines[-1] == "True"

@@ -213,7 +213,10 @@ def test_list_stat_exists_glob(session: wsfs.Session) -> None:
     session.write("src/lib/util.rs", "pub fn f() {}\n")
     session.write("README.md", "# hi\n")
     top = session.list()
-    assert [(e.name, e.kind) for e in top] == [("README.md", FileKind.FILE), ("src", FileKind.DIRECTORY)]
+    assert [(e.name, e.kind) for e in top] == [
+        ("README.md", FileKind.FILE),
+        ("src", FileKind.DIRECTORY),
+    ]
     assert not top.truncated and len(top) == 2
     deep = session.list("src", depth=2)
     assert [e.path for e in deep] == ["src/lib", "src/lib/util.rs", "src/main.rs"]
@@ -244,7 +247,9 @@ def test_grep(session: wsfs.Session) -> None:
     fixed, _ = session.grep("a.b", fixed_string=True).collect()
     assert [m.line for m in fixed] == ["a.b"]
     ctx, _ = session.grep("two", context_lines=1).collect()
-    assert [c.line for c in ctx[0].before] == ["one"] and [c.line for c in ctx[0].after] == ["three"]
+    assert [c.line for c in ctx[0].before] == ["one"] and [c.line for c in ctx[0].after] == [
+        "three"
+    ]
     capped = session.grep("o", max_matches=1)
     assert len(list(capped)) == 1 and capped.summary is not None and capped.summary.truncated
 
@@ -264,7 +269,11 @@ def test_watch_stopped_by_close_and_break(session: wsfs.Session) -> None:
     session.write("elsewhere.txt", "x")
     session.move("notes/a.md", "notes/b.md")
     created, moved = next(watch), next(watch)
-    assert (created.kind, created.path, created.caller) == (ChangeKind.CREATED, "notes/a.md", "system")
+    assert (created.kind, created.path, created.caller) == (
+        ChangeKind.CREATED,
+        "notes/a.md",
+        "system",
+    )
     assert (moved.kind, moved.path, moved.to_path) == (ChangeKind.MOVED, "notes/a.md", "notes/b.md")
     assert created.at is not None and watch.last_seq == moved.seq
     started = time.monotonic()

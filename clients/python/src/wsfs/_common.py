@@ -232,7 +232,8 @@ def local_files(local_dir: PathLike) -> Iterator[tuple[str, str, bool]]:
         regular = sorted(
             f
             for f in files
-            if not os.path.islink(os.path.join(current, f)) and os.path.isfile(os.path.join(current, f))
+            if not os.path.islink(os.path.join(current, f))
+            and os.path.isfile(os.path.join(current, f))
         )
         if not regular and not dirs and rel_dir:
             yield current, rel_dir, True

@@ -16,12 +16,12 @@ import os
 from typing import (
     IO,
     Any,
-    List,
     AsyncIterable,
     AsyncIterator,
     Awaitable,
     Generator,
     Iterable,
+    List,
     Mapping,
     Optional,
     Sequence,
@@ -448,7 +448,9 @@ class AsyncSession:
             raise
 
     async def read(self, path: str, offset: int = 0, limit: Optional[int] = None) -> TextPage:
-        request = fs_pb2.ReadRequest(session_id=self.id, path=c.check_path_type(path), offset=offset)
+        request = fs_pb2.ReadRequest(
+            session_id=self.id, path=c.check_path_type(path), offset=offset
+        )
         if limit is not None:
             request.limit = limit
         return TextPage._from_proto(await _call(self._fs.Read(request, metadata=self._metadata)))
@@ -488,7 +490,9 @@ class AsyncSession:
         *,
         chunk_size: Optional[int] = None,
     ) -> AsyncByteStream:
-        request, empty = c.read_bytes_request(self.id, c.check_path_type(path), offset, limit, chunk_size)
+        request, empty = c.read_bytes_request(
+            self.id, c.check_path_type(path), offset, limit, chunk_size
+        )
         call = self._fs.ReadBytes(request, metadata=self._metadata)
         return await AsyncByteStream(call, empty)._start()
 
@@ -503,7 +507,9 @@ class AsyncSession:
     async def write(
         self,
         path: str,
-        data: Union[str, bytes, bytearray, memoryview, IO[Any], Iterable[bytes], AsyncIterable[bytes]],
+        data: Union[
+            str, bytes, bytearray, memoryview, IO[Any], Iterable[bytes], AsyncIterable[bytes]
+        ],
         *,
         mode: Union[WriteMode, str] = WriteMode.OVERWRITE,
         create_parents: bool = True,
@@ -520,7 +526,9 @@ class AsyncSession:
             )
             if if_version is not None:
                 request.if_version = if_version
-            return WriteResult._from_proto(await _call(self._fs.Write(request, metadata=self._metadata)))
+            return WriteResult._from_proto(
+                await _call(self._fs.Write(request, metadata=self._metadata))
+            )
         header = c.write_bytes_header(self.id, path, mode, create_parents, if_version)
         failure: list[BaseException] = []
 
@@ -547,9 +555,17 @@ class AsyncSession:
         if_version: Optional[int] = None,
     ) -> WriteResult:
         if c.is_file(source):
-            return await self.write(path, cast(IO[bytes], source), mode=mode, create_parents=create_parents, if_version=if_version)
+            return await self.write(
+                path,
+                cast(IO[bytes], source),
+                mode=mode,
+                create_parents=create_parents,
+                if_version=if_version,
+            )
         with open(os.fspath(source), "rb") as f:  # type: ignore[arg-type]
-            return await self.write(path, f, mode=mode, create_parents=create_parents, if_version=if_version)
+            return await self.write(
+                path, f, mode=mode, create_parents=create_parents, if_version=if_version
+            )
 
     async def edit(
         self,
@@ -632,11 +648,16 @@ class AsyncSession:
     async def list(self, path: str = "", depth: int = 1) -> Listing:
         request = fs_pb2.ListRequest(session_id=self.id, path=c.check_path_type(path), depth=depth)
         response = await _call(self._fs.List(request, metadata=self._metadata))
-        return Listing(response.path, [Entry._from_proto(e) for e in response.entries], response.truncated)
+        return Listing(
+            response.path, [Entry._from_proto(e) for e in response.entries], response.truncated
+        )
 
     async def glob(self, pattern: str, path: str = "", *, max_results: int = 0) -> GlobResult:
         request = fs_pb2.GlobRequest(
-            session_id=self.id, pattern=pattern, path=c.check_path_type(path), max_results=max_results
+            session_id=self.id,
+            pattern=pattern,
+            path=c.check_path_type(path),
+            max_results=max_results,
         )
         response = await _call(self._fs.Glob(request, metadata=self._metadata))
         return GlobResult(list(response.paths), response.truncated)
@@ -700,7 +721,9 @@ class AsyncSession:
 
     async def snapshot(self, tag: str = "") -> SnapshotInfo:
         request = sessions_pb2.SnapshotRequest(session_id=self.id, tag=tag)
-        return SnapshotInfo._from_proto(await _call(self._sessions.Snapshot(request, metadata=self._admin_metadata)))
+        return SnapshotInfo._from_proto(
+            await _call(self._sessions.Snapshot(request, metadata=self._admin_metadata))
+        )
 
     async def restore(self, snapshot: Union[str, SnapshotInfo]) -> Restored:
         snapshot_id = snapshot.id if isinstance(snapshot, SnapshotInfo) else snapshot
@@ -762,7 +785,9 @@ class AsyncSession:
                 failure.append(e)
                 raise
 
-        response = await _upload(self._sessions.ImportArchive(requests(), metadata=self._admin_metadata), failure)
+        response = await _upload(
+            self._sessions.ImportArchive(requests(), metadata=self._admin_metadata), failure
+        )
         return Restored(response.file_count, response.total_bytes)
 
     async def upload_dir(self, local_dir: c.PathLike, remote_dir: str = "") -> Transferred:

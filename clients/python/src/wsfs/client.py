@@ -3,7 +3,20 @@
 from __future__ import annotations
 
 import os
-from typing import IO, Any, List, cast, Callable, Iterable, Iterator, Mapping, Optional, Sequence, TypeVar, Union
+from typing import (
+    IO,
+    Any,
+    Callable,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    TypeVar,
+    Union,
+    cast,
+)
 
 import grpc
 
@@ -15,6 +28,7 @@ from .types import (
     ChangeKind,
     Changes,
     EditResult,
+    Entry,
     FileInfo,
     FileKind,
     GlobResult,
@@ -24,7 +38,6 @@ from .types import (
     IssuedToken,
     Layout,
     Listing,
-    Entry,
     Restored,
     SessionInfo,
     SessionLimits,
@@ -428,7 +441,9 @@ class Session:
     def read(self, path: str, offset: int = 0, limit: Optional[int] = None) -> TextPage:
         """One page of a text file: ``limit`` lines (default 2000, ``-1``
         for all) from the 0-based line ``offset``."""
-        request = fs_pb2.ReadRequest(session_id=self.id, path=c.check_path_type(path), offset=offset)
+        request = fs_pb2.ReadRequest(
+            session_id=self.id, path=c.check_path_type(path), offset=offset
+        )
         if limit is not None:
             request.limit = limit
         return TextPage._from_proto(_call(self._fs.Read, request, metadata=self._metadata))
@@ -473,7 +488,9 @@ class Session:
     ) -> ByteStream:
         """Streams bytes ``[offset, offset + limit)`` (``limit`` None: to
         the end) in chunks; the stream reads one consistent version."""
-        request, empty = c.read_bytes_request(self.id, c.check_path_type(path), offset, limit, chunk_size)
+        request, empty = c.read_bytes_request(
+            self.id, c.check_path_type(path), offset, limit, chunk_size
+        )
         call = _call(self._fs.ReadBytes, request, metadata=self._metadata)
         return ByteStream(call, empty)
 
@@ -520,7 +537,9 @@ class Session:
         header = c.write_bytes_header(self.id, path, mode, create_parents, if_version)
         return self._write_bytes(header, chunks)
 
-    def _write_bytes(self, header: fs_pb2.WriteBytesRequest, chunks: Iterator[bytes]) -> WriteResult:
+    def _write_bytes(
+        self, header: fs_pb2.WriteBytesRequest, chunks: Iterator[bytes]
+    ) -> WriteResult:
         failure: list[BaseException] = []
 
         def requests() -> Iterator[fs_pb2.WriteBytesRequest]:
@@ -554,9 +573,17 @@ class Session:
     ) -> WriteResult:
         """Streams a local file (a path or a binary file object) into ``path``."""
         if c.is_file(source):
-            return self.write(path, cast(IO[bytes], source), mode=mode, create_parents=create_parents, if_version=if_version)
+            return self.write(
+                path,
+                cast(IO[bytes], source),
+                mode=mode,
+                create_parents=create_parents,
+                if_version=if_version,
+            )
         with open(os.fspath(source), "rb") as f:  # type: ignore[arg-type]
-            return self.write(path, f, mode=mode, create_parents=create_parents, if_version=if_version)
+            return self.write(
+                path, f, mode=mode, create_parents=create_parents, if_version=if_version
+            )
 
     def edit(
         self,
@@ -650,13 +677,18 @@ class Session:
         descends."""
         request = fs_pb2.ListRequest(session_id=self.id, path=c.check_path_type(path), depth=depth)
         response = _call(self._fs.List, request, metadata=self._metadata)
-        return Listing(response.path, [Entry._from_proto(e) for e in response.entries], response.truncated)
+        return Listing(
+            response.path, [Entry._from_proto(e) for e in response.entries], response.truncated
+        )
 
     def glob(self, pattern: str, path: str = "", *, max_results: int = 0) -> GlobResult:
         """Files whose path relative to ``path`` matches (``**/*.py``,
         ``{a,b}``, ``[ab]``), sorted."""
         request = fs_pb2.GlobRequest(
-            session_id=self.id, pattern=pattern, path=c.check_path_type(path), max_results=max_results
+            session_id=self.id,
+            pattern=pattern,
+            path=c.check_path_type(path),
+            max_results=max_results,
         )
         response = _call(self._fs.Glob, request, metadata=self._metadata)
         return GlobResult(list(response.paths), response.truncated)
@@ -730,7 +762,9 @@ class Session:
 
     def snapshot(self, tag: str = "") -> SnapshotInfo:
         request = sessions_pb2.SnapshotRequest(session_id=self.id, tag=tag)
-        return SnapshotInfo._from_proto(_call(self._sessions.Snapshot, request, metadata=self._admin_metadata))
+        return SnapshotInfo._from_proto(
+            _call(self._sessions.Snapshot, request, metadata=self._admin_metadata)
+        )
 
     def restore(self, snapshot: Union[str, SnapshotInfo]) -> Restored:
         """Puts the workspace back exactly as the snapshot holds it."""

@@ -134,7 +134,11 @@ class SessionLimits:
     @classmethod
     def _from_proto(cls, p: sessions_pb2.SessionLimits) -> "SessionLimits":
         return cls(
-            p.max_write_bytes, p.max_path_depth, p.max_segment_length, p.max_files, p.max_total_bytes
+            p.max_write_bytes,
+            p.max_path_depth,
+            p.max_segment_length,
+            p.max_files,
+            p.max_total_bytes,
         )
 
 
@@ -214,7 +218,14 @@ class TextPage:
     @classmethod
     def _from_proto(cls, p: fs_pb2.ReadResponse) -> "TextPage":
         return cls(
-            p.path, p.content, p.total_lines, p.offset, p.limit, p.truncated, p.version, p.size_bytes
+            p.path,
+            p.content,
+            p.total_lines,
+            p.offset,
+            p.limit,
+            p.truncated,
+            p.version,
+            p.size_bytes,
         )
 
 
