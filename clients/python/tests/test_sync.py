@@ -387,3 +387,22 @@ def test_generated_stubs_are_importable(client: wsfs.Client, session: wsfs.Sessi
     session.write("raw.txt", "raw\n")
     reply = stub.Read(filesystem_pb2.ReadRequest(session_id=session.id, path="raw.txt"))
     assert reply.content == "raw\n"
+
+
+def test_host_mounts_and_root(server, client: wsfs.Client) -> None:
+    project = os.path.join(server.allowed, "project")
+    os.makedirs(os.path.join(project, "pkg"), exist_ok=True)
+    with open(os.path.join(project, "pkg", "a.py"), "w") as f:
+        f.write("a = 1\n")
+    with open(os.path.join(project, "notes.txt"), "w") as f:
+        f.write("skip me\n")
+    mount = wsfs.HostMount(project, "app", include_glob=("**/*.py",), max_bytes=1000)
+    with client.create_session(mounts=[mount]) as session:
+        assert session.glob("**").paths == ["app/pkg/a.py"]
+    rooted = os.path.join(server.allowed, "rooted")
+    os.makedirs(rooted, exist_ok=True)
+    with client.create_session(backend=wsfs.Backend.DIRECTORY, root=rooted) as session:
+        session.write("made-here.txt", "x")
+        assert os.path.exists(os.path.join(rooted, "made-here.txt"))
+    with pytest.raises(wsfs.PermissionDenied):
+        client.create_session(mounts=[wsfs.HostMount(os.path.dirname(server.allowed))])
