@@ -158,14 +158,21 @@ def test_if_version(session: wsfs.Session) -> None:
     assert session.read_text("v.txt") == "2"
 
 
-def test_failed_upload_source_leaves_nothing(session: wsfs.Session) -> None:
+def test_failed_upload_source_leaves_nothing(session: wsfs.Session, caplog) -> None:
     def broken():
         yield b"a" * 100_000
         raise OSError("disk on fire")
 
+    caplog.set_level("DEBUG")
     with pytest.raises(OSError, match="disk on fire"):
         session.write("partial.bin", broken())
     assert not session.exists("partial.bin")
+    session.write("kept.bin", b"old")
+    with pytest.raises(OSError, match="disk on fire"):
+        session.write("kept.bin", broken())
+    assert session.read_bytes("kept.bin") == b"old"
+    # The caller gets the error; grpc's log does not repeat it as a traceback.
+    assert "Exception iterating requests" not in caplog.text
 
 
 def test_edit(session: wsfs.Session) -> None:
@@ -354,6 +361,16 @@ def test_archives(session: wsfs.Session, client: wsfs.Client, tmp_path) -> None:
         assert other.import_archive(from_snapshot.getvalue()).file_count == 2
         with open(path, "rb") as f:
             assert other.import_archive(f).total_bytes == 300_006
+        assert other.import_archive(iter([archive[:1000], archive[1000:]])).file_count == 2
+
+        def cut_short():
+            yield archive[:1000]
+            raise OSError("network gone")
+
+        other.write("src/a.py", "kept\n")
+        with pytest.raises(OSError, match="network gone"):
+            other.import_archive(cut_short())
+        assert other.read_text("src/a.py") == "kept\n"
 
 
 def test_upload_dir_download_dir_round_trip(session: wsfs.Session, tmp_path) -> None:

@@ -767,11 +767,15 @@ class AsyncSession:
             return b"".join([chunk async for chunk in chunks()])
         return await _write_local(destination, chunks())
 
-    async def import_archive(self, source: Union[bytes, c.PathLike, IO[bytes]]) -> Restored:
-        if isinstance(source, (bytes, bytearray, memoryview)) or c.is_file(source):
-            return await self._import(source)
-        with open(os.fspath(source), "rb") as f:  # type: ignore[arg-type]
-            return await self._import(f)
+    async def import_archive(
+        self, source: Union[bytes, c.PathLike, IO[bytes], Iterable[bytes], AsyncIterable[bytes]]
+    ) -> Restored:
+        """Replaces the workspace with a ZIP archive: ``bytes``, a local
+        path, a binary file object or an (async) iterable of chunks."""
+        if isinstance(source, (str, os.PathLike)):
+            with open(os.fspath(source), "rb") as f:
+                return await self._import(f)
+        return await self._import(source)
 
     async def _import(self, source: Any) -> Restored:
         failure: list[BaseException] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import (
     IO,
@@ -55,6 +56,22 @@ from .v1 import sessions_pb2_grpc as sessions_grpc
 __all__ = ["Client", "Session", "ByteStream", "GrepStream", "Watch"]
 
 T = TypeVar("T")
+
+
+class _SourceFailed(Exception):
+    """Raised into grpc by an upload's request iterator when its source
+    failed: grpc then cancels the call (the server keeps the old file)."""
+
+
+class _QuietAborts(logging.Filter):
+    """grpc logs every exception of a request iterator with its traceback;
+    a deliberate abort is the caller's own error, raised to the caller."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], _SourceFailed))
+
+
+logging.getLogger("grpc._channel").addFilter(_QuietAborts())
 
 
 def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -548,11 +565,11 @@ class Session:
                 for chunk in chunks:
                     if chunk:
                         yield fs_pb2.WriteBytesRequest(data=chunk)
-            except BaseException as e:
+            except Exception as e:
                 # Raising here makes grpc cancel the call, so the server sees
                 # a broken upload, never a shorter complete file.
                 failure.append(e)
-                raise
+                raise _SourceFailed() from e
 
         try:
             response = self._fs.WriteBytes(requests(), metadata=self._metadata)
@@ -809,15 +826,18 @@ class Session:
             return b"".join(chunks())
         return _write_local(destination, chunks())
 
-    def import_archive(self, source: Union[bytes, c.PathLike, IO[bytes]]) -> Restored:
-        """Replaces the workspace with a ZIP archive (bytes, a local path or
-        a binary file object). A refused archive changes nothing."""
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            return self._import(c.bytes_chunks(source))
+    def import_archive(
+        self, source: Union[bytes, c.PathLike, IO[bytes], Iterable[bytes]]
+    ) -> Restored:
+        """Replaces the workspace with a ZIP archive: ``bytes``, a local
+        path, a binary file object or an iterable of ``bytes`` chunks. A
+        refused archive, or a source that fails midway, changes nothing."""
+        if isinstance(source, (str, os.PathLike)):
+            with open(os.fspath(source), "rb") as f:
+                return self._import(c.file_chunks(f))
         if c.is_file(source):
             return self._import(c.file_chunks(source))
-        with open(os.fspath(source), "rb") as f:  # type: ignore[arg-type]
-            return self._import(c.file_chunks(f))
+        return self._import(c.bytes_chunks(cast(Iterable[bytes], source)))
 
     def _import(self, chunks: Iterator[bytes]) -> Restored:
         failure: list[BaseException] = []
@@ -827,9 +847,9 @@ class Session:
             try:
                 for chunk in chunks:
                     yield sessions_pb2.ImportArchiveRequest(data=chunk)
-            except BaseException as e:
+            except Exception as e:
                 failure.append(e)
-                raise
+                raise _SourceFailed() from e
 
         try:
             response = self._sessions.ImportArchive(requests(), metadata=self._admin_metadata)
