@@ -24,7 +24,8 @@ mod memory;
 pub use directory::DirectorySnapshots;
 pub use memory::MemorySnapshots;
 
-use crate::backend::Content;
+use crate::backend::{check_name, Content};
+use crate::limits::SessionLimits;
 use async_trait::async_trait;
 use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, Result};
@@ -115,6 +116,53 @@ pub(crate) fn read_only() -> Error {
     Error::ReadOnly {
         path: String::new(),
         message: "cannot restore a snapshot: this session is read-only".to_string(),
+    }
+}
+
+/// Refuses, before anything changes, a restore the workspace could not
+/// take whole: a path over the session's path limits or with a name the
+/// backends reserve ([`crate::backend::check_name`]), or more files or
+/// bytes than `limits` allow (pass the session's limits with its byte
+/// budget, [`crate::quota::with_budget`]). A session's limits can differ
+/// from those in force when the snapshot was taken (a restart with other
+/// flags), and a snapshot store can be damaged: the restore must not find
+/// out halfway. `entries` yields each path and, for a file, its size.
+pub(crate) fn check_restore<P: std::borrow::Borrow<CanonicalPath>>(
+    limits: &SessionLimits,
+    entries: impl IntoIterator<Item = (P, Option<u64>)>,
+) -> Result<()> {
+    let (mut files, mut bytes) = (0u64, 0u64);
+    for (path, size) in entries {
+        let path = path.borrow();
+        let reparsed =
+            CanonicalPath::parse(path.as_str(), &limits.path).map_err(|e| refuse_entry(path, e))?;
+        check_name(&reparsed).map_err(|e| refuse_entry(path, e))?;
+        if let Some(size) = size {
+            files += 1;
+            bytes = bytes.saturating_add(size);
+        }
+    }
+    let over = |what: &str, n: u64, limit: u64| Error::QuotaExceeded {
+        message: format!(
+            "cannot restore the snapshot: it holds {n} {what}; this session allows at most {limit}"
+        ),
+    };
+    if limits.max_files > 0 && files > limits.max_files {
+        return Err(over("files", files, limits.max_files));
+    }
+    if limits.max_total_bytes > 0 && bytes > limits.max_total_bytes {
+        return Err(over("bytes", bytes, limits.max_total_bytes));
+    }
+    Ok(())
+}
+
+fn refuse_entry(path: &CanonicalPath, e: Error) -> Error {
+    match e {
+        Error::InvalidPath { message, .. } => Error::InvalidPath {
+            message: format!("cannot restore the snapshot: its entry '{path}': {message}"),
+            path: path.as_str().to_string(),
+        },
+        other => other,
     }
 }
 
