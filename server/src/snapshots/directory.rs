@@ -796,6 +796,11 @@ impl Store {
         cancel: &AtomicBool,
     ) -> Result<SnapshotInfo> {
         let mut state = self.lock();
+        // Half-written contents of a snapshot that a crash cut short: only
+        // a snapshot (under this lock) writes there.
+        for store in [self.objects(), self.trees()] {
+            let _ = std::fs::remove_dir_all(store.dir.join("tmp"));
+        }
         let previous = match self.head(&mut state) {
             // A head that cannot be read is no head: everything is hashed.
             Some(hash) => self.tree(&state, &hash).ok().map(|tree| (hash, tree)),

@@ -221,6 +221,60 @@ async fn an_abandoned_snapshot_stops_and_leaves_nothing_in_the_store() {
     server.assert_serves_bystander().await;
 }
 
+/// CPU time (user + system) the process `pid` has used so far.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the server's stat");
+    // Fields after the command name, which ends with the last ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    Duration::from_millis(ticks * 1000 / per_second)
+}
+
+/// Attack 1, the long run: exporting a workspace with a terabyte sparse
+/// file would read and deflate zeros for hours; when the client goes away
+/// the export stops (the server's CPU goes quiet).
+#[tokio::test]
+async fn an_abandoned_export_of_a_sparse_terabyte_stops() {
+    let mut server = Server::start(&[]);
+    let client = server.client().await;
+    let (session, info) = directory_session(&client, SessionOptions::directory()).await;
+    plant_sparse(
+        &info.root_path.clone().unwrap(),
+        "huge.bin",
+        1 << 40,
+        b"x",
+        0,
+    );
+    let start = cpu_time(server.pid());
+    let abandoned = tokio::time::timeout(
+        Duration::from_secs(1),
+        session.export_to_writer(tokio::io::sink(), None),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the export finished: {abandoned:?}");
+    // The measure sees work: the export kept the server busy meanwhile.
+    let busy = cpu_time(server.pid()) - start;
+    assert!(
+        busy > Duration::from_millis(100),
+        "{busy:?} while exporting"
+    );
+    drop(session);
+    drop(client);
+    // The producer notices at its next send.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = cpu_time(server.pid());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let used = cpu_time(server.pid()) - before;
+    assert!(
+        used < Duration::from_millis(200),
+        "the server used {used:?} of CPU in the second after the export was abandoned"
+    );
+    println!("abandoned export of 1 TiB (sparse): {busy:?} CPU in its second, {used:?} in the second after");
+    server.assert_serves_bystander().await;
+}
+
 /// A ZIP archive of `count` entries of `entry_bytes` zeros each (deflated
 /// once, then copied raw, so the test stays fast), and a manifest.
 fn many_entry_bomb(count: usize, entry_bytes: usize) -> Vec<u8> {
