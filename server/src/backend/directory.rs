@@ -2804,6 +2804,47 @@ mod tests {
         assert!(fx.staging_entries().is_empty());
     }
 
+    /// A sparse file of 256 MiB with 4 bytes of data in its middle, copied
+    /// alone and inside a directory, then appended to: every copy has its
+    /// holes and its data where they were.
+    #[test]
+    fn copies_and_appends_keep_a_sparse_file_s_holes() {
+        use std::os::unix::fs::MetadataExt;
+        let fx = fixture();
+        let b = &fx.backend;
+        let (len, at) = (256u64 << 20, 128u64 << 20);
+        std::fs::create_dir(fx.root.join("d")).unwrap();
+        let f = std::fs::File::create(fx.root.join("d/sparse.bin")).unwrap();
+        f.set_len(len).unwrap();
+        f.write_all_at(b"data", at).unwrap();
+        b.copy(&p("d/sparse.bin"), &p("copy.bin"), false, false)
+            .unwrap();
+        b.copy(&p("d"), &p("e"), false, false).unwrap();
+        commit(b, "copy.bin", b"+tail", true).unwrap();
+        for (name, want_len) in [("copy.bin", len + 5), ("e/sparse.bin", len)] {
+            let path = fx.root.join(name);
+            let meta = std::fs::metadata(&path).unwrap();
+            assert_eq!(meta.len(), want_len, "{name}");
+            assert!(
+                meta.blocks() * 512 < 1 << 20,
+                "{name}: {} blocks",
+                meta.blocks()
+            );
+            let mut data = [0u8; 4];
+            File::open(&path)
+                .unwrap()
+                .read_exact_at(&mut data, at)
+                .unwrap();
+            assert_eq!(&data, b"data", "{name}");
+        }
+        let mut tail = [0u8; 5];
+        File::open(fx.root.join("copy.bin"))
+            .unwrap()
+            .read_exact_at(&mut tail, len)
+            .unwrap();
+        assert_eq!(&tail, b"+tail");
+    }
+
     /// Another process keeps exchanging a directory with a symlink (and a
     /// file with a symlink) inside a directory being copied: every copy
     /// either succeeds or fails with a contract reason, never INTERNAL.
