@@ -38,6 +38,16 @@
 //! `commit_aside`, `mkdir` and `remove`: the symlink-proof paths every
 //! other call takes.
 //!
+//! Sparse files stay sparse: contents are read, stored and staged run by
+//! run (`SEEK_DATA` / `SEEK_HOLE`), holes hashed as zeros but never
+//! written. Hashing still costs a file's apparent size in time, so a
+//! snapshot is refused (`QuotaExceeded`) before it stores anything when
+//! the files' apparent sizes add up to more than the session's byte
+//! budget ([`crate::quota::budget`]). A snapshot whose caller goes away
+//! stops at its next step and removes every object and manifest it
+//! stored; restore checks the snapshot against the session's limits
+//! ([`super::check_restore`]) before staging.
+//!
 //! Snapshots written by earlier versions (a JSON list of entries in
 //! `snapshots/<uuid>.entries`) are still listed, exported and restored.
 

@@ -326,6 +326,7 @@ async fn a_many_entry_zip_bomb_is_refused_by_the_default_budget_before_inflating
     let path = server.scratch().join("bomb.zip");
     std::fs::write(&path, &bomb).unwrap();
     let rss_before = server.rss();
+    let disk_before = allocated(&server.data_dir());
 
     let err = session
         .import_from(&path)
@@ -334,6 +335,9 @@ async fn a_many_entry_zip_bomb_is_refused_by_the_default_budget_before_inflating
     assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
     assert_eq!(harness::error_reason(&err), "QUOTA_EXCEEDED", "{err}");
     assert_eq!(contents(&session).await, before);
+    // The spooled upload is gone with the refusal.
+    let grown = allocated(&server.data_dir()).saturating_sub(disk_before);
+    assert!(grown < MIB, "the data directory grew by {grown} bytes");
     let peak = server.peak_rss();
     assert!(
         peak < rss_before + 64 * MIB,
