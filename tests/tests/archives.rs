@@ -556,6 +556,36 @@ fn find(hay: &[u8], needle: &[u8]) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entry_that_inflates_past_its_declared_size_is_refused_at_the_first_byte_over() {
+    // A deflated megabyte of zeros whose central directory and local
+    // header claim 1,000 bytes: the budget sees 1,000, and inflating stops
+    // past it.
+    let deflated =
+        SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    let mut a = Archive::new()
+        .file_with("files/liar.bin", &vec![0u8; 1 << 20], deflated)
+        .manifest(r#"{"version": "1", "created_at": "x", "file_count": 1, "total_bytes": 1000}"#)
+        .build();
+    for (signature, size_at) in [(b"PK\x01\x02", 24), (b"PK\x03\x04", 22)] {
+        let name_at = if signature == b"PK\x01\x02" { 46 } else { 30 };
+        let header = (0..a.len())
+            .find(|&p| {
+                a[p..].starts_with(signature) && a[p + name_at..].starts_with(b"files/liar.bin")
+            })
+            .unwrap();
+        a[header + size_at..header + size_at + 4].copy_from_slice(&1000u32.to_le_bytes());
+    }
+    let err = refuse(a, Code::InvalidArgument, "INVALID_ARGUMENT").await;
+    // Caught by the ZIP reader's own size check or by the importer's cap.
+    let message = err.to_string();
+    assert!(message.contains("liar.bin"), "{message}");
+    assert!(
+        message.contains("larger than its declared") || message.contains("holds more"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entry_whose_real_size_differs_from_its_declared_size_is_refused() {
     let mut a = Archive::new()
         .file("files/a.txt", b"0123456789")
