@@ -169,3 +169,50 @@ fn refuse_entry(path: &CanonicalPath, e: Error) -> Error {
 pub(crate) fn new_id() -> String {
     uuid::Uuid::new_v4().hyphenated().to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> CanonicalPath {
+        CanonicalPath::from_canonical(s)
+    }
+
+    /// What a damaged store or a session with tighter limits could hold is
+    /// refused by the planner, naming the entry, before any change.
+    #[test]
+    fn restore_plans_refuse_what_the_workspace_could_not_take() {
+        let limits = SessionLimits {
+            max_files: 2,
+            max_total_bytes: 100,
+            ..SessionLimits::default()
+        };
+        let ok = [
+            (p("src"), None),
+            (p("src/a.rs"), Some(60)),
+            (p("b"), Some(40)),
+        ];
+        check_restore(&limits, ok.clone()).unwrap();
+
+        let reserved = [(p("src"), None), (p("src/.wsfs-tmp-1"), Some(1))];
+        let err = check_restore(&limits, reserved).unwrap_err();
+        assert_eq!(err.reason(), "INVALID_PATH", "{err}");
+        assert!(err.to_string().contains("src/.wsfs-tmp-1"), "{err}");
+
+        let deep = "d/".repeat(limits.path.max_depth) + "f";
+        let err = check_restore(&limits, [(p(&deep), Some(1))]).unwrap_err();
+        assert_eq!(err.reason(), "INVALID_PATH", "{err}");
+
+        let long = "x".repeat(limits.path.max_segment_chars + 1);
+        let err = check_restore(&limits, [(p(&long), Some(1))]).unwrap_err();
+        assert_eq!(err.reason(), "INVALID_PATH", "{err}");
+
+        let files = [(p("a"), Some(1)), (p("b"), Some(1)), (p("c"), Some(1))];
+        let err = check_restore(&limits, files).unwrap_err();
+        assert_eq!(err.reason(), "QUOTA_EXCEEDED", "{err}");
+
+        let bytes = [(p("a"), Some(60)), (p("b"), Some(41))];
+        let err = check_restore(&limits, bytes).unwrap_err();
+        assert_eq!(err.reason(), "QUOTA_EXCEEDED", "{err}");
+    }
+}
