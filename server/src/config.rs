@@ -80,6 +80,13 @@ pub struct ServerConfig {
     /// Milliseconds an idle Watch stream waits before a KEEPALIVE.
     #[arg(long, env = "WSFS_WATCH_KEEPALIVE_MS", default_value_t = 15_000)]
     pub watch_keepalive_ms: u64,
+
+    /// The most bytes an archive import may expand to, and a snapshot may
+    /// hold (apparent sizes), in a session that sets no `max_total_bytes`
+    /// of its own; over it: RESOURCE_EXHAUSTED `QUOTA_EXCEEDED`. 0: no
+    /// limit.
+    #[arg(long, env = "WSFS_DEFAULT_MAX_TOTAL_BYTES", default_value_t = crate::quota::DEFAULT_MAX_TOTAL_BYTES)]
+    pub default_max_total_bytes: u64,
 }
 
 /// A secret from the command line: shown as `<redacted>` by `{:?}`, so a
@@ -145,6 +152,7 @@ impl ServerConfig {
             tls_key: None,
             watch_ring_events: crate::events::DEFAULT_RING_EVENTS,
             watch_keepalive_ms: 15_000,
+            default_max_total_bytes: crate::quota::DEFAULT_MAX_TOTAL_BYTES,
         }
     }
 

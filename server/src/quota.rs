@@ -36,6 +36,31 @@ pub fn usage<B: Backend + ?Sized>(b: &B, base: &CanonicalPath) -> Result<Usage> 
     Ok(total)
 }
 
+/// The server's byte budget for a session without `max_total_bytes`,
+/// unless `--default-max-total-bytes` says otherwise.
+pub const DEFAULT_MAX_TOTAL_BYTES: u64 = 1024 * 1024 * 1024;
+
+/// The most bytes one whole-workspace operation (an archive import, a
+/// snapshot) may hold: the session's `max_total_bytes`, or the server's
+/// `default` (`--default-max-total-bytes`) when the session has none; 0
+/// when neither sets one. Ordinary writes are held to `max_total_bytes`
+/// only, so a session without one pays no usage walk per write.
+pub fn budget(limits: &SessionLimits, default: u64) -> u64 {
+    match limits.max_total_bytes {
+        0 => default,
+        n => n,
+    }
+}
+
+/// `limits` with the byte budget in place of `max_total_bytes`: what an
+/// archive import or a restore is checked against.
+pub fn with_budget(limits: &SessionLimits, default: u64) -> SessionLimits {
+    SessionLimits {
+        max_total_bytes: budget(limits, default),
+        ..*limits
+    }
+}
+
 /// Whether the session has any quota to check.
 pub fn limited(limits: &SessionLimits) -> bool {
     limits.max_files > 0 || limits.max_total_bytes > 0

@@ -269,7 +269,11 @@ impl SessionRegistry {
             record.limits,
         ));
         ws.set_read_only(record.read_only);
-        let snapshots = Arc::new(DirectorySnapshots::new(ws.clone(), session_dir));
+        let snapshots = Arc::new(DirectorySnapshots::new(
+            ws.clone(),
+            session_dir,
+            self.config.default_max_total_bytes,
+        ));
         let events = Arc::new(crate::events::EventLog::new(self.config.watch_ring_events));
         let external = crate::events::ExternalWatcher::start(
             &root,
@@ -426,7 +430,11 @@ impl SessionRegistry {
                     return Err(e);
                 }
                 ws.set_read_only(spec.read_only);
-                let snapshots = Arc::new(DirectorySnapshots::new(ws.clone(), &session_dir));
+                let snapshots = Arc::new(DirectorySnapshots::new(
+                    ws.clone(),
+                    &session_dir,
+                    self.config.default_max_total_bytes,
+                ));
                 ((ws.clone(), ws, snapshots), Some(root), Some(session_dir))
             }
         };

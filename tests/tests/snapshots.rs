@@ -570,6 +570,37 @@ async fn directory_snapshots_survive_a_restart() {
     assert_eq!(s.state().await, state);
 }
 
+/// A restart with a smaller byte budget: a snapshot that no longer fits
+/// is refused before the workspace changes, not found out halfway.
+#[tokio::test]
+async fn restore_over_a_budget_lowered_since_changes_nothing() {
+    let data = tempfile::tempdir().unwrap();
+    let server = TestServer::start_at(data.path(), |_| {}).await;
+    let s = setup_on(server, SessionOptions::directory()).await;
+    s.write("big.bin", &[7u8; 4096]).await;
+    s.write("src/a.rs", b"fn a() {}\n").await;
+    let snap = s.client.snapshot(s.id(), "before").await.unwrap();
+    let id = s.id().to_string();
+    let Setup { server, .. } = s;
+    server.stop().await.unwrap();
+
+    let server = TestServer::start_at(data.path(), |c| c.default_max_total_bytes = 1024).await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let session = client.session(&id);
+    session.write_str("src/a.rs", "changed\n").await.unwrap();
+    let s = Setup {
+        server,
+        client,
+        session,
+        root_path: None,
+    };
+    let state = s.state().await;
+    let err = s.client.restore(&id, &snap.id).await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
+    assert_eq!(err.reason(), "QUOTA_EXCEEDED", "{err}");
+    assert_eq!(s.state().await, state);
+}
+
 #[tokio::test]
 async fn directory_snapshot_leaves_symlinks_out_and_restore_never_follows_them() {
     let s = setup(SessionOptions::directory()).await;

@@ -62,7 +62,8 @@
 //! - Directory sizes are reported as 0, as the memory backend does.
 //! - `statx` (Linux 4.11) is required.
 
-use super::{check_transfer, Backend, CommitMode, Content, OpenFile, StagedFile};
+pub use super::TEMP_PREFIX;
+use super::{check_name, check_transfer, Backend, CommitMode, Content, OpenFile, StagedFile};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, RenameFlags, StatxFlags};
 use rustix::io::Errno;
@@ -76,10 +77,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wsfs::{CanonicalPath, Error, FileKind, Metadata, Result};
-
-/// Names starting with this are the server's temporary files: hidden from
-/// listings and refused in paths.
-pub const TEMP_PREFIX: &str = ".wsfs-tmp-";
 
 /// Deepest directory tree that recursive operations descend (each level
 /// holds a descriptor open).
@@ -307,16 +304,8 @@ fn check_path(path: &CanonicalPath) -> Result<()> {
                 message: format!("'{seg}' is not a valid path segment"),
             });
         }
-        if seg.starts_with(TEMP_PREFIX) {
-            return Err(Error::InvalidPath {
-                path: path.as_str().to_string(),
-                message: format!(
-                    "names starting with '{TEMP_PREFIX}' are reserved for the server's temporary files"
-                ),
-            });
-        }
     }
-    Ok(())
+    check_name(path)
 }
 
 fn is_reserved(name: &CStr) -> bool {
@@ -410,14 +399,71 @@ fn open_regular(dir: impl AsFd, name: &CStr, path: &CanonicalPath) -> Result<(Fi
     Ok((File::from(fd), st))
 }
 
-/// Copies all of `from` to `to` starting at `to_offset`; returns the bytes
-/// copied.
+/// The next run of data in `f` at or after `offset` and before `end`, as
+/// `(start, stop)`; `None` when only a hole is left. A filesystem that
+/// cannot tell holes (no `SEEK_DATA`) reports the rest as data. Moves the
+/// descriptor's offset: callers read with explicit offsets.
+pub(crate) fn next_data(f: &File, offset: u64, end: u64) -> std::io::Result<Option<(u64, u64)>> {
+    use rustix::fs::SeekFrom;
+    if offset >= end {
+        return Ok(None);
+    }
+    let start = match rustix::fs::seek(f, SeekFrom::Data(offset)) {
+        Ok(start) => start,
+        Err(Errno::NXIO) => return Ok(None),
+        Err(Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS) => return Ok(Some((offset, end))),
+        Err(e) => return Err(e.into()),
+    };
+    if start >= end {
+        return Ok(None);
+    }
+    let stop = match rustix::fs::seek(f, SeekFrom::Hole(start)) {
+        Ok(stop) => stop.clamp(start, end),
+        // Truncated since, or holes unknown: the rest is read as data (a
+        // short read ends it).
+        Err(_) => end,
+    };
+    Ok(Some((start, stop)))
+}
+
+/// Copies all of `from` to `to` starting at `to_offset`, keeping holes:
+/// only `from`'s data runs are copied, and `to` is then extended to the
+/// full length, so a sparse file costs its data, not its apparent size.
+/// Returns the bytes the copy spans (its apparent size).
 fn copy_data(from: &File, to: &File, to_offset: u64) -> std::io::Result<u64> {
-    let (mut in_off, mut out_off) = (0u64, to_offset);
-    loop {
-        match rustix::fs::copy_file_range(from, Some(&mut in_off), to, Some(&mut out_off), 1 << 30)
-        {
-            Ok(0) => return Ok(out_off - to_offset),
+    let size = from.metadata()?.len();
+    let (mut offset, mut len) = (0, size);
+    let mut buf = Vec::new();
+    while let Some((start, stop)) = next_data(from, offset, size)? {
+        let copied = copy_range(from, to, start, stop, to_offset, &mut buf)?;
+        offset = start + copied;
+        if offset < stop {
+            // Truncated under the copy: what was read is what there is.
+            len = offset;
+            break;
+        }
+    }
+    to.set_len(to_offset + len)?;
+    Ok(len)
+}
+
+/// Copies `from[start..stop]` to `to` at `to_offset + start`; returns the
+/// bytes copied (fewer when `from` ends early).
+fn copy_range(
+    from: &File,
+    to: &File,
+    start: u64,
+    stop: u64,
+    to_offset: u64,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<u64> {
+    let (mut in_off, mut out_off) = (start, to_offset + start);
+    while in_off < stop {
+        let want = usize::try_from(stop - in_off)
+            .unwrap_or(usize::MAX)
+            .min(1 << 30);
+        match rustix::fs::copy_file_range(from, Some(&mut in_off), to, Some(&mut out_off), want) {
+            Ok(0) => return Ok(in_off - start),
             Ok(_) | Err(Errno::INTR) => {}
             Err(Errno::XDEV | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP | Errno::PERM) => {
                 break
@@ -425,16 +471,22 @@ fn copy_data(from: &File, to: &File, to_offset: u64) -> std::io::Result<u64> {
             Err(e) => return Err(e.into()),
         }
     }
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = from.read_at(&mut buf, in_off)?;
+    if buf.is_empty() {
+        buf.resize(64 * 1024, 0);
+    }
+    while in_off < stop {
+        let want = usize::try_from(stop - in_off)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        let n = from.read_at(&mut buf[..want], in_off)?;
         if n == 0 {
-            return Ok(out_off - to_offset);
+            break;
         }
         to.write_all_at(&buf[..n], out_off)?;
         in_off += n as u64;
         out_off += n as u64;
     }
+    Ok(in_off - start)
 }
 
 /// `renameat2(RENAME_NOREPLACE)`, checking by hand on filesystems that do
@@ -453,6 +505,15 @@ fn rename_noreplace(
         },
         r => r,
     }
+}
+
+/// The target of the symlink `dir/name`. `EINVAL` means the entry is no
+/// longer a link: another process swapped it since it was looked at.
+fn read_link(dir: impl AsFd, name: &CStr, path: &CanonicalPath) -> Result<CString> {
+    rustix::fs::readlinkat(dir, name, Vec::new()).map_err(|e| match e {
+        Errno::INVAL => kept_changing(path),
+        e => io(e, path),
+    })
 }
 
 /// Whether a directory holds any entry a listing would count.
@@ -583,8 +644,7 @@ fn copy_tree(src: &OwnedFd, dst: &OwnedFd, path: &CanonicalPath, depth: usize) -
                 inner + 1
             }
             Kind::Symlink => {
-                let target =
-                    rustix::fs::readlinkat(src, &name, Vec::new()).map_err(|e| io(e, &child))?;
+                let target = read_link(src, &name, &child)?;
                 rustix::fs::symlinkat(&target, dst, &name).map_err(|e| io(e, &child))?;
                 1
             }
@@ -695,6 +755,25 @@ impl DirectoryStaged {
             .map_err(|e| staging_error(e.into()))?,
         };
         Ok((file, self.temp))
+    }
+}
+
+impl DirectoryStaged {
+    /// Appends `len` zero bytes as a hole: they cost no disk.
+    pub fn write_hole(&mut self, len: u64) -> Result<()> {
+        use std::io::Seek;
+        let file = self
+            .file
+            .as_mut()
+            .ok_or_else(|| Error::internal("a finished staged file was written to"))?;
+        let end = self.len + len;
+        // The length first, so the staged file holds the zeros even when
+        // nothing follows them.
+        file.set_len(end).map_err(staging_error)?;
+        file.seek(std::io::SeekFrom::Start(end))
+            .map_err(staging_error)?;
+        self.len = end;
+        Ok(())
     }
 }
 
@@ -1386,8 +1465,7 @@ impl Backend for DirectoryBackend {
                 })?;
             }
             FileKind::Symlink => {
-                let target = rustix::fs::readlinkat(&src_dir, &src_name, Vec::new())
-                    .map_err(|e| io(e, src))?;
+                let target = read_link(&src_dir, &src_name, src)?;
                 self.install(&dst_dir, &dst_name, dst, replace, |home, _| {
                     let name = TempEntry::new_name();
                     rustix::fs::symlinkat(&target, home.as_fd(), &name).map_err(|e| io(e, dst))?;
@@ -2723,6 +2801,99 @@ mod tests {
         let swaps = swapper.join().unwrap();
         assert!(swaps > 1000, "the race barely ran ({swaps} swaps)");
         assert_eq!(fx.outside_state(), before);
+        assert!(fx.staging_entries().is_empty());
+    }
+
+    /// A sparse file of 256 MiB with 4 bytes of data in its middle, copied
+    /// alone and inside a directory, then appended to: every copy has its
+    /// holes and its data where they were.
+    #[test]
+    fn copies_and_appends_keep_a_sparse_file_s_holes() {
+        use std::os::unix::fs::MetadataExt;
+        let fx = fixture();
+        let b = &fx.backend;
+        let (len, at) = (256u64 << 20, 128u64 << 20);
+        std::fs::create_dir(fx.root.join("d")).unwrap();
+        let f = std::fs::File::create(fx.root.join("d/sparse.bin")).unwrap();
+        f.set_len(len).unwrap();
+        f.write_all_at(b"data", at).unwrap();
+        b.copy(&p("d/sparse.bin"), &p("copy.bin"), false, false)
+            .unwrap();
+        b.copy(&p("d"), &p("e"), false, false).unwrap();
+        commit(b, "copy.bin", b"+tail", true).unwrap();
+        for (name, want_len) in [("copy.bin", len + 5), ("e/sparse.bin", len)] {
+            let path = fx.root.join(name);
+            let meta = std::fs::metadata(&path).unwrap();
+            assert_eq!(meta.len(), want_len, "{name}");
+            assert!(
+                meta.blocks() * 512 < 1 << 20,
+                "{name}: {} blocks",
+                meta.blocks()
+            );
+            let mut data = [0u8; 4];
+            File::open(&path)
+                .unwrap()
+                .read_exact_at(&mut data, at)
+                .unwrap();
+            assert_eq!(&data, b"data", "{name}");
+        }
+        let mut tail = [0u8; 5];
+        File::open(fx.root.join("copy.bin"))
+            .unwrap()
+            .read_exact_at(&mut tail, len)
+            .unwrap();
+        assert_eq!(&tail, b"+tail");
+    }
+
+    /// Another process keeps exchanging a directory with a symlink (and a
+    /// file with a symlink) inside a directory being copied: every copy
+    /// either succeeds or fails with a contract reason, never INTERNAL.
+    #[test]
+    fn copying_a_directory_under_a_swap_race_answers_a_contract_reason() {
+        use std::sync::atomic::AtomicBool;
+        let fx = fixture();
+        let b = &fx.backend;
+        let boxed = fx.root.join("box");
+        std::fs::create_dir(&boxed).unwrap();
+        let (sub, sub_link) = (boxed.join("sub"), boxed.join("sub-swap"));
+        let (file, file_link) = (boxed.join("file"), boxed.join("file-swap"));
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::write(sub.join("f"), b"inside").unwrap();
+        std::fs::write(&file, b"inside").unwrap();
+        symlink(&fx.outside, &sub_link).unwrap();
+        symlink(fx.outside.join("secret.txt"), &file_link).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let cwd = rustix::fs::CWD;
+                let mut swaps = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for (a, b) in [(&sub, &sub_link), (&file, &file_link)] {
+                        swaps += u64::from(
+                            rustix::fs::renameat_with(cwd, a, cwd, b, RenameFlags::EXCHANGE)
+                                .is_ok(),
+                        );
+                    }
+                }
+                swaps
+            })
+        };
+        let mut internal = Vec::new();
+        for _ in 0..800 {
+            if let Err(e @ Error::Internal { .. }) = b.copy(&p("box"), &p("copy"), true, false) {
+                internal.push(e.to_string());
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let swaps = swapper.join().unwrap();
+        assert!(swaps > 1000, "the race barely ran ({swaps} swaps)");
+        assert!(
+            internal.is_empty(),
+            "{} INTERNAL answers: {:?}",
+            internal.len(),
+            &internal[..internal.len().min(5)]
+        );
         assert!(fx.staging_entries().is_empty());
     }
 }

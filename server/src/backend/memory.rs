@@ -5,7 +5,7 @@
 //! is exactly the order listings, globs and greps report. File contents are
 //! `Bytes`: an open file is a cheap clone that later writes never change.
 
-use super::{check_transfer, Backend, CommitMode, Content, OpenFile, StagedFile};
+use super::{check_name, check_transfer, Backend, CommitMode, Content, OpenFile, StagedFile};
 use bytes::{Bytes, BytesMut};
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -133,7 +133,10 @@ impl Tree {
         Ok(())
     }
 
+    /// The node at `path`. Every call that names a path comes through
+    /// here, so the backends' reserved names are refused here too.
     fn lookup(&self, path: &CanonicalPath) -> Result<Option<&Node>> {
+        check_name(path)?;
         if let Some(n) = self.nodes.get(path.as_str()) {
             return Ok(Some(n));
         }

@@ -21,13 +21,34 @@
 //!   `PermissionDenied`.
 
 use bytes::Bytes;
-use wsfs::{CanonicalPath, Metadata, Result};
+use wsfs::{CanonicalPath, Error, Metadata, Result};
 
 pub mod directory;
 pub mod memory;
 
 pub use directory::DirectoryBackend;
 pub use memory::{MemoryBackend, MemoryImage};
+
+/// Names starting with this are the server's temporary files (the
+/// directory backend stages writes under such names beside their
+/// destination): hidden from listings and refused in paths on every
+/// backend, so a workspace moves between backends whole.
+pub const TEMP_PREFIX: &str = ".wsfs-tmp-";
+
+/// Refuses a path a backend will not hold: any segment with the reserved
+/// [`TEMP_PREFIX`]. Every backend's writes check it, and so do the import
+/// and restore planners, before they change anything.
+pub fn check_name(path: &CanonicalPath) -> Result<()> {
+    if path.segments().any(|seg| seg.starts_with(TEMP_PREFIX)) {
+        return Err(Error::InvalidPath {
+            path: path.as_str().to_string(),
+            message: format!(
+                "names starting with '{TEMP_PREFIX}' are reserved for the server's temporary files"
+            ),
+        });
+    }
+    Ok(())
+}
 
 /// One consistent version of a file's bytes.
 pub enum Content {

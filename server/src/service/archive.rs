@@ -71,7 +71,12 @@ pub(crate) async fn import(
             message: "cannot import into this session: it is read-only".into(),
         });
     }
-    let limits = session.record.limits;
+    // An import replaces the whole workspace: its expanded size is held to
+    // the session's byte limit, or the server's default budget.
+    let limits = crate::quota::with_budget(
+        &session.record.limits,
+        registry.config().default_max_total_bytes,
+    );
 
     let spool_dir = import::spool_dir(&registry.config().data_dir);
     let internal = |e: std::io::Error| Error::internal(format!("cannot spool the archive: {e}"));

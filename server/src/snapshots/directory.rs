@@ -38,27 +38,42 @@
 //! `commit_aside`, `mkdir` and `remove`: the symlink-proof paths every
 //! other call takes.
 //!
+//! Sparse files stay sparse: contents are read, stored and staged run by
+//! run (`SEEK_DATA` / `SEEK_HOLE`), holes hashed as zeros but never
+//! written. Hashing still costs a file's apparent size in time, so a
+//! snapshot is refused (`QuotaExceeded`) before it stores anything when
+//! the files' apparent sizes add up to more than the session's byte
+//! budget ([`crate::quota::budget`]). A snapshot whose caller goes away
+//! stops at its next step and removes every object and manifest it
+//! stored; restore checks the snapshot against the session's limits
+//! ([`super::check_restore`]) before staging.
+//!
 //! Snapshots written by earlier versions (a JSON list of entries in
 //! `snapshots/<uuid>.entries`) are still listed, exported and restored.
 
 use super::{
-    new_id, not_found, parse_id, read_only, Restored, SnapshotEntry, SnapshotFiles, SnapshotInfo,
-    SnapshotStore,
+    check_restore, new_id, not_found, parse_id, read_only, Restored, SnapshotEntry, SnapshotFiles,
+    SnapshotInfo, SnapshotStore,
 };
-use crate::backend::directory::{Displaced, FileIdentity, TreeEntry, TreeKind};
+use crate::backend::directory::{next_data, Displaced, FileIdentity, TreeEntry, TreeKind};
 use crate::backend::{Backend, CommitMode, Content, DirectoryBackend, StagedFile};
+use crate::limits::SessionLimits;
 use crate::workspace::Workspace;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
-use std::io::{Read, Write};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, PathLimits, Result};
 
 const COPY_BUFFER: usize = 1024 * 1024;
+/// Zeros hashed at a time for a hole.
+static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 const INFO_SUFFIX: &str = ".json";
 /// The entries of a snapshot written by an earlier version.
 const ENTRIES_SUFFIX: &str = ".entries";
@@ -72,13 +87,22 @@ type Hash = [u8; 32];
 pub struct DirectorySnapshots {
     workspace: Arc<Workspace<DirectoryBackend>>,
     store: Arc<Store>,
+    /// The server's `--default-max-total-bytes`: a snapshot's budget when
+    /// the session sets no `max_total_bytes` ([`crate::quota::budget`]).
+    default_budget: u64,
 }
 
 impl DirectorySnapshots {
     /// The snapshots of the workspace, kept under `session_dir` (which must
-    /// lie outside the workspace root).
-    pub fn new(workspace: Arc<Workspace<DirectoryBackend>>, session_dir: &Path) -> Self {
+    /// lie outside the workspace root). `default_budget`: the server's
+    /// `--default-max-total-bytes`.
+    pub fn new(
+        workspace: Arc<Workspace<DirectoryBackend>>,
+        session_dir: &Path,
+        default_budget: u64,
+    ) -> Self {
         DirectorySnapshots {
+            default_budget,
             workspace,
             store: Arc::new(Store {
                 dir: session_dir.to_path_buf(),
@@ -104,7 +128,15 @@ impl SnapshotStore for DirectorySnapshots {
     async fn snapshot(&self, tag: &str) -> Result<SnapshotInfo> {
         let store = self.store.clone();
         let tag = tag.to_string();
-        self.workspace.exclusive(move |b| store.take(b, tag)).await
+        let budget = crate::quota::budget(self.workspace.limits(), self.default_budget);
+        // A snapshot changes no workspace: when its caller goes away (this
+        // future is dropped) the walk stops at its next step and removes
+        // what it stored.
+        let cancel = Arc::new(AtomicBool::new(false));
+        let _cancel_on_drop = CancelOnDrop(cancel.clone());
+        self.workspace
+            .exclusive(move |b| store.take(b, tag, budget, &cancel))
+            .await
     }
 
     async fn restore(&self, id: &str) -> Result<Restored> {
@@ -113,9 +145,10 @@ impl SnapshotStore for DirectorySnapshots {
         }
         let key = parse_id(id)?;
         let store = self.store.clone();
+        let limits = crate::quota::with_budget(self.workspace.limits(), self.default_budget);
         let (restored, displaced) = self
             .workspace
-            .exclusive(move |b| store.restore(b, &key))
+            .exclusive(move |b| store.restore(b, &key, &limits))
             .await?;
         if !displaced.is_empty() {
             // The replaced files' blocks are freed once the workspace is
@@ -148,6 +181,21 @@ impl SnapshotStore for DirectorySnapshots {
             Ok(Box::new(entries.into_iter().map(move |e| e.open(&objects))) as SnapshotFiles)
         })
         .await
+    }
+}
+
+/// Sets its flag when dropped: the snapshot's caller is gone (or done).
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+fn cancelled() -> Error {
+    Error::Cancelled {
+        message: "the snapshot was abandoned by its caller; nothing was stored".to_string(),
     }
 }
 
@@ -366,53 +414,72 @@ impl ContentStore {
     }
 
     /// Moves the finished temporary file `tmp` to `hash`'s name, unless
-    /// that is already stored.
-    fn publish(&self, tmp: &Path, hash: &Hash) -> Result<()> {
+    /// that is already stored; returns the new object's path when it was
+    /// not.
+    fn publish(&self, tmp: &Path, hash: &Hash) -> Result<Option<PathBuf>> {
         let target = self.path(hash);
-        if !target.exists() {
-            if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).map_err(storage_error)?;
-            }
-            std::fs::rename(tmp, &target).map_err(storage_error)?;
+        if target.exists() {
+            return Ok(None);
         }
-        Ok(())
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(storage_error)?;
+        }
+        std::fs::rename(tmp, &target).map_err(storage_error)?;
+        Ok(Some(target))
     }
 
-    /// Copies `content` into the store while hashing it; returns the hash
-    /// and the bytes copied. Content already stored is not kept twice.
-    fn store(
+    /// Copies the file `content` into the store while hashing it, keeping
+    /// its holes (a sparse file costs the store its data only); returns the
+    /// hash, the bytes (apparent size) and the new object's path when it
+    /// was not stored yet. Refuses a file that grows past `limit` bytes
+    /// (`QuotaExceeded`), and stops when `cancel` is set.
+    fn store_file(
         &self,
-        mut content: impl Read,
+        content: &std::fs::File,
         path: &CanonicalPath,
         buf: &mut [u8],
-    ) -> Result<(Hash, u64)> {
-        let (tmp, mut out) = self.temp_file()?;
+        limit: u64,
+        cancel: &AtomicBool,
+    ) -> Result<(Hash, u64, Option<PathBuf>)> {
+        let (tmp, out) = self.temp_file()?;
         let result = (|| {
-            let mut hasher = Sha256::new();
-            let mut size = 0u64;
-            loop {
-                let n = match content.read(buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(Error::from_io(e, path)),
-                };
-                hasher.update(&buf[..n]);
-                out.write_all(&buf[..n]).map_err(storage_error)?;
-                size += n as u64;
+            let size = content
+                .metadata()
+                .map_err(|e| Error::from_io(e, path))?
+                .len();
+            if size > limit {
+                return Err(Error::QuotaExceeded {
+                    message: format!(
+                        "cannot snapshot '{path}': the snapshot would hold more than its budget of {limit} bytes"
+                    ),
+                });
             }
-            let hash: Hash = hasher.finalize().into();
-            self.publish(&tmp, &hash)?;
-            Ok((hash, size))
+            let (hash, end) = read_sparse(
+                content,
+                size,
+                buf,
+                cancel,
+                |e| Error::from_io(e, path),
+                |piece| match piece {
+                    Piece::Data(offset, data) => {
+                        out.write_all_at(data, offset).map_err(storage_error)
+                    }
+                    Piece::Hole(_) => Ok(()),
+                },
+            )?;
+            out.set_len(end).map_err(storage_error)?;
+            let created = self.publish(&tmp, &hash)?;
+            Ok((hash, end, created))
         })();
         let _ = std::fs::remove_file(&tmp);
         result
     }
 
-    /// Stores `bytes` under their hash, unless already stored.
-    fn store_bytes(&self, hash: &Hash, bytes: &[u8]) -> Result<()> {
+    /// Stores `bytes` under their hash, unless already stored; returns the
+    /// new object's path when it was not.
+    fn store_bytes(&self, hash: &Hash, bytes: &[u8]) -> Result<Option<PathBuf>> {
         if self.path(hash).exists() {
-            return Ok(());
+            return Ok(None);
         }
         let (tmp, mut out) = self.temp_file()?;
         let result = out
@@ -727,14 +794,31 @@ impl Store {
     }
 
     /// Takes a snapshot of the workspace (the caller holds its write lock).
-    fn take(&self, b: &DirectoryBackend, tag: String) -> Result<SnapshotInfo> {
+    /// Refuses (`QuotaExceeded`) a workspace whose files' apparent sizes
+    /// add up to more than `budget` (0: none), before storing anything;
+    /// stops when `cancel` is set. Either way, a snapshot that fails
+    /// removes every object it stored.
+    fn take(
+        &self,
+        b: &DirectoryBackend,
+        tag: String,
+        budget: u64,
+        cancel: &AtomicBool,
+    ) -> Result<SnapshotInfo> {
         let mut state = self.lock();
+        // Half-written contents of a snapshot that a crash cut short: only
+        // a snapshot (under this lock) writes there.
+        for store in [self.objects(), self.trees()] {
+            let _ = std::fs::remove_dir_all(store.dir.join("tmp"));
+        }
         let previous = match self.head(&mut state) {
             // A head that cannot be read is no head: everything is hashed.
             Some(hash) => self.tree(&state, &hash).ok().map(|tree| (hash, tree)),
             None => None,
         };
         let live = b.tree()?;
+        let budget = if budget == 0 { u64::MAX } else { budget };
+        check_snapshot_budget(&live, budget)?;
         let mut children: HashMap<&str, Vec<&TreeEntry>> = HashMap::new();
         for e in &live {
             if e.kind != TreeKind::Other {
@@ -753,8 +837,20 @@ impl Store {
             file_count: 0,
             total_bytes: 0,
             seen: HashMap::new(),
+            budget,
+            cancel,
+            created: Vec::new(),
         };
-        let root = walk.directory("", previous, 0)?;
+        let root = match walk.directory("", previous, 0) {
+            Ok(root) => root,
+            Err(e) => {
+                // Stored only for this snapshot, which will not exist.
+                for path in &walk.created {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(e);
+            }
+        };
         let (file_count, total_bytes, seen) = (walk.file_count, walk.total_bytes, walk.seen);
         let info = InfoFile {
             id: new_id(),
@@ -778,10 +874,21 @@ impl Store {
     /// lock). Everything it writes is staged before the first change. Also
     /// returns the old files it replaced, for the caller to drop (and so
     /// remove) when it likes.
-    fn restore(&self, b: &DirectoryBackend, id: &str) -> Result<(Restored, Vec<Displaced>)> {
+    fn restore(
+        &self,
+        b: &DirectoryBackend,
+        id: &str,
+        limits: &SessionLimits,
+    ) -> Result<(Restored, Vec<Displaced>)> {
         let mut state = self.lock();
         let info = self.read_info(id)?;
         let target = self.flatten(&info, &state)?;
+        check_restore(
+            limits,
+            target
+                .iter()
+                .map(|e| (&e.path, e.file.as_ref().map(|f| f.size))),
+        )?;
         let head = match self.head(&mut state) {
             Some(hash) => self.tree(&state, &hash).ok(),
             None => None,
@@ -950,6 +1057,13 @@ struct SnapshotWalk<'a> {
     total_bytes: u64,
     /// Every manifest of the new snapshot.
     seen: HashMap<Hash, Arc<Tree>>,
+    /// Most bytes (apparent sizes) the snapshot may hold.
+    budget: u64,
+    /// Set when the snapshot's caller went away.
+    cancel: &'a AtomicBool,
+    /// Objects and manifests this snapshot stored that were not stored
+    /// before: removed when it fails.
+    created: Vec<PathBuf>,
 }
 
 impl SnapshotWalk<'_> {
@@ -963,6 +1077,9 @@ impl SnapshotWalk<'_> {
     ) -> Result<Hash> {
         if depth > MAX_TREE_DEPTH {
             return Err(Error::internal("the workspace nests too deep to snapshot"));
+        }
+        if self.cancel.load(Ordering::Relaxed) {
+            return Err(cancelled());
         }
         let children: &[&TreeEntry] = self.children.get(path).map_or(&[], |c| c.as_slice());
         let mut items = Vec::with_capacity(children.len());
@@ -1005,6 +1122,9 @@ impl SnapshotWalk<'_> {
             if let Node::File { size, .. } = node {
                 self.file_count += 1;
                 self.total_bytes += size;
+                if self.total_bytes > self.budget {
+                    return Err(over_budget(self.total_bytes, self.budget));
+                }
             }
             items.push(TreeItem {
                 name: name.to_string(),
@@ -1020,7 +1140,7 @@ impl SnapshotWalk<'_> {
         }
         let raw = tree.encode();
         let hash: Hash = Sha256::digest(&raw).into();
-        self.trees.store_bytes(&hash, &raw)?;
+        self.created.extend(self.trees.store_bytes(&hash, &raw)?);
         self.seen.insert(hash, Arc::new(tree));
         Ok(hash)
     }
@@ -1034,7 +1154,12 @@ impl SnapshotWalk<'_> {
                         "the directory backend opened a file in memory",
                     ));
                 };
-                self.objects.store(f, path, &mut self.buf).map(Some)
+                let limit = self.budget.saturating_sub(self.total_bytes);
+                let (hash, size, created) =
+                    self.objects
+                        .store_file(&f, path, &mut self.buf, limit, self.cancel)?;
+                self.created.extend(created);
+                Ok(Some((hash, size)))
             }
             // Gone, or swapped for a link or directory, since the walk.
             Err(
@@ -1044,6 +1169,99 @@ impl SnapshotWalk<'_> {
             ) => Ok(None),
             Err(err) => Err(err),
         }
+    }
+}
+
+/// What [`read_sparse`] hands on, in file order.
+enum Piece<'a> {
+    /// Bytes at an offset.
+    Data(u64, &'a [u8]),
+    /// This many zero bytes that the file does not store.
+    Hole(u64),
+}
+
+/// Reads the first `size` bytes of `file` run by run (`SEEK_DATA` /
+/// `SEEK_HOLE`), hashing every byte (a hole as zeros, without reading it)
+/// and handing each data run and hole to `sink`. Returns the hash and the
+/// bytes covered: fewer than `size` when the file was truncated meanwhile.
+/// Stops with `Cancelled` once `cancel` is set.
+fn read_sparse(
+    file: &std::fs::File,
+    size: u64,
+    buf: &mut [u8],
+    cancel: &AtomicBool,
+    read_error: impl Fn(std::io::Error) -> Error,
+    mut sink: impl FnMut(Piece) -> Result<()>,
+) -> Result<(Hash, u64)> {
+    let mut hasher = Sha256::new();
+    let stop_if_cancelled = || {
+        if cancel.load(Ordering::Relaxed) {
+            Err(cancelled())
+        } else {
+            Ok(())
+        }
+    };
+    // Zeros are hashed a buffer at a time, so a long hole can be cancelled.
+    let hole = |len: u64, hasher: &mut Sha256| -> Result<Option<Piece<'static>>> {
+        let mut left = len;
+        while left > 0 {
+            stop_if_cancelled()?;
+            let n = left.min(ZEROS.len() as u64) as usize;
+            hasher.update(&ZEROS[..n]);
+            left -= n as u64;
+        }
+        Ok((len > 0).then_some(Piece::Hole(len)))
+    };
+    let (mut offset, mut end) = (0u64, size);
+    while let Some((start, stop)) = next_data(file, offset, end).map_err(&read_error)? {
+        if let Some(piece) = hole(start - offset, &mut hasher)? {
+            sink(piece)?;
+        }
+        offset = start;
+        while offset < stop {
+            stop_if_cancelled()?;
+            let want = usize::try_from(stop - offset).map_or(buf.len(), |w| w.min(buf.len()));
+            let n = match file.read_at(&mut buf[..want], offset) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(read_error(e)),
+            };
+            hasher.update(&buf[..n]);
+            sink(Piece::Data(offset, &buf[..n]))?;
+            offset += n as u64;
+        }
+        if offset < stop {
+            // Truncated meanwhile: what was read is what there is.
+            end = offset;
+            break;
+        }
+    }
+    if let Some(piece) = hole(end.saturating_sub(offset), &mut hasher)? {
+        sink(piece)?;
+    }
+    Ok((hasher.finalize().into(), end))
+}
+
+/// Refuses a snapshot of `live` when its files' apparent sizes add up to
+/// more than `budget`: hashing and storing them would cost their apparent
+/// size in time (holes are kept on disk, but hashed as zeros).
+fn check_snapshot_budget(live: &[TreeEntry], budget: u64) -> Result<()> {
+    let total = live
+        .iter()
+        .filter(|e| e.kind == TreeKind::File)
+        .fold(0u64, |sum, e| sum.saturating_add(e.identity.size));
+    if total > budget {
+        return Err(over_budget(total, budget));
+    }
+    Ok(())
+}
+
+fn over_budget(total: u64, budget: u64) -> Error {
+    Error::QuotaExceeded {
+        message: format!(
+            "cannot snapshot: the workspace's files add up to {total} bytes (apparent sizes, holes included), over this session's budget of {budget} bytes (its max_total_bytes, or the server's --default-max-total-bytes)"
+        ),
     }
 }
 
@@ -1105,21 +1323,18 @@ fn stage_object(
             "the snapshot cannot be restored: the stored content of '{path}' {why}"
         ))
     };
-    let mut object = std::fs::File::open(objects.path(&file.hash))
+    let object = std::fs::File::open(objects.path(&file.hash))
         .map_err(|e| damaged(format!("cannot be read: {e}")))?;
+    let unreadable = |e: std::io::Error| damaged(format!("cannot be read: {e}"));
     let mut staged = b.stage()?;
-    let mut hasher = Sha256::new();
-    loop {
-        let n = match object.read(buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(err) => return Err(damaged(format!("cannot be read: {err}"))),
-        };
-        hasher.update(&buf[..n]);
-        staged.write_chunk(&buf[..n])?;
-    }
-    if <[u8; 32]>::from(hasher.finalize()) != file.hash || staged.len() != file.size {
+    let end = object.metadata().map_err(unreadable)?.len();
+    // Holes stay holes: a sparse file is restored at the cost of its data.
+    let never = AtomicBool::new(false);
+    let (hash, _) = read_sparse(&object, end, buf, &never, unreadable, |piece| match piece {
+        Piece::Data(_, data) => staged.write_chunk(data),
+        Piece::Hole(len) => staged.write_hole(len),
+    })?;
+    if hash != file.hash || staged.len() != file.size {
         return Err(damaged("is corrupt".to_string()));
     }
     staged.finish()?;

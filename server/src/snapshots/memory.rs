@@ -59,6 +59,12 @@ impl SnapshotStore for MemorySnapshots {
             return Err(read_only());
         }
         let image = self.image(id)?;
+        super::check_restore(
+            self.workspace.limits(),
+            image
+                .entries()
+                .map(|(path, data)| (path, data.map(|d| d.len() as u64))),
+        )?;
         let restored = Restored {
             file_count: image.file_count(),
             total_bytes: image.total_bytes(),

@@ -24,7 +24,8 @@ mod memory;
 pub use directory::DirectorySnapshots;
 pub use memory::MemorySnapshots;
 
-use crate::backend::Content;
+use crate::backend::{check_name, Content};
+use crate::limits::SessionLimits;
 use async_trait::async_trait;
 use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, Result};
@@ -118,6 +119,100 @@ pub(crate) fn read_only() -> Error {
     }
 }
 
+/// Refuses, before anything changes, a restore the workspace could not
+/// take whole: a path over the session's path limits or with a name the
+/// backends reserve ([`crate::backend::check_name`]), or more files or
+/// bytes than `limits` allow (pass the session's limits with its byte
+/// budget, [`crate::quota::with_budget`]). A session's limits can differ
+/// from those in force when the snapshot was taken (a restart with other
+/// flags), and a snapshot store can be damaged: the restore must not find
+/// out halfway. `entries` yields each path and, for a file, its size.
+pub(crate) fn check_restore<P: std::borrow::Borrow<CanonicalPath>>(
+    limits: &SessionLimits,
+    entries: impl IntoIterator<Item = (P, Option<u64>)>,
+) -> Result<()> {
+    let (mut files, mut bytes) = (0u64, 0u64);
+    for (path, size) in entries {
+        let path = path.borrow();
+        let reparsed =
+            CanonicalPath::parse(path.as_str(), &limits.path).map_err(|e| refuse_entry(path, e))?;
+        check_name(&reparsed).map_err(|e| refuse_entry(path, e))?;
+        if let Some(size) = size {
+            files += 1;
+            bytes = bytes.saturating_add(size);
+        }
+    }
+    let over = |what: &str, n: u64, limit: u64| Error::QuotaExceeded {
+        message: format!(
+            "cannot restore the snapshot: it holds {n} {what}; this session allows at most {limit}"
+        ),
+    };
+    if limits.max_files > 0 && files > limits.max_files {
+        return Err(over("files", files, limits.max_files));
+    }
+    if limits.max_total_bytes > 0 && bytes > limits.max_total_bytes {
+        return Err(over("bytes", bytes, limits.max_total_bytes));
+    }
+    Ok(())
+}
+
+fn refuse_entry(path: &CanonicalPath, e: Error) -> Error {
+    match e {
+        Error::InvalidPath { message, .. } => Error::InvalidPath {
+            message: format!("cannot restore the snapshot: its entry '{path}': {message}"),
+            path: path.as_str().to_string(),
+        },
+        other => other,
+    }
+}
+
 pub(crate) fn new_id() -> String {
     uuid::Uuid::new_v4().hyphenated().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> CanonicalPath {
+        CanonicalPath::from_canonical(s)
+    }
+
+    /// What a damaged store or a session with tighter limits could hold is
+    /// refused by the planner, naming the entry, before any change.
+    #[test]
+    fn restore_plans_refuse_what_the_workspace_could_not_take() {
+        let limits = SessionLimits {
+            max_files: 2,
+            max_total_bytes: 100,
+            ..SessionLimits::default()
+        };
+        let ok = [
+            (p("src"), None),
+            (p("src/a.rs"), Some(60)),
+            (p("b"), Some(40)),
+        ];
+        check_restore(&limits, ok.clone()).unwrap();
+
+        let reserved = [(p("src"), None), (p("src/.wsfs-tmp-1"), Some(1))];
+        let err = check_restore(&limits, reserved).unwrap_err();
+        assert_eq!(err.reason(), "INVALID_PATH", "{err}");
+        assert!(err.to_string().contains("src/.wsfs-tmp-1"), "{err}");
+
+        let deep = "d/".repeat(limits.path.max_depth) + "f";
+        let err = check_restore(&limits, [(p(&deep), Some(1))]).unwrap_err();
+        assert_eq!(err.reason(), "INVALID_PATH", "{err}");
+
+        let long = "x".repeat(limits.path.max_segment_chars + 1);
+        let err = check_restore(&limits, [(p(&long), Some(1))]).unwrap_err();
+        assert_eq!(err.reason(), "INVALID_PATH", "{err}");
+
+        let files = [(p("a"), Some(1)), (p("b"), Some(1)), (p("c"), Some(1))];
+        let err = check_restore(&limits, files).unwrap_err();
+        assert_eq!(err.reason(), "QUOTA_EXCEEDED", "{err}");
+
+        let bytes = [(p("a"), Some(60)), (p("b"), Some(41))];
+        let err = check_restore(&limits, bytes).unwrap_err();
+        assert_eq!(err.reason(), "QUOTA_EXCEEDED", "{err}");
+    }
 }
