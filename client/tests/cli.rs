@@ -217,8 +217,96 @@ fn unknown_subcommand_and_bad_flag_exit_2() {
 }
 
 #[test]
-fn unreachable_server_fails_with_unavailable() {
-    wsfs_with(Some("x"), &["ls"], b"", "http://127.0.0.1:9").fails_with("UNAVAILABLE");
+fn unreachable_server_fails_with_unavailable_and_asks_whether_it_runs() {
+    let run = wsfs_with(Some("x"), &["ls"], b"", "http://127.0.0.1:9").fails_with("UNAVAILABLE");
+    assert!(
+        run.stderr
+            .contains("hint: is wsfs-server running at http://127.0.0.1:9?"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_bare_host_and_port_is_an_http_server() {
+    let ws = Workspace::new();
+    let bare = server_url().trim_start_matches("http://");
+    let run = wsfs_with(
+        Some(&ws.id),
+        &["write", "a.txt", "via host:port"],
+        b"",
+        bare,
+    )
+    .ok();
+    assert!(run.stdout.contains("a.txt"), "{}", run.stdout);
+    assert_eq!(ws.cat("a.txt"), "via host:port\n");
+}
+
+#[test]
+fn cp_and_mv_into_a_directory_keep_the_source_name() {
+    let ws = Workspace::new();
+    ws.run(&["write", "a.txt", "A"]).ok();
+    ws.run(&["mkdir", "dir"]).ok();
+    let copied = ws.run(&["cp", "a.txt", "dir", "--json"]).ok().json();
+    assert_eq!(copied["destination"], "dir/a.txt");
+    ws.run(&["mv", "a.txt", "new/"]).ok();
+    assert_eq!(ws.cat("new/a.txt"), "A\n");
+    ws.run(&["mkdir", "src"]).ok();
+    ws.run(&["write", "src/x", "X"]).ok();
+    ws.run(&["cp", "src", "dir"]).ok();
+    assert_eq!(ws.cat("dir/src/x"), "X\n");
+    // -T: the destination is the new name, even for a directory.
+    ws.run(&["cp", "-T", "-f", "src", "dir"]).ok();
+    assert_eq!(ws.cat("dir/x"), "X\n");
+}
+
+#[test]
+fn session_limits_take_size_suffixes_and_a_too_large_write_says_how_to_raise_them() {
+    let created = wsfs_with(
+        None,
+        &[
+            "session",
+            "create",
+            "--max-write-bytes",
+            "1K",
+            "--max-files",
+            "10",
+            "--json",
+        ],
+        b"",
+        server_url(),
+    )
+    .ok()
+    .json();
+    assert_eq!(created["limits"]["max_write_bytes"], 1024);
+    assert_eq!(created["limits"]["max_files"], 10);
+    let id = created["session_id"].as_str().unwrap();
+    let big = vec![b'x'; 2048];
+    let refused =
+        wsfs_with(Some(id), &["write", "big.txt"], &big, server_url()).fails_with("TOO_LARGE");
+    assert!(
+        refused.stderr.contains("--max-write-bytes 1G"),
+        "{}",
+        refused.stderr
+    );
+    let bad = wsfs_with(
+        None,
+        &["session", "create", "--max-write-bytes", "1Q"],
+        b"",
+        server_url(),
+    );
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("unknown size suffix"), "{}", bad.stderr);
+}
+
+#[test]
+fn put_of_a_local_directory_points_to_push() {
+    let ws = Workspace::new();
+    let dir = tempfile::tempdir().unwrap();
+    let run = ws.run(&["put", dir.path().to_str().unwrap(), "x"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("wsfs push"), "{}", run.stderr);
+    ws.run(&["stat", "x"]).fails_with("FILE_NOT_FOUND");
 }
 
 #[test]
@@ -242,17 +330,32 @@ fn write_from_argument_and_stdin_then_cat() {
     assert_eq!(ws.cat("/notes//b.md"), "from stdin\n");
     let written = ws.run(&["write", "c.txt", "xyz", "--json"]).ok().json();
     assert_eq!(written["path"], "c.txt");
-    assert_eq!(written["size_bytes"], 3);
+    assert_eq!(
+        written["size_bytes"], 4,
+        "a text argument is written as a line"
+    );
     assert_eq!(written["created"], true);
+    ws.run(&["write", "-n", "d.txt", "no newline"]).ok();
+    assert_eq!(ws.cat("d.txt"), "no newline");
+}
+
+#[test]
+fn write_then_append_arguments_make_lines_as_the_readme_shows() {
+    let ws = Workspace::new();
+    ws.run(&["write", "notes/todo.md", "- ship it"]).ok();
+    ws.run(&["append", "notes/todo.md", "- tell people"]).ok();
+    assert_eq!(ws.cat("notes/todo.md"), "- ship it\n- tell people\n");
 }
 
 #[test]
 fn write_create_over_an_existing_file_fails() {
     let ws = Workspace::new();
     ws.run(&["write", "a.txt", "1"]).ok();
-    ws.run(&["write", "--create", "a.txt", "2"])
+    let refused = ws
+        .run(&["write", "--create", "a.txt", "2"])
         .fails_with("ALREADY_EXISTS");
-    assert_eq!(ws.cat("a.txt"), "1");
+    assert!(refused.stderr.contains("hint: "), "{}", refused.stderr);
+    assert_eq!(ws.cat("a.txt"), "1\n");
 }
 
 #[test]
@@ -436,7 +539,7 @@ fn mv_and_cp_refuse_to_overwrite_without_f() {
     ws.run(&["cp", "a.txt", "b.txt"])
         .fails_with("ALREADY_EXISTS");
     ws.run(&["cp", "-f", "a.txt", "b.txt"]).ok();
-    assert_eq!(ws.cat("b.txt"), "A");
+    assert_eq!(ws.cat("b.txt"), "A\n");
     let moved = ws.run(&["mv", "a.txt", "sub/c.txt", "--json"]).ok().json();
     assert_eq!(moved["destination"], "sub/c.txt");
     ws.run(&["stat", "a.txt"]).fails_with("FILE_NOT_FOUND");
@@ -446,7 +549,7 @@ fn mv_and_cp_refuse_to_overwrite_without_f() {
 #[test]
 fn stat_prints_kind_size_and_version() {
     let ws = Workspace::new();
-    ws.run(&["write", "s.txt", "12345"]).ok();
+    ws.run(&["write", "-n", "s.txt", "12345"]).ok();
     let text = ws.run(&["stat", "s.txt"]).ok().stdout;
     assert!(text.contains("kind:     file"), "{text}");
     assert!(text.contains("size:     5"), "{text}");
@@ -532,7 +635,17 @@ fn grep_exits_1_quietly_when_nothing_matches_and_reports_bad_patterns() {
         (none.code, none.stdout.as_str(), none.stderr.as_str()),
         (1, "", "")
     );
-    ws.run(&["grep", "("]).fails_with("INVALID_PATTERN");
+    let bad = ws.run(&["grep", "("]);
+    assert_eq!(
+        bad.code, 2,
+        "errors exit 2, as in grep and rg: {}",
+        bad.stderr
+    );
+    assert!(
+        bad.stderr.starts_with("wsfs: INVALID_PATTERN: "),
+        "{}",
+        bad.stderr
+    );
 }
 
 #[test]
@@ -563,7 +676,7 @@ fn snapshot_create_list_restore_and_rm() {
     let listed = ws.run(&["snapshot", "list", "--json"]).ok().json();
     assert_eq!(listed["snapshots"][0]["tag"], "t1");
     ws.run(&["snapshot", "restore", &id]).ok();
-    assert_eq!(ws.cat("a.txt"), "before");
+    assert_eq!(ws.cat("a.txt"), "before\n");
     ws.run(&["stat", "b.txt"]).fails_with("FILE_NOT_FOUND");
     ws.run(&["snapshot", "rm", &id]).ok();
     ws.run(&["snapshot", "restore", &id])
@@ -582,7 +695,7 @@ fn export_then_import_restores_the_workspace() {
     ws.run(&["rm", "a.txt"]).ok();
     let imported = ws.run(&["import", zip, "--json"]).ok().json();
     assert_eq!(imported["file_count"], 1);
-    assert_eq!(ws.cat("a.txt"), "archived");
+    assert_eq!(ws.cat("a.txt"), "archived\n");
 }
 
 #[test]

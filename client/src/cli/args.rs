@@ -21,6 +21,34 @@ Example:
   echo 'fn main() {}' | wsfs write src/main.rs
   wsfs grep main";
 
+/// A byte count with an optional suffix, as rclone and dd take them: `512`,
+/// `64K`, `32M`, `1G`, `2T` (powers of 1024; a trailing `B`, `iB` and any
+/// case accepted: `1GiB`, `10mb`).
+pub fn parse_size(raw: &str) -> Result<u64, String> {
+    let s = raw.trim();
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, suffix) = s.split_at(digits);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("'{raw}' is not a size (e.g. 512, 64K, 32M, 1G)"))?;
+    let suffix = suffix.trim().to_ascii_lowercase();
+    let suffix = suffix
+        .strip_suffix("ib")
+        .or_else(|| suffix.strip_suffix('b'))
+        .unwrap_or(&suffix);
+    let shift = match suffix {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        "t" => 40,
+        _ => return Err(format!("'{raw}': unknown size suffix (use K, M, G or T)")),
+    };
+    number
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("'{raw}' is too large"))
+}
+
 #[derive(Debug, Parser)]
 #[command(name = "wsfs", version, about = ABOUT, after_help = AFTER_HELP)]
 pub struct Cli {
@@ -204,10 +232,22 @@ pub struct SessionCreateArgs {
     /// A file to seed: WORKSPACE_PATH=LOCAL_FILE (repeatable).
     #[arg(long = "seed", value_name = "PATH=FILE")]
     pub seeds: Vec<String>,
-    /// Largest single write or upload in bytes (default 32 MiB, at most the
-    /// server's --max-write-bytes).
-    #[arg(long, value_name = "BYTES")]
+    /// Largest single write or upload (default 32M, at most the server's
+    /// --max-write-bytes). Sizes take K, M, G, T suffixes.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub max_write_bytes: Option<u64>,
+    /// Most bytes in the workspace (default: the server's).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_total_bytes: Option<u64>,
+    /// Most files in the workspace (default: no limit).
+    #[arg(long, value_name = "N")]
+    pub max_files: Option<u64>,
+    /// Most segments in a path (default 16).
+    #[arg(long, value_name = "N")]
+    pub max_path_depth: Option<u32>,
+    /// Most characters in one path segment (default 80).
+    #[arg(long, value_name = "N")]
+    pub max_segment_length: Option<u32>,
     /// Remove the session after this many idle seconds.
     #[arg(long, value_name = "SECONDS")]
     pub ttl: Option<u64>,
@@ -267,9 +307,13 @@ pub struct PutArgs {
 #[derive(Debug, Args)]
 pub struct WriteArgs {
     pub path: String,
-    /// The text (default: read stdin).
+    /// The text, written as a line: a newline is added unless it ends with
+    /// one (default: read stdin, written as it is).
     #[arg(allow_hyphen_values = true)]
     pub text: Option<String>,
+    /// Write TEXT without adding a newline, as `echo -n`.
+    #[arg(short = 'n')]
+    pub no_newline: bool,
     /// Fail if the file already exists.
     #[arg(long)]
     pub create: bool,
@@ -325,10 +369,15 @@ pub struct MkdirArgs {
 #[derive(Debug, Args)]
 pub struct TransferArgs {
     pub source: String,
+    /// The new path; an existing directory (or a path ending in `/`)
+    /// receives the source inside it, as cp and mv do.
     pub destination: String,
     /// Replace an existing destination.
     #[arg(short = 'f', long)]
     pub overwrite: bool,
+    /// Treat DESTINATION as the new path even when it is a directory.
+    #[arg(short = 'T', long)]
+    pub no_target_directory: bool,
     /// Accepted for cp habits: directories are always copied whole.
     #[arg(short = 'r', short_alias = 'R', long, hide = true)]
     pub recursive: bool,
@@ -460,4 +509,27 @@ pub struct SyncArgs {
     /// Transfers and hashes in flight at once.
     #[arg(short = 'j', long, default_value_t = 16)]
     pub jobs: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_take_binary_suffixes_in_any_case() {
+        assert_eq!(parse_size("512"), Ok(512));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("32m"), Ok(32 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("10mb"), Ok(10 << 20));
+        assert_eq!(parse_size("2T"), Ok(2 << 40));
+    }
+
+    #[test]
+    fn malformed_or_overflowing_sizes_are_refused() {
+        for bad in ["", "G", "1Q", "-1", "1.5G", "99999999999T"] {
+            assert!(parse_size(bad).is_err(), "{bad:?}");
+        }
+    }
 }

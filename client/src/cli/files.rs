@@ -253,7 +253,17 @@ pub async fn put(ctx: &mut Ctx, args: PutArgs) -> Outcome {
         let file = tokio::fs::File::open(&args.local)
             .await
             .map_err(local(format!("cannot open '{}'", args.local)))?;
-        let size = file.metadata().await.ok().map(|m| m.len());
+        let meta = file
+            .metadata()
+            .await
+            .map_err(local(format!("cannot read '{}'", args.local)))?;
+        if meta.is_dir() {
+            return Err(Failure::Usage(format!(
+                "'{}' is a directory: upload a tree with `wsfs push {} REMOTE_DIR`",
+                args.local, args.local
+            )));
+        }
+        let size = Some(meta.len());
         upload(&session, &path, file, size, options, quiet).await?
     };
     ctx.done(|| wrote(&outcome), write_json(&outcome))
@@ -310,7 +320,8 @@ pub async fn write(ctx: &mut Ctx, args: WriteArgs, append: bool) -> Outcome {
     let session = ctx.session().await?;
     let path = parse_path(&args.path)?;
     let text = match args.text {
-        Some(text) => text,
+        Some(text) if args.no_newline || text.ends_with('\n') => text,
+        Some(text) => text + "\n",
         None => {
             let mut raw = Vec::new();
             tokio::io::stdin()
@@ -416,7 +427,17 @@ pub async fn mkdir(ctx: &mut Ctx, args: MkdirArgs) -> Outcome {
 pub async fn transfer(ctx: &mut Ctx, args: TransferArgs, is_move: bool) -> Outcome {
     let session = ctx.session().await?;
     let source = parse_path(&args.source)?;
-    let destination = parse_path(&args.destination)?;
+    let mut destination = parse_path(&args.destination)?;
+    // As cp and mv: into an existing directory, or one named with a
+    // trailing slash, under the source's own name.
+    let into = !args.no_target_directory
+        && (args.destination.ends_with('/')
+            || session.exists(&destination).await? == Some(FileKind::Directory));
+    if into {
+        if let Some(name) = source.name() {
+            destination = destination.join(name)?;
+        }
+    }
     let options = TransferOptions {
         overwrite: args.overwrite,
         ..TransferOptions::default()

@@ -39,6 +39,9 @@ pub enum Failure {
     Usage(String),
     /// Nothing to print, exit with this code (grep that matched nothing).
     Silent(u8),
+    /// Another failure, reported as usual but exiting with this code (grep
+    /// exits 2 on errors, as grep and rg do, so 1 keeps meaning "no match").
+    Code(u8, Box<Failure>),
 }
 
 impl From<Error> for Failure {
@@ -129,7 +132,13 @@ pub fn main() -> ExitCode {
         .build()
     {
         Ok(runtime) => runtime,
-        Err(e) => return report(Failure::Local(format!("cannot start: {e}")), json),
+        Err(e) => {
+            return report(
+                Failure::Local(format!("cannot start: {e}")),
+                json,
+                &cli.global.server,
+            )
+        }
     };
     if cli.global.server.starts_with("https://") && cli.global.ca.is_none() {
         return report(
@@ -137,10 +146,11 @@ pub fn main() -> ExitCode {
                 "an https:// server needs its CA certificate: pass --ca FILE or set WSFS_CA".into(),
             ),
             json,
+            &cli.global.server,
         );
     }
     let mut ctx = Ctx {
-        server: cli.global.server.clone(),
+        server: server_url(&cli.global.server),
         session_id: cli.global.session.clone().filter(|s| !s.is_empty()),
         token: cli.global.token.clone().filter(|s| !s.is_empty()),
         json,
@@ -150,7 +160,7 @@ pub fn main() -> ExitCode {
     };
     match runtime.block_on(dispatch(&mut ctx, cli.command)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(failure) => report(failure, json),
+        Err(failure) => report(failure, json, &ctx.server),
     }
 }
 
@@ -170,7 +180,10 @@ async fn dispatch(ctx: &mut Ctx, command: Command) -> Outcome {
         Command::Cp(a) => files::transfer(ctx, a, false).await,
         Command::Stat(a) => files::stat(ctx, a).await,
         Command::Glob(a) => search::glob(ctx, a).await,
-        Command::Grep(a) => search::grep(ctx, a).await,
+        Command::Grep(a) => search::grep(ctx, a).await.map_err(|f| match f {
+            Failure::Silent(code) => Failure::Silent(code),
+            other => Failure::Code(2, Box::new(other)),
+        }),
         Command::Watch(a) => search::watch(ctx, a).await,
         Command::Mcp => mcp::serve(ctx).await,
         Command::Snapshot(c) => sessions::snapshot(ctx, c).await,
@@ -182,19 +195,39 @@ async fn dispatch(ctx: &mut Ctx, command: Command) -> Outcome {
     }
 }
 
-/// One line on stderr (and, with `--json`, one JSON object there too), and
-/// the exit code.
-fn report(failure: Failure, json: bool) -> ExitCode {
-    let (code, reason, message) = match failure {
+/// `host:port` (as grpcurl and Python take it) means `http://host:port`.
+fn server_url(raw: &str) -> String {
+    if raw.contains("://") {
+        raw.to_string()
+    } else {
+        format!("http://{raw}")
+    }
+}
+
+/// One line on stderr, `wsfs: REASON: message`, then a `hint:` line in the
+/// CLI's own words when there is something to do (with `--json`, one JSON
+/// object there instead), and the exit code.
+fn report(failure: Failure, json: bool, server: &str) -> ExitCode {
+    let (failure, code_override) = match failure {
+        Failure::Code(code, inner) => (*inner, Some(code)),
+        other => (other, None),
+    };
+    let (code, reason, message, hint) = match failure {
         Failure::Silent(code) => return ExitCode::from(code),
-        Failure::Remote(error) => (1, error.reason().to_string(), remote_message(&error)),
-        Failure::Local(message) => (1, "LOCAL".to_string(), message),
-        Failure::Usage(message) => (2, "USAGE".to_string(), message),
+        Failure::Remote(error) => (
+            1,
+            error.reason().to_string(),
+            remote_message(&error),
+            hint(&error, server),
+        ),
+        Failure::Local(message) => (1, "LOCAL".to_string(), message, None),
+        Failure::Usage(message) => (2, "USAGE".to_string(), message, None),
+        Failure::Code(code, _) => (code, "INTERNAL".to_string(), "nested failure".into(), None),
     };
     if json {
         eprintln!(
             "{}",
-            serde_json::json!({"error": {"reason": reason, "message": message}})
+            serde_json::json!({"error": {"reason": reason, "message": message, "hint": hint}})
         );
     } else if reason == "LOCAL" {
         eprintln!("wsfs: {message}");
@@ -202,8 +235,48 @@ fn report(failure: Failure, json: bool) -> ExitCode {
         eprintln!("wsfs: {message}\n\nRun `wsfs --help` for usage.");
     } else {
         eprintln!("wsfs: {reason}: {message}");
+        if let Some(hint) = hint {
+            eprintln!("hint: {hint}");
+        }
     }
-    ExitCode::from(code)
+    ExitCode::from(code_override.unwrap_or(code))
+}
+
+/// What to do next, in the CLI's words (the server's messages name RPC
+/// fields, which a CLI user does not type).
+fn hint(error: &Error, server: &str) -> Option<String> {
+    Some(match error {
+        Error::Unavailable { .. } => format!(
+            "is wsfs-server running at {server}? Start it with `wsfs-server`, or point \
+             WSFS_SERVER (or --server) at it"
+        ),
+        Error::TooLarge { limit, .. } => format!(
+            "this session takes at most {limit} bytes per write; create one with a larger \
+             limit, e.g. `wsfs session create --max-write-bytes 1G` (up to the server's \
+             --max-write-bytes), or read a smaller range"
+        ),
+        Error::AmbiguousMatch { .. } => {
+            "make --old match exactly once, or pass --all to replace every occurrence".into()
+        }
+        Error::NoMatch { .. } => {
+            "--old must match the file exactly, whitespace included (see `wsfs cat`)".into()
+        }
+        Error::NotText { .. } => {
+            "the file is not UTF-8 text: use `wsfs cat --bytes PATH` or `wsfs get PATH -`".into()
+        }
+        Error::VersionMismatch { current, .. } => format!(
+            "the file changed since that version; read it again, then retry with --if-version {current}"
+        ),
+        Error::SessionNotFound { .. } => {
+            "`wsfs session list` shows the sessions; `wsfs session create` makes one".into()
+        }
+        Error::Unauthenticated { .. } => "set WSFS_TOKEN (or pass --token)".into(),
+        Error::AlreadyExists { .. } => {
+            "pass -f to replace it (cp, mv), or drop --create (write, put)".into()
+        }
+        Error::DirectoryNotEmpty { .. } => "pass -r to remove it with its contents".into(),
+        _ => return None,
+    })
 }
 
 /// The server's sentence, plus what to do when the server is older than

@@ -33,9 +33,23 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
                     std::fs::read(file).map_err(local(format!("cannot read '{file}'")))?;
                 options = options.seed_file(path, content);
             }
+            let mut limits = wsfs_client::SessionLimits::default();
             if let Some(bytes) = args.max_write_bytes {
-                options = options.max_write_bytes(bytes);
+                limits.max_write_bytes = bytes;
             }
+            if let Some(bytes) = args.max_total_bytes {
+                limits.max_total_bytes = bytes;
+            }
+            if let Some(files) = args.max_files {
+                limits.max_files = files;
+            }
+            if let Some(depth) = args.max_path_depth {
+                limits.max_path_depth = depth;
+            }
+            if let Some(chars) = args.max_segment_length {
+                limits.max_segment_length = chars;
+            }
+            options = options.limits(limits);
             if let Some(ttl) = args.ttl {
                 options = options.idle_ttl(Duration::from_secs(ttl));
             }
@@ -43,6 +57,13 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
             if ctx.json {
                 print_json(&session_json(&info))
             } else {
+                // stdout stays the id alone (`export WSFS_SESSION=$(...)`);
+                // the token, shown once, must not be lost with it.
+                if let Some(token) = &info.token {
+                    eprintln!(
+                        "wsfs: this session's system token (shown once): export WSFS_TOKEN={token}"
+                    );
+                }
                 println(&info.id)
             }
         }
