@@ -117,9 +117,19 @@ impl std::fmt::Debug for ByteStream {
     }
 }
 
-/// Default and bounds of ReadBytes chunks.
+/// Default and bounds of ReadBytes chunks; also the chunk size every
+/// stream the project sends by default (uploads, archives).
 pub const DEFAULT_CHUNK_SIZE: usize = 64 * 1024;
 pub const MAX_CHUNK_SIZE: usize = 1024 * 1024;
+
+/// The per-write limit of a session that asks for none.
+pub const DEFAULT_MAX_WRITE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// The largest gRPC message either side sends or accepts: a 32 MiB Write
+/// or Read page with its framing, and headroom for sessions configured a
+/// little higher. Server and clients use this one value, so what one side
+/// may send the other accepts.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024 + 64 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WriteMode {

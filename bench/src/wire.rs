@@ -11,7 +11,7 @@ use wsfs::proto::sessions_client::SessionsClient;
 use wsfs::proto::{self, session::Backend};
 
 /// Bytes per data message on every byte stream, as the server's default.
-pub const CHUNK_BYTES: usize = 64 * 1024;
+pub const CHUNK_BYTES: usize = wsfs::DEFAULT_CHUNK_SIZE;
 
 /// Bytes read from disk at a time before being cut into chunks.
 pub const DISK_READ_BYTES: usize = 1024 * 1024;

@@ -10,9 +10,7 @@ use wsfs::proto::filesystem_client::FilesystemClient;
 use wsfs::proto::sessions_client::SessionsClient;
 use wsfs::{Error, Result};
 
-/// Largest message the client sends or accepts: room for the 32 MiB a
-/// Write or Read may carry, plus framing.
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+pub use wsfs::MAX_MESSAGE_BYTES;
 
 /// A caller's bearer token, as [`Client::issue_token`] returns it.
 #[derive(Clone, PartialEq, Eq)]

@@ -38,9 +38,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use wsfs::proto::{filesystem_server::FilesystemServer, sessions_server::SessionsServer};
 
-/// Largest gRPC message accepted or sent: a 32 MiB Write or Read page plus
-/// framing, with headroom for sessions configured a little higher.
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024 + 64 * 1024;
+pub use wsfs::MAX_MESSAGE_BYTES;
 
 /// Serves wsfs on `listener` until `shutdown` resolves, then stops
 /// accepting, lets in-flight calls finish, and returns.

@@ -2,8 +2,7 @@
 
 use wsfs::PathLimits;
 
-/// The per-write limit when a session asks for none.
-pub const DEFAULT_MAX_WRITE_BYTES: u64 = 32 * 1024 * 1024;
+pub use wsfs::DEFAULT_MAX_WRITE_BYTES;
 
 /// Limits that one session's workspace enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -45,7 +45,7 @@ const BLOB_FILES: u64 = 2;
 /// An owned text file longer than this is overwritten rather than appended
 /// to, so greps stay under their match limit.
 const MAX_OWNED_LINES: usize = 120;
-const CHUNK: usize = 64 * 1024;
+const CHUNK: usize = wsfs::DEFAULT_CHUNK_SIZE;
 
 fn env<T: FromStr>(name: &str, default: T) -> T {
     match std::env::var(name) {

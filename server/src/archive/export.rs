@@ -20,7 +20,7 @@ use wsfs::{ByteRange, CanonicalPath, Error, FileKind, Filesystem, Metadata, Resu
 use zip::write::SimpleFileOptions;
 
 /// Bytes per chunk the export sends.
-pub const EXPORT_CHUNK_BYTES: usize = 64 * 1024;
+pub const EXPORT_CHUNK_BYTES: usize = wsfs::DEFAULT_CHUNK_SIZE;
 /// Chunks waiting for the client at most.
 const EXPORT_CHANNEL_CHUNKS: usize = 4;
 

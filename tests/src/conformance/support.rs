@@ -11,7 +11,7 @@ use wsfs::{
 };
 
 /// The contract's default per-write limit (`SessionLimits.max_write_bytes`).
-pub const DEFAULT_MAX_WRITE_BYTES: u64 = 32 * 1024 * 1024;
+pub use wsfs::DEFAULT_MAX_WRITE_BYTES;
 
 /// A canonical path from a literal the test knows to be valid.
 pub fn p(raw: &str) -> CanonicalPath {
