@@ -57,6 +57,7 @@
 mod archive;
 mod client;
 mod convert;
+mod credentials;
 mod query;
 mod session;
 mod sessions;

@@ -1,8 +1,8 @@
 //! [`Session`]: one session's workspace, as a [`Filesystem`] and through
 //! helpers that take `&str` paths.
 
-use crate::client::Credentials;
 use crate::convert;
+use crate::credentials::Credentials;
 use crate::query::{GlobBuilder, GrepBuilder};
 use crate::stream::{self, UploadAbort};
 use async_trait::async_trait;
