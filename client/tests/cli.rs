@@ -823,6 +823,115 @@ fn push_then_pull_round_trip_with_delete_and_nothing_twice() {
 }
 
 #[test]
+fn push_and_pull_filter_both_sides_and_delete_spares_what_the_filter_leaves_out() {
+    let ws = Workspace::new();
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("local");
+    write_tree(
+        &local,
+        &[
+            ("src/main.rs", "fn main() {}"),
+            ("src/notes.txt", "notes"),
+            ("target/debug/out.rs", "built"),
+            ("top.rs", "top"),
+        ],
+    );
+    let src = local.to_str().unwrap();
+    ws.run(&["write", "proj/docs/README.md", "remote only"])
+        .ok();
+    ws.run(&["write", "proj/stale.rs", "remote only"]).ok();
+    let pushed = ws
+        .run(&[
+            "push",
+            src,
+            "proj",
+            "--include",
+            "*.rs",
+            "--exclude",
+            "target",
+            "--delete",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(pushed["transferred"], 2, "{pushed}");
+    assert_eq!(pushed["deleted"], 1, "{pushed}");
+    assert_eq!(ws.cat("proj/src/main.rs"), "fn main() {}");
+    assert_eq!(ws.cat("proj/top.rs"), "top");
+    ws.run(&["stat", "proj/src/notes.txt"])
+        .fails_with("FILE_NOT_FOUND");
+    ws.run(&["stat", "proj/target"])
+        .fails_with("FILE_NOT_FOUND");
+    ws.run(&["stat", "proj/stale.rs"])
+        .fails_with("FILE_NOT_FOUND");
+    // Left out by --include, so never deleted by --delete.
+    assert_eq!(ws.cat("proj/docs/README.md"), "remote only\n");
+
+    let back = dir.path().join("back");
+    write_tree(&back, &[("keep.log", "mine")]);
+    let pulled = ws
+        .run(&[
+            "pull",
+            "proj",
+            back.to_str().unwrap(),
+            "--exclude",
+            "*.log",
+            "--exclude",
+            "docs",
+            "--delete",
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(pulled["transferred"], 2, "{pulled}");
+    assert_eq!(pulled["deleted"], 0, "{pulled}");
+    assert!(back.join("keep.log").exists());
+    assert!(!back.join("docs").exists());
+    let bad = ws.run(&["push", src, "proj", "--include", "a["]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("bad glob"), "{}", bad.stderr);
+}
+
+#[test]
+fn push_goes_on_past_a_refused_file_and_lists_it_at_the_end() {
+    let created = wsfs_with(
+        None,
+        &["session", "create", "--max-write-bytes", "1K", "--json"],
+        b"",
+        server_url(),
+    )
+    .ok()
+    .json();
+    let id = created["session_id"].as_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let big = "x".repeat(4096);
+    write_tree(
+        dir.path(),
+        &[("a.txt", "a"), ("big.txt", big.as_str()), ("z.txt", "z")],
+    );
+    let src = dir.path().to_str().unwrap();
+    let run = wsfs_with(Some(id), &["push", src, "proj"], b"", server_url());
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("big.txt: TOO_LARGE"), "{}", run.stderr);
+    assert!(run.stdout.contains("transferred 2 files"), "{}", run.stdout);
+    assert!(run.stdout.contains("1 failed"), "{}", run.stdout);
+    let listed = wsfs_with(Some(id), &["cat", "proj/z.txt"], b"", server_url()).ok();
+    assert_eq!(listed.stdout, "z");
+    wsfs_with(Some(id), &["stat", "proj/big.txt"], b"", server_url()).fails_with("FILE_NOT_FOUND");
+    let json = wsfs_with(
+        Some(id),
+        &["push", src, "proj", "--json"],
+        b"",
+        server_url(),
+    );
+    assert_eq!(json.code, 1);
+    let summary: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(summary["failed"][0]["path"], "big.txt", "{summary}");
+    assert_eq!(summary["failed"][0]["reason"], "TOO_LARGE", "{summary}");
+    assert_eq!(summary["unchanged"], 2, "{summary}");
+}
+
+#[test]
 fn push_of_a_missing_directory_and_pull_of_a_missing_remote_fail() {
     let ws = Workspace::new();
     let dir = tempfile::tempdir().unwrap();

@@ -509,6 +509,15 @@ pub struct SyncArgs {
     /// Transfers and hashes in flight at once.
     #[arg(short = 'j', long, default_value_t = 16)]
     pub jobs: usize,
+    /// Only files whose path (relative to the source) matches this glob
+    /// (repeatable; `*` stays in one segment, `**` spans them; a pattern
+    /// without `/` matches names at any depth).
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Leave out paths matching this glob (repeatable); an excluded
+    /// directory is skipped whole, and never deleted by --delete.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
 }
 
 #[cfg(test)]

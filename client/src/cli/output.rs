@@ -85,20 +85,6 @@ pub fn progress(total: Option<u64>, threshold: u64, quiet: bool, label: &str) ->
     bar
 }
 
-/// A bar counting files, for push and pull.
-pub fn file_progress(total: u64, quiet: bool, label: &str) -> ProgressBar {
-    if quiet || !std::io::stderr().is_terminal() || total < 100 {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(total).with_style(
-        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} files {per_sec}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    bar.set_message(label.to_string());
-    bar
-}
-
 /// `1.5 MiB`, for people.
 pub fn human_size(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -6,9 +6,12 @@
 //! destination or of another size means transfer; the same size means
 //! compare SHA-256 digests, the local one read from disk and the remote one
 //! computed here from a ReadBytes stream, so only same-size files are ever
-//! read twice. Symbolic links are skipped on both sides. The plan is then
+//! read twice. Symbolic links are skipped on both sides (and counted in
+//! the summary). `--include` / `--exclude` filter both sides the same way,
+//! so an excluded path is neither copied nor deleted. The plan is then
 //! carried out: removals, then directories, then transfers, `--jobs` at a
-//! time.
+//! time. A transfer that fails does not stop the others: every failure is
+//! listed at the end, and the command then fails.
 
 use super::args::SyncArgs;
 use super::files::{download_to_file, upload};
@@ -30,7 +33,108 @@ use wsfs_client::{
 struct Tree {
     files: BTreeMap<String, u64>,
     dirs: BTreeSet<String>,
+    /// Symbolic links met (never followed, never copied).
+    links: Vec<String>,
+    /// Directories holding something the filter left out: never removed
+    /// whole by `--delete`, only what the filter lets through inside.
+    held: BTreeSet<String>,
 }
+
+/// `--include` and `--exclude`, compiled once.
+struct Filter {
+    include: Option<globset::GlobSet>,
+    exclude: globset::GlobSet,
+}
+
+impl Filter {
+    fn new(include: &[String], exclude: &[String]) -> Outcome<Filter> {
+        let set = |globs: &[String]| -> Outcome<globset::GlobSet> {
+            let mut builder = globset::GlobSetBuilder::new();
+            for glob in globs {
+                // As grep --glob and rsync: a pattern without `/` names a
+                // file or directory at any depth.
+                let pattern = if glob.contains('/') {
+                    glob.clone()
+                } else {
+                    format!("**/{glob}")
+                };
+                let compiled = globset::GlobBuilder::new(&pattern)
+                    .literal_separator(true)
+                    .build()
+                    .map_err(|e| Failure::Usage(format!("bad glob '{glob}': {e}")))?;
+                builder.add(compiled);
+            }
+            builder
+                .build()
+                .map_err(|e| Failure::Usage(format!("bad globs: {e}")))
+        };
+        Ok(Filter {
+            include: if include.is_empty() {
+                None
+            } else {
+                Some(set(include)?)
+            },
+            exclude: set(exclude)?,
+        })
+    }
+
+    /// Keeps what the filter lets through: files that are included and
+    /// not excluded, directories not excluded, nothing under an excluded
+    /// directory.
+    fn apply(&self, tree: Tree) -> Tree {
+        let excluded_dirs: BTreeSet<String> = tree
+            .dirs
+            .iter()
+            .filter(|d| self.exclude.is_match(d.as_str()))
+            .cloned()
+            .collect();
+        let outside = |rel: &str| {
+            std::iter::once(rel)
+                .chain(ancestors(rel))
+                .any(|a| excluded_dirs.contains(a))
+        };
+        let kept_file = |rel: &str| {
+            !outside(rel)
+                && !self.exclude.is_match(rel)
+                && self.include.as_ref().is_none_or(|inc| inc.is_match(rel))
+        };
+        let mut held = BTreeSet::new();
+        let mut hold = |rel: &str| held.extend(ancestors(rel).map(str::to_string));
+        let mut files = BTreeMap::new();
+        for (rel, size) in tree.files {
+            if kept_file(&rel) {
+                files.insert(rel, size);
+            } else {
+                hold(&rel);
+            }
+        }
+        let mut dirs = BTreeSet::new();
+        for dir in tree.dirs {
+            if outside(&dir) {
+                hold(&dir);
+            } else {
+                dirs.insert(dir);
+            }
+        }
+        let mut links = Vec::new();
+        for link in tree.links {
+            // A link is never copied, so never removed whole either.
+            hold(&link);
+            if !outside(&link) {
+                links.push(link);
+            }
+        }
+        Tree {
+            files,
+            dirs,
+            links,
+            held,
+        }
+    }
+}
+
+/// A transfer that failed: the path and why.
+type Failed = (String, Failure);
 
 /// What to do to the destination.
 #[derive(Debug, Default)]
@@ -53,11 +157,12 @@ pub async fn push(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
         )));
     }
     let base = parse_path(&args.destination)?;
-    let source = local_tree(local_root.clone()).await?;
-    let destination = match remote_tree(&session, &base).await {
+    let filter = Filter::new(&args.include, &args.exclude)?;
+    let source = filter.apply(local_tree(local_root.clone()).await?);
+    let destination = filter.apply(match remote_tree(&session, &base).await {
         Err(Error::FileNotFound { .. }) => Tree::default(),
         other => other?,
-    };
+    });
     let plan = plan(&source, &destination, args.delete, args.jobs, |rel| {
         let local = local_root.join(&rel);
         let remote = remote_path(&base, &rel);
@@ -70,7 +175,7 @@ pub async fn push(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
     })
     .await?;
     if args.dry_run {
-        return report(ctx, &args, &plan, 0, true);
+        return report(ctx, &args, &plan, &source.links, 0, Vec::new(), true);
     }
     for (rel, recursive) in &plan.remove {
         let options = DeleteOptions {
@@ -88,30 +193,29 @@ pub async fn push(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
             .mkdir(&remote_path(&base, rel)?, MkdirOptions::default())
             .await?;
     }
-    let bar = output::file_progress(plan.copy.len() as u64, ctx.quiet || ctx.json, "push");
-    let mut uploads = stream::iter(plan.copy.iter().cloned())
+    let bar = byte_progress(&plan, ctx, "push");
+    let uploads = stream::iter(plan.copy.iter().cloned())
         .map(|(rel, size)| {
             let session = session.clone();
             let file = local_root.join(&rel);
             let remote = remote_path(&base, &rel);
             async move {
-                let remote = remote?;
-                let reader = tokio::fs::File::open(&file)
-                    .await
-                    .map_err(local(format!("cannot open '{}'", file.display())))?;
-                let options = WriteOptions::default();
-                upload(&session, &remote, reader, Some(size), options, true).await?;
-                Ok::<u64, Failure>(size)
+                let done = async {
+                    let remote = remote?;
+                    let reader = tokio::fs::File::open(&file)
+                        .await
+                        .map_err(local(format!("cannot open '{}'", file.display())))?;
+                    let options = WriteOptions::default();
+                    upload(&session, &remote, reader, Some(size), options, true).await?;
+                    Ok::<u64, Failure>(size)
+                }
+                .await;
+                (rel, done)
             }
         })
         .buffer_unordered(args.jobs.max(1));
-    let mut bytes = 0;
-    while let Some(size) = uploads.next().await {
-        bytes += size?;
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    report(ctx, &args, &plan, bytes, false)
+    let (bytes, failed) = settle(uploads, &bar).await;
+    report(ctx, &args, &plan, &source.links, bytes, failed, false)
 }
 
 pub async fn pull(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
@@ -124,12 +228,13 @@ pub async fn pull(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
             args.destination
         )));
     }
-    let source = remote_tree(&session, &base).await?;
-    let destination = if local_root.exists() {
+    let filter = Filter::new(&args.include, &args.exclude)?;
+    let source = filter.apply(remote_tree(&session, &base).await?);
+    let destination = filter.apply(if local_root.exists() {
         local_tree(local_root.clone()).await?
     } else {
         Tree::default()
-    };
+    });
     let plan = plan(&source, &destination, args.delete, args.jobs, |rel| {
         let local = local_root.join(&rel);
         let remote = remote_path(&base, &rel);
@@ -142,7 +247,7 @@ pub async fn pull(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
     })
     .await?;
     if args.dry_run {
-        return report(ctx, &args, &plan, 0, true);
+        return report(ctx, &args, &plan, &source.links, 0, Vec::new(), true);
     }
     for (rel, recursive) in &plan.remove {
         let path = local_root.join(rel);
@@ -160,67 +265,148 @@ pub async fn pull(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
         std::fs::create_dir_all(&path)
             .map_err(local(format!("cannot create '{}'", path.display())))?;
     }
-    let bar = output::file_progress(plan.copy.len() as u64, ctx.quiet || ctx.json, "pull");
-    let mut downloads = stream::iter(plan.copy.iter().cloned())
+    let bar = byte_progress(&plan, ctx, "pull");
+    let downloads = stream::iter(plan.copy.iter().cloned())
         .map(|(rel, _)| {
             let session = session.clone();
             let file = local_root.join(&rel);
             let remote = remote_path(&base, &rel);
-            async move { download_to_file(&session, &remote?, &file, true).await }
+            async move {
+                let done = async { download_to_file(&session, &remote?, &file, true).await }.await;
+                (rel, done)
+            }
         })
         .buffer_unordered(args.jobs.max(1));
-    let mut bytes = 0;
-    while let Some(size) = downloads.next().await {
-        bytes += size?;
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    report(ctx, &args, &plan, bytes, false)
+    let (bytes, failed) = settle(downloads, &bar).await;
+    report(ctx, &args, &plan, &source.links, bytes, failed, false)
 }
 
-fn report(ctx: &Ctx, args: &SyncArgs, plan: &Plan, bytes: u64, dry_run: bool) -> Outcome {
-    let copied: Vec<_> = plan.copy.iter().map(|(rel, _)| rel.as_str()).collect();
+/// A bar over the bytes to transfer, with rate and ETA.
+fn byte_progress(plan: &Plan, ctx: &Ctx, label: &str) -> indicatif::ProgressBar {
+    let total = plan.copy.iter().map(|(_, size)| size).sum();
+    output::progress(Some(total), 1 << 20, ctx.quiet || ctx.json, label)
+}
+
+/// Runs every transfer to its end: the bytes moved, and the failures.
+async fn settle(
+    mut transfers: impl futures::Stream<Item = (String, Outcome<u64>)> + Unpin,
+    bar: &indicatif::ProgressBar,
+) -> (u64, Vec<Failed>) {
+    let (mut bytes, mut failed) = (0, Vec::new());
+    while let Some((rel, done)) = transfers.next().await {
+        match done {
+            Ok(size) => {
+                bytes += size;
+                bar.inc(size);
+            }
+            Err(why) => failed.push((rel, why)),
+        }
+    }
+    bar.finish_and_clear();
+    failed.sort_by(|a, b| a.0.cmp(&b.0));
+    (bytes, failed)
+}
+
+/// A failure as one line: `REASON: message`.
+fn failure_text(failure: &Failure) -> (String, String) {
+    match failure {
+        Failure::Remote(e) => (e.reason().to_string(), e.to_string()),
+        Failure::Local(m) => ("LOCAL".to_string(), m.clone()),
+        Failure::Usage(m) => ("USAGE".to_string(), m.clone()),
+        Failure::Silent(code) | Failure::Code(code, _) => {
+            ("FAILED".to_string(), format!("exit {code}"))
+        }
+    }
+}
+
+fn report(
+    ctx: &Ctx,
+    args: &SyncArgs,
+    plan: &Plan,
+    links: &[String],
+    bytes: u64,
+    failed: Vec<Failed>,
+    dry_run: bool,
+) -> Outcome {
+    let failed_paths: BTreeSet<&str> = failed.iter().map(|(rel, _)| rel.as_str()).collect();
+    let copied: Vec<_> = plan
+        .copy
+        .iter()
+        .map(|(rel, _)| rel.as_str())
+        .filter(|rel| !failed_paths.contains(rel))
+        .collect();
     let removed: Vec<_> = plan.remove.iter().map(|(rel, _)| rel.as_str()).collect();
+    let failures: Vec<(String, String, String)> = failed
+        .iter()
+        .map(|(rel, why)| {
+            let (reason, message) = failure_text(why);
+            (rel.clone(), reason, message)
+        })
+        .collect();
     if ctx.json {
-        return print_json(&json!({
+        print_json(&json!({
             "source": args.source,
             "destination": args.destination,
             "dry_run": dry_run,
-            "transferred": plan.copy.len(),
+            "transferred": copied.len(),
             "bytes": bytes,
             "unchanged": plan.unchanged,
             "deleted": plan.remove.len(),
             "directories_created": plan.mkdir.len(),
+            "skipped_symlinks": links,
+            "failed": failures
+                .iter()
+                .map(|(path, reason, message)| json!({"path": path, "reason": reason, "message": message}))
+                .collect::<Vec<_>>(),
             "transferred_paths": copied,
             "deleted_paths": removed,
-        }));
-    }
-    if dry_run {
-        for rel in &removed {
-            println(&format!("delete {rel}"))?;
-        }
-        for rel in &plan.mkdir {
-            println(&format!("mkdir  {rel}"))?;
-        }
-        for rel in &copied {
-            println(&format!("copy   {rel}"))?;
-        }
-    }
-    if ctx.quiet {
-        return Ok(());
-    }
-    let verb = if dry_run {
-        "would transfer"
+        }))?;
     } else {
-        "transferred"
-    };
-    println(&format!(
-        "{verb} {} files ({}), {} unchanged, {} deleted",
-        plan.copy.len(),
-        output::human_size(bytes),
-        plan.unchanged,
-        plan.remove.len()
-    ))
+        if dry_run {
+            for rel in &removed {
+                println(&format!("delete {rel}"))?;
+            }
+            for rel in &plan.mkdir {
+                println(&format!("mkdir  {rel}"))?;
+            }
+            for rel in &copied {
+                println(&format!("copy   {rel}"))?;
+            }
+        }
+        for (path, reason, message) in &failures {
+            eprintln!("wsfs: {path}: {reason}: {message}");
+        }
+        if !ctx.quiet {
+            let verb = if dry_run {
+                "would transfer"
+            } else {
+                "transferred"
+            };
+            let mut line = format!(
+                "{verb} {} files ({}), {} unchanged, {} deleted",
+                copied.len(),
+                output::human_size(bytes),
+                plan.unchanged,
+                plan.remove.len()
+            );
+            if !links.is_empty() {
+                line.push_str(&format!(", {} symlinks skipped", links.len()));
+            }
+            if !failures.is_empty() {
+                line.push_str(&format!(", {} failed", failures.len()));
+            }
+            println(&line)?;
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::Local(format!(
+            "{} of {} transfers failed (listed above)",
+            failures.len(),
+            plan.copy.len()
+        )))
+    }
 }
 
 /// Decides what to do; `same(rel)` compares a file present on both sides
@@ -278,7 +464,10 @@ where
             }
         }
         for rel in &destination.dirs {
-            if !source.dirs.contains(rel) && !source.files.contains_key(rel) {
+            if !source.dirs.contains(rel)
+                && !source.files.contains_key(rel)
+                && !destination.held.contains(rel)
+            {
                 plan.remove.push((rel.clone(), true));
             }
         }
@@ -331,7 +520,7 @@ async fn remote_tree(session: &Session, base: &CanonicalPath) -> wsfs_client::Re
             FileKind::Directory => {
                 tree.dirs.insert(rel.as_str().to_string());
             }
-            FileKind::Symlink => {}
+            FileKind::Symlink => tree.links.push(rel.as_str().to_string()),
         }
     }
     Ok(tree)
@@ -376,6 +565,8 @@ fn walk(dir: &Path, prefix: &str, tree: &mut Tree) -> Outcome {
                 .map_err(local(format!("cannot stat '{}'", entry.path().display())))?
                 .len();
             tree.files.insert(rel, size);
+        } else if kind.is_symlink() {
+            tree.links.push(rel);
         }
     }
     Ok(())
@@ -413,6 +604,8 @@ mod tests {
         Tree {
             files: files.iter().map(|(p, s)| (p.to_string(), *s)).collect(),
             dirs: dirs.iter().map(|d| d.to_string()).collect(),
+            links: Vec::new(),
+            held: BTreeSet::new(),
         }
     }
 
@@ -449,6 +642,55 @@ mod tests {
         let plan = plan_of(&source, &destination, false, true).await;
         assert_eq!(plan.remove, vec![("x".to_string(), true)]);
         assert_eq!(plan.copy, vec![("x".to_string(), 1)]);
+    }
+
+    #[test]
+    fn filters_keep_included_files_and_skip_excluded_directories_whole() {
+        let all = || {
+            tree(
+                &[
+                    ("src/a.rs", 1),
+                    ("src/b.txt", 1),
+                    ("target/x.rs", 1),
+                    ("top.rs", 1),
+                ],
+                &["src", "target"],
+            )
+        };
+        let filter = Filter::new(&["*.rs".into()], &["target".into()]).unwrap();
+        let kept = filter.apply(all());
+        assert_eq!(
+            kept.files.keys().collect::<Vec<_>>(),
+            ["src/a.rs", "top.rs"]
+        );
+        assert_eq!(kept.dirs.iter().collect::<Vec<_>>(), ["src"]);
+        let none = Filter::new(&[], &[]).unwrap().apply(all());
+        assert_eq!(none.files.len(), 4);
+        assert!(Filter::new(&["a[".into()], &[]).is_err());
+    }
+
+    #[tokio::test]
+    async fn delete_never_removes_a_directory_whole_that_holds_filtered_out_files() {
+        let filter = Filter::new(&["*.rs".into()], &["*.log".into()]).unwrap();
+        let source = filter.apply(tree(&[("keep.rs", 1)], &[]));
+        let destination = filter.apply(tree(
+            &[
+                ("keep.rs", 1),
+                ("docs/README.md", 1),
+                ("docs/old.rs", 1),
+                ("logs/a.log", 1),
+                ("gone/x.rs", 1),
+            ],
+            &["docs", "logs", "gone"],
+        ));
+        let plan = plan_of(&source, &destination, true, true).await;
+        assert_eq!(
+            plan.remove,
+            vec![
+                ("docs/old.rs".to_string(), false),
+                ("gone".to_string(), true)
+            ]
+        );
     }
 
     #[test]
