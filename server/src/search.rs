@@ -92,6 +92,10 @@ pub const REGEX_SIZE_LIMIT: usize = 10 * 1024 * 1024;
 /// Most matches one Grep may ask for.
 pub const MAX_MATCHES_CAP: u64 = 100_000;
 
+/// Most paths one Glob returns, whatever `max_results` asks (as many as a
+/// List): the answer is one message, built whole.
+pub const MAX_GLOB_RESULTS: u64 = 100_000;
+
 /// Compiles a glob where `*` stays inside one segment and `**` spans them.
 pub fn compile_glob(pattern: &str) -> Result<GlobMatcher> {
     check_pattern(pattern)?;

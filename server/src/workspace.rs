@@ -488,6 +488,8 @@ impl<B: Backend> Filesystem for Workspace<B> {
         content: &str,
         options: WriteOptions,
     ) -> Result<WriteOutcome> {
+        // Refused before the content is copied.
+        self.check_size(path, content.len() as u64)?;
         let data = Bytes::copy_from_slice(content.as_bytes());
         self.write_bytes(path, options, futures::stream::iter([Ok(data)]).boxed())
             .await
@@ -708,10 +710,9 @@ impl<B: Backend> Filesystem for Workspace<B> {
 
     async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {
         let matcher = search::compile_glob(&query.pattern)?;
-        let max = if query.max_results == 0 {
-            GlobQuery::DEFAULT_MAX_RESULTS
-        } else {
-            query.max_results
+        let max = match query.max_results {
+            0 => GlobQuery::DEFAULT_MAX_RESULTS,
+            n => n.min(search::MAX_GLOB_RESULTS),
         };
         self.run(move |b| {
             let mut paths = Vec::new();

@@ -385,3 +385,57 @@ async fn an_undecodable_request_is_invalid_argument() {
     assert_refused(&status, Code::InvalidArgument, "INVALID_ARGUMENT");
     server.assert_serves_bystander().await;
 }
+
+/// A Glob asking for `u32::MAX` results over a tree larger than the cap
+/// answers the cap and `truncated`, as List and Grep do; a Write whose
+/// text is over the per-write limit is refused before it is copied.
+#[tokio::test]
+async fn glob_results_and_write_sizes_are_bounded_by_the_server() {
+    let tree = tempfile::tempdir().unwrap();
+    let root = tree.path().join("tree");
+    for d in 0..101 {
+        let dir = root.join(format!("d{d:03}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..1000 {
+            std::fs::File::create(dir.join(format!("f{f:04}"))).unwrap();
+        }
+    }
+    let allow = tree.path().to_str().unwrap().to_string();
+    let mut server = Server::start(&["--allow-root", &allow]);
+    let client = server.client().await;
+    let (_, info) = client
+        .create(SessionOptions::directory().root(&root))
+        .await
+        .unwrap();
+    let mut raw = client.raw_filesystem();
+    let globbed = raw
+        .glob(proto::GlobRequest {
+            session_id: info.id.clone(),
+            pattern: "**".into(),
+            max_results: u32::MAX,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(globbed.paths.len(), 100_000);
+    assert!(globbed.truncated);
+
+    let (session, small) = client
+        .create(SessionOptions::memory().max_write_bytes(MIB))
+        .await
+        .unwrap();
+    let status = raw
+        .write(proto::WriteRequest {
+            session_id: small.id.clone(),
+            path: "big.txt".into(),
+            content: "x".repeat(40 * MIB as usize),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_refused(&status, Code::InvalidArgument, "TOO_LARGE");
+    let big = wsfs_client::parse_path("big.txt").unwrap();
+    assert_eq!(session.exists(&big).await.unwrap(), None);
+    server.assert_serves_bystander().await;
+}
