@@ -3,18 +3,22 @@
 //! Grep is parallel across files yet streamed in (path, line) order: one
 //! blocking walker lists files lazily in path order and hands them out in
 //! batches; each batch is searched on the blocking pool by `grep-searcher`
-//! with a `grep-regex` matcher, and sends its matches one at a time through
-//! its own channel of one message. The response stream drains those
-//! channels in walk order, so at most [`MAX_BATCHES_IN_FLIGHT`] batches run
-//! ahead of the client, each holding at most a line buffer, a window of
-//! context lines and two matches. A slow client throttles the search; a
-//! client that goes away drops the channels, which stops the walker and,
-//! through a shared flag, the searches in flight.
+//! with a `grep-regex` matcher, in units: a unit searches until it has
+//! gathered [`UNIT_BUDGET_BYTES`] of results (or the batch ends), then
+//! returns them with a cursor and gives its thread back. The response
+//! stream sends the front batch's results, starting its next unit once
+//! they are sent, while at most [`MAX_BATCHES_IN_FLIGHT`] batches run or
+//! wait ahead. So a client that stops reading holds no thread and a bounded
+//! amount of memory, and a client that goes away drops the batches, which
+//! stops the walker and, through a shared flag, the units in flight.
 //!
-//! What one stream can hold, whatever the tree or the query:
-//! [`MAX_BATCHES_IN_FLIGHT`] × ([`SEARCH_BUFFER_BYTES`] + three windows of
-//! `2 × context_lines + 1` lines of at most [`MAX_LINE_BYTES`] each), with
-//! `context_lines` at most [`MAX_CONTEXT_LINES`]: under 8 MiB.
+//! What one stream can hold, whatever the tree or the query: per batch in
+//! flight, a unit's results (the budget plus the match that crossed it), a
+//! window of `2 × context_lines + 1` lines of at most [`MAX_LINE_BYTES`],
+//! and while a unit runs its line buffer ([`SEARCH_BUFFER_BYTES`]); with
+//! `context_lines` at most [`MAX_CONTEXT_LINES`] that is under 1.5 MiB per
+//! batch, 6 MiB per stream (about 0.4 MiB measured for a stalled reader
+//! with 2 lines of context).
 
 use crate::backend::{Backend, Content};
 use futures::stream::{BoxStream, StreamExt};
@@ -26,7 +30,6 @@ use std::collections::VecDeque;
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tokio::sync::mpsc;
 use wsfs::path::quote;
 use wsfs::{
     CanonicalPath, ContextLine, Error, GrepEvent, GrepMatch, GrepQuery, GrepSummary, Result,
@@ -159,12 +162,14 @@ impl Found {
     }
 }
 
-/// What a batch's search sends, in order.
+/// What a unit of search found, in order.
 enum Searched {
     Match(Box<Found>),
     /// The search reached the next file of the batch (whether it is then
     /// searched or skipped as binary).
     File,
+    /// The search failed; nothing follows.
+    Failed(Error),
 }
 
 /// The text of a reported line without its terminator.
@@ -185,29 +190,76 @@ fn cut_line(text: &mut String) {
     }
 }
 
-/// Sends each match as soon as its after-context is complete, keeping only
-/// the lines a pending or a future match can still show.
-struct StreamSink<'a> {
-    path: &'a CanonicalPath,
-    matcher: &'a RegexMatcher,
-    context: u64,
+/// A file being searched, kept between units so a search can pause
+/// (returning its thread) and resume where it stopped.
+struct FileCursor {
+    path: CanonicalPath,
+    content: Content,
+    /// Bytes of the file already searched.
+    offset: u64,
+    /// Lines before `offset`.
+    lines: u64,
     /// Recent lines, in order: the last `context` lines, and every line
     /// from the oldest pending match's before-context on.
     window: VecDeque<Seen>,
     /// Matches whose after-context is not complete yet: line and span.
     pending: VecDeque<(u64, (u32, u32))>,
     matches: u64,
-    limit: u64,
-    stop: &'a AtomicBool,
-    tx: &'a mpsc::Sender<Result<Searched>>,
-    /// The response stream went away.
-    gone: bool,
 }
 
-impl StreamSink<'_> {
-    fn line(&mut self, number: u64, bytes: &[u8], is_match: bool) -> bool {
+/// A batch of files and how far its search got.
+struct BatchCursor {
+    paths: std::vec::IntoIter<CanonicalPath>,
+    file: Option<FileCursor>,
+}
+
+/// Results one unit of search gathers before it gives its thread back:
+/// a reader that stops reading holds at most this much per batch, plus
+/// the match that crossed it.
+const UNIT_BUDGET_BYTES: usize = 64 * 1024;
+
+/// What a match holds in memory, near enough: each line's text, its
+/// shared allocation and its slot, the path and the match itself.
+fn cost(found: &Found) -> usize {
+    const PER_LINE: usize = 64;
+    const PER_MATCH: usize = 160;
+    let line = |text: &str| text.len() + PER_LINE;
+    line(&found.line)
+        + found
+            .before
+            .iter()
+            .chain(&found.after)
+            .map(|l| line(&l.text))
+            .sum::<usize>()
+        + found.path.as_str().len()
+        + PER_MATCH
+}
+
+/// Adds each match to the unit's results as soon as its after-context is
+/// complete, keeping only the lines a pending or a future match can
+/// still show; pauses the search when the unit's budget is spent.
+struct UnitSink<'a> {
+    file: &'a mut FileCursor,
+    matcher: &'a RegexMatcher,
+    context: u64,
+    limit: u64,
+    stop: &'a AtomicBool,
+    found: &'a mut Vec<Searched>,
+    spent: &'a mut usize,
+    /// The end of the last line handled (bytes from where this search
+    /// started) and its line number.
+    last: (u64, u64),
+    paused: bool,
+}
+
+impl UnitSink<'_> {
+    fn line(&mut self, relative: (u64, u64), bytes: &[u8], is_match: bool) -> bool {
+        if self.file.matches >= self.limit {
+            return false;
+        }
+        let number = self.file.lines + relative.0;
         // Lines past every pending match's after-context complete them.
-        while let Some(&(m, _)) = self.pending.front() {
+        while let Some(&(m, _)) = self.file.pending.front() {
             if m + self.context >= number {
                 break;
             }
@@ -223,33 +275,40 @@ impl StreamSink<'_> {
                 .map_or((0, 0), |m| (m.start(), m.end()));
             let shown = text.len().min(MAX_LINE_BYTES);
             let clamp = |at: usize| at.min(shown) as u32;
-            self.pending
+            self.file
+                .pending
                 .push_back((number, (clamp(span.0), clamp(span.1))));
-            self.matches += 1;
+            self.file.matches += 1;
         }
         cut_line(&mut text);
-        self.window.push_back(Seen {
+        self.file.window.push_back(Seen {
             number,
             text: text.into(),
         });
-        let keep_from = self.pending.front().map_or(number + 1, |&(m, _)| m);
+        let keep_from = self.file.pending.front().map_or(number + 1, |&(m, _)| m);
         while self
+            .file
             .window
             .front()
             .is_some_and(|l| l.number + self.context < keep_from)
         {
-            self.window.pop_front();
+            self.file.window.pop_front();
         }
-        !self.gone && self.matches < self.limit && !self.stop.load(Ordering::Relaxed)
+        self.last = (relative.1 + bytes.len() as u64, number);
+        if *self.spent >= UNIT_BUDGET_BYTES {
+            self.paused = true;
+            return false;
+        }
+        self.file.matches < self.limit && !self.stop.load(Ordering::Relaxed)
     }
 
-    /// Sends the oldest pending match with the context the window holds.
+    /// Adds the oldest pending match with the context the window holds.
     fn emit_front(&mut self) {
-        let Some((number, span)) = self.pending.pop_front() else {
+        let Some((number, span)) = self.file.pending.pop_front() else {
             return;
         };
         let (mut before, mut after, mut line) = (Vec::new(), Vec::new(), None);
-        for l in &self.window {
+        for l in &self.file.window {
             let seen = || Seen {
                 number: l.number,
                 text: l.text.clone(),
@@ -263,40 +322,36 @@ impl StreamSink<'_> {
             }
         }
         let found = Found {
-            path: self.path.clone(),
+            path: self.file.path.clone(),
             line_number: number,
             line: line.unwrap_or_else(|| Arc::from("")),
             span,
             before,
             after,
         };
-        if !self.gone
-            && self
-                .tx
-                .blocking_send(Ok(Searched::Match(Box::new(found))))
-                .is_err()
-        {
-            self.gone = true;
-        }
+        *self.spent += cost(&found);
+        self.found.push(Searched::Match(Box::new(found)));
     }
 
-    /// Sends every match still pending: the file ended.
+    /// Adds every match still pending: the file ended.
     fn flush(&mut self) {
-        while !self.pending.is_empty() {
+        while !self.file.pending.is_empty() {
             self.emit_front();
         }
     }
 }
 
-impl Sink for StreamSink<'_> {
+impl Sink for UnitSink<'_> {
     type Error = std::io::Error;
 
     fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
-        Ok(self.line(mat.line_number().unwrap_or(0), mat.bytes(), true))
+        let at = (mat.line_number().unwrap_or(0), mat.absolute_byte_offset());
+        Ok(self.line(at, mat.bytes(), true))
     }
 
     fn context(&mut self, _: &Searcher, ctx: &SinkContext<'_>) -> Result<bool, std::io::Error> {
-        Ok(self.line(ctx.line_number().unwrap_or(0), ctx.bytes(), false))
+        let at = (ctx.line_number().unwrap_or(0), ctx.absolute_byte_offset());
+        Ok(self.line(at, ctx.bytes(), false))
     }
 
     fn binary_data(&mut self, _: &Searcher, _offset: u64) -> Result<bool, std::io::Error> {
@@ -367,121 +422,169 @@ impl<R: Read> Read for Watched<R> {
     }
 }
 
-/// Files handed to one search task: enough to amortise the hand-off
-/// between threads, few enough that a stopped search wastes little.
+/// Files handed to one batch: enough to amortise the hand-off between
+/// threads, few enough that a stopped search wastes little.
 const FILES_PER_TASK: usize = 32;
 
-/// Searches a batch of files in order with one searcher, sending matches
-/// and file ends through `tx` (one message at a time).
-fn search_batch<B: Backend>(
-    backend: &B,
-    paths: &[CanonicalPath],
-    matcher: &RegexMatcher,
-    context: u32,
-    limit: u64,
-    stop: &AtomicBool,
-    tx: &mpsc::Sender<Result<Searched>>,
-) {
+/// What one unit of search produced, and the cursor to resume from
+/// (`None` once the batch is done).
+struct Unit {
+    cursor: Option<BatchCursor>,
+    found: Vec<Searched>,
+}
+
+/// Opens a file for searching, or `None` when it is skipped: gone since
+/// the walk listed it, binary (a NUL byte), or with an overlong line.
+fn open_searchable<B: Backend>(backend: &B, path: CanonicalPath) -> Result<Option<FileCursor>> {
+    let file = match backend.open(&path) {
+        Ok(f) => f,
+        Err(
+            Error::FileNotFound { .. }
+            | Error::IsADirectory { .. }
+            | Error::PermissionDenied { .. },
+        ) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let searchable = match &file.content {
+        Content::Memory(data) => searchable(&data[..]),
+        Content::Disk(f) => searchable(ReadAt { file: f, at: 0 }),
+    }
+    .map_err(|e| Error::from_io(e, &path))?;
+    Ok(searchable.then(|| FileCursor {
+        path,
+        content: file.content,
+        offset: 0,
+        lines: 0,
+        window: VecDeque::new(),
+        pending: VecDeque::new(),
+        matches: 0,
+    }))
+}
+
+/// Searches from where the file's cursor stopped until the file ends
+/// (`true`) or the unit's budget is spent (`false`).
+fn search_some(
+    searcher: &mut Searcher,
+    file: &mut FileCursor,
+    search: &SearchSpec,
+    found: &mut Vec<Searched>,
+    spent: &mut usize,
+) -> Result<bool> {
+    // Taken out while the sink holds the cursor, put back after.
+    let content = std::mem::replace(&mut file.content, Content::Memory(Default::default()));
+    let (offset, path) = (file.offset, file.path.clone());
+    let mut sink = UnitSink {
+        file,
+        matcher: &search.matcher,
+        context: search.context as u64,
+        limit: search.limit,
+        stop: &search.stop,
+        found,
+        spent,
+        last: (0, 0),
+        paused: false,
+    };
+    let io = |e| Error::from_io(e, &path);
+    let searched = match &content {
+        Content::Memory(data) => {
+            let rest = &data[(offset as usize).min(data.len())..];
+            searcher
+                .search_slice(&*search.matcher, rest, &mut sink)
+                .map_err(io)
+        }
+        Content::Disk(f) => {
+            let mut reader = Watched {
+                inner: ReadAt {
+                    file: f,
+                    at: offset,
+                },
+                failed: false,
+            };
+            match searcher.search_reader(&*search.matcher, &mut reader, &mut sink) {
+                Err(e) if reader.failed => Err(io(e)),
+                // Err: the buffer limit, when a line grew past it after the
+                // check (the file changed meanwhile). The file ends there.
+                _ => Ok(()),
+            }
+        }
+    };
+    let finished = searched.map(|()| {
+        if sink.paused {
+            let (end, number) = sink.last;
+            sink.file.offset += end;
+            sink.file.lines = number;
+            false
+        } else {
+            sink.flush();
+            true
+        }
+    });
+    file.content = content;
+    finished
+}
+
+/// Runs one unit of a batch's search on the calling (blocking) thread:
+/// files in order until the batch ends or the unit's budget is spent.
+fn run_unit<B: Backend>(search: &SearchSpec, backend: &B, mut cursor: BatchCursor) -> Unit {
     // Context is kept by the sink, not the searcher: the searcher would
-    // hold `context` lines in its buffer, the sink holds them cut short.
+    // hold `context` lines in its buffer, the sink holds them cut short,
+    // and across pauses.
     let mut searcher = SearcherBuilder::new()
         .binary_detection(BinaryDetection::quit(0))
         .bom_sniffing(false)
         .heap_limit(Some(SEARCH_BUFFER_BYTES))
         .line_number(true)
-        .passthru(context > 0)
+        .passthru(search.context > 0)
         .build();
-    for path in paths {
-        if stop.load(Ordering::Relaxed) {
-            return;
-        }
-        if tx.blocking_send(Ok(Searched::File)).is_err() {
-            return;
-        }
-        match search_file(
-            &mut searcher,
-            backend,
-            path,
-            matcher,
-            context,
-            limit,
-            stop,
-            tx,
-        ) {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(e) => {
-                let _ = tx.blocking_send(Err(e));
-                return;
-            }
-        }
-    }
-}
-
-/// Searches one file, sending its matches; binary files (a NUL byte) and
-/// files with overlong lines yield none. `false`: the stream went away.
-#[allow(clippy::too_many_arguments)]
-fn search_file<B: Backend>(
-    searcher: &mut Searcher,
-    backend: &B,
-    path: &CanonicalPath,
-    matcher: &RegexMatcher,
-    context: u32,
-    limit: u64,
-    stop: &AtomicBool,
-    tx: &mpsc::Sender<Result<Searched>>,
-) -> Result<bool> {
-    let file = match backend.open(path) {
-        Ok(f) => f,
-        // Gone or replaced since the walk listed it: nothing to search.
-        Err(
-            Error::FileNotFound { .. }
-            | Error::IsADirectory { .. }
-            | Error::PermissionDenied { .. },
-        ) => return Ok(true),
-        Err(e) => return Err(e),
-    };
-    let io = |e| Error::from_io(e, path);
-    let mut sink = StreamSink {
-        path,
-        matcher,
-        context: context as u64,
-        window: VecDeque::new(),
-        pending: VecDeque::new(),
-        matches: 0,
-        limit,
-        stop,
-        tx,
-        gone: false,
-    };
-    match &file.content {
-        Content::Memory(data) => {
-            if !searchable(&data[..]).map_err(io)? {
-                return Ok(true);
-            }
-            searcher
-                .search_slice(matcher, data, &mut sink)
-                .map_err(io)?;
-        }
-        Content::Disk(f) => {
-            if !searchable(ReadAt { file: f, at: 0 }).map_err(io)? {
-                return Ok(true);
-            }
-            let mut reader = Watched {
-                inner: ReadAt { file: f, at: 0 },
-                failed: false,
+    let (mut found, mut spent) = (Vec::new(), 0usize);
+    loop {
+        if search.stop.load(Ordering::Relaxed) {
+            return Unit {
+                cursor: None,
+                found,
             };
-            match searcher.search_reader(matcher, &mut reader, &mut sink) {
-                Ok(()) => {}
-                Err(e) if reader.failed => return Err(io(e)),
-                // The buffer limit: a line grew past it after the check
-                // (the file changed meanwhile). The file ends there.
-                Err(_) => {}
+        }
+        let file = match cursor.file.as_mut() {
+            Some(file) => file,
+            None => {
+                let Some(path) = cursor.paths.next() else {
+                    return Unit {
+                        cursor: None,
+                        found,
+                    };
+                };
+                found.push(Searched::File);
+                match open_searchable(backend, path) {
+                    Ok(Some(file)) => cursor.file.insert(file),
+                    Ok(None) => continue,
+                    Err(e) => {
+                        found.push(Searched::Failed(e));
+                        return Unit {
+                            cursor: None,
+                            found,
+                        };
+                    }
+                }
+            }
+        };
+        match search_some(&mut searcher, file, search, &mut found, &mut spent) {
+            Ok(true) => cursor.file = None,
+            Ok(false) => {}
+            Err(e) => {
+                found.push(Searched::Failed(e));
+                return Unit {
+                    cursor: None,
+                    found,
+                };
             }
         }
+        if spent >= UNIT_BUDGET_BYTES {
+            return Unit {
+                cursor: Some(cursor),
+                found,
+            };
+        }
     }
-    sink.flush();
-    Ok(!sink.gone)
 }
 
 /// Sets the flag when dropped: the stream's consumer went away.
@@ -519,63 +622,17 @@ pub fn grep<B: Backend>(
     let parallel = (std::thread::available_parallelism().map_or(2, |n| n.get()) * 2)
         .min(MAX_BATCHES_IN_FLIGHT);
 
-    // Walker: lists files lazily in path order on the blocking pool.
-    let (path_tx, path_rx) = mpsc::channel::<Result<Vec<CanonicalPath>>>(16);
-    {
-        let backend = backend.clone();
-        let base = query.base.clone();
-        let stop = stop.clone();
-        crate::producer::spawn_blocking("Grep", path_tx, move |path_tx| {
-            let walk = match backend.walk_files(&base) {
-                Ok(w) => w,
-                Err(e) => {
-                    let _ = path_tx.blocking_send(Err(e));
-                    return;
-                }
-            };
-            let mut batch = Vec::with_capacity(FILES_PER_TASK);
-            for item in walk {
-                if stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                let path = match item {
-                    Ok(p) => p,
-                    Err(e) => {
-                        let _ = path_tx.blocking_send(Err(e));
-                        return;
-                    }
-                };
-                crate::faults::check_stream(path.as_str());
-                let keep = filter.as_ref().is_none_or(|g| {
-                    g.is_match(
-                        path.strip_prefix(&base)
-                            .unwrap_or_else(|| path.clone())
-                            .as_str(),
-                    )
-                });
-                if keep {
-                    batch.push(path);
-                }
-                if batch.len() == FILES_PER_TASK {
-                    let full = std::mem::replace(&mut batch, Vec::with_capacity(FILES_PER_TASK));
-                    if path_tx.blocking_send(Ok(full)).is_err() {
-                        return;
-                    }
-                }
-            }
-            if !batch.is_empty() {
-                let _ = path_tx.blocking_send(Ok(batch));
-            }
-        });
-    }
-
     let merge = Merge {
-        paths: path_rx,
-        walking: true,
-        running: VecDeque::new(),
+        walk: Walk::Idle(None),
+        walked: VecDeque::new(),
+        slots: VecDeque::new(),
         parallel,
-        search: Arc::new(BatchSearch {
-            backend,
+        backend,
+        walking: Arc::new(WalkSpec {
+            base: query.base.clone(),
+            filter,
+        }),
+        search: Arc::new(SearchSpec {
             matcher,
             context: query.context_lines,
             limit: max.saturating_add(1),
@@ -594,50 +651,140 @@ pub fn grep<B: Backend>(
     .boxed())
 }
 
+/// The files a Grep walks: under `base`, matching `filter`.
+struct WalkSpec {
+    base: CanonicalPath,
+    filter: Option<GlobMatcher>,
+}
+
+/// A walk of the tree in path order, lazy and resumable like the search.
+type Files = Box<dyn Iterator<Item = Result<CanonicalPath>> + Send>;
+
+/// Where the walk is: not started or paused (`Idle`), one unit running,
+/// or finished.
+enum Walk {
+    Idle(Option<Files>),
+    Running(tokio::task::JoinHandle<Walked>),
+    Done,
+}
+
+/// What one unit of the walk produced: batches (or the failure that ended
+/// the walk, last), and the walk to resume (`None` once it is done).
+struct Walked {
+    files: Option<Files>,
+    batches: Vec<Result<Vec<CanonicalPath>>>,
+}
+
+/// Runs one unit of the walk on the calling (blocking) thread: up to
+/// [`MAX_BATCHES_IN_FLIGHT`] batches, or to the end of the tree.
+fn walk_unit<B: Backend>(
+    backend: &B,
+    spec: &WalkSpec,
+    stop: &AtomicBool,
+    files: Option<Files>,
+) -> Walked {
+    let mut files = match files.map_or_else(|| backend.walk_files(&spec.base), Ok) {
+        Ok(files) => files,
+        Err(e) => {
+            return Walked {
+                files: None,
+                batches: vec![Err(e)],
+            }
+        }
+    };
+    let mut batches = Vec::new();
+    let mut batch = Vec::with_capacity(FILES_PER_TASK);
+    while batches.len() < MAX_BATCHES_IN_FLIGHT {
+        if stop.load(Ordering::Relaxed) {
+            return Walked {
+                files: None,
+                batches,
+            };
+        }
+        let path = match files.next() {
+            Some(Ok(path)) => path,
+            end => {
+                if !batch.is_empty() {
+                    batches.push(Ok(batch));
+                }
+                if let Some(Err(e)) = end {
+                    batches.push(Err(e));
+                }
+                return Walked {
+                    files: None,
+                    batches,
+                };
+            }
+        };
+        crate::faults::check_stream(path.as_str());
+        let keep = spec.filter.as_ref().is_none_or(|g| {
+            g.is_match(
+                path.strip_prefix(&spec.base)
+                    .unwrap_or_else(|| path.clone())
+                    .as_str(),
+            )
+        });
+        if keep {
+            batch.push(path);
+        }
+        if batch.len() == FILES_PER_TASK {
+            batches.push(Ok(std::mem::replace(
+                &mut batch,
+                Vec::with_capacity(FILES_PER_TASK),
+            )));
+        }
+    }
+    if !batch.is_empty() {
+        batches.push(Ok(batch));
+    }
+    Walked {
+        files: Some(files),
+        batches,
+    }
+}
+
+/// The error a failed unit (walk or search) ends the stream with.
+fn unit_failed(e: tokio::task::JoinError) -> Error {
+    match e.try_into_panic() {
+        Ok(panic) => crate::producer::panicked("Grep", &*panic),
+        Err(e) => Error::internal(format!("search task failed: {e}")),
+    }
+}
+
 /// What every batch of one Grep is searched with.
-struct BatchSearch<B> {
-    backend: Arc<B>,
+struct SearchSpec {
     matcher: Arc<RegexMatcher>,
     context: u32,
+    /// Matches per file after which its search stops.
     limit: u64,
     stop: Arc<AtomicBool>,
 }
 
-impl<B: Backend> BatchSearch<B> {
-    /// Starts searching `paths` on the blocking pool; its results arrive
-    /// one at a time on the returned channel.
-    fn start(self: &Arc<Self>, paths: Vec<CanonicalPath>) -> mpsc::Receiver<Result<Searched>> {
-        let (tx, rx) = mpsc::channel(1);
-        let search = self.clone();
-        crate::producer::spawn_blocking("Grep", tx, move |tx| {
-            search_batch(
-                &*search.backend,
-                &paths,
-                &search.matcher,
-                search.context,
-                search.limit,
-                &search.stop,
-                &tx,
-            )
-        });
-        rx
-    }
-}
-
-/// A batch in flight, or the walker's failure in its place in the order.
-enum Batch {
-    Running(mpsc::Receiver<Result<Searched>>),
+/// A batch in walk order: a unit of its search running on the blocking
+/// pool, its results waiting to be sent, or the walker's failure in its
+/// place in the order.
+enum Slot {
+    Running(tokio::task::JoinHandle<Unit>),
+    Ready {
+        found: std::vec::IntoIter<Searched>,
+        rest: Option<BatchCursor>,
+    },
     Failed(Error),
 }
 
-/// The response stream's state: batches in flight in walk order, drained
-/// front first.
+/// The response stream's state: batches in walk order, the front one
+/// drained first. No thread waits on a client: a unit runs until its
+/// budget is spent and returns; the next unit of a batch starts only
+/// when its results have been sent.
 struct Merge<B> {
-    paths: mpsc::Receiver<Result<Vec<CanonicalPath>>>,
-    walking: bool,
-    running: VecDeque<Batch>,
+    walk: Walk,
+    /// Batches walked and not started yet, in order.
+    walked: VecDeque<Result<Vec<CanonicalPath>>>,
+    slots: VecDeque<Slot>,
     parallel: usize,
-    search: Arc<BatchSearch<B>>,
+    backend: Arc<B>,
+    walking: Arc<WalkSpec>,
+    search: Arc<SearchSpec>,
     max: u64,
     summary: GrepSummary,
     done: bool,
@@ -646,77 +793,129 @@ struct Merge<B> {
 }
 
 impl<B: Backend> Merge<B> {
-    fn admit(&mut self, batch: Option<Result<Vec<CanonicalPath>>>) {
-        match batch {
-            Some(Ok(paths)) => {
-                let rx = self.search.start(paths);
-                self.running.push_back(Batch::Running(rx));
-            }
-            Some(Err(e)) => {
-                self.running.push_back(Batch::Failed(e));
-                self.walking = false;
-            }
-            None => self.walking = false,
+    /// Starts the next unit of a batch's search on the blocking pool.
+    fn resume(search: &Arc<SearchSpec>, backend: &Arc<B>, cursor: BatchCursor) -> Slot {
+        let (search, backend) = (search.clone(), backend.clone());
+        Slot::Running(tokio::task::spawn_blocking(move || {
+            run_unit(&search, &*backend, cursor)
+        }))
+    }
+
+    /// Starts the walked batches while fewer than `parallel` are in
+    /// flight, and the next unit of the walk when none are left.
+    fn admit(&mut self) {
+        while self.slots.len() < self.parallel {
+            let Some(batch) = self.walked.pop_front() else {
+                break;
+            };
+            let slot = match batch {
+                Ok(paths) => Self::resume(
+                    &self.search,
+                    &self.backend,
+                    BatchCursor {
+                        paths: paths.into_iter(),
+                        file: None,
+                    },
+                ),
+                Err(e) => Slot::Failed(e),
+            };
+            self.slots.push_back(slot);
         }
+        if self.walked.is_empty() {
+            if let Walk::Idle(files) = &mut self.walk {
+                let (files, backend) = (files.take(), self.backend.clone());
+                let (spec, stop) = (self.walking.clone(), self.search.stop.clone());
+                self.walk = Walk::Running(tokio::task::spawn_blocking(move || {
+                    walk_unit(&*backend, &spec, &stop, files)
+                }));
+            }
+        }
+    }
+
+    /// Waits for the running unit of the walk and takes its batches.
+    async fn walked(&mut self) -> Result<()> {
+        if let Walk::Running(unit) = &mut self.walk {
+            let walked = unit.await.map_err(unit_failed)?;
+            self.walked.extend(walked.batches);
+            self.walk = walked.files.map_or(Walk::Done, |f| Walk::Idle(Some(f)));
+        }
+        Ok(())
     }
 
     /// The next event, or `None` after the summary or an error.
     async fn next(&mut self) -> Option<Result<GrepEvent>> {
-        use mpsc::error::TryRecvError;
         loop {
             if self.done {
                 return None;
             }
-            while self.walking && self.running.len() < self.parallel {
-                match self.paths.try_recv() {
-                    Ok(batch) => self.admit(Some(batch)),
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => self.admit(None),
+            if matches!(&self.walk, Walk::Running(unit) if unit.is_finished()) {
+                if let Err(e) = self.walked().await {
+                    return Some(Err(self.fail(e)));
                 }
             }
-            let Some(front) = self.running.front_mut() else {
-                if self.walking {
-                    let batch = self.paths.recv().await;
-                    self.admit(batch);
-                    continue;
+            self.admit();
+            let Some(front) = self.slots.front_mut() else {
+                if matches!(self.walk, Walk::Done) && self.walked.is_empty() {
+                    return Some(Ok(self.finish(false)));
                 }
-                return Some(Ok(self.finish(false)));
+                if let Err(e) = self.walked().await {
+                    return Some(Err(self.fail(e)));
+                }
+                continue;
             };
-            let rx = match front {
-                Batch::Failed(_) => {
-                    let Some(Batch::Failed(e)) = self.running.pop_front() else {
+            match front {
+                Slot::Failed(_) => {
+                    let Some(Slot::Failed(e)) = self.slots.pop_front() else {
                         unreachable!("the front is a failure");
                     };
-                    self.done = true;
-                    return Some(Err(e));
+                    return Some(Err(self.fail(e)));
                 }
-                Batch::Running(rx) => rx,
-            };
-            match rx.recv().await {
-                Some(Ok(Searched::File)) => self.summary.files_searched += 1,
-                Some(Ok(Searched::Match(found))) => {
-                    if self.summary.matches == self.max {
-                        return Some(Ok(self.finish(true)));
+                Slot::Running(unit) => match unit.await {
+                    Ok(unit) => {
+                        *front = Slot::Ready {
+                            found: unit.found.into_iter(),
+                            rest: unit.cursor,
+                        }
                     }
-                    self.summary.matches += 1;
-                    return Some(Ok(found.into_event()));
-                }
-                Some(Err(e)) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
-                None => {
-                    self.running.pop_front();
-                }
+                    Err(e) => {
+                        let e = unit_failed(e);
+                        return Some(Err(self.fail(e)));
+                    }
+                },
+                Slot::Ready { found, rest } => match found.next() {
+                    Some(Searched::File) => self.summary.files_searched += 1,
+                    Some(Searched::Match(m)) => {
+                        if self.summary.matches == self.max {
+                            return Some(Ok(self.finish(true)));
+                        }
+                        self.summary.matches += 1;
+                        return Some(Ok(m.into_event()));
+                    }
+                    Some(Searched::Failed(e)) => return Some(Err(self.fail(e))),
+                    None => match rest.take() {
+                        Some(cursor) => *front = Self::resume(&self.search, &self.backend, cursor),
+                        None => {
+                            self.slots.pop_front();
+                        }
+                    },
+                },
             }
         }
+    }
+
+    /// Ends the stream with `error`; stops the searches still running.
+    fn fail(&mut self, error: Error) -> Error {
+        self.done = true;
+        self.search.stop.store(true, Ordering::Relaxed);
+        self.slots.clear();
+        error
     }
 
     /// The summary, last; stops the searches still running.
     fn finish(&mut self, truncated: bool) -> GrepEvent {
         self.done = true;
         self.search.stop.store(true, Ordering::Relaxed);
-        self.running.clear();
+        self.slots.clear();
         self.summary.truncated = truncated;
         GrepEvent::Summary(self.summary)
     }

@@ -280,6 +280,49 @@ pub async fn an_overlong_pattern_is_invalid_pattern(fs: &dyn Filesystem) {
     );
 }
 
+pub async fn many_matches_keep_their_lines_and_context(fs: &dyn Filesystem) {
+    // Far more results than one search step gathers before it pauses: the
+    // numbering and the context must carry across every pause.
+    let line = |k: u64| {
+        let mark = if k.is_multiple_of(3) { "hit" } else { "line" };
+        (k, format!("{mark} {k}"))
+    };
+    let text: String = (1..=30_000).map(|k| format!("{}\n", line(k).1)).collect();
+    put(fs, "a.txt", &text).await;
+    put(fs, "b.txt", "hit last\n").await;
+
+    for context in [0u64, 2] {
+        let (matches, summary) = grep_all(
+            fs,
+            GrepQuery {
+                context_lines: context as u32,
+                max_matches: 100_000,
+                ..query("hit")
+            },
+        )
+        .await
+        .unwrap();
+
+        assert_eq!(summary.matches, 10_001);
+        assert_eq!(matches.len(), 10_001);
+        let shown = |lines: &[ContextLine]| {
+            lines
+                .iter()
+                .map(|l| (l.line_number, l.line.clone()))
+                .collect::<Vec<_>>()
+        };
+        for (i, m) in matches[..10_000].iter().enumerate() {
+            let n = 3 * (i as u64 + 1);
+            assert_eq!((m.line_number, m.line.clone()), line(n));
+            let before: Vec<_> = (n.saturating_sub(context).max(1)..n).map(line).collect();
+            let after: Vec<_> = (n + 1..=(n + context).min(30_000)).map(line).collect();
+            assert_eq!(shown(&m.before), before, "before {n}");
+            assert_eq!(shown(&m.after), after, "after {n}");
+        }
+        assert_eq!(matches[10_000].path, p("b.txt"));
+    }
+}
+
 pub async fn max_matches_truncates_in_order(fs: &dyn Filesystem) {
     put(fs, "a.txt", "needle 1\nneedle 2\n").await;
     put(fs, "b.txt", "needle 3\nneedle 4\nneedle 5\n").await;

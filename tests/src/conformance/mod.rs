@@ -205,6 +205,7 @@ macro_rules! conformance_suite {
                 long_lines_are_cut_and_offsets_clamped,
                 context_lines_over_the_cap_are_invalid_argument,
                 an_overlong_pattern_is_invalid_pattern,
+                many_matches_keep_their_lines_and_context,
                 max_matches_truncates_in_order,
                 summary_counts_files_searched_and_matches,
                 invalid_regex_is_invalid_pattern,
