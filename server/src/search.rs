@@ -360,35 +360,58 @@ impl Sink for UnitSink<'_> {
     }
 }
 
+/// What [`Scan`] looks at, at a time; less than
+/// [`MAX_SEARCHED_LINE_BYTES`].
+const SCAN_CHUNK_BYTES: usize = 64 * 1024;
+
 /// Whether a file is searched: no NUL byte (binary) and no line longer
 /// than [`MAX_SEARCHED_LINE_BYTES`]. Decided before any match of the file
 /// is sent, by the same rule on every backend, on the raw bytes (no
 /// byte-order-mark decoding).
-fn searchable(mut reader: impl Read) -> std::io::Result<bool> {
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut line = 0usize;
-    loop {
-        let n = match reader.read(&mut buf) {
-            Ok(0) => return Ok(true),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        let chunk = &buf[..n];
+#[derive(Default)]
+struct Scan {
+    /// Bytes of the line running out of the last chunk.
+    line: usize,
+}
+
+impl Scan {
+    /// Looks at the next chunk (at most [`SCAN_CHUNK_BYTES`]); `false`
+    /// once the file is not searched.
+    fn feed(&mut self, chunk: &[u8]) -> bool {
         if memchr::memchr(0, chunk).is_some() {
-            return Ok(false);
+            return false;
         }
-        let mut start = 0;
-        for end in memchr::memchr_iter(b'\n', chunk) {
-            if line + (end - start) > MAX_SEARCHED_LINE_BYTES {
-                return Ok(false);
+        // A chunk is shorter than the longest searched line, so only the
+        // line running into it and the one running out of it can be too
+        // long: two searches per chunk, not one per line.
+        match (memchr::memchr(b'\n', chunk), memchr::memrchr(b'\n', chunk)) {
+            (Some(first), Some(last)) => {
+                if self.line + first > MAX_SEARCHED_LINE_BYTES {
+                    return false;
+                }
+                self.line = chunk.len() - last - 1;
             }
-            line = 0;
-            start = end + 1;
+            _ => self.line += chunk.len(),
         }
-        line += n - start;
-        if line > MAX_SEARCHED_LINE_BYTES {
-            return Ok(false);
+        self.line <= MAX_SEARCHED_LINE_BYTES
+    }
+
+    fn bytes(data: &[u8]) -> bool {
+        let mut scan = Scan::default();
+        data.chunks(SCAN_CHUNK_BYTES).all(|c| scan.feed(c))
+    }
+
+    fn reader(mut reader: impl Read) -> std::io::Result<bool> {
+        let mut scan = Scan::default();
+        let mut buf = vec![0u8; SCAN_CHUNK_BYTES];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) => return Ok(true),
+                Ok(n) if !scan.feed(&buf[..n]) => return Ok(false),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
         }
     }
 }
@@ -446,10 +469,11 @@ fn open_searchable<B: Backend>(backend: &B, path: CanonicalPath) -> Result<Optio
         Err(e) => return Err(e),
     };
     let searchable = match &file.content {
-        Content::Memory(data) => searchable(&data[..]),
-        Content::Disk(f) => searchable(ReadAt { file: f, at: 0 }),
-    }
-    .map_err(|e| Error::from_io(e, &path))?;
+        Content::Memory(data) => Scan::bytes(data),
+        Content::Disk(f) => {
+            Scan::reader(ReadAt { file: f, at: 0 }).map_err(|e| Error::from_io(e, &path))?
+        }
+    };
     Ok(searchable.then(|| FileCursor {
         path,
         content: file.content,
@@ -918,5 +942,43 @@ impl<B: Backend> Merge<B> {
         self.slots.clear();
         self.summary.truncated = truncated;
         GrepEvent::Summary(self.summary)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(lines: &[usize]) -> Vec<u8> {
+        lines
+            .iter()
+            .flat_map(|&n| std::iter::repeat_n(b'x', n).chain([b'\n']))
+            .collect()
+    }
+
+    #[test]
+    fn the_longest_searched_line_is_searched_one_more_byte_is_not() {
+        let most = MAX_SEARCHED_LINE_BYTES;
+        // Lines placed so that they start and end inside chunks, and span
+        // several of them.
+        for before in [0, 1, 1000, SCAN_CHUNK_BYTES - 1, SCAN_CHUNK_BYTES] {
+            for (long, searched) in [(most, true), (most + 1, false)] {
+                let data = text(&[before, long, 10]);
+                assert_eq!(Scan::bytes(&data), searched, "{before} then {long}");
+                assert_eq!(Scan::reader(&data[..]).unwrap(), searched);
+            }
+        }
+        // Without a final newline, and many short lines.
+        assert!(!Scan::bytes(&vec![b'x'; most + 1]));
+        assert!(Scan::bytes(&text(&[100; 10_000])));
+    }
+
+    #[test]
+    fn a_nul_byte_anywhere_is_binary() {
+        let mut data = text(&[100; 5_000]);
+        assert!(Scan::bytes(&data));
+        let at = data.len() - 3;
+        data[at] = 0;
+        assert!(!Scan::bytes(&data));
     }
 }

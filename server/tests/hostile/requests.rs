@@ -65,6 +65,11 @@ async fn an_edit_whose_result_would_pass_the_limit_is_too_large_before_it_is_bui
     }
 
     let peak = server.peak_rss();
+    eprintln!(
+        "Edit asking for 10 GB: peak {} MiB from {} MiB",
+        peak / MIB,
+        baseline / MIB
+    );
     assert!(
         peak < baseline + REFUSAL_GROWTH,
         "peak {} MiB from {} MiB",
@@ -167,6 +172,11 @@ async fn grep_context_is_capped_and_matches_are_built_one_at_a_time() {
     assert_eq!(matches, 10_000);
     assert_eq!(summary.unwrap().matches, 10_000);
     let peak = server.peak_rss();
+    eprintln!(
+        "Grep of 10,000 matches with 100 lines of context: peak {} MiB from {} MiB",
+        peak / MIB,
+        baseline / MIB
+    );
     assert!(
         peak < baseline + REFUSAL_GROWTH,
         "peak {} MiB from {} MiB",
@@ -372,6 +382,7 @@ async fn huge_inputs_are_refused_by_length_and_echoed_briefly() {
     }
 
     let grown = server.log().len() - log_before;
+    eprintln!("7 refused 40 MiB inputs grew the log by {grown} bytes");
     assert!(grown < 8 * 1024, "the log grew by {grown} bytes");
     assert_eq!(session.read_to_string("f.txt").await.unwrap(), "needle\n");
     server.assert_serves_bystander().await;
