@@ -130,6 +130,8 @@ macro_rules! conformance_suite {
                 binary_file_is_not_text,
                 missing_file_is_file_not_found,
                 multibyte_text_is_replaced_exactly,
+                a_long_diff_is_cut_at_a_line,
+                old_or_new_text_over_the_limit_is_too_large,
             }
             delete {
                 file_is_removed,
