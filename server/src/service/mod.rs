@@ -23,6 +23,17 @@ use wsfs::path::quote;
 /// before anything looks it up or repeats it.
 const MAX_SESSION_ID_CHARS: usize = wsfs::path::QUOTE_CHARS;
 
+/// `raw` unless it is longer than any session id: those are refused
+/// before anything looks them up or repeats them.
+pub(crate) fn session_id(raw: &str) -> wsfs::Result<&str> {
+    if raw.len() > MAX_SESSION_ID_CHARS {
+        return Err(wsfs::Error::SessionNotFound {
+            session_id: quote(raw).into_owned(),
+        });
+    }
+    Ok(raw)
+}
+
 /// Runs one RPC body with a tracing span and its outcome logged.
 pub(crate) async fn traced<T, F>(
     method: &'static str,
@@ -44,10 +55,7 @@ where
         session = &*session_shown,
         path = &*path_shown
     );
-    if session.len() > MAX_SESSION_ID_CHARS {
-        let e = wsfs::Error::SessionNotFound {
-            session_id: session_shown.into_owned(),
-        };
+    if let Err(e) = session_id(session) {
         let _enter = span.enter();
         tracing::info!(outcome = e.reason(), error = %e, "rpc failed");
         return Err(e.to_status());

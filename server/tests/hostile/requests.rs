@@ -293,7 +293,13 @@ fn threads_of(pid: u32) -> usize {
 /// reason, and echoed by a short prefix.
 #[tokio::test]
 async fn huge_inputs_are_refused_by_length_and_echoed_briefly() {
-    let mut server = Server::start_limited(DEFAULT_ADDRESS_SPACE, &[], &[("RUST_LOG", "info")]);
+    let host = tempfile::tempdir().unwrap();
+    let allow = host.path().to_str().unwrap().to_string();
+    let mut server = Server::start_limited(
+        DEFAULT_ADDRESS_SPACE,
+        &["--allow-root", &allow],
+        &[("RUST_LOG", "info")],
+    );
     let client = server.client().await;
     let (session, info) = client.create(SessionOptions::memory()).await.unwrap();
     session.write_str("f.txt", "needle\n").await.unwrap();
@@ -371,7 +377,37 @@ async fn huge_inputs_are_refused_by_length_and_echoed_briefly() {
                 .map(drop),
         ),
     ];
-    for (input, why, answer) in answers {
+    let import = futures::stream::iter([proto::ImportArchiveRequest {
+        payload: Some(proto::import_archive_request::Payload::SessionId(
+            huge.clone(),
+        )),
+    }]);
+    let mount = proto::HostMount {
+        host_path: allow.clone(),
+        mount_path: "m".into(),
+        include_glob: vec![huge.clone()],
+        ..Default::default()
+    };
+    let mut sessions = client.raw_sessions();
+    let more = [
+        (
+            "import session id",
+            "SESSION_NOT_FOUND",
+            sessions.import_archive(import).await.map(drop),
+        ),
+        (
+            "mount glob",
+            "INVALID_PATTERN",
+            sessions
+                .create_session(proto::CreateSessionRequest {
+                    mounts: vec![mount],
+                    ..Default::default()
+                })
+                .await
+                .map(drop),
+        ),
+    ];
+    for (input, why, answer) in answers.into_iter().chain(more) {
         let status = answer.expect_err(input);
         let code = if why == "SESSION_NOT_FOUND" {
             Code::NotFound
@@ -382,7 +418,7 @@ async fn huge_inputs_are_refused_by_length_and_echoed_briefly() {
     }
 
     let grown = server.log().len() - log_before;
-    eprintln!("7 refused 40 MiB inputs grew the log by {grown} bytes");
+    eprintln!("9 refused 40 MiB inputs grew the log by {grown} bytes");
     assert!(grown < 8 * 1024, "the log grew by {grown} bytes");
     assert_eq!(session.read_to_string("f.txt").await.unwrap(), "needle\n");
     server.assert_serves_bystander().await;
