@@ -456,10 +456,32 @@ async fn an_undecodable_request_is_invalid_argument() {
     let codec = tonic_prost::ProstCodec::<Vec<u8>, proto::GrepResponse>::default();
     let path = http::uri::PathAndQuery::from_static("/wsfs.v1.Filesystem/Grep");
     let status = grpc
-        .server_streaming(tonic::Request::new(not_utf8), path, codec)
+        .server_streaming(tonic::Request::new(not_utf8.clone()), path, codec)
         .await
         .unwrap_err();
     assert_refused(&status, Code::InvalidArgument, "INVALID_ARGUMENT");
+
+    // An upload whose second message is not a message: refused, nothing
+    // written. A `Vec<u8>` is encoded as field 1, which is WriteBytes'
+    // header, so the first message is a valid header.
+    let client = server.client().await;
+    let (session, info) = client.create(SessionOptions::memory()).await.unwrap();
+    let header = prost::Message::encode_to_vec(&proto::WriteBytesHeader {
+        session_id: info.id.clone(),
+        path: "up.bin".into(),
+        ..Default::default()
+    });
+    grpc.ready().await.unwrap();
+    let codec = tonic_prost::ProstCodec::<Vec<u8>, proto::WriteResponse>::default();
+    let path = http::uri::PathAndQuery::from_static("/wsfs.v1.Filesystem/WriteBytes");
+    let messages = futures::stream::iter([header, not_utf8]);
+    let status = grpc
+        .client_streaming(tonic::Request::new(messages), path, codec)
+        .await
+        .unwrap_err();
+    assert_refused(&status, Code::InvalidArgument, "INVALID_ARGUMENT");
+    let up = wsfs_client::parse_path("up.bin").unwrap();
+    assert_eq!(session.exists(&up).await.unwrap(), None);
     server.assert_serves_bystander().await;
 }
 
