@@ -205,6 +205,8 @@ struct FileCursor {
     /// Matches whose after-context is not complete yet: line and span.
     pending: VecDeque<(u64, (u32, u32))>,
     matches: u64,
+    /// The rest of the file is searched line by line (see [`search_some`]).
+    every_line: bool,
 }
 
 /// A batch of files and how far its search got.
@@ -249,7 +251,21 @@ struct UnitSink<'a> {
     /// The end of the last line handled (bytes from where this search
     /// started) and its line number.
     last: (u64, u64),
-    paused: bool,
+    /// Why the search stopped before the end of the file, if it did.
+    paused: Option<Pause>,
+    /// This search reports every line, only to finish the after-context
+    /// of matches found before a pause; it stops once they are done.
+    catching_up: bool,
+}
+
+/// Why a search stopped before the end of its file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pause {
+    /// The unit's budget is spent.
+    Budget,
+    /// The matches pending at the start are complete: the rest of the file
+    /// goes back to the searcher's own context.
+    CaughtUp,
 }
 
 impl UnitSink<'_> {
@@ -296,7 +312,11 @@ impl UnitSink<'_> {
         }
         self.last = (relative.1 + bytes.len() as u64, number);
         if *self.spent >= UNIT_BUDGET_BYTES {
-            self.paused = true;
+            self.paused = Some(Pause::Budget);
+            return false;
+        }
+        if self.catching_up && self.file.pending.is_empty() {
+            self.paused = Some(Pause::CaughtUp);
             return false;
         }
         self.file.matches < self.limit && !self.stop.load(Ordering::Relaxed)
@@ -482,21 +502,75 @@ fn open_searchable<B: Backend>(backend: &B, path: CanonicalPath) -> Result<Optio
         window: VecDeque::new(),
         pending: VecDeque::new(),
         matches: 0,
+        every_line: false,
     }))
 }
 
-/// Searches from where the file's cursor stopped until the file ends
-/// (`true`) or the unit's budget is spent (`false`).
+/// How far one search of a file got.
+enum Step {
+    /// The file is done.
+    Finished,
+    /// The unit's budget is spent; the file resumes in the next unit.
+    Paused,
+    /// The file goes on at once, in the other mode.
+    Switch,
+}
+
+/// The searchers of one unit: reporting context lines itself (only those
+/// near matches, the fast way), or every line for the sink to keep.
+struct Searchers {
+    near: Searcher,
+    every: Searcher,
+}
+
+impl Searchers {
+    fn new(context: u32) -> Searchers {
+        let build = |passthru: bool| {
+            let context = if passthru { 0 } else { context as usize };
+            SearcherBuilder::new()
+                .binary_detection(BinaryDetection::quit(0))
+                .bom_sniffing(false)
+                .heap_limit(Some(SEARCH_BUFFER_BYTES))
+                .line_number(true)
+                .before_context(context)
+                .after_context(context)
+                .passthru(passthru)
+                .build()
+        };
+        Searchers {
+            near: build(false),
+            every: build(context > 0),
+        }
+    }
+}
+
+/// Searches from where the file's cursor stopped until the file ends or
+/// the unit's budget is spent.
+///
+/// The searcher reports context lines itself, but keeps the lines before
+/// a match in its buffer, which [`SEARCH_BUFFER_BYTES`] bounds: many long
+/// lines of context can pass it. Then (DIRECTORY files only; MEMORY files
+/// are searched in place) the rest of the file is searched reporting
+/// every line, and the sink keeps the context, cut short. A file resumed
+/// with matches still waiting for after-context is searched the same way
+/// until they are complete.
 fn search_some(
-    searcher: &mut Searcher,
+    searchers: &mut Searchers,
     file: &mut FileCursor,
     search: &SearchSpec,
     found: &mut Vec<Searched>,
     spent: &mut usize,
-) -> Result<bool> {
+) -> Result<Step> {
+    let every_line = search.context > 0 && (file.every_line || !file.pending.is_empty());
+    let searcher = if every_line {
+        &mut searchers.every
+    } else {
+        &mut searchers.near
+    };
     // Taken out while the sink holds the cursor, put back after.
     let content = std::mem::replace(&mut file.content, Content::Memory(Default::default()));
     let (offset, path) = (file.offset, file.path.clone());
+    let catching_up = every_line && !file.every_line;
     let mut sink = UnitSink {
         file,
         matcher: &search.matcher,
@@ -506,9 +580,11 @@ fn search_some(
         found,
         spent,
         last: (0, 0),
-        paused: false,
+        paused: None,
+        catching_up,
     };
     let io = |e| Error::from_io(e, &path);
+    let mut overflowed = false;
     let searched = match &content {
         Content::Memory(data) => {
             let rest = &data[(offset as usize).min(data.len())..];
@@ -526,40 +602,49 @@ fn search_some(
             };
             match searcher.search_reader(&*search.matcher, &mut reader, &mut sink) {
                 Err(e) if reader.failed => Err(io(e)),
-                // Err: the buffer limit, when a line grew past it after the
-                // check (the file changed meanwhile). The file ends there.
-                _ => Ok(()),
+                // The buffer limit.
+                Err(_) => {
+                    overflowed = true;
+                    Ok(())
+                }
+                Ok(()) => Ok(()),
             }
         }
     };
-    let finished = searched.map(|()| {
-        if sink.paused {
-            let (end, number) = sink.last;
-            sink.file.offset += end;
-            sink.file.lines = number;
-            false
-        } else {
+    let resume = |sink: &mut UnitSink<'_>| {
+        let (end, number) = sink.last;
+        sink.file.offset += end;
+        sink.file.lines = number;
+    };
+    let step = searched.map(|()| match sink.paused {
+        Some(pause) => {
+            resume(&mut sink);
+            match pause {
+                Pause::Budget => Step::Paused,
+                Pause::CaughtUp => Step::Switch,
+            }
+        }
+        // Lines before a match outgrew the buffer: the rest line by line.
+        None if overflowed && !every_line => {
+            resume(&mut sink);
+            sink.file.every_line = true;
+            Step::Switch
+        }
+        // The end of the file, or a line that outgrew the buffer after the
+        // file was checked (it changed meanwhile): the file ends there.
+        None => {
             sink.flush();
-            true
+            Step::Finished
         }
     });
     file.content = content;
-    finished
+    step
 }
 
 /// Runs one unit of a batch's search on the calling (blocking) thread:
 /// files in order until the batch ends or the unit's budget is spent.
 fn run_unit<B: Backend>(search: &SearchSpec, backend: &B, mut cursor: BatchCursor) -> Unit {
-    // Context is kept by the sink, not the searcher: the searcher would
-    // hold `context` lines in its buffer, the sink holds them cut short,
-    // and across pauses.
-    let mut searcher = SearcherBuilder::new()
-        .binary_detection(BinaryDetection::quit(0))
-        .bom_sniffing(false)
-        .heap_limit(Some(SEARCH_BUFFER_BYTES))
-        .line_number(true)
-        .passthru(search.context > 0)
-        .build();
+    let mut searchers = Searchers::new(search.context);
     let (mut found, mut spent) = (Vec::new(), 0usize);
     loop {
         if search.stop.load(Ordering::Relaxed) {
@@ -591,9 +676,9 @@ fn run_unit<B: Backend>(search: &SearchSpec, backend: &B, mut cursor: BatchCurso
                 }
             }
         };
-        match search_some(&mut searcher, file, search, &mut found, &mut spent) {
-            Ok(true) => cursor.file = None,
-            Ok(false) => {}
+        match search_some(&mut searchers, file, search, &mut found, &mut spent) {
+            Ok(Step::Finished) => cursor.file = None,
+            Ok(Step::Paused | Step::Switch) => {}
             Err(e) => {
                 found.push(Searched::Failed(e));
                 return Unit {

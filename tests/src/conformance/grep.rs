@@ -281,15 +281,15 @@ pub async fn an_overlong_pattern_is_invalid_pattern(fs: &dyn Filesystem) {
 }
 
 pub async fn many_matches_keep_their_lines_and_context(fs: &dyn Filesystem) {
-    // Far more results than one search step gathers before it pauses: the
-    // numbering and the context must carry across every pause.
-    let line = |k: u64| {
-        let mark = if k.is_multiple_of(3) { "hit" } else { "line" };
-        (k, format!("{mark} {k}"))
-    };
+    // Far more results than one search step gathers before it pauses, in
+    // runs of a thousand lines with and without matches: the numbering and
+    // the context must carry across every pause and every change of pace.
+    let hit = |k: u64| k.is_multiple_of(3) && (k / 1000).is_multiple_of(2);
+    let line = |k: u64| (k, format!("{} {k}", if hit(k) { "hit" } else { "line" }));
     let text: String = (1..=30_000).map(|k| format!("{}\n", line(k).1)).collect();
     put(fs, "a.txt", &text).await;
     put(fs, "b.txt", "hit last\n").await;
+    let hits: Vec<u64> = (1..=30_000).filter(|&k| hit(k)).collect();
 
     for context in [0u64, 2] {
         let (matches, summary) = grep_all(
@@ -303,23 +303,64 @@ pub async fn many_matches_keep_their_lines_and_context(fs: &dyn Filesystem) {
         .await
         .unwrap();
 
-        assert_eq!(summary.matches, 10_001);
-        assert_eq!(matches.len(), 10_001);
+        assert_eq!(summary.matches as usize, hits.len() + 1);
+        assert_eq!(matches.len(), hits.len() + 1);
         let shown = |lines: &[ContextLine]| {
             lines
                 .iter()
                 .map(|l| (l.line_number, l.line.clone()))
                 .collect::<Vec<_>>()
         };
-        for (i, m) in matches[..10_000].iter().enumerate() {
-            let n = 3 * (i as u64 + 1);
+        for (m, &n) in matches.iter().zip(&hits) {
             assert_eq!((m.line_number, m.line.clone()), line(n));
             let before: Vec<_> = (n.saturating_sub(context).max(1)..n).map(line).collect();
             let after: Vec<_> = (n + 1..=(n + context).min(30_000)).map(line).collect();
             assert_eq!(shown(&m.before), before, "before {n}");
             assert_eq!(shown(&m.after), after, "after {n}");
         }
-        assert_eq!(matches[10_000].path, p("b.txt"));
+        assert_eq!(matches[hits.len()].path, p("b.txt"));
+    }
+}
+
+pub async fn wide_context_of_long_lines_is_complete(fs: &dyn Filesystem) {
+    // Twenty lines of 100 KB before a match: more than a search buffer
+    // holds as context. Every line is still shown, cut to 2 KiB.
+    let long = |k: u64| format!("{k:02}{}", "x".repeat(100_000));
+    let text: String = (1..=40)
+        .map(|k| {
+            if k == 30 {
+                "needle\n".to_string()
+            } else {
+                format!("{}\n", long(k))
+            }
+        })
+        .collect();
+    put(fs, "f.txt", &text).await;
+
+    let (matches, _) = grep_all(
+        fs,
+        GrepQuery {
+            context_lines: 20,
+            ..query("needle")
+        },
+    )
+    .await
+    .unwrap();
+
+    let [m] = &matches[..] else {
+        panic!("{} matches", matches.len());
+    };
+    assert_eq!((m.line_number, m.line.as_str()), (30, "needle"));
+    let numbers = |lines: &[ContextLine]| lines.iter().map(|l| l.line_number).collect::<Vec<_>>();
+    assert_eq!(numbers(&m.before), (10..30).collect::<Vec<_>>());
+    assert_eq!(numbers(&m.after), (31..=40).collect::<Vec<_>>());
+    for l in m.before.iter().chain(&m.after) {
+        assert_eq!(
+            l.line,
+            long(l.line_number)[..2048],
+            "line {}",
+            l.line_number
+        );
     }
 }
 

@@ -208,6 +208,7 @@ macro_rules! conformance_suite {
                 context_lines_over_the_cap_are_invalid_argument,
                 an_overlong_pattern_is_invalid_pattern,
                 many_matches_keep_their_lines_and_context,
+                wide_context_of_long_lines_is_complete,
                 max_matches_truncates_in_order,
                 summary_counts_files_searched_and_matches,
                 invalid_regex_is_invalid_pattern,
