@@ -181,8 +181,8 @@ impl Scope {
                     .literal_separator(true)
                     .build()
                     .map_err(|e| wsfs::Error::InvalidPattern {
-                        pattern: glob.to_string(),
-                        message: format!("glob '{glob}' is invalid: {e}"),
+                        pattern: wsfs::path::quote(glob).into_owned(),
+                        message: format!("the glob is invalid: {}", e.kind()),
                     })?
                     .compile_matcher(),
             )

@@ -92,19 +92,20 @@ fn denied(path: &Path, message: String) -> Error {
 fn glob_set(patterns: &[String]) -> Result<GlobSet> {
     let mut set = GlobSetBuilder::new();
     for p in patterns {
+        crate::search::check_pattern(p)?;
         let glob = GlobBuilder::new(p)
             .literal_separator(true)
             .backslash_escape(true)
             .build()
             .map_err(|e| Error::InvalidPattern {
-                pattern: p.clone(),
+                pattern: wsfs::path::quote(p).into_owned(),
                 message: e.kind().to_string(),
             })?;
         set.add(glob);
     }
     set.build().map_err(|e| Error::InvalidPattern {
-        pattern: patterns.join(", "),
-        message: e.to_string(),
+        pattern: wsfs::path::quote(&patterns.join(", ")).into_owned(),
+        message: wsfs::path::quote(&e.to_string()).into_owned(),
     })
 }
 

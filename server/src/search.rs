@@ -1,12 +1,24 @@
 //! Glob and grep over a backend, built on ripgrep's crates.
 //!
 //! Grep is parallel across files yet streamed in (path, line) order: one
-//! blocking walker lists files lazily in path order, each file is searched
-//! on the blocking pool by `grep-searcher` with a `grep-regex` matcher, and
-//! `buffered` hands results back in walk order while several files are in
-//! flight. The output channel is small, so a slow client throttles the
-//! search, and a client that goes away makes the next send fail, which
-//! stops the walker and, through a shared flag, the searches in flight.
+//! blocking walker lists files lazily in path order and hands them out in
+//! batches; each batch is searched on the blocking pool by `grep-searcher`
+//! with a `grep-regex` matcher, in units: a unit searches until it has
+//! gathered [`UNIT_BUDGET_BYTES`] of results (or the batch ends), then
+//! returns them with a cursor and gives its thread back. The response
+//! stream sends the front batch's results, starting its next unit once
+//! they are sent, while at most [`MAX_BATCHES_IN_FLIGHT`] batches run or
+//! wait ahead. So a client that stops reading holds no thread and a bounded
+//! amount of memory, and a client that goes away drops the batches, which
+//! stops the walker and, through a shared flag, the units in flight.
+//!
+//! What one stream can hold, whatever the tree or the query: per batch in
+//! flight, a unit's results (the budget plus the match that crossed it), a
+//! window of `2 × context_lines + 1` lines of at most [`MAX_LINE_BYTES`],
+//! and while a unit runs its line buffer ([`SEARCH_BUFFER_BYTES`]); with
+//! `context_lines` at most [`MAX_CONTEXT_LINES`] that is under 1.5 MiB per
+//! batch, 6 MiB per stream (about 0.4 MiB measured for a stalled reader
+//! with 2 lines of context).
 
 use crate::backend::{Backend, Content};
 use futures::stream::{BoxStream, StreamExt};
@@ -14,12 +26,68 @@ use globset::{GlobBuilder, GlobMatcher};
 use grep_matcher::Matcher;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
+use std::collections::VecDeque;
+use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tokio::sync::mpsc;
+use wsfs::path::quote;
 use wsfs::{
     CanonicalPath, ContextLine, Error, GrepEvent, GrepMatch, GrepQuery, GrepSummary, Result,
 };
+
+/// Longest pattern (Grep's regex, a Grep, Glob or Watch glob), in bytes.
+/// Refused before it is parsed: parsing costs memory in proportion to the
+/// pattern, and no search a person writes comes near it.
+pub const MAX_PATTERN_BYTES: usize = 64 * 1024;
+
+/// Most lines of context a Grep may ask for on each side of a match.
+pub const MAX_CONTEXT_LINES: u32 = 100;
+
+/// Longest line a Grep result carries (the matched line and each context
+/// line): longer ones are cut at a character boundary, and the match
+/// offsets are clamped to the cut line.
+pub const MAX_LINE_BYTES: usize = 2 * 1024;
+
+/// Files with a line longer than this are skipped, as binary files are:
+/// the searcher holds a whole line in memory, so this bounds its buffer.
+pub const MAX_SEARCHED_LINE_BYTES: usize = 256 * 1024;
+
+/// Most bytes one searcher's line buffer may grow to; twice the longest
+/// searched line, so a line that passed the check always fits.
+const SEARCH_BUFFER_BYTES: usize = 2 * MAX_SEARCHED_LINE_BYTES;
+
+/// Most batches of files searched at once for one Grep.
+pub const MAX_BATCHES_IN_FLIGHT: usize = 4;
+
+/// Refuses a pattern longer than [`MAX_PATTERN_BYTES`], quoting a prefix.
+pub fn check_pattern(pattern: &str) -> Result<()> {
+    if pattern.len() > MAX_PATTERN_BYTES {
+        return Err(Error::InvalidPattern {
+            pattern: quote(pattern).into_owned(),
+            message: format!(
+                "the pattern is {} bytes long; at most {MAX_PATTERN_BYTES} are allowed",
+                pattern.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The parser's complaint about `pattern`, bounded: a long pattern's
+/// message would repeat the pattern, so only its last line (the reason) is
+/// kept.
+fn pattern_error(pattern: &str, message: String) -> Error {
+    let message = if pattern.len() > wsfs::path::QUOTE_CHARS {
+        let last = message.lines().last().unwrap_or_default();
+        quote(last).into_owned()
+    } else {
+        message
+    };
+    Error::InvalidPattern {
+        pattern: quote(pattern).into_owned(),
+        message,
+    }
+}
 
 /// Largest compiled regex, in bytes; bigger patterns are INVALID_PATTERN.
 pub const REGEX_SIZE_LIMIT: usize = 10 * 1024 * 1024;
@@ -27,20 +95,23 @@ pub const REGEX_SIZE_LIMIT: usize = 10 * 1024 * 1024;
 /// Most matches one Grep may ask for.
 pub const MAX_MATCHES_CAP: u64 = 100_000;
 
+/// Most paths one Glob returns, whatever `max_results` asks (as many as a
+/// List): the answer is one message, built whole.
+pub const MAX_GLOB_RESULTS: u64 = 100_000;
+
 /// Compiles a glob where `*` stays inside one segment and `**` spans them.
 pub fn compile_glob(pattern: &str) -> Result<GlobMatcher> {
+    check_pattern(pattern)?;
     GlobBuilder::new(pattern)
         .literal_separator(true)
         .backslash_escape(true)
         .build()
         .map(|g| g.compile_matcher())
-        .map_err(|e| Error::InvalidPattern {
-            pattern: pattern.to_string(),
-            message: e.kind().to_string(),
-        })
+        .map_err(|e| pattern_error(pattern, e.kind().to_string()))
 }
 
 fn compile_regex(query: &GrepQuery) -> Result<RegexMatcher> {
+    check_pattern(&query.pattern)?;
     RegexMatcherBuilder::new()
         .case_insensitive(query.case_insensitive)
         .fixed_strings(query.fixed_string)
@@ -48,194 +119,581 @@ fn compile_regex(query: &GrepQuery) -> Result<RegexMatcher> {
         .size_limit(REGEX_SIZE_LIMIT)
         .dfa_size_limit(REGEX_SIZE_LIMIT)
         .build(&query.pattern)
-        .map_err(|e| Error::InvalidPattern {
-            pattern: query.pattern.clone(),
-            message: e.to_string(),
-        })
+        .map_err(|e| pattern_error(&query.pattern, e.to_string()))
 }
 
-/// What searching one file produced.
-struct FileResult {
-    matches: Vec<GrepMatch>,
+/// A line the searcher reported, cut to [`MAX_LINE_BYTES`].
+struct Seen {
+    number: u64,
+    text: Arc<str>,
 }
 
-/// A line the searcher reported: a match or context around one.
-struct Reported {
+/// A match whose context is complete, its lines shared with the window
+/// until the response stream turns it into a message.
+struct Found {
+    path: CanonicalPath,
     line_number: u64,
-    text: String,
-    is_match: bool,
+    line: Arc<str>,
+    span: (u32, u32),
+    before: Vec<Seen>,
+    after: Vec<Seen>,
 }
 
+impl Found {
+    fn into_event(self) -> GrepEvent {
+        let owned = |lines: Vec<Seen>| {
+            lines
+                .into_iter()
+                .map(|l| ContextLine {
+                    line_number: l.number,
+                    line: l.text.to_string(),
+                })
+                .collect()
+        };
+        GrepEvent::Match(GrepMatch {
+            path: self.path,
+            line_number: self.line_number,
+            line: self.line.to_string(),
+            match_start: self.span.0,
+            match_end: self.span.1,
+            before: owned(self.before),
+            after: owned(self.after),
+        })
+    }
+}
+
+/// What a unit of search found, in order.
+enum Searched {
+    Match(Box<Found>),
+    /// The search reached the next file of the batch (whether it is then
+    /// searched or skipped as binary).
+    File,
+    /// The search failed; nothing follows.
+    Failed(Error),
+}
+
+/// The text of a reported line without its terminator.
 fn line_text(bytes: &[u8]) -> String {
     let b = bytes.strip_suffix(b"\n").unwrap_or(bytes);
     let b = b.strip_suffix(b"\r").unwrap_or(b);
     String::from_utf8_lossy(b).into_owned()
 }
 
-struct CollectSink<'a> {
-    lines: Vec<Reported>,
-    matches: u64,
-    limit: u64,
-    binary: bool,
-    stop: &'a AtomicBool,
+/// Cuts `text` to at most [`MAX_LINE_BYTES`] at a character boundary.
+fn cut_line(text: &mut String) {
+    if text.len() > MAX_LINE_BYTES {
+        let cut = (0..=MAX_LINE_BYTES)
+            .rev()
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(0);
+        text.truncate(cut);
+    }
 }
 
-impl Sink for CollectSink<'_> {
+/// A file being searched, kept between units so a search can pause
+/// (returning its thread) and resume where it stopped.
+struct FileCursor {
+    path: CanonicalPath,
+    content: Content,
+    /// Bytes of the file already searched.
+    offset: u64,
+    /// Lines before `offset`.
+    lines: u64,
+    /// Recent lines, in order: the last `context` lines, and every line
+    /// from the oldest pending match's before-context on.
+    window: VecDeque<Seen>,
+    /// Matches whose after-context is not complete yet: line and span.
+    pending: VecDeque<(u64, (u32, u32))>,
+    matches: u64,
+    /// The rest of the file is searched line by line (see [`search_some`]).
+    every_line: bool,
+}
+
+/// A batch of files and how far its search got.
+struct BatchCursor {
+    paths: std::vec::IntoIter<CanonicalPath>,
+    file: Option<FileCursor>,
+}
+
+/// Results one unit of search gathers before it gives its thread back:
+/// a reader that stops reading holds at most this much per batch, plus
+/// the match that crossed it.
+const UNIT_BUDGET_BYTES: usize = 64 * 1024;
+
+/// What a match holds in memory, near enough: each line's text, its
+/// shared allocation and its slot, the path and the match itself.
+fn cost(found: &Found) -> usize {
+    const PER_LINE: usize = 64;
+    const PER_MATCH: usize = 160;
+    let line = |text: &str| text.len() + PER_LINE;
+    line(&found.line)
+        + found
+            .before
+            .iter()
+            .chain(&found.after)
+            .map(|l| line(&l.text))
+            .sum::<usize>()
+        + found.path.as_str().len()
+        + PER_MATCH
+}
+
+/// Adds each match to the unit's results as soon as its after-context is
+/// complete, keeping only the lines a pending or a future match can
+/// still show; pauses the search when the unit's budget is spent.
+struct UnitSink<'a> {
+    file: &'a mut FileCursor,
+    matcher: &'a RegexMatcher,
+    context: u64,
+    limit: u64,
+    stop: &'a AtomicBool,
+    found: &'a mut Vec<Searched>,
+    spent: &'a mut usize,
+    /// The end of the last line handled (bytes from where this search
+    /// started) and its line number.
+    last: (u64, u64),
+    /// Why the search stopped before the end of the file, if it did.
+    paused: Option<Pause>,
+    /// This search reports every line, only to finish the after-context
+    /// of matches found before a pause; it stops once they are done.
+    catching_up: bool,
+}
+
+/// Why a search stopped before the end of its file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pause {
+    /// The unit's budget is spent.
+    Budget,
+    /// The matches pending at the start are complete: the rest of the file
+    /// goes back to the searcher's own context.
+    CaughtUp,
+}
+
+impl UnitSink<'_> {
+    fn line(&mut self, relative: (u64, u64), bytes: &[u8], is_match: bool) -> bool {
+        if self.file.matches >= self.limit {
+            return false;
+        }
+        let number = self.file.lines + relative.0;
+        // Lines past every pending match's after-context complete them.
+        while let Some(&(m, _)) = self.file.pending.front() {
+            if m + self.context >= number {
+                break;
+            }
+            self.emit_front();
+        }
+        let mut text = line_text(bytes);
+        if is_match {
+            let span = self
+                .matcher
+                .find(text.as_bytes())
+                .ok()
+                .flatten()
+                .map_or((0, 0), |m| (m.start(), m.end()));
+            let shown = text.len().min(MAX_LINE_BYTES);
+            let clamp = |at: usize| at.min(shown) as u32;
+            self.file
+                .pending
+                .push_back((number, (clamp(span.0), clamp(span.1))));
+            self.file.matches += 1;
+        }
+        cut_line(&mut text);
+        self.file.window.push_back(Seen {
+            number,
+            text: text.into(),
+        });
+        let keep_from = self.file.pending.front().map_or(number + 1, |&(m, _)| m);
+        while self
+            .file
+            .window
+            .front()
+            .is_some_and(|l| l.number + self.context < keep_from)
+        {
+            self.file.window.pop_front();
+        }
+        self.last = (relative.1 + bytes.len() as u64, number);
+        if *self.spent >= UNIT_BUDGET_BYTES {
+            self.paused = Some(Pause::Budget);
+            return false;
+        }
+        if self.catching_up && self.file.pending.is_empty() {
+            self.paused = Some(Pause::CaughtUp);
+            return false;
+        }
+        self.file.matches < self.limit && !self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Adds the oldest pending match with the context the window holds.
+    fn emit_front(&mut self) {
+        let Some((number, span)) = self.file.pending.pop_front() else {
+            return;
+        };
+        let (mut before, mut after, mut line) = (Vec::new(), Vec::new(), None);
+        for l in &self.file.window {
+            let seen = || Seen {
+                number: l.number,
+                text: l.text.clone(),
+            };
+            if l.number + self.context >= number && l.number < number {
+                before.push(seen());
+            } else if l.number == number {
+                line = Some(l.text.clone());
+            } else if l.number > number && l.number <= number + self.context {
+                after.push(seen());
+            }
+        }
+        let found = Found {
+            path: self.file.path.clone(),
+            line_number: number,
+            line: line.unwrap_or_else(|| Arc::from("")),
+            span,
+            before,
+            after,
+        };
+        *self.spent += cost(&found);
+        self.found.push(Searched::Match(Box::new(found)));
+    }
+
+    /// Adds every match still pending: the file ended.
+    fn flush(&mut self) {
+        while !self.file.pending.is_empty() {
+            self.emit_front();
+        }
+    }
+}
+
+impl Sink for UnitSink<'_> {
     type Error = std::io::Error;
 
     fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
-        self.lines.push(Reported {
-            line_number: mat.line_number().unwrap_or(0),
-            text: line_text(mat.bytes()),
-            is_match: true,
-        });
-        self.matches += 1;
-        Ok(self.matches < self.limit && !self.stop.load(Ordering::Relaxed))
+        let at = (mat.line_number().unwrap_or(0), mat.absolute_byte_offset());
+        Ok(self.line(at, mat.bytes(), true))
     }
 
     fn context(&mut self, _: &Searcher, ctx: &SinkContext<'_>) -> Result<bool, std::io::Error> {
-        self.lines.push(Reported {
-            line_number: ctx.line_number().unwrap_or(0),
-            text: line_text(ctx.bytes()),
-            is_match: false,
-        });
-        Ok(!self.stop.load(Ordering::Relaxed))
+        let at = (ctx.line_number().unwrap_or(0), ctx.absolute_byte_offset());
+        Ok(self.line(at, ctx.bytes(), false))
     }
 
     fn binary_data(&mut self, _: &Searcher, _offset: u64) -> Result<bool, std::io::Error> {
-        self.binary = true;
+        // Only when the file changed after it was checked: stop there.
         Ok(false)
     }
 }
 
-/// Files handed to one search task: enough to amortise the hand-off
-/// between threads, few enough that a stopped search wastes little.
-const FILES_PER_TASK: usize = 32;
+/// What [`Scan`] looks at, at a time; less than
+/// [`MAX_SEARCHED_LINE_BYTES`].
+const SCAN_CHUNK_BYTES: usize = 64 * 1024;
 
-/// Searches a batch of files in order with one searcher.
-fn search_batch<B: Backend>(
-    backend: &B,
-    paths: &[CanonicalPath],
-    matcher: &RegexMatcher,
-    context: u32,
-    limit: u64,
-    stop: &AtomicBool,
-) -> Result<Vec<FileResult>> {
-    let mut searcher = SearcherBuilder::new()
-        .binary_detection(BinaryDetection::quit(0))
-        .line_number(true)
-        .before_context(context as usize)
-        .after_context(context as usize)
-        .build();
-    paths
-        .iter()
-        .map(|path| search_file(&mut searcher, backend, path, matcher, context, limit, stop))
-        .collect()
+/// Whether a file is searched: no NUL byte (binary) and no line longer
+/// than [`MAX_SEARCHED_LINE_BYTES`]. Decided before any match of the file
+/// is sent, by the same rule on every backend, on the raw bytes (no
+/// byte-order-mark decoding).
+#[derive(Default)]
+struct Scan {
+    /// Bytes of the line running out of the last chunk.
+    line: usize,
 }
 
-/// Searches one file; binary files (a NUL byte) yield no matches.
-fn search_file<B: Backend>(
-    searcher: &mut Searcher,
-    backend: &B,
-    path: &CanonicalPath,
-    matcher: &RegexMatcher,
-    context: u32,
-    limit: u64,
-    stop: &AtomicBool,
-) -> Result<FileResult> {
-    let empty = FileResult {
-        matches: Vec::new(),
-    };
-    if stop.load(Ordering::Relaxed) {
-        return Ok(empty);
+impl Scan {
+    /// Looks at the next chunk (at most [`SCAN_CHUNK_BYTES`]); `false`
+    /// once the file is not searched.
+    fn feed(&mut self, chunk: &[u8]) -> bool {
+        if memchr::memchr(0, chunk).is_some() {
+            return false;
+        }
+        // A chunk is shorter than the longest searched line, so only the
+        // line running into it and the one running out of it can be too
+        // long: two searches per chunk, not one per line.
+        match (memchr::memchr(b'\n', chunk), memchr::memrchr(b'\n', chunk)) {
+            (Some(first), Some(last)) => {
+                if self.line + first > MAX_SEARCHED_LINE_BYTES {
+                    return false;
+                }
+                self.line = chunk.len() - last - 1;
+            }
+            _ => self.line += chunk.len(),
+        }
+        self.line <= MAX_SEARCHED_LINE_BYTES
     }
-    let file = match backend.open(path) {
+
+    fn bytes(data: &[u8]) -> bool {
+        let mut scan = Scan::default();
+        data.chunks(SCAN_CHUNK_BYTES).all(|c| scan.feed(c))
+    }
+
+    fn reader(mut reader: impl Read) -> std::io::Result<bool> {
+        let mut scan = Scan::default();
+        let mut buf = vec![0u8; SCAN_CHUNK_BYTES];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) => return Ok(true),
+                Ok(n) if !scan.feed(&buf[..n]) => return Ok(false),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Reads a file from an offset without moving its cursor, so the check
+/// and the search each read it from the start.
+struct ReadAt<'a> {
+    file: &'a std::fs::File,
+    at: u64,
+}
+
+impl Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let n = self.file.read_at(buf, self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
+/// Records whether reading failed, to tell an I/O error from the
+/// searcher's own buffer limit.
+struct Watched<R> {
+    inner: R,
+    failed: bool,
+}
+
+impl<R: Read> Read for Watched<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.inner.read(buf).inspect_err(|_| self.failed = true)
+    }
+}
+
+/// Files handed to one batch: enough to amortise the hand-off between
+/// threads, few enough that a stopped search wastes little.
+const FILES_PER_TASK: usize = 32;
+
+/// What one unit of search produced, and the cursor to resume from
+/// (`None` once the batch is done).
+struct Unit {
+    cursor: Option<BatchCursor>,
+    found: Vec<Searched>,
+}
+
+/// Opens a file for searching, or `None` when it is skipped: gone since
+/// the walk listed it, binary (a NUL byte), or with an overlong line.
+fn open_searchable<B: Backend>(backend: &B, path: CanonicalPath) -> Result<Option<FileCursor>> {
+    let file = match backend.open(&path) {
         Ok(f) => f,
-        // Gone or replaced since the walk listed it: nothing to search.
         Err(
             Error::FileNotFound { .. }
             | Error::IsADirectory { .. }
             | Error::PermissionDenied { .. },
-        ) => return Ok(empty),
+        ) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let mut sink = CollectSink {
-        lines: Vec::new(),
+    let searchable = match &file.content {
+        Content::Memory(data) => Scan::bytes(data),
+        Content::Disk(f) => {
+            Scan::reader(ReadAt { file: f, at: 0 }).map_err(|e| Error::from_io(e, &path))?
+        }
+    };
+    Ok(searchable.then(|| FileCursor {
+        path,
+        content: file.content,
+        offset: 0,
+        lines: 0,
+        window: VecDeque::new(),
+        pending: VecDeque::new(),
         matches: 0,
-        limit,
-        binary: false,
-        stop,
-    };
-    let result = match &file.content {
-        Content::Memory(data) => {
-            if memchr_nul(data) {
-                return Ok(empty);
-            }
-            searcher.search_slice(matcher, data, &mut sink)
-        }
-        Content::Disk(f) => searcher.search_file(matcher, f, &mut sink),
-    };
-    result.map_err(|e| Error::from_io(e, path))?;
-    if sink.binary {
-        return Ok(empty);
-    }
-    Ok(FileResult {
-        matches: assemble(path, matcher, sink.lines, context),
-    })
+        every_line: false,
+    }))
 }
 
-fn memchr_nul(data: &[u8]) -> bool {
-    data.contains(&0)
+/// How far one search of a file got.
+enum Step {
+    /// The file is done.
+    Finished,
+    /// The unit's budget is spent; the file resumes in the next unit.
+    Paused,
+    /// The file goes on at once, in the other mode.
+    Switch,
 }
 
-/// Turns the reported lines into matches, each with its own context (a line
-/// may be context of two matches, or itself a match).
-fn assemble(
-    path: &CanonicalPath,
-    matcher: &RegexMatcher,
-    lines: Vec<Reported>,
-    context: u32,
-) -> Vec<GrepMatch> {
-    let ctx = context as u64;
-    let mut out = Vec::new();
-    for (i, l) in lines.iter().enumerate() {
-        if !l.is_match {
-            continue;
-        }
-        let (start, end) = matcher
-            .find(l.text.as_bytes())
-            .ok()
-            .flatten()
-            .map_or((0, 0), |m| (m.start() as u32, m.end() as u32));
-        let near = |r: &Reported| ContextLine {
-            line_number: r.line_number,
-            line: r.text.clone(),
+/// The searchers of one unit: reporting context lines itself (only those
+/// near matches, the fast way), or every line for the sink to keep.
+struct Searchers {
+    near: Searcher,
+    every: Searcher,
+}
+
+impl Searchers {
+    fn new(context: u32) -> Searchers {
+        let build = |passthru: bool| {
+            let context = if passthru { 0 } else { context as usize };
+            SearcherBuilder::new()
+                .binary_detection(BinaryDetection::quit(0))
+                .bom_sniffing(false)
+                .heap_limit(Some(SEARCH_BUFFER_BYTES))
+                .line_number(true)
+                .before_context(context)
+                .after_context(context)
+                .passthru(passthru)
+                .build()
         };
-        let before = lines[..i]
-            .iter()
-            .rev()
-            .take_while(|r| r.line_number + ctx >= l.line_number)
-            .map(near)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect();
-        let after = lines[i + 1..]
-            .iter()
-            .take_while(|r| r.line_number <= l.line_number + ctx)
-            .map(near)
-            .collect();
-        out.push(GrepMatch {
-            path: path.clone(),
-            line_number: l.line_number,
-            line: l.text.clone(),
-            match_start: start,
-            match_end: end,
-            before,
-            after,
-        });
+        Searchers {
+            near: build(false),
+            every: build(context > 0),
+        }
     }
-    out
+}
+
+/// Searches from where the file's cursor stopped until the file ends or
+/// the unit's budget is spent.
+///
+/// The searcher reports context lines itself, but keeps the lines before
+/// a match in its buffer, which [`SEARCH_BUFFER_BYTES`] bounds: many long
+/// lines of context can pass it. Then (DIRECTORY files only; MEMORY files
+/// are searched in place) the rest of the file is searched reporting
+/// every line, and the sink keeps the context, cut short. A file resumed
+/// with matches still waiting for after-context is searched the same way
+/// until they are complete.
+fn search_some(
+    searchers: &mut Searchers,
+    file: &mut FileCursor,
+    search: &SearchSpec,
+    found: &mut Vec<Searched>,
+    spent: &mut usize,
+) -> Result<Step> {
+    let every_line = search.context > 0 && (file.every_line || !file.pending.is_empty());
+    let searcher = if every_line {
+        &mut searchers.every
+    } else {
+        &mut searchers.near
+    };
+    // Taken out while the sink holds the cursor, put back after.
+    let content = std::mem::replace(&mut file.content, Content::Memory(Default::default()));
+    let (offset, path) = (file.offset, file.path.clone());
+    let catching_up = every_line && !file.every_line;
+    let mut sink = UnitSink {
+        file,
+        matcher: &search.matcher,
+        context: search.context as u64,
+        limit: search.limit,
+        stop: &search.stop,
+        found,
+        spent,
+        last: (0, 0),
+        paused: None,
+        catching_up,
+    };
+    let io = |e| Error::from_io(e, &path);
+    let mut overflowed = false;
+    let searched = match &content {
+        Content::Memory(data) => {
+            let rest = &data[(offset as usize).min(data.len())..];
+            searcher
+                .search_slice(&*search.matcher, rest, &mut sink)
+                .map_err(io)
+        }
+        Content::Disk(f) => {
+            let mut reader = Watched {
+                inner: ReadAt {
+                    file: f,
+                    at: offset,
+                },
+                failed: false,
+            };
+            match searcher.search_reader(&*search.matcher, &mut reader, &mut sink) {
+                Err(e) if reader.failed => Err(io(e)),
+                // The buffer limit.
+                Err(_) => {
+                    overflowed = true;
+                    Ok(())
+                }
+                Ok(()) => Ok(()),
+            }
+        }
+    };
+    let resume = |sink: &mut UnitSink<'_>| {
+        let (end, number) = sink.last;
+        sink.file.offset += end;
+        sink.file.lines = number;
+    };
+    let step = searched.map(|()| match sink.paused {
+        Some(pause) => {
+            resume(&mut sink);
+            match pause {
+                Pause::Budget => Step::Paused,
+                Pause::CaughtUp => Step::Switch,
+            }
+        }
+        // Lines before a match outgrew the buffer: the rest line by line.
+        None if overflowed && !every_line => {
+            resume(&mut sink);
+            sink.file.every_line = true;
+            Step::Switch
+        }
+        // The end of the file, or a line that outgrew the buffer after the
+        // file was checked (it changed meanwhile): the file ends there.
+        None => {
+            sink.flush();
+            Step::Finished
+        }
+    });
+    file.content = content;
+    step
+}
+
+/// Runs one unit of a batch's search on the calling (blocking) thread:
+/// files in order until the batch ends or the unit's budget is spent.
+fn run_unit<B: Backend>(search: &SearchSpec, backend: &B, mut cursor: BatchCursor) -> Unit {
+    let mut searchers = Searchers::new(search.context);
+    let (mut found, mut spent) = (Vec::new(), 0usize);
+    loop {
+        if search.stop.load(Ordering::Relaxed) {
+            return Unit {
+                cursor: None,
+                found,
+            };
+        }
+        let file = match cursor.file.as_mut() {
+            Some(file) => file,
+            None => {
+                let Some(path) = cursor.paths.next() else {
+                    return Unit {
+                        cursor: None,
+                        found,
+                    };
+                };
+                found.push(Searched::File);
+                match open_searchable(backend, path) {
+                    Ok(Some(file)) => cursor.file.insert(file),
+                    Ok(None) => continue,
+                    Err(e) => {
+                        found.push(Searched::Failed(e));
+                        return Unit {
+                            cursor: None,
+                            found,
+                        };
+                    }
+                }
+            }
+        };
+        match search_some(&mut searchers, file, search, &mut found, &mut spent) {
+            Ok(Step::Finished) => cursor.file = None,
+            Ok(Step::Paused | Step::Switch) => {}
+            Err(e) => {
+                found.push(Searched::Failed(e));
+                return Unit {
+                    cursor: None,
+                    found,
+                };
+            }
+        }
+        if spent >= UNIT_BUDGET_BYTES {
+            return Unit {
+                cursor: Some(cursor),
+                found,
+            };
+        }
+    }
 }
 
 /// Sets the flag when dropped: the stream's consumer went away.
@@ -252,6 +710,12 @@ pub fn grep<B: Backend>(
     backend: Arc<B>,
     query: GrepQuery,
 ) -> Result<BoxStream<'static, Result<GrepEvent>>> {
+    if query.context_lines > MAX_CONTEXT_LINES {
+        return Err(Error::invalid_argument(format!(
+            "context_lines is {}; at most {MAX_CONTEXT_LINES} are allowed",
+            query.context_lines
+        )));
+    }
     let matcher = Arc::new(compile_regex(&query)?);
     let filter = query
         .glob
@@ -264,109 +728,342 @@ pub fn grep<B: Backend>(
         n => n.min(MAX_MATCHES_CAP),
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let parallel = std::thread::available_parallelism().map_or(2, |n| n.get()) * 2;
+    let parallel = (std::thread::available_parallelism().map_or(2, |n| n.get()) * 2)
+        .min(MAX_BATCHES_IN_FLIGHT);
 
-    // Walker: lists files lazily in path order on the blocking pool.
-    let (path_tx, path_rx) = mpsc::channel::<Result<Vec<CanonicalPath>>>(16);
-    {
-        let backend = backend.clone();
-        let base = query.base.clone();
-        let stop = stop.clone();
-        crate::producer::spawn_blocking("Grep", path_tx, move |path_tx| {
-            let walk = match backend.walk_files(&base) {
-                Ok(w) => w,
-                Err(e) => {
-                    let _ = path_tx.blocking_send(Err(e));
-                    return;
-                }
-            };
-            let mut batch = Vec::with_capacity(FILES_PER_TASK);
-            for item in walk {
-                if stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                let path = match item {
-                    Ok(p) => p,
-                    Err(e) => {
-                        let _ = path_tx.blocking_send(Err(e));
-                        return;
-                    }
-                };
-                crate::faults::check_stream(path.as_str());
-                let keep = filter.as_ref().is_none_or(|g| {
-                    g.is_match(
-                        path.strip_prefix(&base)
-                            .unwrap_or_else(|| path.clone())
-                            .as_str(),
-                    )
-                });
-                if keep {
-                    batch.push(path);
-                }
-                if batch.len() == FILES_PER_TASK {
-                    let full = std::mem::replace(&mut batch, Vec::with_capacity(FILES_PER_TASK));
-                    if path_tx.blocking_send(Ok(full)).is_err() {
-                        return;
-                    }
-                }
-            }
-            if !batch.is_empty() {
-                let _ = path_tx.blocking_send(Ok(batch));
-            }
-        });
-    }
+    let merge = Merge {
+        walk: Walk::Idle(None),
+        walked: VecDeque::new(),
+        slots: VecDeque::new(),
+        parallel,
+        backend,
+        walking: Arc::new(WalkSpec {
+            base: query.base.clone(),
+            filter,
+        }),
+        search: Arc::new(SearchSpec {
+            matcher,
+            context: query.context_lines,
+            limit: max.saturating_add(1),
+            stop: stop.clone(),
+        }),
+        max,
+        summary: GrepSummary::default(),
+        done: false,
+        _stop: StopOnDrop(stop),
+        _active: crate::metrics::Gauge::hold(&crate::metrics::ACTIVE_GREPS),
+    };
+    Ok(futures::stream::unfold(merge, |mut merge| async move {
+        let event = merge.next().await?;
+        Some((event, merge))
+    })
+    .boxed())
+}
 
-    let (out_tx, out_rx) = mpsc::channel::<Result<GrepEvent>>(64);
-    crate::producer::spawn("Grep", out_tx.clone(), async move {
-        let _stop_guard = StopOnDrop(stop.clone());
-        let _active = crate::metrics::Gauge::hold(&crate::metrics::ACTIVE_GREPS);
-        let context = query.context_lines;
-        let mut results = tokio_stream::wrappers::ReceiverStream::new(path_rx)
-            .map(|item| {
-                let backend = backend.clone();
-                let matcher = matcher.clone();
-                let stop = stop.clone();
-                async move {
-                    let paths = item?;
-                    tokio::task::spawn_blocking(move || {
-                        search_batch(
-                            &*backend,
-                            &paths,
-                            &matcher,
-                            context,
-                            max.saturating_add(1),
-                            &stop,
-                        )
-                    })
-                    .await
-                    .map_err(|e| Error::internal(format!("search task failed: {e}")))?
-                }
-            })
-            .buffered(parallel);
-        let mut summary = GrepSummary::default();
-        'batches: while let Some(result) = results.next().await {
-            let files = match result {
-                Ok(f) => f,
-                Err(e) => {
-                    let _ = out_tx.send(Err(e)).await;
-                    return;
-                }
-            };
-            for file in files {
-                summary.files_searched += 1;
-                for m in file.matches {
-                    if summary.matches == max {
-                        summary.truncated = true;
-                        break 'batches;
-                    }
-                    summary.matches += 1;
-                    if out_tx.send(Ok(GrepEvent::Match(m))).await.is_err() {
-                        return;
-                    }
-                }
+/// The files a Grep walks: under `base`, matching `filter`.
+struct WalkSpec {
+    base: CanonicalPath,
+    filter: Option<GlobMatcher>,
+}
+
+/// A walk of the tree in path order, lazy and resumable like the search.
+type Files = Box<dyn Iterator<Item = Result<CanonicalPath>> + Send>;
+
+/// Where the walk is: not started or paused (`Idle`), one unit running,
+/// or finished.
+enum Walk {
+    Idle(Option<Files>),
+    Running(tokio::task::JoinHandle<Walked>),
+    Done,
+}
+
+/// What one unit of the walk produced: batches (or the failure that ended
+/// the walk, last), and the walk to resume (`None` once it is done).
+struct Walked {
+    files: Option<Files>,
+    batches: Vec<Result<Vec<CanonicalPath>>>,
+}
+
+/// Runs one unit of the walk on the calling (blocking) thread: up to
+/// [`MAX_BATCHES_IN_FLIGHT`] batches, or to the end of the tree.
+fn walk_unit<B: Backend>(
+    backend: &B,
+    spec: &WalkSpec,
+    stop: &AtomicBool,
+    files: Option<Files>,
+) -> Walked {
+    let mut files = match files.map_or_else(|| backend.walk_files(&spec.base), Ok) {
+        Ok(files) => files,
+        Err(e) => {
+            return Walked {
+                files: None,
+                batches: vec![Err(e)],
             }
         }
-        let _ = out_tx.send(Ok(GrepEvent::Summary(summary))).await;
-    });
-    Ok(tokio_stream::wrappers::ReceiverStream::new(out_rx).boxed())
+    };
+    let mut batches = Vec::new();
+    let mut batch = Vec::with_capacity(FILES_PER_TASK);
+    while batches.len() < MAX_BATCHES_IN_FLIGHT {
+        if stop.load(Ordering::Relaxed) {
+            return Walked {
+                files: None,
+                batches,
+            };
+        }
+        let path = match files.next() {
+            Some(Ok(path)) => path,
+            end => {
+                if !batch.is_empty() {
+                    batches.push(Ok(batch));
+                }
+                if let Some(Err(e)) = end {
+                    batches.push(Err(e));
+                }
+                return Walked {
+                    files: None,
+                    batches,
+                };
+            }
+        };
+        crate::faults::check_stream(path.as_str());
+        let keep = spec.filter.as_ref().is_none_or(|g| {
+            g.is_match(
+                path.strip_prefix(&spec.base)
+                    .unwrap_or_else(|| path.clone())
+                    .as_str(),
+            )
+        });
+        if keep {
+            batch.push(path);
+        }
+        if batch.len() == FILES_PER_TASK {
+            batches.push(Ok(std::mem::replace(
+                &mut batch,
+                Vec::with_capacity(FILES_PER_TASK),
+            )));
+        }
+    }
+    if !batch.is_empty() {
+        batches.push(Ok(batch));
+    }
+    Walked {
+        files: Some(files),
+        batches,
+    }
+}
+
+/// The error a failed unit (walk or search) ends the stream with.
+fn unit_failed(e: tokio::task::JoinError) -> Error {
+    match e.try_into_panic() {
+        Ok(panic) => crate::producer::panicked("Grep", &*panic),
+        Err(e) => Error::internal(format!("search task failed: {e}")),
+    }
+}
+
+/// What every batch of one Grep is searched with.
+struct SearchSpec {
+    matcher: Arc<RegexMatcher>,
+    context: u32,
+    /// Matches per file after which its search stops.
+    limit: u64,
+    stop: Arc<AtomicBool>,
+}
+
+/// A batch in walk order: a unit of its search running on the blocking
+/// pool, its results waiting to be sent, or the walker's failure in its
+/// place in the order.
+enum Slot {
+    Running(tokio::task::JoinHandle<Unit>),
+    Ready {
+        found: std::vec::IntoIter<Searched>,
+        rest: Option<BatchCursor>,
+    },
+    Failed(Error),
+}
+
+/// The response stream's state: batches in walk order, the front one
+/// drained first. No thread waits on a client: a unit runs until its
+/// budget is spent and returns; the next unit of a batch starts only
+/// when its results have been sent.
+struct Merge<B> {
+    walk: Walk,
+    /// Batches walked and not started yet, in order.
+    walked: VecDeque<Result<Vec<CanonicalPath>>>,
+    slots: VecDeque<Slot>,
+    parallel: usize,
+    backend: Arc<B>,
+    walking: Arc<WalkSpec>,
+    search: Arc<SearchSpec>,
+    max: u64,
+    summary: GrepSummary,
+    done: bool,
+    _stop: StopOnDrop,
+    _active: crate::metrics::Gauge,
+}
+
+impl<B: Backend> Merge<B> {
+    /// Starts the next unit of a batch's search on the blocking pool.
+    fn resume(search: &Arc<SearchSpec>, backend: &Arc<B>, cursor: BatchCursor) -> Slot {
+        let (search, backend) = (search.clone(), backend.clone());
+        Slot::Running(tokio::task::spawn_blocking(move || {
+            run_unit(&search, &*backend, cursor)
+        }))
+    }
+
+    /// Starts the walked batches while fewer than `parallel` are in
+    /// flight, and the next unit of the walk when none are left.
+    fn admit(&mut self) {
+        while self.slots.len() < self.parallel {
+            let Some(batch) = self.walked.pop_front() else {
+                break;
+            };
+            let slot = match batch {
+                Ok(paths) => Self::resume(
+                    &self.search,
+                    &self.backend,
+                    BatchCursor {
+                        paths: paths.into_iter(),
+                        file: None,
+                    },
+                ),
+                Err(e) => Slot::Failed(e),
+            };
+            self.slots.push_back(slot);
+        }
+        if self.walked.is_empty() {
+            if let Walk::Idle(files) = &mut self.walk {
+                let (files, backend) = (files.take(), self.backend.clone());
+                let (spec, stop) = (self.walking.clone(), self.search.stop.clone());
+                self.walk = Walk::Running(tokio::task::spawn_blocking(move || {
+                    walk_unit(&*backend, &spec, &stop, files)
+                }));
+            }
+        }
+    }
+
+    /// Waits for the running unit of the walk and takes its batches.
+    async fn walked(&mut self) -> Result<()> {
+        if let Walk::Running(unit) = &mut self.walk {
+            let walked = unit.await.map_err(unit_failed)?;
+            self.walked.extend(walked.batches);
+            self.walk = walked.files.map_or(Walk::Done, |f| Walk::Idle(Some(f)));
+        }
+        Ok(())
+    }
+
+    /// The next event, or `None` after the summary or an error.
+    async fn next(&mut self) -> Option<Result<GrepEvent>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if matches!(&self.walk, Walk::Running(unit) if unit.is_finished()) {
+                if let Err(e) = self.walked().await {
+                    return Some(Err(self.fail(e)));
+                }
+            }
+            self.admit();
+            let Some(front) = self.slots.front_mut() else {
+                if matches!(self.walk, Walk::Done) && self.walked.is_empty() {
+                    return Some(Ok(self.finish(false)));
+                }
+                if let Err(e) = self.walked().await {
+                    return Some(Err(self.fail(e)));
+                }
+                continue;
+            };
+            match front {
+                Slot::Failed(_) => {
+                    let Some(Slot::Failed(e)) = self.slots.pop_front() else {
+                        unreachable!("the front is a failure");
+                    };
+                    return Some(Err(self.fail(e)));
+                }
+                Slot::Running(unit) => match unit.await {
+                    Ok(unit) => {
+                        *front = Slot::Ready {
+                            found: unit.found.into_iter(),
+                            rest: unit.cursor,
+                        }
+                    }
+                    Err(e) => {
+                        let e = unit_failed(e);
+                        return Some(Err(self.fail(e)));
+                    }
+                },
+                Slot::Ready { found, rest } => match found.next() {
+                    Some(Searched::File) => self.summary.files_searched += 1,
+                    Some(Searched::Match(m)) => {
+                        if self.summary.matches == self.max {
+                            return Some(Ok(self.finish(true)));
+                        }
+                        self.summary.matches += 1;
+                        return Some(Ok(m.into_event()));
+                    }
+                    Some(Searched::Failed(e)) => return Some(Err(self.fail(e))),
+                    None => match rest.take() {
+                        Some(cursor) => *front = Self::resume(&self.search, &self.backend, cursor),
+                        None => {
+                            self.slots.pop_front();
+                        }
+                    },
+                },
+            }
+        }
+    }
+
+    /// Ends the stream with `error`; stops the searches still running.
+    fn fail(&mut self, error: Error) -> Error {
+        self.done = true;
+        self.search.stop.store(true, Ordering::Relaxed);
+        self.slots.clear();
+        error
+    }
+
+    /// The summary, last; stops the searches still running.
+    fn finish(&mut self, truncated: bool) -> GrepEvent {
+        self.done = true;
+        self.search.stop.store(true, Ordering::Relaxed);
+        self.slots.clear();
+        self.summary.truncated = truncated;
+        GrepEvent::Summary(self.summary)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(lines: &[usize]) -> Vec<u8> {
+        lines
+            .iter()
+            .flat_map(|&n| std::iter::repeat_n(b'x', n).chain([b'\n']))
+            .collect()
+    }
+
+    #[test]
+    fn the_longest_searched_line_is_searched_one_more_byte_is_not() {
+        let most = MAX_SEARCHED_LINE_BYTES;
+        // Lines placed so that they start and end inside chunks, and span
+        // several of them.
+        for before in [0, 1, 1000, SCAN_CHUNK_BYTES - 1, SCAN_CHUNK_BYTES] {
+            for (long, searched) in [(most, true), (most + 1, false)] {
+                let data = text(&[before, long, 10]);
+                assert_eq!(Scan::bytes(&data), searched, "{before} then {long}");
+                assert_eq!(Scan::reader(&data[..]).unwrap(), searched);
+            }
+        }
+        // Without a final newline, and many short lines.
+        assert!(!Scan::bytes(&vec![b'x'; most + 1]));
+        assert!(Scan::bytes(&text(&[100; 10_000])));
+    }
+
+    #[test]
+    fn a_nul_byte_anywhere_is_binary() {
+        let mut data = text(&[100; 5_000]);
+        assert!(Scan::bytes(&data));
+        let at = data.len() - 3;
+        data[at] = 0;
+        assert!(!Scan::bytes(&data));
+    }
 }

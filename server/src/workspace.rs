@@ -231,6 +231,74 @@ fn check_version(
     Ok(())
 }
 
+/// The size of a text of `len` bytes after `count` replacements of
+/// `old` bytes by `new` bytes; `u64::MAX` when it does not fit.
+fn edited_size(len: u64, count: u64, old: u64, new: u64) -> u64 {
+    count
+        .checked_mul(old)
+        .and_then(|removed| len.checked_sub(removed))
+        .and_then(|kept| {
+            count
+                .checked_mul(new)
+                .and_then(|added| kept.checked_add(added))
+        })
+        .unwrap_or(u64::MAX)
+}
+
+/// Longest an Edit's diff may search for a minimal answer; past it the
+/// diff is coarser (whole blocks replaced) but still correct.
+pub const EDIT_DIFF_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Most bytes of unified diff an Edit returns; a longer diff is cut at a
+/// line boundary and ends with a line saying so.
+pub const MAX_EDIT_DIFF_BYTES: usize = 1024 * 1024;
+
+/// The unified diff from `old` to `new`, within [`EDIT_DIFF_DEADLINE`] and
+/// [`MAX_EDIT_DIFF_BYTES`]: an edit that rewrites a large file costs a
+/// bounded diff, not one as large as the file twice over.
+fn bounded_diff(path: &CanonicalPath, old: &str, new: &str) -> String {
+    use std::fmt::Write;
+    let diff = similar::TextDiff::configure()
+        .deadline(std::time::Instant::now() + EDIT_DIFF_DEADLINE)
+        .diff_lines(old, new);
+    let mut out = Capped {
+        text: String::new(),
+        cap: MAX_EDIT_DIFF_BYTES,
+    };
+    let written = write!(
+        out,
+        "{}",
+        diff.unified_diff()
+            .context_radius(3)
+            .header(&format!("a/{path}"), &format!("b/{path}"))
+    );
+    let mut text = out.text;
+    if written.is_err() {
+        text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
+        let _ = writeln!(
+            text,
+            "\\ diff cut here: it is longer than {MAX_EDIT_DIFF_BYTES} bytes"
+        );
+    }
+    text
+}
+
+/// A string that refuses writes past `cap` bytes.
+struct Capped {
+    text: String,
+    cap: usize,
+}
+
+impl std::fmt::Write for Capped {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if self.text.len() + s.len() > self.cap {
+            return Err(std::fmt::Error);
+        }
+        self.text.push_str(s);
+        Ok(())
+    }
+}
+
 /// Selects a page of lines from a reader, validating that the whole file is
 /// UTF-8 and counting all its lines, holding at most one page in memory.
 fn read_page<R: BufRead>(
@@ -420,6 +488,8 @@ impl<B: Backend> Filesystem for Workspace<B> {
         content: &str,
         options: WriteOptions,
     ) -> Result<WriteOutcome> {
+        // Refused before the content is copied.
+        self.check_size(path, content.len() as u64)?;
         let data = Bytes::copy_from_slice(content.as_bytes());
         self.write_bytes(path, options, futures::stream::iter([Ok(data)]).boxed())
             .await
@@ -479,13 +549,18 @@ impl<B: Backend> Filesystem for Workspace<B> {
         if edit.old_text.is_empty() {
             return Err(Error::invalid_argument("old_text must not be empty"));
         }
-        if !edit.dry_run {
-            self.writable(path)?;
+        // A dry run previews the real edit: it fails wherever the edit
+        // would, and costs no more.
+        self.writable(path)?;
+        let limit = self.limits.max_write_bytes;
+        // Neither text can be part of a result within the limit when it is
+        // itself larger: refused before the file is read.
+        for text in [&edit.old_text, &edit.new_text] {
+            self.check_size(path, text.len() as u64)?;
         }
         // Read, replace and commit under the lock: no update slips between.
         let _guard = self.writes.lock().await;
         let limits = self.limits;
-        let limit = limits.max_write_bytes;
         let path = path.clone();
         self.run(move |b| {
             let (text, meta) = Self::read_text_for_edit(b, &path, limit)?;
@@ -502,19 +577,24 @@ impl<B: Backend> Filesystem for Workspace<B> {
                     count,
                 });
             }
-            let new_text = text.replace(edit.old_text.as_str(), &edit.new_text);
-            if new_text.len() as u64 > limit {
+            // The result's size follows from the match count alone, so an
+            // edit that would grow past the limit is refused before the
+            // result is built.
+            let size = edited_size(
+                text.len() as u64,
+                count,
+                edit.old_text.len() as u64,
+                edit.new_text.len() as u64,
+            );
+            if size > limit {
                 return Err(Error::TooLarge {
                     path: path.as_str().to_string(),
-                    size: new_text.len() as u64,
+                    size,
                     limit,
                 });
             }
-            let diff = similar::TextDiff::from_lines(&text, &new_text)
-                .unified_diff()
-                .context_radius(3)
-                .header(&format!("a/{path}"), &format!("b/{path}"))
-                .to_string();
+            let new_text = text.replace(edit.old_text.as_str(), &edit.new_text);
+            let diff = bounded_diff(&path, &text, &new_text);
             let (version, size) = if edit.dry_run {
                 (meta.version, meta.size)
             } else {
@@ -630,10 +710,9 @@ impl<B: Backend> Filesystem for Workspace<B> {
 
     async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {
         let matcher = search::compile_glob(&query.pattern)?;
-        let max = if query.max_results == 0 {
-            GlobQuery::DEFAULT_MAX_RESULTS
-        } else {
-            query.max_results
+        let max = match query.max_results {
+            0 => GlobQuery::DEFAULT_MAX_RESULTS,
+            n => n.min(search::MAX_GLOB_RESULTS),
         };
         self.run(move |b| {
             let mut paths = Vec::new();

@@ -63,8 +63,8 @@ pub(crate) async fn import(
             "the first ImportArchive message must carry session_id; data follows in later messages",
         ));
     };
-    *session_id = id.clone();
-    let session = registry.get(&id)?;
+    *session_id = wsfs::path::quote(&id).into_owned();
+    let session = registry.get(super::session_id(&id)?)?;
     if session.record.read_only {
         return Err(Error::ReadOnly {
             path: String::new(),

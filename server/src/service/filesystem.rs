@@ -294,12 +294,14 @@ impl filesystem_server::Filesystem for FilesystemService {
                     Ok(_) => Err(Error::invalid_argument(
                         "only the first WriteBytes message may be a header",
                     )),
-                    Err(status) => Err(Error::Cancelled {
-                        message: format!(
-                            "the upload broke off before it finished: {}",
-                            status.message()
-                        ),
-                    }),
+                    Err(status) => Err(super::resets::undecodable(&status).unwrap_or_else(|| {
+                        Error::Cancelled {
+                            message: format!(
+                                "the upload broke off before it finished: {}",
+                                wsfs::path::quote(status.message())
+                            ),
+                        }
+                    })),
                 })
                 .boxed();
             let w = s.fs.write_bytes(&path, options, chunks).await?;
@@ -552,6 +554,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         traced("Watch", &r.session_id, &r.path, async {
             let s = self.session(&metadata, &r.session_id)?;
             let permit = s.session.open_stream()?;
+            crate::search::check_pattern(&r.glob)?;
             let scope = Scope::new(s.path(&r.path)?, r.recursive, &r.glob)?;
             let keepalive =
                 std::time::Duration::from_millis(self.registry.config().watch_keepalive_ms.max(1));

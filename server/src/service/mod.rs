@@ -17,6 +17,22 @@ pub use sessions::SessionsService;
 use std::future::Future;
 use std::time::{Instant, SystemTime};
 use tonic::{Response, Status};
+use wsfs::path::quote;
+
+/// Session ids are UUIDs; a longer one names no session, and is refused
+/// before anything looks it up or repeats it.
+const MAX_SESSION_ID_CHARS: usize = wsfs::path::QUOTE_CHARS;
+
+/// `raw` unless it is longer than any session id: those are refused
+/// before anything looks them up or repeats them.
+pub(crate) fn session_id(raw: &str) -> wsfs::Result<&str> {
+    if raw.len() > MAX_SESSION_ID_CHARS {
+        return Err(wsfs::Error::SessionNotFound {
+            session_id: quote(raw).into_owned(),
+        });
+    }
+    Ok(raw)
+}
 
 /// Runs one RPC body with a tracing span and its outcome logged.
 pub(crate) async fn traced<T, F>(
@@ -30,7 +46,20 @@ where
 {
     use futures::FutureExt;
     let started = Instant::now();
-    let span = tracing::info_span!("rpc", method, session, path);
+    // Inputs are logged and echoed by a bounded prefix: a request cannot
+    // make its log line, or its error, as large as itself.
+    let (session_shown, path_shown) = (quote(session), quote(path));
+    let span = tracing::info_span!(
+        "rpc",
+        method,
+        session = &*session_shown,
+        path = &*path_shown
+    );
+    if let Err(e) = session_id(session) {
+        let _enter = span.enter();
+        tracing::info!(outcome = e.reason(), error = %e, "rpc failed");
+        return Err(e.to_status());
+    }
     // A panic fails this request alone: without the catch it would unwind
     // through the connection's task and break every call multiplexed on it.
     let guarded = std::panic::AssertUnwindSafe(async {
@@ -83,8 +112,8 @@ impl<T> LoggedStream<T> {
         LoggedStream {
             inner,
             method,
-            session: session.to_string(),
-            path: path.to_string(),
+            session: quote(session).into_owned(),
+            path: quote(path).into_owned(),
             size_of,
             started: Instant::now(),
             messages: 0,

@@ -180,3 +180,42 @@ pub async fn multibyte_text_is_replaced_exactly(fs: &dyn Filesystem) {
 
     assert_eq!(read_text(fs, "f.txt").await, "naïve thé\n");
 }
+
+pub async fn a_long_diff_is_cut_at_a_line(fs: &dyn Filesystem) {
+    // Every one of 200,000 lines changes: the whole diff would be 2.2 MB.
+    put(fs, "f.txt", &"aaaa\n".repeat(200_000)).await;
+
+    let outcome = fs
+        .edit(
+            &p("f.txt"),
+            EditSpec {
+                replace_all: true,
+                ..replace("aaaa", "bbbb")
+            },
+        )
+        .await
+        .unwrap();
+
+    assert_eq!(outcome.replacements, 200_000);
+    assert!(
+        outcome.diff.len() <= 1024 * 1024 + 100,
+        "{}",
+        outcome.diff.len()
+    );
+    assert!(outcome.diff.starts_with("--- a/f.txt\n+++ b/f.txt\n"));
+    let last = outcome.diff.lines().last().unwrap();
+    assert!(last.starts_with("\\ diff cut here"), "{last}");
+    assert_eq!(read_text(fs, "f.txt").await, "bbbb\n".repeat(200_000));
+}
+
+pub async fn old_or_new_text_over_the_limit_is_too_large(fs: &dyn Filesystem) {
+    // The sessions of the suite have the default per-write limit, 32 MiB.
+    put(fs, "f.txt", "small\n").await;
+    let before = snapshot(fs).await;
+    let huge = "x".repeat(32 * 1024 * 1024 + 1);
+
+    for spec in [replace(&huge, "y"), replace("small", &huge)] {
+        expect_err(fs.edit(&p("f.txt"), spec).await, "TOO_LARGE");
+    }
+    assert_eq!(snapshot(fs).await, before);
+}

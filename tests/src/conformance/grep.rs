@@ -194,6 +194,176 @@ pub async fn a_nul_byte_far_into_a_file_still_skips_it(fs: &dyn Filesystem) {
     assert_eq!(locations(&matches), [("text.txt", 1)]);
 }
 
+pub async fn a_utf16_file_with_a_byte_order_mark_is_binary_too(fs: &dyn Filesystem) {
+    // UTF-16LE "needle\n" after its byte-order mark: every other byte is
+    // NUL. Decoding it would find the needle; the rule skips it unread.
+    let mut data = vec![0xff, 0xfe];
+    for unit in "needle\n".encode_utf16() {
+        data.extend(unit.to_le_bytes());
+    }
+    put_bytes(fs, "wide.txt", &data).await;
+    put(fs, "text.txt", "needle\n").await;
+
+    let (matches, summary) = grep_all(fs, query("needle")).await.unwrap();
+
+    assert_eq!(locations(&matches), [("text.txt", 1)]);
+    assert_eq!(summary.files_searched, 2);
+}
+
+pub async fn a_file_with_an_overlong_line_is_skipped(fs: &dyn Filesystem) {
+    let mut long = "needle ".repeat(40_000);
+    long.push('\n');
+    put(fs, "long.txt", &format!("needle first\n{long}")).await;
+    put(fs, "text.txt", "needle\n").await;
+
+    let (matches, _) = grep_all(fs, query("needle")).await.unwrap();
+
+    assert_eq!(locations(&matches), [("text.txt", 1)]);
+}
+
+pub async fn long_lines_are_cut_and_offsets_clamped(fs: &dyn Filesystem) {
+    let line = format!("{}needle{}", "x".repeat(3000), "y".repeat(100));
+    put(
+        fs,
+        "f.txt",
+        &format!("{line}\nneedle {}\n", "z".repeat(5000)),
+    )
+    .await;
+
+    let (matches, _) = grep_all(
+        fs,
+        GrepQuery {
+            context_lines: 1,
+            ..query("needle")
+        },
+    )
+    .await
+    .unwrap();
+
+    let [first, second] = &matches[..] else {
+        panic!("{matches:?}");
+    };
+    assert_eq!(first.line, "x".repeat(2048));
+    assert_eq!((first.match_start, first.match_end), (2048, 2048));
+    assert_eq!(first.after[0].line.len(), 2048);
+    assert_eq!(second.line.len(), 2048);
+    assert_eq!((second.match_start, second.match_end), (0, 6));
+    assert_eq!(second.before[0].line, "x".repeat(2048));
+}
+
+pub async fn context_lines_over_the_cap_are_invalid_argument(fs: &dyn Filesystem) {
+    put(fs, "f.txt", "needle\n").await;
+
+    let result = grep_all(
+        fs,
+        GrepQuery {
+            context_lines: 101,
+            ..query("needle")
+        },
+    )
+    .await;
+
+    let err = expect_err(result, "INVALID_ARGUMENT");
+    assert!(err.to_string().contains("at most 100"), "{err}");
+}
+
+pub async fn an_overlong_pattern_is_invalid_pattern(fs: &dyn Filesystem) {
+    put(fs, "f.txt", "needle\n").await;
+
+    let result = grep_all(fs, query(&"a".repeat(64 * 1024 + 1))).await;
+
+    let err = expect_err(result, "INVALID_PATTERN");
+    assert!(
+        err.to_string().len() < 1024,
+        "{} bytes",
+        err.to_string().len()
+    );
+}
+
+pub async fn many_matches_keep_their_lines_and_context(fs: &dyn Filesystem) {
+    // Far more results than one search step gathers before it pauses, in
+    // runs of a thousand lines with and without matches: the numbering and
+    // the context must carry across every pause and every change of pace.
+    let hit = |k: u64| k.is_multiple_of(3) && (k / 1000).is_multiple_of(2);
+    let line = |k: u64| (k, format!("{} {k}", if hit(k) { "hit" } else { "line" }));
+    let text: String = (1..=30_000).map(|k| format!("{}\n", line(k).1)).collect();
+    put(fs, "a.txt", &text).await;
+    put(fs, "b.txt", "hit last\n").await;
+    let hits: Vec<u64> = (1..=30_000).filter(|&k| hit(k)).collect();
+
+    for context in [0u64, 2] {
+        let (matches, summary) = grep_all(
+            fs,
+            GrepQuery {
+                context_lines: context as u32,
+                max_matches: 100_000,
+                ..query("hit")
+            },
+        )
+        .await
+        .unwrap();
+
+        assert_eq!(summary.matches as usize, hits.len() + 1);
+        assert_eq!(matches.len(), hits.len() + 1);
+        let shown = |lines: &[ContextLine]| {
+            lines
+                .iter()
+                .map(|l| (l.line_number, l.line.clone()))
+                .collect::<Vec<_>>()
+        };
+        for (m, &n) in matches.iter().zip(&hits) {
+            assert_eq!((m.line_number, m.line.clone()), line(n));
+            let before: Vec<_> = (n.saturating_sub(context).max(1)..n).map(line).collect();
+            let after: Vec<_> = (n + 1..=(n + context).min(30_000)).map(line).collect();
+            assert_eq!(shown(&m.before), before, "before {n}");
+            assert_eq!(shown(&m.after), after, "after {n}");
+        }
+        assert_eq!(matches[hits.len()].path, p("b.txt"));
+    }
+}
+
+pub async fn wide_context_of_long_lines_is_complete(fs: &dyn Filesystem) {
+    // Twenty lines of 100 KB before a match: more than a search buffer
+    // holds as context. Every line is still shown, cut to 2 KiB.
+    let long = |k: u64| format!("{k:02}{}", "x".repeat(100_000));
+    let text: String = (1..=40)
+        .map(|k| {
+            if k == 30 {
+                "needle\n".to_string()
+            } else {
+                format!("{}\n", long(k))
+            }
+        })
+        .collect();
+    put(fs, "f.txt", &text).await;
+
+    let (matches, _) = grep_all(
+        fs,
+        GrepQuery {
+            context_lines: 20,
+            ..query("needle")
+        },
+    )
+    .await
+    .unwrap();
+
+    let [m] = &matches[..] else {
+        panic!("{} matches", matches.len());
+    };
+    assert_eq!((m.line_number, m.line.as_str()), (30, "needle"));
+    let numbers = |lines: &[ContextLine]| lines.iter().map(|l| l.line_number).collect::<Vec<_>>();
+    assert_eq!(numbers(&m.before), (10..30).collect::<Vec<_>>());
+    assert_eq!(numbers(&m.after), (31..=40).collect::<Vec<_>>());
+    for l in m.before.iter().chain(&m.after) {
+        assert_eq!(
+            l.line,
+            long(l.line_number)[..2048],
+            "line {}",
+            l.line_number
+        );
+    }
+}
+
 pub async fn max_matches_truncates_in_order(fs: &dyn Filesystem) {
     put(fs, "a.txt", "needle 1\nneedle 2\n").await;
     put(fs, "b.txt", "needle 3\nneedle 4\nneedle 5\n").await;

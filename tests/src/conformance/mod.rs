@@ -130,6 +130,8 @@ macro_rules! conformance_suite {
                 binary_file_is_not_text,
                 missing_file_is_file_not_found,
                 multibyte_text_is_replaced_exactly,
+                a_long_diff_is_cut_at_a_line,
+                old_or_new_text_over_the_limit_is_too_large,
             }
             delete {
                 file_is_removed,
@@ -200,6 +202,13 @@ macro_rules! conformance_suite {
                 no_context_by_default,
                 files_with_a_nul_byte_are_skipped,
                 a_nul_byte_far_into_a_file_still_skips_it,
+                a_utf16_file_with_a_byte_order_mark_is_binary_too,
+                a_file_with_an_overlong_line_is_skipped,
+                long_lines_are_cut_and_offsets_clamped,
+                context_lines_over_the_cap_are_invalid_argument,
+                an_overlong_pattern_is_invalid_pattern,
+                many_matches_keep_their_lines_and_context,
+                wide_context_of_long_lines_is_complete,
                 max_matches_truncates_in_order,
                 summary_counts_files_searched_and_matches,
                 invalid_regex_is_invalid_pattern,
