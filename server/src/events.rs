@@ -18,6 +18,7 @@
 //! reports changes made to its root from outside the service as caller
 //! `external`.
 
+use crate::auth::EXTERNAL_CALLER;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -313,7 +314,7 @@ async fn report_external(
                 (ChangeKind::Created, _) => ChangeKind::Created,
                 _ => ChangeKind::Modified,
             };
-            log.append(kind, path, None, m.version, "external");
+            log.append(kind, path, None, m.version, EXTERNAL_CALLER);
         }
         Ok(_) => {}
         Err(wsfs::Error::FileNotFound { .. }) => {
@@ -321,7 +322,7 @@ async fn report_external(
                 last,
                 Some((ChangeKind::Deleted, _) | (ChangeKind::Moved, _))
             ) {
-                log.append(ChangeKind::Deleted, path, None, 0, "external");
+                log.append(ChangeKind::Deleted, path, None, 0, EXTERNAL_CALLER);
             }
         }
         Err(_) => {}

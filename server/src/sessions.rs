@@ -74,29 +74,88 @@ pub struct Session {
     _external: Option<crate::events::ExternalWatcher>,
     /// The directory this session owns and removes with itself.
     owned_dir: Option<PathBuf>,
-    /// When a call last named this session (ms since the Unix epoch).
-    last_used_ms: AtomicU64,
-    /// Streams open on this session, and the most allowed (0: no limit).
-    streams: Arc<AtomicUsize>,
+    /// Its idle clock and its open streams.
+    activity: Arc<Activity>,
+    /// The most streams allowed open at once (0: no limit).
     max_streams: usize,
+    /// Cancelled when the session is deleted or expires, so that its
+    /// streams (Watch above all, which would otherwise wait forever) end
+    /// and release it.
+    closed: tokio_util::sync::CancellationToken,
 }
 
-/// One open stream of a session, released when dropped.
-pub struct StreamPermit(Arc<AtomicUsize>);
+/// What the idle TTL looks at: a session with a working stream open
+/// (ReadBytes, WriteBytes, Grep, Export) is in use, however long ago its
+/// last call started. A Watch only waits for others' work: it neither keeps
+/// its session alive nor outlives it.
+#[derive(Default)]
+struct Activity {
+    /// When a call last named this session or its last working stream
+    /// ended (ms since the Unix epoch).
+    last_used_ms: AtomicU64,
+    /// Streams open on this session, Watch included (the stream quota).
+    streams: AtomicUsize,
+    /// Working streams open on this session.
+    working: AtomicUsize,
+}
+
+impl Activity {
+    fn new() -> Arc<Activity> {
+        let a = Activity::default();
+        a.last_used_ms.store(now_ms(), Ordering::Relaxed);
+        Arc::new(a)
+    }
+
+    /// Idle for longer than `ttl_ms` at `now` (never with a stream open).
+    fn idle_longer_than(&self, ttl_ms: u64, now: u64) -> bool {
+        ttl_ms > 0
+            && self.working.load(Ordering::SeqCst) == 0
+            && now.saturating_sub(self.last_used_ms.load(Ordering::SeqCst)) > ttl_ms
+    }
+}
+
+/// One open stream of a session, released when dropped; the session's
+/// idle clock restarts when its last working stream ends.
+pub struct StreamPermit {
+    activity: Arc<Activity>,
+    working: bool,
+}
 
 impl Drop for StreamPermit {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        let a = &self.activity;
+        if self.working {
+            a.last_used_ms.store(now_ms(), Ordering::SeqCst);
+            a.working.fetch_sub(1, Ordering::SeqCst);
+        }
+        a.streams.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl Session {
-    /// Admits one more stream (ReadBytes, WriteBytes, Grep, Watch, Export)
-    /// or refuses with `QUOTA_EXCEEDED` when the session has its maximum
-    /// open. Hold the permit for as long as the stream lives.
+    /// Admits one more working stream (ReadBytes, WriteBytes, Grep,
+    /// Export) or refuses with `QUOTA_EXCEEDED` when the session has its
+    /// maximum open. Hold the permit for as long as the stream lives: the
+    /// session does not expire meanwhile.
     pub fn open_stream(&self) -> Result<StreamPermit> {
-        let open = self.streams.fetch_add(1, Ordering::SeqCst);
-        let permit = StreamPermit(self.streams.clone());
+        self.admit(true)
+    }
+
+    /// Admits a Watch, which counts against the stream quota but does not
+    /// keep the session from expiring.
+    pub fn open_watch(&self) -> Result<StreamPermit> {
+        self.admit(false)
+    }
+
+    fn admit(&self, working: bool) -> Result<StreamPermit> {
+        let open = self.activity.streams.fetch_add(1, Ordering::SeqCst);
+        if working {
+            self.activity.working.fetch_add(1, Ordering::SeqCst);
+        }
+        let permit = StreamPermit {
+            activity: self.activity.clone(),
+            working,
+        };
         if self.max_streams > 0 && open >= self.max_streams {
             return Err(Error::QuotaExceeded {
                 message: format!(
@@ -106,6 +165,11 @@ impl Session {
             });
         }
         Ok(permit)
+    }
+
+    /// Resolves when the session is deleted or expires.
+    pub async fn closed(&self) {
+        self.closed.cancelled().await
     }
 }
 
@@ -204,6 +268,9 @@ pub struct SessionRegistry {
     /// Creations in flight: they count against `max_sessions` until their
     /// session is inserted or they fail.
     creating: AtomicUsize,
+    /// Cancelled when the server begins to shut down: long-lived streams
+    /// (Watch) end instead of holding the shutdown open.
+    stopping: tokio_util::sync::CancellationToken,
 }
 
 /// One reserved place under `max_sessions`, released when dropped.
@@ -221,7 +288,13 @@ impl SessionRegistry {
             config,
             sessions: RwLock::new(HashMap::new()),
             creating: AtomicUsize::new(0),
+            stopping: tokio_util::sync::CancellationToken::new(),
         }
+    }
+
+    /// Cancelled when the server shuts down.
+    pub fn stopping(&self) -> tokio_util::sync::CancellationToken {
+        self.stopping.clone()
     }
 
     /// A registry holding every DIRECTORY session recorded under the data
@@ -285,9 +358,9 @@ impl SessionRegistry {
             events,
             _external: external,
             owned_dir: Some(session_dir.to_path_buf()),
-            last_used_ms: AtomicU64::new(now_ms()),
-            streams: Arc::new(AtomicUsize::new(0)),
+            activity: Activity::new(),
             max_streams: self.config.max_streams_per_session,
+            closed: tokio_util::sync::CancellationToken::new(),
         });
         self.sessions
             .write()
@@ -311,19 +384,23 @@ impl SessionRegistry {
             .ok_or_else(|| Error::SessionNotFound {
                 session_id: id.to_string(),
             })?;
-        session.last_used_ms.store(now_ms(), Ordering::Relaxed);
+        session
+            .activity
+            .last_used_ms
+            .store(now_ms(), Ordering::SeqCst);
         Ok(session)
     }
 
-    /// Deletes every session idle for longer than its TTL; returns their ids.
+    /// Deletes every session idle for longer than its TTL; returns their
+    /// ids. A session with a stream open is not idle.
     pub async fn expire_idle(&self) -> Vec<String> {
         let now = now_ms();
         let expired: Vec<String> = self
             .list()
             .iter()
             .filter(|s| {
-                let ttl_ms = s.record.idle_ttl_seconds.saturating_mul(1000);
-                ttl_ms > 0 && now.saturating_sub(s.last_used_ms.load(Ordering::Relaxed)) > ttl_ms
+                s.activity
+                    .idle_longer_than(s.record.idle_ttl_seconds.saturating_mul(1000), now)
             })
             .map(|s| s.record.id.clone())
             .collect();
@@ -464,9 +541,9 @@ impl SessionRegistry {
             events,
             _external: external,
             owned_dir,
-            last_used_ms: AtomicU64::new(now_ms()),
-            streams: Arc::new(AtomicUsize::new(0)),
+            activity: Activity::new(),
             max_streams: self.config.max_streams_per_session,
+            closed: tokio_util::sync::CancellationToken::new(),
         });
         self.sessions
             .write()
@@ -487,6 +564,7 @@ impl SessionRegistry {
             .ok_or_else(|| Error::SessionNotFound {
                 session_id: id.to_string(),
             })?;
+        session.closed.cancel();
         let files = count_files(&*session.fs).await;
         if let Some(dir) = session.owned_dir.clone() {
             // The owned directory holds the root only when the session made
