@@ -357,7 +357,9 @@ impl filesystem_server::Filesystem for FilesystemService {
                 allow_missing: r.allow_missing,
                 if_version: r.if_version,
             };
+            let own = s.session.events.own_change(Some(&path));
             let deleted = s.fs.delete(&path, options).await?;
+            drop(own);
             if deleted > 0 {
                 s.record(ChangeKind::Deleted, &path, None, 0);
             }
@@ -702,6 +704,10 @@ impl FilesystemService {
                 create_parents: r.create_parents.unwrap_or(true),
                 if_version: r.if_version,
             };
+            let own = (
+                s.session.events.own_change(Some(&source)),
+                s.session.events.own_change(Some(&destination)),
+            );
             let entries = if method == "Move" {
                 s.fs.rename(&source, &destination, options).await?
             } else {
@@ -712,6 +718,7 @@ impl FilesystemService {
                 }
                 s.fs.copy(&source, &destination, options).await?
             };
+            drop(own);
             let version = s.version_of(&destination).await;
             if method == "Move" {
                 s.record(ChangeKind::Moved, &source, Some(&destination), version);

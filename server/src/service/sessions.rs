@@ -206,7 +206,9 @@ impl sessions_server::Sessions for SessionsService {
         traced("Restore", &r.session_id, "", async {
             admitted?;
             let session = self.registry.get(&r.session_id)?;
+            let own = session.events.own_change(None);
             let restored = session.snapshots.restore(&r.snapshot_id).await?;
+            drop(own);
             // The whole workspace was replaced: every watcher re-reads it.
             session.events.barrier();
             Ok(proto::RestoreResponse {

@@ -363,3 +363,94 @@ async fn reserved_caller_names_are_refused_and_named_callers_do_not_manage_sessi
     client.get_session(&info.id).await.unwrap();
     server.assert_serves_bystander().await;
 }
+
+/// Every event (keep-alives aside) that arrives within `quiet` of the last.
+async fn drain_events(events: &mut Events, quiet: Duration) -> Vec<proto::ChangeEvent> {
+    let mut got = Vec::new();
+    let mut deadline = tokio::time::Instant::now() + quiet;
+    while let Ok(Some(e)) = tokio::time::timeout_at(deadline, events.next()).await {
+        let e = e.expect("the Watch failed");
+        if e.kind() != ChangeKind::Keepalive {
+            got.push(e);
+            deadline = tokio::time::Instant::now() + quiet;
+        }
+    }
+    got
+}
+
+/// Panics unless the events that arrive until a quiet second are exactly
+/// `want`: (kind, path, caller).
+async fn expect_only(events: &mut Events, want: &[(ChangeKind, &str, &str)], after: &str) {
+    let got = drain_events(events, Duration::from_millis(1200)).await;
+    let got: Vec<_> = got
+        .iter()
+        .map(|e| (e.kind(), e.path.as_str(), e.caller.as_str()))
+        .collect();
+    assert_eq!(got, want, "events after {after}");
+}
+
+#[tokio::test]
+async fn the_services_own_tree_changes_are_reported_once_and_never_as_external() {
+    use wsfs::{DeleteOptions, Filesystem, TransferOptions};
+    const FILES: usize = 60;
+    let mut server = Server::start(&[]);
+    let client = server.client().await;
+    let (session, info) = client.create(SessionOptions::directory()).await.unwrap();
+    for i in 0..FILES {
+        session
+            .write_str(&format!("crate/src/m{}/f{i}.rs", i % 6), "fn f() {}\n")
+            .await
+            .unwrap();
+    }
+    let snapshot = client.snapshot(&info.id, "full").await.unwrap();
+    let archive = server.scratch().join("crate.zip");
+    session.export_to(&archive).await.unwrap();
+    // The writes' own filesystem events settle first.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let mut events = watch_everything(&session).await;
+    let p = |s: &str| wsfs_client::parse_path(s).unwrap();
+
+    let options = TransferOptions::default();
+    session
+        .copy(&p("crate"), &p("copy"), options)
+        .await
+        .unwrap();
+    expect_only(
+        &mut events,
+        &[(ChangeKind::Created, "copy", "system")],
+        "Copy",
+    )
+    .await;
+    session
+        .rename(&p("copy"), &p("moved"), options)
+        .await
+        .unwrap();
+    expect_only(
+        &mut events,
+        &[(ChangeKind::Moved, "copy", "system")],
+        "Move",
+    )
+    .await;
+    let recursive = DeleteOptions {
+        recursive: true,
+        ..Default::default()
+    };
+    for dir in ["moved", "crate"] {
+        assert!(session.delete(&p(dir), recursive).await.unwrap() > 0);
+        let want = [(ChangeKind::Deleted, dir, "system")];
+        expect_only(&mut events, &want, "a recursive Delete").await;
+    }
+    // Restore and ImportArchive replace the whole tree: a RESYNC, nothing else.
+    let resync = [(ChangeKind::Resync, "", "")];
+    client.restore(&info.id, &snapshot.id).await.unwrap();
+    expect_only(&mut events, &resync, "Restore").await;
+    session.import_from(&archive).await.unwrap();
+    expect_only(&mut events, &resync, "ImportArchive").await;
+
+    // A change from outside is still reported, once, as external.
+    let root = info.root_path.expect("a DIRECTORY session has a root");
+    std::fs::write(root.join("crate/outside.txt"), "from a container\n").unwrap();
+    let want = [(ChangeKind::Created, "crate/outside.txt", "external")];
+    expect_only(&mut events, &want, "a write from outside").await;
+    server.assert_serves_bystander().await;
+}
