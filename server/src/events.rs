@@ -339,18 +339,36 @@ const EXTERNAL_SETTLE: std::time::Duration = std::time::Duration::from_millis(15
 /// changes to finish before it reports what it saw.
 const OWN_CHANGE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// How often a session that could not get a filesystem watcher (the
+/// inotify instance or watch limit reached) scans its root instead.
+pub const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Set (to anything) to give every session the polling watcher, as if the
+/// inotify limits were reached: for tests of the fallback.
+pub const FORCE_POLL_ENV: &str = "WSFS_TEST_FORCE_POLL_WATCHER";
+
 /// Watches a DIRECTORY session's root for changes made from outside the
 /// service (a container writing into `root_path`). Each changed path is
 /// looked at through the workspace, which bumps its version when its
 /// fingerprint changed; a version the log already holds for that path was
-/// the service's own write and is not reported again. Dropping the watcher
-/// ends its task.
+/// the service's own write and is not reported again. When the platform
+/// watcher cannot be had (Linux allows 128 inotify instances per user by
+/// default), the root is scanned every [`POLL_INTERVAL`] instead and the
+/// log says so: outside changes are never dropped silently. Dropping the
+/// watcher ends its task.
 pub struct ExternalWatcher {
-    _watcher: notify::RecommendedWatcher,
+    _watcher: Watching,
+}
+
+/// Held only to be dropped with the session.
+enum Watching {
+    Native(#[allow(dead_code)] notify::RecommendedWatcher),
+    Polling(#[allow(dead_code)] notify::PollWatcher),
 }
 
 impl ExternalWatcher {
-    /// `None` when there is no runtime or the platform cannot watch.
+    /// `None` when there is no runtime or the root cannot be watched even
+    /// by polling.
     pub fn start(
         root: &std::path::Path,
         fs: std::sync::Arc<dyn wsfs::Filesystem>,
@@ -362,9 +380,9 @@ impl ExternalWatcher {
         let root = std::fs::canonicalize(root).ok()?;
         let (tx, mut rx) =
             tokio::sync::mpsc::unbounded_channel::<(ChangeKind, String, SystemTime)>();
-        let watched_root = root.clone();
-        let mut watcher =
-            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let handler = |tx: tokio::sync::mpsc::UnboundedSender<_>| {
+            let watched_root = root.clone();
+            move |event: notify::Result<notify::Event>| {
                 let Ok(event) = event else { return };
                 let kind = match event.kind {
                     notify::EventKind::Create(_) => ChangeKind::Created,
@@ -380,11 +398,43 @@ impl ExternalWatcher {
                         }
                     }
                 }
+            }
+        };
+        let native = if std::env::var_os(FORCE_POLL_ENV).is_some() {
+            Err(notify::Error::generic("polling forced for a test"))
+        } else {
+            notify::recommended_watcher(handler(tx.clone())).and_then(|mut w| {
+                w.watch(&root, notify::RecursiveMode::Recursive)?;
+                Ok(w)
             })
-            .ok()?;
-        watcher
-            .watch(&root, notify::RecursiveMode::Recursive)
-            .ok()?;
+        };
+        let watcher = match native {
+            Ok(w) => Watching::Native(w),
+            Err(e) => {
+                tracing::warn!(
+                    root = %root.display(),
+                    error = %e,
+                    interval = ?POLL_INTERVAL,
+                    "no filesystem watcher for this session (raise fs.inotify.max_user_instances or max_user_watches): scanning its root for outside changes instead"
+                );
+                // Never through a symlink: a link to '/' would have it scan
+                // the whole machine.
+                let config = notify::Config::default()
+                    .with_poll_interval(POLL_INTERVAL)
+                    .with_follow_symlinks(false);
+                let polling = notify::PollWatcher::new(handler(tx), config).and_then(|mut w| {
+                    w.watch(&root, notify::RecursiveMode::Recursive)?;
+                    Ok(w)
+                });
+                match polling {
+                    Ok(w) => Watching::Polling(w),
+                    Err(e) => {
+                        tracing::error!(root = %root.display(), error = %e, "this session's root cannot be watched at all: outside changes will not be reported");
+                        return None;
+                    }
+                }
+            }
+        };
         runtime.spawn(async move {
             while let Some(first) = rx.recv().await {
                 let mut batch = vec![first];

@@ -381,7 +381,8 @@ async fn drain_events(events: &mut Events, quiet: Duration) -> Vec<proto::Change
 /// Panics unless the events that arrive until a quiet second are exactly
 /// `want`: (kind, path, caller).
 async fn expect_only(events: &mut Events, want: &[(ChangeKind, &str, &str)], after: &str) {
-    let got = drain_events(events, Duration::from_millis(1200)).await;
+    // Longer than a polling session's scan interval.
+    let got = drain_events(events, Duration::from_millis(2500)).await;
     let got: Vec<_> = got
         .iter()
         .map(|e| (e.kind(), e.path.as_str(), e.caller.as_str()))
@@ -452,5 +453,34 @@ async fn the_services_own_tree_changes_are_reported_once_and_never_as_external()
     std::fs::write(root.join("crate/outside.txt"), "from a container\n").unwrap();
     let want = [(ChangeKind::Created, "crate/outside.txt", "external")];
     expect_only(&mut events, &want, "a write from outside").await;
+    server.assert_serves_bystander().await;
+}
+
+#[tokio::test]
+async fn a_session_without_a_filesystem_watcher_still_reports_outside_changes_by_polling() {
+    // As if the inotify instances were used up by earlier sessions.
+    let mut server = Server::start_limited(
+        crate::harness::DEFAULT_ADDRESS_SPACE,
+        &[],
+        &[("WSFS_TEST_FORCE_POLL_WATCHER", "1")],
+    );
+    let client = server.client().await;
+    let (session, info) = client.create(SessionOptions::directory()).await.unwrap();
+    session.write_str("mine.txt", "service\n").await.unwrap();
+    let mut events = watch_everything(&session).await;
+    let root = info.root_path.expect("a DIRECTORY session has a root");
+    std::fs::write(root.join("outside.txt"), "from a container\n").unwrap();
+    let want = [(ChangeKind::Created, "outside.txt", "external")];
+    expect_only(&mut events, &want, "a write from outside, polled").await;
+    std::fs::remove_file(root.join("mine.txt")).unwrap();
+    let want = [(ChangeKind::Deleted, "mine.txt", "external")];
+    expect_only(&mut events, &want, "a delete from outside, polled").await;
+    assert!(
+        server
+            .log()
+            .contains("scanning its root for outside changes"),
+        "the fallback was not logged: {}",
+        server.log_tail()
+    );
     server.assert_serves_bystander().await;
 }
