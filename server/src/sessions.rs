@@ -203,11 +203,28 @@ struct PersistedSession {
     idle_ttl_seconds: u64,
     #[serde(default)]
     layout: Layout,
+    /// A session rooted in an existing directory: that directory's device
+    /// and inode, so that a restart reopens the same directory, not
+    /// whatever its path names by then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    root_identity: Option<RootIdentity>,
+}
+
+/// A directory's identity: its device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootIdentity {
+    pub dev: u64,
+    pub ino: u64,
 }
 
 impl PersistedSession {
-    fn from_record(r: &SessionRecord, root_path: &Path) -> Self {
+    fn from_record(
+        r: &SessionRecord,
+        root_path: &Path,
+        root_identity: Option<RootIdentity>,
+    ) -> Self {
         PersistedSession {
+            root_identity,
             id: r.id.clone(),
             root_path: root_path.to_path_buf(),
             created_at: r.created_at,
@@ -271,6 +288,31 @@ pub struct SessionRegistry {
     /// Cancelled when the server begins to shut down: long-lived streams
     /// (Watch) end instead of holding the shutdown open.
     stopping: tokio_util::sync::CancellationToken,
+    /// Recorded sessions that a restart could not reopen safely (their
+    /// root was replaced or left the allowed roots): listed, refused, and
+    /// deletable, never opened.
+    unavailable: RwLock<HashMap<String, Unavailable>>,
+}
+
+/// A recorded session that is not opened, and why.
+#[derive(Debug, Clone)]
+pub struct Unavailable {
+    pub record: SessionRecord,
+    pub why: String,
+    session_dir: PathBuf,
+}
+
+impl Unavailable {
+    /// What every call naming this session gets.
+    pub fn error(&self) -> Error {
+        Error::PermissionDenied {
+            path: String::new(),
+            message: format!(
+                "session '{}' is unavailable: {}; the server will not open it (delete it with DeleteSession)",
+                self.record.id, self.why
+            ),
+        }
+    }
 }
 
 /// One reserved place under `max_sessions`, released when dropped.
@@ -289,7 +331,30 @@ impl SessionRegistry {
             sessions: RwLock::new(HashMap::new()),
             creating: AtomicUsize::new(0),
             stopping: tokio_util::sync::CancellationToken::new(),
+            unavailable: RwLock::new(HashMap::new()),
         }
+    }
+
+    /// The recorded session `id` that could not be reopened, if it is one.
+    pub fn unavailable(&self, id: &str) -> Option<Unavailable> {
+        self.unavailable
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    /// Every recorded session that could not be reopened.
+    pub fn list_unavailable(&self) -> Vec<Unavailable> {
+        let mut all: Vec<_> = self
+            .unavailable
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        all.sort_by(|a, b| a.record.id.cmp(&b.record.id));
+        all
     }
 
     /// Cancelled when the server shuts down.
@@ -330,20 +395,48 @@ impl SessionRegistry {
             .map_err(|e| Error::internal(format!("no readable {SESSION_FILE}: {e}")))?;
         let persisted: PersistedSession = serde_json::from_slice(&raw)
             .map_err(|e| Error::internal(format!("corrupt {SESSION_FILE}: {e}")))?;
+        let identity = persisted.root_identity;
         let record = persisted.into_record(self.config.max_write_bytes);
         let root = record.root_path.clone().unwrap_or_default();
+        // A root elsewhere is reopened by identity, never through a link,
+        // and only while it is still inside an allowed root.
+        let rooted = root != session_dir.join("root");
+        let held = if rooted {
+            match self.open_rooted(&root, identity) {
+                Ok((fd, _)) => Some(fd),
+                Err(why) => {
+                    let unavailable = Unavailable {
+                        record,
+                        why,
+                        session_dir: session_dir.to_path_buf(),
+                    };
+                    let error = unavailable.error();
+                    self.unavailable
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(unavailable.record.id.clone(), unavailable);
+                    return Err(error);
+                }
+            }
+        } else {
+            None
+        };
         // Uploads in flight when the server stopped are abandoned.
         let staging = session_dir.join("staging");
         let _ = std::fs::remove_dir_all(&staging);
         std::fs::create_dir_all(&staging)
             .map_err(|e| Error::internal(format!("cannot create '{}': {e}", staging.display())))?;
+        let open_root = held.as_ref().map_or_else(|| root.clone(), fd_path);
         let ws = Arc::new(Workspace::new(
-            DirectoryBackend::open(&root, &staging)?,
+            DirectoryBackend::open(&open_root, &staging)?,
             record.limits,
         ));
         ws.set_read_only(record.read_only);
         let snapshots = Arc::new(DirectorySnapshots::new(ws.clone(), session_dir));
         let events = Arc::new(crate::events::EventLog::new(self.config.watch_ring_events));
+        // The watcher only reports, and goes on adding directories by path
+        // after `held` is closed: it watches the root by the path just
+        // checked, component by component, to be that directory.
         let external = crate::events::ExternalWatcher::start(
             &root,
             ws.clone(),
@@ -381,8 +474,11 @@ impl SessionRegistry {
             .unwrap_or_else(|e| e.into_inner())
             .get(id)
             .cloned()
-            .ok_or_else(|| Error::SessionNotFound {
-                session_id: id.to_string(),
+            .ok_or_else(|| match self.unavailable(id) {
+                Some(u) => u.error(),
+                None => Error::SessionNotFound {
+                    session_id: id.to_string(),
+                },
             })?;
         session
             .activity
@@ -469,6 +565,7 @@ impl SessionRegistry {
             Arc<dyn ArchiveTarget>,
             Arc<dyn SnapshotStore>,
         );
+        let mut root_identity = None;
         let ((fs, archive, snapshots), root_path, owned_dir): (Handles, _, _) = match backend {
             BackendKind::Memory => {
                 if spec.root.is_some() {
@@ -484,12 +581,23 @@ impl SessionRegistry {
             }
             BackendKind::Directory => {
                 let session_dir = self.config.data_dir.join("sessions").join(&id);
-                let root = match &spec.root {
-                    Some(r) => self.allowed_root(r)?,
-                    None => session_dir.join("root"),
+                let (root, held) = match &spec.root {
+                    Some(r) => {
+                        let real = self.allowed_root(r)?;
+                        let (fd, identity) = self.open_rooted(&real, None).map_err(|why| {
+                            Error::PermissionDenied {
+                                path: r.display().to_string(),
+                                message: format!("root '{}' cannot be used: {why}", r.display()),
+                            }
+                        })?;
+                        root_identity = Some(identity);
+                        (real, Some(fd))
+                    }
+                    None => (session_dir.join("root"), None),
                 };
+                let open_root = held.as_ref().map_or_else(|| root.clone(), fd_path);
                 let made = create_session_dirs(&session_dir, &root, spec.root.is_none())
-                    .and_then(|_| DirectoryBackend::open(&root, &session_dir.join("staging")));
+                    .and_then(|_| DirectoryBackend::open(&open_root, &session_dir.join("staging")));
                 let backend = match made {
                     Ok(b) => b,
                     Err(e) => {
@@ -519,7 +627,8 @@ impl SessionRegistry {
             layout: spec.layout,
         };
         if let (Some(dir), Some(root)) = (&owned_dir, &record.root_path) {
-            if let Err(e) = write_session_file(dir, &PersistedSession::from_record(&record, root)) {
+            let persisted = PersistedSession::from_record(&record, root, root_identity);
+            if let Err(e) = write_session_file(dir, &persisted) {
                 let _ = std::fs::remove_dir_all(dir);
                 return Err(e);
             }
@@ -556,6 +665,22 @@ impl SessionRegistry {
     /// its workspace held. A directory the session was rooted in (rather
     /// than one it created) is left in place with its files.
     pub async fn delete(&self, id: &str) -> Result<u64> {
+        let gone = self
+            .unavailable
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+        if let Some(gone) = gone {
+            // Its record only: the root it named is not ours to touch.
+            let dir = gone.session_dir;
+            tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir))
+                .await
+                .map_err(|e| Error::internal(format!("removing the session's record failed: {e}")))?
+                .map_err(|e| {
+                    Error::internal(format!("removing the session's record failed: {e}"))
+                })?;
+            return Ok(0);
+        }
         let session = self
             .sessions
             .write()
@@ -577,6 +702,71 @@ impl SessionRegistry {
                 })?;
         }
         Ok(files)
+    }
+
+    /// Opens the directory at `root` (a resolved path) from the allowed root
+    /// that holds it, one component at a time and never through a symlink,
+    /// and checks it is the directory `expected` names, when given. The
+    /// error says why the root cannot be used.
+    fn open_rooted(
+        &self,
+        root: &Path,
+        expected: Option<RootIdentity>,
+    ) -> std::result::Result<(std::os::fd::OwnedFd, RootIdentity), String> {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let (allowed, rest) = self
+            .config
+            .allow_roots
+            .iter()
+            .filter_map(|r| std::fs::canonicalize(r).ok())
+            .find_map(|allowed| {
+                let rest = root.strip_prefix(&allowed).ok()?.to_path_buf();
+                Some((allowed, rest))
+            })
+            .ok_or_else(|| {
+                format!(
+                    "its root '{}' is not inside a directory the server allows (--allow-root)",
+                    root.display()
+                )
+            })?;
+        // The allowed root itself is the operator's, trusted as configured.
+        let mut fd =
+            rustix::fs::open(&allowed, flags & !OFlags::NOFOLLOW, Mode::empty()).map_err(|e| {
+                format!(
+                    "the allowed root '{}' cannot be opened: {e}",
+                    allowed.display()
+                )
+            })?;
+        for component in rest.components() {
+            let std::path::Component::Normal(name) = component else {
+                return Err(format!("its root '{}' is not a plain path", root.display()));
+            };
+            fd = rustix::fs::openat(&fd, name, flags, Mode::empty()).map_err(|e| {
+                format!(
+                    "its root '{}' cannot be opened without following a link: '{}' is {}",
+                    root.display(),
+                    name.to_string_lossy(),
+                    if e == rustix::io::Errno::LOOP || e == rustix::io::Errno::NOTDIR {
+                        "a symlink or not a directory".to_string()
+                    } else {
+                        e.to_string()
+                    }
+                )
+            })?;
+        }
+        let st = rustix::fs::fstat(&fd).map_err(|e| format!("cannot stat its root: {e}"))?;
+        let found = RootIdentity {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        };
+        if expected.is_some_and(|e| e != found) {
+            return Err(format!(
+                "its root '{}' is no longer the directory it was created in (it was replaced)",
+                root.display()
+            ));
+        }
+        Ok((fd, found))
     }
 
     /// Resolves a requested root: it must exist, be a directory, and lie
@@ -612,6 +802,13 @@ impl SessionRegistry {
         }
         Ok(real)
     }
+}
+
+/// A path that opens exactly the directory `fd` holds, with no lookup of
+/// the name it was reached by.
+fn fd_path(fd: &std::os::fd::OwnedFd) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 fn create_session_dirs(session_dir: &Path, root: &Path, own_root: bool) -> Result<()> {

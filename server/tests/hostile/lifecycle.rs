@@ -484,3 +484,144 @@ async fn a_session_without_a_filesystem_watcher_still_reports_outside_changes_by
     );
     server.assert_serves_bystander().await;
 }
+
+/// Every file under `dir` with its contents, for "nothing changed".
+fn tree(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let path = entry.path();
+        if entry.file_type().unwrap().is_dir() {
+            found.extend(tree(&path));
+        } else {
+            found.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+    }
+    found.sort();
+    found
+}
+
+#[tokio::test]
+async fn a_nested_root_swapped_for_a_link_outside_is_never_followed_before_or_after_a_restart() {
+    use wsfs::{DeleteOptions, Filesystem};
+    let mut server = Server::start(&[]);
+    let allowed = server.scratch().join("allowed");
+    let outside = server.scratch().join("outside");
+    std::fs::create_dir_all(allowed.join("a/b")).unwrap();
+    std::fs::create_dir_all(outside.join("deep")).unwrap();
+    std::fs::write(outside.join("secret.txt"), "canary\n").unwrap();
+    std::fs::write(outside.join("deep/keep.txt"), "canary\n").unwrap();
+    let canary = tree(&outside);
+    let allow = [
+        "--allow-root",
+        allowed.to_str().unwrap(),
+        "--shutdown-grace",
+        "1s",
+    ];
+    server.restart(&allow);
+
+    let client = server.client().await;
+    let (a, a_info) = client
+        .create(SessionOptions::directory().root(allowed.join("a")))
+        .await
+        .unwrap();
+    let (b, b_info) = client
+        .create(SessionOptions::directory().root(allowed.join("a/b")))
+        .await
+        .unwrap();
+    b.write_str("mine.txt", "b\n").await.unwrap();
+
+    // A's container swaps B's root for a link to a directory outside.
+    let p = |s: &str| wsfs_client::parse_path(s).unwrap();
+    a.rename(&p("b"), &p("b-old"), Default::default())
+        .await
+        .unwrap();
+    std::os::unix::fs::symlink(&outside, allowed.join("a/b")).unwrap();
+
+    // While running, B keeps its own directory: nothing outside is read.
+    let err = b.read_to_string("secret.txt").await.unwrap_err();
+    assert_refused(&err, Code::NotFound, "FILE_NOT_FOUND");
+    assert_eq!(b.read_to_string("mine.txt").await.unwrap(), "b\n");
+
+    // After a restart B is not reopened through the link.
+    server.restart(&allow);
+    let client = server.client().await;
+    let b = client.session(&b_info.id);
+    let err = b.read_to_string("secret.txt").await.unwrap_err();
+    assert_refused(&err, Code::PermissionDenied, "PERMISSION_DENIED");
+    assert!(err.to_string().contains("unavailable"), "{err}");
+    let err = b.write_str("planted.txt", "x").await.unwrap_err();
+    assert_refused(&err, Code::PermissionDenied, "PERMISSION_DENIED");
+    let recursive = DeleteOptions {
+        recursive: true,
+        ..Default::default()
+    };
+    let err = b.delete(&p("deep"), recursive).await.unwrap_err();
+    assert_refused(&err, Code::PermissionDenied, "PERMISSION_DENIED");
+    let err = client.snapshot(&b_info.id, "x").await.unwrap_err();
+    assert_refused(&err, Code::PermissionDenied, "PERMISSION_DENIED");
+
+    // GetSession and ListSessions show it, and why.
+    let shown = client.get_session(&b_info.id).await.unwrap();
+    let why = shown
+        .labels
+        .get("wsfs.unavailable")
+        .expect("marked unavailable");
+    assert!(why.contains("link") || why.contains("replaced"), "{why}");
+    let listed = client.list_sessions().await.unwrap();
+    assert!(listed
+        .iter()
+        .any(|s| s.id == b_info.id && s.labels.contains_key("wsfs.unavailable")));
+    assert_eq!(tree(&outside), canary, "the directory outside changed");
+
+    // Deleting it removes the record only.
+    client.delete_session(&b_info.id).await.unwrap();
+    let err = client.get_session(&b_info.id).await.unwrap_err();
+    assert_refused(&err, Code::NotFound, "SESSION_NOT_FOUND");
+    assert_eq!(tree(&outside), canary, "the directory outside changed");
+    assert_eq!(
+        std::fs::read_to_string(allowed.join("a/b-old/mine.txt")).unwrap(),
+        "b\n"
+    );
+
+    // A root replaced by another directory of the same name is not the
+    // session's root any more; one outside the allowed roots is refused.
+    let a = client.session(&a_info.id);
+    a.write_str("a.txt", "a\n").await.unwrap();
+    drop(client);
+    std::fs::rename(allowed.join("a"), allowed.join("a-old")).unwrap();
+    std::fs::create_dir(allowed.join("a")).unwrap();
+    server.restart(&allow);
+    let client = server.client().await;
+    let err = client
+        .session(&a_info.id)
+        .read_to_string("a.txt")
+        .await
+        .unwrap_err();
+    assert_refused(&err, Code::PermissionDenied, "PERMISSION_DENIED");
+    assert!(err.to_string().contains("replaced"), "{err}");
+    drop(client);
+    std::fs::remove_dir(allowed.join("a")).unwrap();
+    std::fs::rename(allowed.join("a-old"), allowed.join("a")).unwrap();
+    server.restart(&[]);
+    let client = server.client().await;
+    let err = client
+        .session(&a_info.id)
+        .read_to_string("a.txt")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("--allow-root"), "{err}");
+    // Back in the allowed roots and the same directory: served again.
+    drop(client);
+    server.restart(&allow);
+    let client = server.client().await;
+    assert_eq!(
+        client
+            .session(&a_info.id)
+            .read_to_string("a.txt")
+            .await
+            .unwrap(),
+        "a\n"
+    );
+    server.assert_serves_bystander().await;
+}
