@@ -3,6 +3,7 @@
 use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// The server maximum for one write, unless `--max-write-bytes` says otherwise.
 pub const DEFAULT_SERVER_MAX_WRITE_BYTES: u64 = 4 * 1024 * 1024 * 1024;
@@ -87,6 +88,42 @@ pub struct ServerConfig {
     /// limit.
     #[arg(long, env = "WSFS_DEFAULT_MAX_TOTAL_BYTES", default_value_t = crate::quota::DEFAULT_MAX_TOTAL_BYTES)]
     pub default_max_total_bytes: u64,
+
+    // Connections and shutdown (durations: `500ms`, `10s`, `2m`).
+    /// The most client connections held at once; more wait in the listen
+    /// backlog until one closes. 0: half the open-file limit (raised to
+    /// its hard maximum at start), at least 16.
+    #[arg(long, env = "WSFS_MAX_CONNECTIONS", default_value_t = 0)]
+    pub max_connections: usize,
+
+    /// The most calls one connection may run at once (HTTP/2
+    /// `MAX_CONCURRENT_STREAMS`).
+    #[arg(long, env = "WSFS_MAX_STREAMS_PER_CONNECTION", default_value_t = DEFAULT_MAX_STREAMS_PER_CONNECTION)]
+    pub max_streams_per_connection: u32,
+
+    /// A connection that has not sent its HTTP/2 preface and settings (or,
+    /// with TLS, its hello) within this time is closed.
+    #[arg(long, env = "WSFS_HANDSHAKE_TIMEOUT", value_parser = humantime::parse_duration, default_value = "10s")]
+    pub handshake_timeout: Duration,
+
+    /// A connection with no call running for this long is closed; a client
+    /// reconnects on its next call.
+    #[arg(long, env = "WSFS_IDLE_TIMEOUT", value_parser = humantime::parse_duration, default_value = "5m")]
+    pub idle_timeout: Duration,
+
+    /// How often the server pings each connection (HTTP/2 PING); a peer
+    /// that does not answer within `--keepalive-timeout` is dropped.
+    #[arg(long, env = "WSFS_KEEPALIVE_INTERVAL", value_parser = humantime::parse_duration, default_value = "30s")]
+    pub keepalive_interval: Duration,
+
+    /// How long a ping may go unanswered.
+    #[arg(long, env = "WSFS_KEEPALIVE_TIMEOUT", value_parser = humantime::parse_duration, default_value = "20s")]
+    pub keepalive_timeout: Duration,
+
+    /// On SIGTERM or SIGINT: Watch streams end at once (UNAVAILABLE), other
+    /// calls get this long to finish, then the server exits.
+    #[arg(long, env = "WSFS_SHUTDOWN_GRACE", value_parser = humantime::parse_duration, default_value = "10s")]
+    pub shutdown_grace: Duration,
 }
 
 /// A secret from the command line: shown as `<redacted>` by `{:?}`, so a
@@ -125,6 +162,10 @@ pub const DEFAULT_MAX_SESSIONS: usize = 10_000;
 /// says otherwise.
 pub const DEFAULT_MAX_STREAMS_PER_SESSION: usize = 256;
 
+/// Calls one connection may run at once unless
+/// `--max-streams-per-connection` says otherwise.
+pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 256;
+
 /// The shortest admin token accepted.
 pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 
@@ -153,6 +194,13 @@ impl ServerConfig {
             watch_ring_events: crate::events::DEFAULT_RING_EVENTS,
             watch_keepalive_ms: 15_000,
             default_max_total_bytes: crate::quota::DEFAULT_MAX_TOTAL_BYTES,
+            max_connections: 0,
+            max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(20),
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 
@@ -179,6 +227,23 @@ impl ServerConfig {
         }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err("--tls-cert and --tls-key go together".to_string());
+        }
+        self.validate_connections()
+    }
+
+    fn validate_connections(&self) -> Result<(), String> {
+        if self.max_streams_per_connection == 0 {
+            return Err("--max-streams-per-connection must be at least 1".to_string());
+        }
+        for (flag, d) in [
+            ("--handshake-timeout", self.handshake_timeout),
+            ("--idle-timeout", self.idle_timeout),
+            ("--keepalive-interval", self.keepalive_interval),
+            ("--keepalive-timeout", self.keepalive_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(format!("{flag} must be longer than zero"));
+            }
         }
         Ok(())
     }

@@ -18,6 +18,7 @@
 //! reports changes made to its root from outside the service as caller
 //! `external`.
 
+use crate::auth::EXTERNAL_CALLER;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -71,6 +72,67 @@ pub struct EventLog {
     ring: Mutex<Ring>,
     capacity: usize,
     last_seq: watch::Sender<u64>,
+    own: OwnChanges,
+}
+
+/// How long after one of the service's own whole-subtree changes ends the
+/// filesystem events it caused may still arrive (inotify delivers them
+/// within milliseconds; this leaves room for a loaded machine).
+pub const OWN_CHANGE_SLACK: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How long ended own changes are remembered, and how many at most: past
+/// that, a late filesystem event could at worst be reported once more as
+/// `external`, never a real outside change lost.
+const OWN_CHANGE_MEMORY: std::time::Duration = std::time::Duration::from_secs(10);
+const OWN_CHANGE_MAX: usize = 1024;
+
+/// The service's own changes to whole subtrees (a recursive Delete, a Move
+/// or Copy of a directory, Restore, ImportArchive): the service logs one
+/// event for each, and the filesystem events they cause under the subtree
+/// are not reported again as `external`.
+struct OwnChanges {
+    state: Mutex<OwnState>,
+    /// How many are running; the external watcher waits for none before it
+    /// judges what it saw.
+    running: watch::Sender<usize>,
+}
+
+#[derive(Default)]
+struct OwnState {
+    next_id: u64,
+    /// id, subtree (`None`: the whole workspace), start.
+    running: Vec<(u64, Option<String>, SystemTime)>,
+    /// subtree, start, end.
+    ended: VecDeque<(Option<String>, SystemTime, SystemTime)>,
+}
+
+/// One of the service's own subtree changes, running until dropped.
+pub struct OwnChange<'a> {
+    log: &'a EventLog,
+    id: u64,
+}
+
+impl Drop for OwnChange<'_> {
+    fn drop(&mut self) {
+        let own = &self.log.own;
+        let mut state = own.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = state.running.iter().position(|r| r.0 == self.id) {
+            let (_, subtree, start) = state.running.swap_remove(i);
+            state.ended.push_back((subtree, start, SystemTime::now()));
+            if state.ended.len() > OWN_CHANGE_MAX {
+                state.ended.pop_front();
+            }
+        }
+        own.running.send_replace(state.running.len());
+    }
+}
+
+/// Whether `path` lies in `subtree` (`None`: everywhere).
+fn covers(subtree: Option<&str>, path: &str) -> bool {
+    match subtree {
+        None | Some("") => true,
+        Some(s) => path == s || path.strip_prefix(s).is_some_and(|r| r.starts_with('/')),
+    }
 }
 
 impl EventLog {
@@ -83,7 +145,51 @@ impl EventLog {
             }),
             capacity: capacity.max(1),
             last_seq: watch::channel(0).0,
+            own: OwnChanges {
+                state: Mutex::new(OwnState::default()),
+                running: watch::channel(0).0,
+            },
         }
+    }
+
+    /// Marks the start of one of the service's own changes to `subtree`
+    /// (`None`: the whole workspace); it ends when the guard is dropped.
+    pub fn own_change(&self, subtree: Option<&CanonicalPath>) -> OwnChange<'_> {
+        let mut state = self.own.state.lock().unwrap_or_else(|e| e.into_inner());
+        let id = state.next_id;
+        state.next_id += 1;
+        let subtree = subtree.map(|p| p.as_str().to_string());
+        state.running.push((id, subtree, SystemTime::now()));
+        self.own.running.send_replace(state.running.len());
+        OwnChange { log: self, id }
+    }
+
+    /// Whether a filesystem event about `path`, seen at `seen`, was caused
+    /// by one of the service's own subtree changes.
+    fn caused_by_service(&self, path: &str, seen: SystemTime) -> bool {
+        let now = SystemTime::now();
+        let mut state = self.own.state.lock().unwrap_or_else(|e| e.into_inner());
+        let forget_before = now.checked_sub(OWN_CHANGE_MEMORY).unwrap_or(now);
+        while state.ended.front().is_some_and(|e| e.2 < forget_before) {
+            state.ended.pop_front();
+        }
+        let during =
+            |start: SystemTime, end: SystemTime| start <= seen && seen <= end + OWN_CHANGE_SLACK;
+        state
+            .running
+            .iter()
+            .any(|(_, s, start)| covers(s.as_deref(), path) && during(*start, now))
+            || state
+                .ended
+                .iter()
+                .any(|(s, start, end)| covers(s.as_deref(), path) && during(*start, *end))
+    }
+
+    /// Resolves when none of the service's own subtree changes is running,
+    /// or after `at_most`.
+    async fn own_changes_settled(&self, at_most: std::time::Duration) {
+        let mut running = self.own.running.subscribe();
+        let _ = tokio::time::timeout(at_most, running.wait_for(|n| *n == 0)).await;
     }
 
     fn ring(&self) -> std::sync::MutexGuard<'_, Ring> {
@@ -229,18 +335,40 @@ impl Scope {
 /// commit reaches the log before the watcher compares versions.
 const EXTERNAL_SETTLE: std::time::Duration = std::time::Duration::from_millis(150);
 
+/// The longest the external watcher waits for the service's own subtree
+/// changes to finish before it reports what it saw.
+const OWN_CHANGE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How often a session that could not get a filesystem watcher (the
+/// inotify instance or watch limit reached) scans its root instead.
+pub const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Set (to anything) to give every session the polling watcher, as if the
+/// inotify limits were reached: for tests of the fallback.
+pub const FORCE_POLL_ENV: &str = "WSFS_TEST_FORCE_POLL_WATCHER";
+
 /// Watches a DIRECTORY session's root for changes made from outside the
 /// service (a container writing into `root_path`). Each changed path is
 /// looked at through the workspace, which bumps its version when its
 /// fingerprint changed; a version the log already holds for that path was
-/// the service's own write and is not reported again. Dropping the watcher
-/// ends its task.
+/// the service's own write and is not reported again. When the platform
+/// watcher cannot be had (Linux allows 128 inotify instances per user by
+/// default), the root is scanned every [`POLL_INTERVAL`] instead and the
+/// log says so: outside changes are never dropped silently. Dropping the
+/// watcher ends its task.
 pub struct ExternalWatcher {
-    _watcher: notify::RecommendedWatcher,
+    _watcher: Watching,
+}
+
+/// Held only to be dropped with the session.
+enum Watching {
+    Native(#[allow(dead_code)] notify::RecommendedWatcher),
+    Polling(#[allow(dead_code)] notify::PollWatcher),
 }
 
 impl ExternalWatcher {
-    /// `None` when there is no runtime or the platform cannot watch.
+    /// `None` when there is no runtime or the root cannot be watched even
+    /// by polling.
     pub fn start(
         root: &std::path::Path,
         fs: std::sync::Arc<dyn wsfs::Filesystem>,
@@ -250,10 +378,11 @@ impl ExternalWatcher {
         use notify::Watcher;
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let root = std::fs::canonicalize(root).ok()?;
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(ChangeKind, String)>();
-        let watched_root = root.clone();
-        let mut watcher =
-            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let (tx, mut rx) =
+            tokio::sync::mpsc::unbounded_channel::<(ChangeKind, String, SystemTime)>();
+        let handler = |tx: tokio::sync::mpsc::UnboundedSender<_>| {
+            let watched_root = root.clone();
+            move |event: notify::Result<notify::Event>| {
                 let Ok(event) = event else { return };
                 let kind = match event.kind {
                     notify::EventKind::Create(_) => ChangeKind::Created,
@@ -261,30 +390,73 @@ impl ExternalWatcher {
                     notify::EventKind::Modify(_) => ChangeKind::Modified,
                     _ => return,
                 };
+                let seen = SystemTime::now();
                 for path in event.paths {
                     if let Ok(rel) = path.strip_prefix(&watched_root) {
                         if let Some(rel) = rel.to_str().filter(|r| !r.is_empty()) {
-                            let _ = tx.send((kind, rel.to_string()));
+                            let _ = tx.send((kind, rel.to_string(), seen));
                         }
                     }
                 }
+            }
+        };
+        let native = if std::env::var_os(FORCE_POLL_ENV).is_some() {
+            Err(notify::Error::generic("polling forced for a test"))
+        } else {
+            notify::recommended_watcher(handler(tx.clone())).and_then(|mut w| {
+                w.watch(&root, notify::RecursiveMode::Recursive)?;
+                Ok(w)
             })
-            .ok()?;
-        watcher
-            .watch(&root, notify::RecursiveMode::Recursive)
-            .ok()?;
+        };
+        let watcher = match native {
+            Ok(w) => Watching::Native(w),
+            Err(e) => {
+                tracing::warn!(
+                    root = %root.display(),
+                    error = %e,
+                    interval = ?POLL_INTERVAL,
+                    "no filesystem watcher for this session (raise fs.inotify.max_user_instances or max_user_watches): scanning its root for outside changes instead"
+                );
+                // Never through a symlink: a link to '/' would have it scan
+                // the whole machine.
+                let config = notify::Config::default()
+                    .with_poll_interval(POLL_INTERVAL)
+                    .with_follow_symlinks(false);
+                let polling = notify::PollWatcher::new(handler(tx), config).and_then(|mut w| {
+                    w.watch(&root, notify::RecursiveMode::Recursive)?;
+                    Ok(w)
+                });
+                match polling {
+                    Ok(w) => Watching::Polling(w),
+                    Err(e) => {
+                        tracing::error!(root = %root.display(), error = %e, "this session's root cannot be watched at all: outside changes will not be reported");
+                        return None;
+                    }
+                }
+            }
+        };
         runtime.spawn(async move {
             while let Some(first) = rx.recv().await {
                 let mut batch = vec![first];
                 tokio::time::sleep(EXTERNAL_SETTLE).await;
+                // A subtree change of the service's own still running would
+                // be judged half done: wait for it (bounded).
+                log.own_changes_settled(OWN_CHANGE_WAIT).await;
                 while let Ok(more) = rx.try_recv() {
                     batch.push(more);
                 }
-                let mut seen = std::collections::BTreeMap::new();
-                for (kind, raw) in batch {
-                    seen.entry(raw).or_insert(kind);
+                // Per path: the first kind seen, and when it was last seen.
+                let mut changed = std::collections::BTreeMap::new();
+                for (kind, raw, at) in batch {
+                    changed
+                        .entry(raw)
+                        .and_modify(|(_, last)| *last = at)
+                        .or_insert((kind, at));
                 }
-                for (raw, kind) in seen {
+                for (raw, (kind, at)) in changed {
+                    if log.caused_by_service(&raw, at) {
+                        continue;
+                    }
                     let Ok(path) = CanonicalPath::parse(&raw, &limits) else {
                         continue;
                     };
@@ -313,7 +485,7 @@ async fn report_external(
                 (ChangeKind::Created, _) => ChangeKind::Created,
                 _ => ChangeKind::Modified,
             };
-            log.append(kind, path, None, m.version, "external");
+            log.append(kind, path, None, m.version, EXTERNAL_CALLER);
         }
         Ok(_) => {}
         Err(wsfs::Error::FileNotFound { .. }) => {
@@ -321,7 +493,7 @@ async fn report_external(
                 last,
                 Some((ChangeKind::Deleted, _) | (ChangeKind::Moved, _))
             ) {
-                log.append(ChangeKind::Deleted, path, None, 0, "external");
+                log.append(ChangeKind::Deleted, path, None, 0, EXTERNAL_CALLER);
             }
         }
         Err(_) => {}

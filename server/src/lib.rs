@@ -27,6 +27,7 @@ pub mod workspace;
 pub use limits::SessionLimits;
 pub use workspace::Workspace;
 pub mod config;
+pub mod connections;
 pub mod service;
 pub mod sessions;
 pub mod snapshots;
@@ -41,7 +42,8 @@ use wsfs::proto::{filesystem_server::FilesystemServer, sessions_server::Sessions
 pub use wsfs::MAX_MESSAGE_BYTES;
 
 /// Serves wsfs on `listener` until `shutdown` resolves, then stops
-/// accepting, lets in-flight calls finish, and returns.
+/// accepting, ends every Watch (UNAVAILABLE), gives other calls
+/// `--shutdown-grace` to finish, and returns.
 pub async fn serve(
     config: ServerConfig,
     listener: TcpListener,
@@ -63,7 +65,24 @@ pub async fn serve(
     archive::import::clear_spool(&config.data_dir);
     let data_dir = config.data_dir.clone();
     let auth = auth::Auth::new(config.admin_token.as_ref().map(config::Secret::expose));
+    let max_connections = connections::max_connections(config.max_connections);
+    let timeouts = connections::Timeouts {
+        handshake: config.handshake_timeout,
+        idle: config.idle_timeout,
+    };
+    let grace = config.shutdown_grace;
+    tracing::info!(
+        max_connections,
+        handshake_timeout = ?timeouts.handshake,
+        idle_timeout = ?timeouts.idle,
+        "connection limits"
+    );
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(config.keepalive_interval))
+        .http2_keepalive_timeout(Some(config.keepalive_timeout))
+        .max_concurrent_streams(Some(config.max_streams_per_connection));
     let registry = Arc::new(sessions::SessionRegistry::open(Arc::new(config))?);
+    let stopping = registry.stopping();
     let auth = Arc::new(auth.persisted_under(&data_dir, &registry));
     if auth.tokens_on() && tls.is_none() && !bound.ip().is_loopback() {
         tracing::warn!(%bound, "tokens travel in clear text: pass --tls-cert and --tls-key");
@@ -114,13 +133,22 @@ pub async fn serve(
         .build_v1alpha()
         .map_err(reflection_error)?;
 
-    let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
         builder = builder
             .tls_config(tls)
             .map_err(|e| wsfs::Error::internal(format!("TLS setup failed: {e}")))?;
     }
-    let served = builder
+    // The shutdown signal first ends every Watch, which would otherwise
+    // hold the graceful shutdown open for ever; the grace clock starts then.
+    let signalled = {
+        let stopping = stopping.clone();
+        async move {
+            shutdown.await;
+            stopping.cancel();
+        }
+    };
+    let serving = builder
+        .layer(connections::CallsLayer)
         .layer(service::resets::layer())
         .add_service(health)
         .add_service(reflection_v1)
@@ -128,13 +156,17 @@ pub async fn serve(
         .add_service(filesystem)
         .add_service(sessions)
         .serve_with_incoming_shutdown(
-            // Small frames (a Stat answer, a grep match) must not wait for
-            // Nagle's algorithm: that adds up to 40 ms to a call.
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown,
-        )
-        .await
-        .map_err(|e| wsfs::Error::internal(format!("server failed: {e}")));
+            connections::incoming(listener, max_connections, timeouts),
+            signalled,
+        );
+    let served = tokio::select! {
+        served = serving => served
+            .map_err(|e| wsfs::Error::internal(format!("server failed: {e}"))),
+        () = async { stopping.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(?grace, "calls still running after the shutdown grace: stopping them");
+            Ok(())
+        }
+    };
     reaper.abort();
     served
 }

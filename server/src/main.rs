@@ -21,6 +21,9 @@ async fn main() -> std::process::ExitCode {
         eprintln!("wsfs-server: {why}");
         return std::process::ExitCode::from(2);
     }
+    // Every connection and every DIRECTORY session holds descriptors.
+    let open_files = wsfs_server::connections::raise_open_file_limit();
+    tracing::info!(?open_files, "open-file limit");
     let listener = match tokio::net::TcpListener::bind(config.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -76,5 +79,5 @@ async fn shutdown_signal() {
         _ = ctrl_c => {},
         _ = term => {},
     }
-    tracing::info!("shutdown requested: finishing in-flight calls");
+    tracing::info!("shutdown requested: ending Watch streams, finishing in-flight calls");
 }

@@ -74,29 +74,88 @@ pub struct Session {
     _external: Option<crate::events::ExternalWatcher>,
     /// The directory this session owns and removes with itself.
     owned_dir: Option<PathBuf>,
-    /// When a call last named this session (ms since the Unix epoch).
-    last_used_ms: AtomicU64,
-    /// Streams open on this session, and the most allowed (0: no limit).
-    streams: Arc<AtomicUsize>,
+    /// Its idle clock and its open streams.
+    activity: Arc<Activity>,
+    /// The most streams allowed open at once (0: no limit).
     max_streams: usize,
+    /// Cancelled when the session is deleted or expires, so that its
+    /// streams (Watch above all, which would otherwise wait forever) end
+    /// and release it.
+    closed: tokio_util::sync::CancellationToken,
 }
 
-/// One open stream of a session, released when dropped.
-pub struct StreamPermit(Arc<AtomicUsize>);
+/// What the idle TTL looks at: a session with a working stream open
+/// (ReadBytes, WriteBytes, Grep, Export) is in use, however long ago its
+/// last call started. A Watch only waits for others' work: it neither keeps
+/// its session alive nor outlives it.
+#[derive(Default)]
+struct Activity {
+    /// When a call last named this session or its last working stream
+    /// ended (ms since the Unix epoch).
+    last_used_ms: AtomicU64,
+    /// Streams open on this session, Watch included (the stream quota).
+    streams: AtomicUsize,
+    /// Working streams open on this session.
+    working: AtomicUsize,
+}
+
+impl Activity {
+    fn new() -> Arc<Activity> {
+        let a = Activity::default();
+        a.last_used_ms.store(now_ms(), Ordering::Relaxed);
+        Arc::new(a)
+    }
+
+    /// Idle for longer than `ttl_ms` at `now` (never with a stream open).
+    fn idle_longer_than(&self, ttl_ms: u64, now: u64) -> bool {
+        ttl_ms > 0
+            && self.working.load(Ordering::SeqCst) == 0
+            && now.saturating_sub(self.last_used_ms.load(Ordering::SeqCst)) > ttl_ms
+    }
+}
+
+/// One open stream of a session, released when dropped; the session's
+/// idle clock restarts when its last working stream ends.
+pub struct StreamPermit {
+    activity: Arc<Activity>,
+    working: bool,
+}
 
 impl Drop for StreamPermit {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        let a = &self.activity;
+        if self.working {
+            a.last_used_ms.store(now_ms(), Ordering::SeqCst);
+            a.working.fetch_sub(1, Ordering::SeqCst);
+        }
+        a.streams.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl Session {
-    /// Admits one more stream (ReadBytes, WriteBytes, Grep, Watch, Export)
-    /// or refuses with `QUOTA_EXCEEDED` when the session has its maximum
-    /// open. Hold the permit for as long as the stream lives.
+    /// Admits one more working stream (ReadBytes, WriteBytes, Grep,
+    /// Export) or refuses with `QUOTA_EXCEEDED` when the session has its
+    /// maximum open. Hold the permit for as long as the stream lives: the
+    /// session does not expire meanwhile.
     pub fn open_stream(&self) -> Result<StreamPermit> {
-        let open = self.streams.fetch_add(1, Ordering::SeqCst);
-        let permit = StreamPermit(self.streams.clone());
+        self.admit(true)
+    }
+
+    /// Admits a Watch, which counts against the stream quota but does not
+    /// keep the session from expiring.
+    pub fn open_watch(&self) -> Result<StreamPermit> {
+        self.admit(false)
+    }
+
+    fn admit(&self, working: bool) -> Result<StreamPermit> {
+        let open = self.activity.streams.fetch_add(1, Ordering::SeqCst);
+        if working {
+            self.activity.working.fetch_add(1, Ordering::SeqCst);
+        }
+        let permit = StreamPermit {
+            activity: self.activity.clone(),
+            working,
+        };
         if self.max_streams > 0 && open >= self.max_streams {
             return Err(Error::QuotaExceeded {
                 message: format!(
@@ -106,6 +165,11 @@ impl Session {
             });
         }
         Ok(permit)
+    }
+
+    /// Resolves when the session is deleted or expires.
+    pub async fn closed(&self) {
+        self.closed.cancelled().await
     }
 }
 
@@ -139,11 +203,28 @@ struct PersistedSession {
     idle_ttl_seconds: u64,
     #[serde(default)]
     layout: Layout,
+    /// A session rooted in an existing directory: that directory's device
+    /// and inode, so that a restart reopens the same directory, not
+    /// whatever its path names by then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    root_identity: Option<RootIdentity>,
+}
+
+/// A directory's identity: its device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootIdentity {
+    pub dev: u64,
+    pub ino: u64,
 }
 
 impl PersistedSession {
-    fn from_record(r: &SessionRecord, root_path: &Path) -> Self {
+    fn from_record(
+        r: &SessionRecord,
+        root_path: &Path,
+        root_identity: Option<RootIdentity>,
+    ) -> Self {
         PersistedSession {
+            root_identity,
             id: r.id.clone(),
             root_path: root_path.to_path_buf(),
             created_at: r.created_at,
@@ -204,6 +285,34 @@ pub struct SessionRegistry {
     /// Creations in flight: they count against `max_sessions` until their
     /// session is inserted or they fail.
     creating: AtomicUsize,
+    /// Cancelled when the server begins to shut down: long-lived streams
+    /// (Watch) end instead of holding the shutdown open.
+    stopping: tokio_util::sync::CancellationToken,
+    /// Recorded sessions that a restart could not reopen safely (their
+    /// root was replaced or left the allowed roots): listed, refused, and
+    /// deletable, never opened.
+    unavailable: RwLock<HashMap<String, Unavailable>>,
+}
+
+/// A recorded session that is not opened, and why.
+#[derive(Debug, Clone)]
+pub struct Unavailable {
+    pub record: SessionRecord,
+    pub why: String,
+    session_dir: PathBuf,
+}
+
+impl Unavailable {
+    /// What every call naming this session gets.
+    pub fn error(&self) -> Error {
+        Error::PermissionDenied {
+            path: String::new(),
+            message: format!(
+                "session '{}' is unavailable: {}; the server will not open it (delete it with DeleteSession)",
+                self.record.id, self.why
+            ),
+        }
+    }
 }
 
 /// One reserved place under `max_sessions`, released when dropped.
@@ -221,7 +330,36 @@ impl SessionRegistry {
             config,
             sessions: RwLock::new(HashMap::new()),
             creating: AtomicUsize::new(0),
+            stopping: tokio_util::sync::CancellationToken::new(),
+            unavailable: RwLock::new(HashMap::new()),
         }
+    }
+
+    /// The recorded session `id` that could not be reopened, if it is one.
+    pub fn unavailable(&self, id: &str) -> Option<Unavailable> {
+        self.unavailable
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    /// Every recorded session that could not be reopened.
+    pub fn list_unavailable(&self) -> Vec<Unavailable> {
+        let mut all: Vec<_> = self
+            .unavailable
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        all.sort_by(|a, b| a.record.id.cmp(&b.record.id));
+        all
+    }
+
+    /// Cancelled when the server shuts down.
+    pub fn stopping(&self) -> tokio_util::sync::CancellationToken {
+        self.stopping.clone()
     }
 
     /// A registry holding every DIRECTORY session recorded under the data
@@ -257,15 +395,40 @@ impl SessionRegistry {
             .map_err(|e| Error::internal(format!("no readable {SESSION_FILE}: {e}")))?;
         let persisted: PersistedSession = serde_json::from_slice(&raw)
             .map_err(|e| Error::internal(format!("corrupt {SESSION_FILE}: {e}")))?;
+        let identity = persisted.root_identity;
         let record = persisted.into_record(self.config.max_write_bytes);
         let root = record.root_path.clone().unwrap_or_default();
+        // A root elsewhere is reopened by identity, never through a link,
+        // and only while it is still inside an allowed root.
+        let rooted = root != session_dir.join("root");
+        let held = if rooted {
+            match self.open_rooted(&root, identity) {
+                Ok((fd, _)) => Some(fd),
+                Err(why) => {
+                    let unavailable = Unavailable {
+                        record,
+                        why,
+                        session_dir: session_dir.to_path_buf(),
+                    };
+                    let error = unavailable.error();
+                    self.unavailable
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(unavailable.record.id.clone(), unavailable);
+                    return Err(error);
+                }
+            }
+        } else {
+            None
+        };
         // Uploads in flight when the server stopped are abandoned.
         let staging = session_dir.join("staging");
         let _ = std::fs::remove_dir_all(&staging);
         std::fs::create_dir_all(&staging)
             .map_err(|e| Error::internal(format!("cannot create '{}': {e}", staging.display())))?;
+        let open_root = held.as_ref().map_or_else(|| root.clone(), fd_path);
         let ws = Arc::new(Workspace::new(
-            DirectoryBackend::open(&root, &staging)?,
+            DirectoryBackend::open(&open_root, &staging)?,
             record.limits,
         ));
         ws.set_read_only(record.read_only);
@@ -275,6 +438,9 @@ impl SessionRegistry {
             self.config.default_max_total_bytes,
         ));
         let events = Arc::new(crate::events::EventLog::new(self.config.watch_ring_events));
+        // The watcher only reports, and goes on adding directories by path
+        // after `held` is closed: it watches the root by the path just
+        // checked, component by component, to be that directory.
         let external = crate::events::ExternalWatcher::start(
             &root,
             ws.clone(),
@@ -289,9 +455,9 @@ impl SessionRegistry {
             events,
             _external: external,
             owned_dir: Some(session_dir.to_path_buf()),
-            last_used_ms: AtomicU64::new(now_ms()),
-            streams: Arc::new(AtomicUsize::new(0)),
+            activity: Activity::new(),
             max_streams: self.config.max_streams_per_session,
+            closed: tokio_util::sync::CancellationToken::new(),
         });
         self.sessions
             .write()
@@ -312,22 +478,29 @@ impl SessionRegistry {
             .unwrap_or_else(|e| e.into_inner())
             .get(id)
             .cloned()
-            .ok_or_else(|| Error::SessionNotFound {
-                session_id: id.to_string(),
+            .ok_or_else(|| match self.unavailable(id) {
+                Some(u) => u.error(),
+                None => Error::SessionNotFound {
+                    session_id: id.to_string(),
+                },
             })?;
-        session.last_used_ms.store(now_ms(), Ordering::Relaxed);
+        session
+            .activity
+            .last_used_ms
+            .store(now_ms(), Ordering::SeqCst);
         Ok(session)
     }
 
-    /// Deletes every session idle for longer than its TTL; returns their ids.
+    /// Deletes every session idle for longer than its TTL; returns their
+    /// ids. A session with a stream open is not idle.
     pub async fn expire_idle(&self) -> Vec<String> {
         let now = now_ms();
         let expired: Vec<String> = self
             .list()
             .iter()
             .filter(|s| {
-                let ttl_ms = s.record.idle_ttl_seconds.saturating_mul(1000);
-                ttl_ms > 0 && now.saturating_sub(s.last_used_ms.load(Ordering::Relaxed)) > ttl_ms
+                s.activity
+                    .idle_longer_than(s.record.idle_ttl_seconds.saturating_mul(1000), now)
             })
             .map(|s| s.record.id.clone())
             .collect();
@@ -396,6 +569,7 @@ impl SessionRegistry {
             Arc<dyn ArchiveTarget>,
             Arc<dyn SnapshotStore>,
         );
+        let mut root_identity = None;
         let ((fs, archive, snapshots), root_path, owned_dir): (Handles, _, _) = match backend {
             BackendKind::Memory => {
                 if spec.root.is_some() {
@@ -411,12 +585,23 @@ impl SessionRegistry {
             }
             BackendKind::Directory => {
                 let session_dir = self.config.data_dir.join("sessions").join(&id);
-                let root = match &spec.root {
-                    Some(r) => self.allowed_root(r)?,
-                    None => session_dir.join("root"),
+                let (root, held) = match &spec.root {
+                    Some(r) => {
+                        let real = self.allowed_root(r)?;
+                        let (fd, identity) = self.open_rooted(&real, None).map_err(|why| {
+                            Error::PermissionDenied {
+                                path: r.display().to_string(),
+                                message: format!("root '{}' cannot be used: {why}", r.display()),
+                            }
+                        })?;
+                        root_identity = Some(identity);
+                        (real, Some(fd))
+                    }
+                    None => (session_dir.join("root"), None),
                 };
+                let open_root = held.as_ref().map_or_else(|| root.clone(), fd_path);
                 let made = create_session_dirs(&session_dir, &root, spec.root.is_none())
-                    .and_then(|_| DirectoryBackend::open(&root, &session_dir.join("staging")));
+                    .and_then(|_| DirectoryBackend::open(&open_root, &session_dir.join("staging")));
                 let backend = match made {
                     Ok(b) => b,
                     Err(e) => {
@@ -450,7 +635,8 @@ impl SessionRegistry {
             layout: spec.layout,
         };
         if let (Some(dir), Some(root)) = (&owned_dir, &record.root_path) {
-            if let Err(e) = write_session_file(dir, &PersistedSession::from_record(&record, root)) {
+            let persisted = PersistedSession::from_record(&record, root, root_identity);
+            if let Err(e) = write_session_file(dir, &persisted) {
                 let _ = std::fs::remove_dir_all(dir);
                 return Err(e);
             }
@@ -472,9 +658,9 @@ impl SessionRegistry {
             events,
             _external: external,
             owned_dir,
-            last_used_ms: AtomicU64::new(now_ms()),
-            streams: Arc::new(AtomicUsize::new(0)),
+            activity: Activity::new(),
             max_streams: self.config.max_streams_per_session,
+            closed: tokio_util::sync::CancellationToken::new(),
         });
         self.sessions
             .write()
@@ -487,6 +673,22 @@ impl SessionRegistry {
     /// its workspace held. A directory the session was rooted in (rather
     /// than one it created) is left in place with its files.
     pub async fn delete(&self, id: &str) -> Result<u64> {
+        let gone = self
+            .unavailable
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+        if let Some(gone) = gone {
+            // Its record only: the root it named is not ours to touch.
+            let dir = gone.session_dir;
+            tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir))
+                .await
+                .map_err(|e| Error::internal(format!("removing the session's record failed: {e}")))?
+                .map_err(|e| {
+                    Error::internal(format!("removing the session's record failed: {e}"))
+                })?;
+            return Ok(0);
+        }
         let session = self
             .sessions
             .write()
@@ -495,6 +697,7 @@ impl SessionRegistry {
             .ok_or_else(|| Error::SessionNotFound {
                 session_id: id.to_string(),
             })?;
+        session.closed.cancel();
         let files = count_files(&*session.fs).await;
         if let Some(dir) = session.owned_dir.clone() {
             // The owned directory holds the root only when the session made
@@ -507,6 +710,71 @@ impl SessionRegistry {
                 })?;
         }
         Ok(files)
+    }
+
+    /// Opens the directory at `root` (a resolved path) from the allowed root
+    /// that holds it, one component at a time and never through a symlink,
+    /// and checks it is the directory `expected` names, when given. The
+    /// error says why the root cannot be used.
+    fn open_rooted(
+        &self,
+        root: &Path,
+        expected: Option<RootIdentity>,
+    ) -> std::result::Result<(std::os::fd::OwnedFd, RootIdentity), String> {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let (allowed, rest) = self
+            .config
+            .allow_roots
+            .iter()
+            .filter_map(|r| std::fs::canonicalize(r).ok())
+            .find_map(|allowed| {
+                let rest = root.strip_prefix(&allowed).ok()?.to_path_buf();
+                Some((allowed, rest))
+            })
+            .ok_or_else(|| {
+                format!(
+                    "its root '{}' is not inside a directory the server allows (--allow-root)",
+                    root.display()
+                )
+            })?;
+        // The allowed root itself is the operator's, trusted as configured.
+        let mut fd =
+            rustix::fs::open(&allowed, flags & !OFlags::NOFOLLOW, Mode::empty()).map_err(|e| {
+                format!(
+                    "the allowed root '{}' cannot be opened: {e}",
+                    allowed.display()
+                )
+            })?;
+        for component in rest.components() {
+            let std::path::Component::Normal(name) = component else {
+                return Err(format!("its root '{}' is not a plain path", root.display()));
+            };
+            fd = rustix::fs::openat(&fd, name, flags, Mode::empty()).map_err(|e| {
+                format!(
+                    "its root '{}' cannot be opened without following a link: '{}' is {}",
+                    root.display(),
+                    name.to_string_lossy(),
+                    if e == rustix::io::Errno::LOOP || e == rustix::io::Errno::NOTDIR {
+                        "a symlink or not a directory".to_string()
+                    } else {
+                        e.to_string()
+                    }
+                )
+            })?;
+        }
+        let st = rustix::fs::fstat(&fd).map_err(|e| format!("cannot stat its root: {e}"))?;
+        let found = RootIdentity {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        };
+        if expected.is_some_and(|e| e != found) {
+            return Err(format!(
+                "its root '{}' is no longer the directory it was created in (it was replaced)",
+                root.display()
+            ));
+        }
+        Ok((fd, found))
     }
 
     /// Resolves a requested root: it must exist, be a directory, and lie
@@ -542,6 +810,13 @@ impl SessionRegistry {
         }
         Ok(real)
     }
+}
+
+/// A path that opens exactly the directory `fd` holds, with no lookup of
+/// the name it was reached by.
+fn fd_path(fd: &std::os::fd::OwnedFd) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 fn create_session_dirs(session_dir: &Path, root: &Path, own_root: bool) -> Result<()> {

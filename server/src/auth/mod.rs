@@ -1,7 +1,7 @@
 //! Who is calling, and what they may do.
 //!
 //! - [`Caller`]: a session's system caller, or a named caller
-//!   (`[a-z0-9_-]{1,64}`, never `system` in any case);
+//!   (`[a-z0-9_-]{1,64}`, never `system` or `external` in any case);
 //! - [`tokens::TokenStore`]: bearer tokens, kept only as SHA-256 hashes,
 //!   each naming one session and one caller;
 //! - [`Auth`]: the server's policy, and the one place where a request's
@@ -39,6 +39,13 @@ pub use zones::{Guarded, Layout, Operation};
 /// The metadata key naming the caller when tokens are off.
 pub const CALLER_HEADER: &str = "x-wsfs-caller";
 
+/// The caller of changes made to a DIRECTORY session's root from outside
+/// the service.
+pub const EXTERNAL_CALLER: &str = "external";
+
+/// Names no client may take.
+pub const RESERVED_CALLERS: [&str; 2] = ["system", EXTERNAL_CALLER];
+
 /// Who a call speaks for, inside one session.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Caller {
@@ -49,8 +56,10 @@ pub enum Caller {
 }
 
 impl Caller {
-    /// A named caller; the name must be `[a-z0-9_-]{1,64}` and not `system`
-    /// in any case (the system caller cannot be impersonated).
+    /// A named caller; the name must be `[a-z0-9_-]{1,64}` and not one of
+    /// [`RESERVED_CALLERS`] in any case: neither the system caller nor the
+    /// outside world (events made from outside carry `external`) can be
+    /// impersonated.
     pub fn named(name: &str) -> Result<Caller> {
         let valid_chars = name
             .bytes()
@@ -60,10 +69,13 @@ impl Caller {
                 "caller name '{name}' is invalid: use 1 to 64 of a-z, 0-9, '_' and '-'"
             )));
         }
-        if name.eq_ignore_ascii_case("system") {
-            return Err(Error::invalid_argument(
-                "caller name 'system' is reserved for the session's system caller",
-            ));
+        if let Some(reserved) = RESERVED_CALLERS
+            .iter()
+            .find(|r| name.eq_ignore_ascii_case(r))
+        {
+            return Err(Error::invalid_argument(format!(
+                "caller name '{reserved}' is reserved: 'system' is the session's system caller, 'external' marks changes made from outside the service"
+            )));
         }
         Ok(Caller::Named(name.to_string()))
     }
@@ -227,12 +239,7 @@ impl Auth {
     /// UNAUTHENTICATED, a token of another session PERMISSION_DENIED.
     pub fn filesystem_caller(&self, metadata: &MetadataMap, session_id: &str) -> Result<Caller> {
         if !self.tokens_on() {
-            return match metadata.get(CALLER_HEADER) {
-                None => Ok(Caller::System),
-                Some(v) => Caller::named(v.to_str().map_err(|_| {
-                    Error::invalid_argument(format!("{CALLER_HEADER} must be ASCII"))
-                })?),
-            };
+            return header_caller(metadata);
         }
         let token = bearer(metadata)?;
         if self.is_admin(token) {
@@ -253,9 +260,12 @@ impl Auth {
     }
 
     /// Guards the Sessions service: the admin token, when tokens are on.
+    /// With tokens off the same rule holds: the Sessions service is the
+    /// system caller's, so a call that names another caller with
+    /// `x-wsfs-caller` is refused, as that caller's token would be.
     pub fn require_admin(&self, metadata: &MetadataMap) -> Result<()> {
         if !self.tokens_on() {
-            return Ok(());
+            return only_system_without_tokens(metadata);
         }
         if self.is_admin(bearer(metadata)?) {
             Ok(())
@@ -269,7 +279,7 @@ impl Auth {
     /// Guards IssueToken: the admin token, or `session_id`'s system token.
     pub fn require_admin_or_system(&self, metadata: &MetadataMap, session_id: &str) -> Result<()> {
         if !self.tokens_on() {
-            return Ok(());
+            return only_system_without_tokens(metadata);
         }
         let token = bearer(metadata)?;
         if self.is_admin(token) {
@@ -281,6 +291,31 @@ impl Auth {
                 "issuing a token needs the admin token or the session's system token",
             )),
         }
+    }
+}
+
+/// The caller `x-wsfs-caller` names (tokens off): the system caller when
+/// absent.
+fn header_caller(metadata: &MetadataMap) -> Result<Caller> {
+    match metadata.get(CALLER_HEADER) {
+        None => Ok(Caller::System),
+        Some(v) => Caller::named(
+            v.to_str()
+                .map_err(|_| Error::invalid_argument(format!("{CALLER_HEADER} must be ASCII")))?,
+        ),
+    }
+}
+
+/// Tokens off: only the system caller (no `x-wsfs-caller`) manages sessions.
+fn only_system_without_tokens(metadata: &MetadataMap) -> Result<()> {
+    match header_caller(metadata)? {
+        Caller::System => Ok(()),
+        Caller::Named(name) => Err(Error::PermissionDenied {
+            path: String::new(),
+            message: format!(
+                "caller '{name}' may not use the Sessions service: it is the system caller's (send no {CALLER_HEADER})"
+            ),
+        }),
     }
 }
 
@@ -334,6 +369,8 @@ mod tests {
             "system",
             "SYSTEM",
             "System",
+            "external",
+            "EXTERNAL",
         ] {
             let err = Caller::named(bad).unwrap_err();
             assert_eq!(err.code(), Code::InvalidArgument, "{bad}");

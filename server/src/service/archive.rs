@@ -123,10 +123,12 @@ pub(crate) async fn import(
         .await
         .map_err(|e| Error::internal(format!("checking the archive failed: {e}")))??;
     let (file_count, total_bytes) = (plan.file_count, plan.total_bytes);
+    let own = session.events.own_change(None);
     session
         .archive
         .import_checked(spool.path().to_path_buf(), plan)
         .await?;
+    drop(own);
     // The whole workspace was replaced: every watcher re-reads it.
     session.events.barrier();
     drop(spool);

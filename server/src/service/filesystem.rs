@@ -359,7 +359,9 @@ impl filesystem_server::Filesystem for FilesystemService {
                 allow_missing: r.allow_missing,
                 if_version: r.if_version,
             };
+            let own = s.session.events.own_change(Some(&path));
             let deleted = s.fs.delete(&path, options).await?;
+            drop(own);
             if deleted > 0 {
                 s.record(ChangeKind::Deleted, &path, None, 0);
             }
@@ -553,12 +555,13 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         traced("Watch", &r.session_id, &r.path, async {
             let s = self.session(&metadata, &r.session_id)?;
-            let permit = s.session.open_stream()?;
+            let permit = s.session.open_watch()?;
             crate::search::check_pattern(&r.glob)?;
             let scope = Scope::new(s.path(&r.path)?, r.recursive, &r.glob)?;
             let keepalive =
                 std::time::Duration::from_millis(self.registry.config().watch_keepalive_ms.max(1));
-            let events = watch_stream(s.session, scope, r.since_seq, keepalive, permit);
+            let stopping = self.registry.stopping();
+            let events = watch_stream(s.session, scope, r.since_seq, keepalive, permit, stopping);
             Ok(LoggedStream::new(events, "Watch", &r.session_id, &r.path, |_| 0).boxed())
         })
         .await
@@ -591,13 +594,17 @@ impl filesystem_server::Filesystem for FilesystemService {
 
 /// READY, then the events after the cursor, then live events as they come,
 /// with KEEPALIVE while idle. One producer task per stream; it ends when the
-/// client goes away (the channel's send fails) or the session is dropped.
+/// client goes away (the channel's send fails), with NOT_FOUND
+/// `SESSION_NOT_FOUND` when the session is deleted or expires (releasing
+/// it), and with UNAVAILABLE when the server shuts down (the client resumes
+/// elsewhere or later with `since_seq`).
 fn watch_stream(
     session: Arc<Session>,
     scope: Scope,
     since_seq: u64,
     keepalive: std::time::Duration,
     permit: StreamPermit,
+    stopping: tokio_util::sync::CancellationToken,
 ) -> RpcStream<proto::ChangeEvent> {
     let (tx, rx) = tokio::sync::mpsc::channel(256);
     // Subscribed before READY's seq is read, so no change can slip between.
@@ -654,10 +661,27 @@ fn watch_stream(
                     }
                 }
                 _ = tx.closed() => return,
+                _ = session.closed() => {
+                    let gone = Error::SessionNotFound { session_id: session.record.id.clone() };
+                    let _ = tx.send(Err(gone.to_status())).await;
+                    return;
+                }
+                _ = stopping.cancelled() => {
+                    let _ = tx.send(Err(shutting_down().to_status())).await;
+                    return;
+                }
             }
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx).boxed()
+}
+
+/// Why a Watch ends when the server stops.
+fn shutting_down() -> Error {
+    Error::Unavailable {
+        message: "the server is shutting down: watch again with since_seq to resume without a gap"
+            .to_string(),
+    }
 }
 
 fn context_line(c: wsfs::ContextLine) -> proto::ContextLine {
@@ -683,6 +707,10 @@ impl FilesystemService {
                 create_parents: r.create_parents.unwrap_or(true),
                 if_version: r.if_version,
             };
+            let own = (
+                s.session.events.own_change(Some(&source)),
+                s.session.events.own_change(Some(&destination)),
+            );
             let entries = if method == "Move" {
                 s.fs.rename(&source, &destination, options).await?
             } else {
@@ -693,6 +721,7 @@ impl FilesystemService {
                 }
                 s.fs.copy(&source, &destination, options).await?
             };
+            drop(own);
             let version = s.version_of(&destination).await;
             if method == "Move" {
                 s.record(ChangeKind::Moved, &source, Some(&destination), version);

@@ -2,7 +2,9 @@
 
 use super::{timestamp, traced};
 use crate::auth::{Auth, Caller, Layout};
-use crate::sessions::{BackendKind, Session, SessionRegistry, SessionSpec};
+use crate::sessions::{
+    BackendKind, Session, SessionRecord, SessionRegistry, SessionSpec, Unavailable,
+};
 use crate::snapshots::SnapshotInfo;
 use futures::stream::BoxStream;
 use std::sync::Arc;
@@ -24,7 +26,22 @@ impl SessionsService {
 }
 
 fn session_to_proto(s: &Session) -> proto::Session {
-    let r = &s.record;
+    record_to_proto(&s.record)
+}
+
+/// The label that marks, in GetSession and ListSessions, a recorded session
+/// the server would not reopen; its value says why.
+pub const UNAVAILABLE_LABEL: &str = "wsfs.unavailable";
+
+fn unavailable_to_proto(u: &Unavailable) -> proto::Session {
+    let mut shown = record_to_proto(&u.record);
+    shown
+        .labels
+        .insert(UNAVAILABLE_LABEL.to_string(), u.why.clone());
+    shown
+}
+
+fn record_to_proto(r: &SessionRecord) -> proto::Session {
     proto::Session {
         session_id: r.id.clone(),
         backend: match r.backend {
@@ -141,6 +158,9 @@ impl sessions_server::Sessions for SessionsService {
         let r = request.into_inner();
         traced("GetSession", &r.session_id, "", async {
             admitted?;
+            if let Some(u) = self.registry.unavailable(&r.session_id) {
+                return Ok(unavailable_to_proto(&u));
+            }
             Ok(session_to_proto(&*self.registry.get(&r.session_id)?))
         })
         .await
@@ -159,6 +179,12 @@ impl sessions_server::Sessions for SessionsService {
                     .list()
                     .iter()
                     .map(|s| session_to_proto(s))
+                    .chain(
+                        self.registry
+                            .list_unavailable()
+                            .iter()
+                            .map(unavailable_to_proto),
+                    )
                     .collect(),
             })
         })
@@ -206,7 +232,9 @@ impl sessions_server::Sessions for SessionsService {
         traced("Restore", &r.session_id, "", async {
             admitted?;
             let session = self.registry.get(&r.session_id)?;
+            let own = session.events.own_change(None);
             let restored = session.snapshots.restore(&r.snapshot_id).await?;
+            drop(own);
             // The whole workspace was replaced: every watcher re-reads it.
             session.events.barrier();
             Ok(proto::RestoreResponse {

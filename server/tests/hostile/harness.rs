@@ -46,49 +46,7 @@ impl Server {
     pub fn start_limited(address_space: u64, args: &[&str], env: &[(&str, &str)]) -> Server {
         let data = tempfile::tempdir().expect("temporary data directory");
         let log = data.path().join("server.log");
-        let stderr = std::fs::File::create(&log).expect("server log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_wsfs-server"));
-        command
-            .args(["--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data.path().join("data"))
-            .args(args)
-            .env_remove("WSFS_ADMIN_TOKEN")
-            .env("RUST_LOG", "warn")
-            .env("MALLOC_ARENA_MAX", "2")
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(stderr);
-        // SAFETY: setrlimit is async-signal-safe; nothing else runs between
-        // fork and exec.
-        unsafe {
-            command.pre_exec(move || {
-                let limit = libc::rlimit {
-                    rlim_cur: address_space,
-                    rlim_max: address_space,
-                };
-                if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let mut child = command.spawn().expect("start wsfs-server");
-        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut line = String::new();
-        stdout
-            .read_line(&mut line)
-            .expect("read the server's first line");
-        let addr: std::net::SocketAddr = line
-            .split("listening on ")
-            .nth(1)
-            .and_then(|rest| rest.split(' ').next())
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| {
-                panic!(
-                    "the server did not say where it listens: {line:?}; log: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                )
-            });
+        let (child, addr, stdout) = spawn(data.path(), &log, address_space, args, env);
         Server {
             child,
             url: format!("http://{addr}"),
@@ -214,6 +172,64 @@ impl Server {
     }
 }
 
+/// Starts the binary on `data`'s `data/` directory, logging to `log`.
+fn spawn(
+    data: &Path,
+    log: &Path,
+    address_space: u64,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, std::net::SocketAddr, std::io::BufReader<ChildStdout>) {
+    let stderr = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("server log");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_wsfs-server"));
+    command
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data.join("data"))
+        .args(args)
+        .env_remove("WSFS_ADMIN_TOKEN")
+        .env("RUST_LOG", "warn")
+        .env("MALLOC_ARENA_MAX", "2")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(stderr);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between
+    // fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: address_space,
+                rlim_max: address_space,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().expect("start wsfs-server");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut line = String::new();
+    stdout
+        .read_line(&mut line)
+        .expect("read the server's first line");
+    let addr: std::net::SocketAddr = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "the server did not say where it listens: {line:?}; log: {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            )
+        });
+    (child, addr, stdout)
+}
+
 /// A failing test must not leave its server running.
 impl Drop for Server {
     fn drop(&mut self) {
@@ -233,4 +249,26 @@ pub fn reason(status: &tonic::Status) -> String {
 /// The contract reason of a client error.
 pub fn error_reason(error: &wsfs::Error) -> &'static str {
     error.reason()
+}
+
+impl Server {
+    /// Stops the server (SIGTERM, then SIGKILL) and starts it again on the
+    /// same data directory with `args`: what a restart finds on disk.
+    pub fn restart(&mut self, args: &[&str]) {
+        if self.terminate(Duration::from_secs(10)).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let (child, addr, stdout) = spawn(
+            self.data.path(),
+            &self.log,
+            DEFAULT_ADDRESS_SPACE,
+            args,
+            &[],
+        );
+        self.child = child;
+        self.addr = addr;
+        self.url = format!("http://{addr}");
+        self._stdout = stdout;
+    }
 }
