@@ -1,5 +1,6 @@
 //! Server configuration: flags, each also an environment variable.
 
+pub use crate::durability::Durability;
 use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -80,6 +81,13 @@ pub struct ServerConfig {
     /// Milliseconds an idle Watch stream waits before a KEEPALIVE.
     #[arg(long, env = "WSFS_WATCH_KEEPALIVE_MS", default_value_t = 15_000)]
     pub watch_keepalive_ms: u64,
+
+    /// What an answered change survives: `none` (a crash of the server;
+    /// nothing is fsynced) or `fsync` (a power loss too: data, directory
+    /// entries, snapshots and session records are fsynced before the
+    /// answer). See RELIABILITY.md.
+    #[arg(long, env = "WSFS_DURABILITY", value_enum, default_value_t = Durability::None)]
+    pub durability: Durability,
 }
 
 /// A secret from the command line: shown as `<redacted>` by `{:?}`, so a
@@ -145,6 +153,7 @@ impl ServerConfig {
             tls_key: None,
             watch_ring_events: crate::events::DEFAULT_RING_EVENTS,
             watch_keepalive_ms: 15_000,
+            durability: Durability::None,
         }
     }
 

@@ -184,7 +184,11 @@ impl PersistedSession {
 
 const SESSION_FILE: &str = "session.json";
 
-fn write_session_file(session_dir: &Path, p: &PersistedSession) -> Result<()> {
+fn write_session_file(
+    session_dir: &Path,
+    p: &PersistedSession,
+    durability: crate::durability::Durability,
+) -> Result<()> {
     let io = |e: std::io::Error| {
         Error::internal(format!(
             "cannot record session in '{}': {e}",
@@ -195,7 +199,16 @@ fn write_session_file(session_dir: &Path, p: &PersistedSession) -> Result<()> {
         .map_err(|e| Error::internal(format!("cannot encode session record: {e}")))?;
     let tmp = session_dir.join(format!("{SESSION_FILE}.tmp"));
     std::fs::write(&tmp, json).map_err(io)?;
-    std::fs::rename(&tmp, session_dir.join(SESSION_FILE)).map_err(io)
+    // In `fsync` mode the record, and the whole session directory made
+    // before it (root, seeds, staging), are durable before CreateSession
+    // answers.
+    let dir = std::fs::File::open(session_dir).map_err(io)?;
+    durability.settle_fs(&dir)?;
+    std::fs::rename(&tmp, session_dir.join(SESSION_FILE)).map_err(io)?;
+    if durability.is_fsync() {
+        crate::durability::sync_dir(session_dir)?;
+    }
+    Ok(())
 }
 
 pub struct SessionRegistry {
@@ -259,13 +272,16 @@ impl SessionRegistry {
             .map_err(|e| Error::internal(format!("corrupt {SESSION_FILE}: {e}")))?;
         let record = persisted.into_record(self.config.max_write_bytes);
         let root = record.root_path.clone().unwrap_or_default();
+        // Before staging is emptied: a Restore or Import cut short needs
+        // the files it staged there.
+        crate::journal::recover(session_dir, &root, self.config.durability)?;
         // Uploads in flight when the server stopped are abandoned.
         let staging = session_dir.join("staging");
         let _ = std::fs::remove_dir_all(&staging);
         std::fs::create_dir_all(&staging)
             .map_err(|e| Error::internal(format!("cannot create '{}': {e}", staging.display())))?;
         let ws = Arc::new(Workspace::new(
-            DirectoryBackend::open(&root, &staging)?,
+            DirectoryBackend::open(&root, &staging)?.with_durability(self.config.durability),
             record.limits,
         ));
         ws.set_read_only(record.read_only);
@@ -412,7 +428,8 @@ impl SessionRegistry {
                     None => session_dir.join("root"),
                 };
                 let made = create_session_dirs(&session_dir, &root, spec.root.is_none())
-                    .and_then(|_| DirectoryBackend::open(&root, &session_dir.join("staging")));
+                    .and_then(|_| DirectoryBackend::open(&root, &session_dir.join("staging")))
+                    .map(|b| b.with_durability(self.config.durability));
                 let backend = match made {
                     Ok(b) => b,
                     Err(e) => {
@@ -442,7 +459,8 @@ impl SessionRegistry {
             layout: spec.layout,
         };
         if let (Some(dir), Some(root)) = (&owned_dir, &record.root_path) {
-            if let Err(e) = write_session_file(dir, &PersistedSession::from_record(&record, root)) {
+            let persisted = PersistedSession::from_record(&record, root);
+            if let Err(e) = write_session_file(dir, &persisted, self.config.durability) {
                 let _ = std::fs::remove_dir_all(dir);
                 return Err(e);
             }
@@ -491,12 +509,19 @@ impl SessionRegistry {
         if let Some(dir) = session.owned_dir.clone() {
             // The owned directory holds the root only when the session made
             // it; a root elsewhere is never inside it.
-            tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir))
-                .await
-                .map_err(|e| Error::internal(format!("removing the session's files failed: {e}")))?
-                .map_err(|e| {
-                    Error::internal(format!("removing the session's files failed: {e}"))
-                })?;
+            let durability = self.config.durability;
+            tokio::task::spawn_blocking(move || {
+                std::fs::remove_dir_all(&dir)?;
+                match dir.parent() {
+                    Some(sessions) if durability.is_fsync() => {
+                        std::fs::File::open(sessions)?.sync_all()
+                    }
+                    _ => Ok(()),
+                }
+            })
+            .await
+            .map_err(|e| Error::internal(format!("removing the session's files failed: {e}")))?
+            .map_err(|e| Error::internal(format!("removing the session's files failed: {e}")))?;
         }
         Ok(files)
     }
