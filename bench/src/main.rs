@@ -7,7 +7,9 @@
 //!   more, beside `rg` over the same directory;
 //! - [`bytes`]: ReadBytes and WriteBytes of a 1 GiB file, beside a raw TCP
 //!   loopback copy, and the server's peak memory growth while they run;
-//! - [`small`]: Stat and small Read calls from 16 concurrent callers.
+//! - [`small`]: Stat and small Read calls from 16 concurrent callers;
+//! - [`durability`]: small Writes, a Snapshot and a Restore on a server in
+//!   each `--durability` mode, `fsync` beside `none`.
 //!
 //! The server runs as a child process (`wsfs-server` next to this program)
 //! when it can, so its memory is its own; otherwise in this process; or it
@@ -16,6 +18,7 @@
 
 mod bytes;
 mod corpus;
+mod durability;
 mod grep;
 mod machine;
 mod report;
@@ -34,6 +37,7 @@ enum Which {
     Grep,
     Bytes,
     Small,
+    Durability,
 }
 
 /// Measures wsfs against baselines and prints a results table.
@@ -67,6 +71,11 @@ struct Cli {
     /// 20000, or 2000 with --quick].
     #[arg(long)]
     small_ops: Option<usize>,
+
+    /// Small writes per run of the durability figures [default: 1000, or
+    /// 200 with --quick].
+    #[arg(long)]
+    durability_writes: Option<usize>,
 
     /// The regex for the "few hundred matches" grep figure [default: the
     /// first built-in candidate with 100 to 1000 matches on the corpus].
@@ -102,6 +111,7 @@ struct Settings {
     corpus_bytes: u64,
     size_bytes: u64,
     small_ops: usize,
+    durability_writes: usize,
 }
 
 impl Cli {
@@ -116,11 +126,18 @@ impl Cli {
             small_ops: (pick(self.small_ops.map(|n| n as u64), 20_000, 2_000) as usize)
                 .div_ceil(small::CALLERS)
                 * small::CALLERS,
+            durability_writes: pick(self.durability_writes.map(|n| n as u64), 1000, 200).max(1)
+                as usize,
         }
     }
 }
 
-fn start_server(cli: &Cli, data: &Path, allow: &[PathBuf]) -> Result<Server, String> {
+fn start_server(
+    cli: &Cli,
+    data: &Path,
+    allow: &[PathBuf],
+    durability: wsfs_server::durability::Durability,
+) -> Result<Server, String> {
     if let Some(url) = &cli.server {
         return Ok(Server::external(url.clone()));
     }
@@ -130,14 +147,14 @@ fn start_server(cli: &Cli, data: &Path, allow: &[PathBuf]) -> Result<Server, Str
             .clone()
             .or_else(server::sibling_server_binary)
         {
-            Some(bin) => return Server::spawn(&bin, data, allow),
+            Some(bin) => return Server::spawn(&bin, data, allow, durability),
             None => eprintln!(
                 "no wsfs-server binary next to this program (build it with \
                  `cargo build --release -p wsfs-server`); running the server in this process"
             ),
         }
     }
-    Server::in_process(data, allow)
+    Server::in_process(data, allow, durability)
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
@@ -162,7 +179,12 @@ async fn run(cli: Cli) -> Result<(), String> {
             .iter()
             .filter_map(|c| std::fs::canonicalize(c).ok()),
     );
-    let server = start_server(&cli, &base.join("server-data"), &allow)?;
+    let server = start_server(
+        &cli,
+        &base.join("server-data"),
+        &allow,
+        wsfs_server::durability::Durability::None,
+    )?;
     eprintln!("server: {}", server.description);
     let channel = wire::connect(&server.url).await?;
 
@@ -230,6 +252,24 @@ async fn run(cli: Cli) -> Result<(), String> {
             )
             .await?,
         );
+    }
+    if wants(Which::Durability) {
+        if cli.server.is_some() {
+            notes.push(
+                "durability: skipped, an external server's --durability cannot be chosen here"
+                    .to_string(),
+            );
+        } else {
+            let start = |mode| {
+                let data = base.join(format!("durability-{mode:?}"));
+                start_server(&cli, &data, &allow, mode)
+            };
+            rows.extend(durability::run(start, settings.durability_writes, settings.runs).await?);
+            notes.push(format!(
+                "durability: the server's data directory is on {}",
+                machine::filesystem_of(&base)
+            ));
+        }
     }
     let server_description = server.description.clone();
     drop(channel);
