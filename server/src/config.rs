@@ -217,6 +217,18 @@ mod tests {
     }
 
     #[test]
+    fn durability_is_none_unless_fsync_is_asked_for() {
+        let parse = |args: &[&str]| ServerConfig::try_parse_from([&["wsfs-server"], args].concat());
+        assert_eq!(parse(&[]).unwrap().durability, Durability::None);
+        let fsync = parse(&["--durability", "fsync"]).unwrap();
+        assert_eq!(fsync.durability, Durability::Fsync);
+        let err = parse(&["--durability", "sometimes"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("none") && err.contains("fsync"), "{err}");
+    }
+
+    #[test]
     fn debug_output_hides_the_admin_token() {
         let mut c = config();
         c.admin_token = Some("0123456789abcdef-secret".into());

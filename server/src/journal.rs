@@ -216,3 +216,219 @@ fn holds(path: &Path, expected: Option<&str>) -> Result<bool> {
     }
     Ok(hex(&hasher.finalize()) == expected)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    /// A session directory with `root/` and `staging/`.
+    struct Session {
+        _dir: tempfile::TempDir,
+        dir: PathBuf,
+        root: PathBuf,
+    }
+
+    impl Session {
+        fn new() -> Session {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().to_path_buf();
+            std::fs::create_dir(path.join("root")).unwrap();
+            std::fs::create_dir(path.join("staging")).unwrap();
+            Session {
+                root: path.join("root"),
+                dir: path,
+                _dir: dir,
+            }
+        }
+
+        fn backend(&self) -> DirectoryBackend {
+            DirectoryBackend::open(&self.root, &self.dir.join("staging")).unwrap()
+        }
+
+        fn put(&self, path: &str, data: &str) {
+            let at = self.root.join(path);
+            std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+            std::fs::write(at, data).unwrap();
+        }
+
+        /// Every entry under the root: path -> content (`None`: a directory).
+        fn tree(&self) -> std::collections::BTreeMap<String, Option<String>> {
+            let mut out = std::collections::BTreeMap::new();
+            for entry in walk(&self.root) {
+                let rel = entry.strip_prefix(&self.root).unwrap();
+                let rel = rel.to_str().unwrap().to_string();
+                let data = std::fs::read_to_string(&entry).ok();
+                out.insert(rel, data);
+            }
+            out
+        }
+    }
+
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.push(p.clone());
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    fn stage(b: &DirectoryBackend, data: &str) -> <DirectoryBackend as Backend>::Staged {
+        let mut s = b.stage().unwrap();
+        s.write_chunk(data.as_bytes()).unwrap();
+        s.finish().unwrap();
+        s
+    }
+
+    fn p(s: &str) -> CanonicalPath {
+        CanonicalPath::from_canonical(s)
+    }
+
+    fn sha(data: &str) -> Vec<u8> {
+        Sha256::digest(data.as_bytes()).to_vec()
+    }
+
+    /// Old tree: `keep.txt`, `gone.txt`, `flip` (a file that becomes a
+    /// directory). Target: `keep.txt` rewritten, `flip/in.txt`, `new/a.txt`.
+    fn intent(
+        b: &DirectoryBackend,
+        prune: Prune,
+        hashed: bool,
+    ) -> (Intent, Vec<<DirectoryBackend as Backend>::Staged>) {
+        let files = [
+            ("keep.txt", "new keep\n"),
+            ("flip/in.txt", "in\n"),
+            ("new/a.txt", "a\n"),
+        ];
+        let staged: Vec<_> = files.iter().map(|(_, d)| stage(b, d)).collect();
+        let intent = Intent {
+            operation: "test".into(),
+            prune,
+            dirs: vec!["flip".into(), "new".into()],
+            files: files
+                .iter()
+                .zip(&staged)
+                .map(|((path, data), s)| {
+                    IntentFile::new(&p(path), s, hashed.then(|| sha(data)).as_deref())
+                })
+                .collect(),
+        };
+        (intent, staged)
+    }
+
+    fn old_tree(s: &Session) {
+        s.put("keep.txt", "old keep\n");
+        s.put("gone.txt", "gone\n");
+        s.put("flip", "a file for now\n");
+    }
+
+    fn target() -> std::collections::BTreeMap<String, Option<String>> {
+        [
+            ("flip", None),
+            ("flip/in.txt", Some("in\n")),
+            ("keep.txt", Some("new keep\n")),
+            ("new", None),
+            ("new/a.txt", Some("a\n")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
+        .collect()
+    }
+
+    /// Records the intent and leaves the staged files behind, as a server
+    /// killed right after `begin_intent` would.
+    fn killed_after(
+        b: &DirectoryBackend,
+        intent: &Intent,
+        staged: Vec<<DirectoryBackend as Backend>::Staged>,
+    ) {
+        b.begin_intent(intent).unwrap();
+        // A killed process removes nothing: keep the staged files.
+        std::mem::forget(staged);
+    }
+
+    #[test]
+    fn a_replacement_killed_before_its_first_change_is_completed_at_start() {
+        for prune in [
+            Prune::Everything,
+            Prune::Paths(vec!["gone.txt".into(), "flip".into()]),
+        ] {
+            let s = Session::new();
+            old_tree(&s);
+            let b = s.backend();
+            let (intent, staged) = intent(&b, prune, false);
+            killed_after(&b, &intent, staged);
+            assert!(recover(&s.dir, &s.root, Durability::None).unwrap());
+            assert_eq!(s.tree(), target());
+            assert!(s.backend().pending_intent().unwrap().is_none());
+            // Nothing left to do the second time.
+            assert!(!recover(&s.dir, &s.root, Durability::None).unwrap());
+            assert_eq!(s.tree(), target());
+        }
+    }
+
+    #[test]
+    fn replay_after_part_of_the_steps_reaches_the_same_tree() {
+        let s = Session::new();
+        old_tree(&s);
+        let b = s.backend();
+        let (intent, mut staged) = intent(&b, Prune::Everything, false);
+        b.begin_intent(&intent).unwrap();
+        // Some steps done: `gone.txt` removed, `flip` replaced, `new/a.txt`
+        // committed; `keep.txt` still old.
+        b.remove(&p("gone.txt"), true).unwrap();
+        b.remove(&p("flip"), true).unwrap();
+        b.mkdir(&p("new"), true).unwrap();
+        let put = CommitMode {
+            append: false,
+            create_parents: true,
+        };
+        b.commit(staged.pop().unwrap(), &p("new/a.txt"), put)
+            .unwrap();
+        std::mem::forget(staged);
+        assert!(recover(&s.dir, &s.root, Durability::None).unwrap());
+        assert_eq!(s.tree(), target());
+    }
+
+    #[test]
+    fn an_old_file_swapped_out_under_a_staged_name_is_not_put_back() {
+        let s = Session::new();
+        old_tree(&s);
+        let b = s.backend();
+        let (intent, mut staged) = intent(&b, Prune::Everything, true);
+        b.begin_intent(&intent).unwrap();
+        // `keep.txt` committed by exchange: the staged name now holds the
+        // old content.
+        let put = CommitMode {
+            append: false,
+            create_parents: true,
+        };
+        let keep = staged.remove(0);
+        let (_, displaced) = b.commit_aside(keep, &p("keep.txt"), put).unwrap();
+        std::mem::forget(displaced);
+        std::mem::forget(staged);
+        assert!(recover(&s.dir, &s.root, Durability::None).unwrap());
+        assert_eq!(s.tree(), target());
+    }
+
+    #[test]
+    fn a_corrupt_intent_record_fails_recovery_and_changes_nothing() {
+        let s = Session::new();
+        old_tree(&s);
+        let before = s.tree();
+        std::fs::write(s.dir.join("staging").join("intent.json"), "{ not json").unwrap();
+        let err = recover(&s.dir, &s.root, Durability::None).unwrap_err();
+        assert!(
+            err.to_string().contains("intent record is corrupt"),
+            "{err}"
+        );
+        assert_eq!(s.tree(), before);
+        assert!(s.dir.join("staging").join("intent.json").exists());
+    }
+}
