@@ -428,8 +428,7 @@ impl SessionRegistry {
                     None => session_dir.join("root"),
                 };
                 let made = create_session_dirs(&session_dir, &root, spec.root.is_none())
-                    .and_then(|_| DirectoryBackend::open(&root, &session_dir.join("staging")))
-                    .map(|b| b.with_durability(self.config.durability));
+                    .and_then(|_| DirectoryBackend::open(&root, &session_dir.join("staging")));
                 let backend = match made {
                     Ok(b) => b,
                     Err(e) => {
@@ -439,6 +438,13 @@ impl SessionRegistry {
                 };
                 let ws = Arc::new(Workspace::new(backend, limits));
                 if let Err(e) = populate(&ws, mounts, &seeds, spec.layout).await {
+                    let _ = std::fs::remove_dir_all(&session_dir);
+                    return Err(e);
+                }
+                // Filled without a sync per file, then synced once (the
+                // root may be on another filesystem than the record).
+                ws.backend().set_durability(self.config.durability);
+                if let Err(e) = ws.exclusive(|b| b.settle()).await {
                     let _ = std::fs::remove_dir_all(&session_dir);
                     return Err(e);
                 }

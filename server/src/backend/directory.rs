@@ -125,8 +125,10 @@ pub struct DirectoryBackend {
     next_version: AtomicU64,
     /// Path -> what was last seen there and its version.
     versions: Mutex<BTreeMap<String, Known>>,
-    /// What an answered change must survive.
-    durability: Durability,
+    /// What an answered change must survive: true for `fsync`. Settable
+    /// after opening, so that a new session is filled (mounts, seeds)
+    /// without a sync per file and synced once, with its record.
+    fsync: AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -803,18 +805,27 @@ impl DirectoryBackend {
             cross_device: AtomicBool::new(cross_device),
             next_version: AtomicU64::new(version_floor()),
             versions: Mutex::new(BTreeMap::new()),
-            durability: Durability::None,
+            fsync: AtomicBool::new(false),
         })
     }
 
     /// The same backend, making its changes as durable as `durability` says.
-    pub fn with_durability(mut self, durability: Durability) -> Self {
-        self.durability = durability;
+    pub fn with_durability(self, durability: Durability) -> Self {
+        self.set_durability(durability);
         self
     }
 
+    /// Makes later changes as durable as `durability` says.
+    pub fn set_durability(&self, durability: Durability) {
+        self.fsync.store(durability.is_fsync(), Ordering::SeqCst);
+    }
+
     pub fn durability(&self) -> Durability {
-        self.durability
+        if self.fsync.load(Ordering::SeqCst) {
+            Durability::Fsync
+        } else {
+            Durability::None
+        }
     }
 
     fn versions(&self) -> MutexGuard<'_, BTreeMap<String, Known>> {
@@ -1261,7 +1272,7 @@ impl Backend for DirectoryBackend {
     }
 
     fn settle(&self) -> Result<()> {
-        self.durability.settle_fs(&self.root)
+        self.durability().settle_fs(&self.root)
     }
 
     fn begin_intent(&self, intent: &Intent) -> Result<()> {
@@ -1547,7 +1558,7 @@ impl DirectoryBackend {
                 rustix::fs::fchmod(target, Mode::from_raw_mode(perms))
                     .map_err(|e| fail(e.into()))?;
             }
-            self.durability.settle_file(target)?;
+            self.durability().settle_file(target)?;
             Ok(temp)
         })?;
         let meta = self.record(dir.as_fd(), &name, path)?;
@@ -1919,7 +1930,7 @@ impl DirectoryBackend {
         let fail = |e: std::io::Error| {
             Error::internal(format!("cannot record the intent of a replacement: {e}"))
         };
-        self.durability.settle_fs(&*self.staging)?;
+        self.durability().settle_fs(&*self.staging)?;
         let json = serde_json::to_vec(intent)
             .map_err(|e| Error::internal(format!("cannot encode an intent record: {e}")))?;
         let tmp = CString::new(format!("{TEMP_PREFIX}{INTENT_NAME}")).unwrap_or_default();
