@@ -32,3 +32,20 @@ pub fn describe() -> String {
         });
     format!("{cpus} CPUs{model}, {memory}, kernel {kernel}")
 }
+
+/// The filesystem `path` lives on, as `/proc/self/mounts` says (`ext4
+/// (/dev/sda1) mounted on /`): fsync costs depend on it.
+pub fn filesystem_of(path: &std::path::Path) -> String {
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((f.next()?, f.next()?, f.next()?))
+        })
+        .filter(|(_, on, _)| path.starts_with(on))
+        .max_by_key(|(_, on, _)| on.len())
+        .map_or("an unknown filesystem".to_string(), |(dev, on, kind)| {
+            format!("{kind} ({dev}) mounted on {on}")
+        })
+}

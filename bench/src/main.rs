@@ -12,6 +12,8 @@
 //!   git;
 //! - [`archive`]: ExportArchive, ImportArchive and host mounts beside
 //!   `zip`, `unzip` and `cp -r`.
+//! - [`durability`]: small Writes, a Snapshot and a Restore on a server in
+//!   each `--durability` mode, `fsync` beside `none`.
 //!
 //! Every figure needs its baseline program ([`tools`]): when one is
 //! missing the benchmark names its package and stops before any work.
@@ -24,6 +26,7 @@
 mod archive;
 mod bytes;
 mod corpus;
+mod durability;
 mod grep;
 mod machine;
 mod report;
@@ -47,6 +50,7 @@ enum Which {
     Small,
     Snapshot,
     Archive,
+    Durability,
 }
 
 impl Which {
@@ -57,7 +61,7 @@ impl Which {
             Which::Grep => vec![tools::RG],
             Which::Snapshot => vec![tools::GIT],
             Which::Archive => vec![tools::ZIP, tools::UNZIP],
-            Which::Bytes | Which::Small => Vec::new(),
+            Which::Bytes | Which::Small | Which::Durability => Vec::new(),
         }
     }
 
@@ -110,6 +114,11 @@ struct Cli {
     #[arg(long)]
     tree_mib: Option<u64>,
 
+    /// Small writes per run of the durability figures [default: 1000, or
+    /// 200 with --quick].
+    #[arg(long)]
+    durability_writes: Option<usize>,
+
     /// The regex for the "few hundred matches" grep figure [default: the
     /// first built-in candidate with 100 to 1000 matches on the corpus].
     #[arg(long)]
@@ -146,6 +155,7 @@ struct Settings {
     small_ops: usize,
     tree_files: usize,
     tree_bytes: u64,
+    durability_writes: usize,
 }
 
 /// Each file of the snapshot workspace.
@@ -165,6 +175,8 @@ impl Cli {
                 * small::CALLERS,
             tree_files: pick(self.tree_files.map(|n| n as u64), 10_000, 1_000).max(1) as usize,
             tree_bytes: pick(self.tree_mib, 200, 20) << 20,
+            durability_writes: pick(self.durability_writes.map(|n| n as u64), 1000, 200).max(1)
+                as usize,
         }
     }
 }
@@ -174,7 +186,12 @@ fn failed(what: &str) -> impl FnOnce(wsfs_client::Error) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
-fn start_server(cli: &Cli, data: &Path, allow: &[PathBuf]) -> Result<Server, String> {
+fn start_server(
+    cli: &Cli,
+    data: &Path,
+    allow: &[PathBuf],
+    durability: wsfs_server::durability::Durability,
+) -> Result<Server, String> {
     if let Some(url) = &cli.server {
         return Ok(Server::external(url.clone()));
     }
@@ -184,14 +201,14 @@ fn start_server(cli: &Cli, data: &Path, allow: &[PathBuf]) -> Result<Server, Str
             .clone()
             .or_else(server::sibling_server_binary)
         {
-            Some(bin) => return Server::spawn(&bin, data, allow),
+            Some(bin) => return Server::spawn(&bin, data, allow, durability),
             None => eprintln!(
                 "no wsfs-server binary next to this program (build it with \
                  `cargo build --release -p wsfs-server`); running the server in this process"
             ),
         }
     }
-    Server::in_process(data, allow)
+    Server::in_process(data, allow, durability)
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
@@ -225,7 +242,12 @@ async fn run(cli: Cli) -> Result<(), String> {
             .filter_map(|c| std::fs::canonicalize(c).ok()),
     );
     let server_data = base.join("server-data");
-    let server = start_server(&cli, &server_data, &allow)?;
+    let server = start_server(
+        &cli,
+        &server_data,
+        &allow,
+        wsfs_server::durability::Durability::None,
+    )?;
     eprintln!("server: {}", server.description);
     let channel = wire::connect(&server.url).await?;
 
@@ -327,6 +349,24 @@ async fn run(cli: Cli) -> Result<(), String> {
                 .await?,
             );
             let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+    if wants(Which::Durability) {
+        if cli.server.is_some() {
+            notes.push(
+                "durability: skipped, an external server's --durability cannot be chosen here"
+                    .to_string(),
+            );
+        } else {
+            let start = |mode| {
+                let data = base.join(format!("durability-{mode:?}"));
+                start_server(&cli, &data, &allow, mode)
+            };
+            rows.extend(durability::run(start, settings.durability_writes, settings.runs).await?);
+            notes.push(format!(
+                "durability: the server's data directory is on {}",
+                machine::filesystem_of(&base)
+            ));
         }
     }
     let server_description = server.description.clone();

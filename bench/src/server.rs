@@ -10,6 +10,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use wsfs_server::durability::Durability;
 
 /// The largest write the server accepts; sessions ask for what they need.
 const SERVER_MAX_WRITE_BYTES: u64 = 64 * 1024 * 1024 * 1024;
@@ -38,6 +39,13 @@ pub struct Server {
     running: Running,
 }
 
+/// The `--durability` value naming `mode`.
+fn durability_arg(mode: Durability) -> String {
+    clap::ValueEnum::to_possible_value(&mode)
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_default()
+}
+
 /// Where the server binary is expected: next to this program.
 pub fn sibling_server_binary() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
@@ -50,7 +58,12 @@ impl Server {
     /// under `data_dir` and sessions allowed to root anywhere under the
     /// `allow_roots`. Per-call logging is turned down to warnings so the
     /// figures measure the data path, not the log writer.
-    pub fn spawn(bin: &Path, data_dir: &Path, allow_roots: &[PathBuf]) -> Result<Server, String> {
+    pub fn spawn(
+        bin: &Path,
+        data_dir: &Path,
+        allow_roots: &[PathBuf],
+        durability: Durability,
+    ) -> Result<Server, String> {
         let mut command = Command::new(bin);
         for root in allow_roots {
             command.arg("--allow-root").arg(root);
@@ -62,6 +75,8 @@ impl Server {
             .arg(data_dir)
             .arg("--max-write-bytes")
             .arg(SERVER_MAX_WRITE_BYTES.to_string())
+            .arg("--durability")
+            .arg(durability_arg(durability))
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -100,7 +115,11 @@ impl Server {
 
     /// Runs the server library on its own runtime and threads inside this
     /// process. Its memory cannot be told apart from the client's.
-    pub fn in_process(data_dir: &Path, allow_roots: &[PathBuf]) -> Result<Server, String> {
+    pub fn in_process(
+        data_dir: &Path,
+        allow_roots: &[PathBuf],
+        durability: Durability,
+    ) -> Result<Server, String> {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")
             .map_err(|e| format!("cannot listen on loopback: {e}"))?;
         listener
@@ -112,6 +131,7 @@ impl Server {
         let mut config = wsfs_server::ServerConfig::for_tests(data_dir.to_path_buf());
         config.allow_roots = allow_roots.to_vec();
         config.max_write_bytes = SERVER_MAX_WRITE_BYTES;
+        config.durability = durability;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("wsfs-server".into())

@@ -65,7 +65,7 @@ fn limits(max_write_bytes: u64) -> proto::SessionLimits {
     }
 }
 
-async fn create_directory_session(
+pub async fn create_directory_session(
     channel: &Channel,
     root: Option<&Path>,
     max_write_bytes: u64,

@@ -1,5 +1,6 @@
 //! Server configuration: flags, each also an environment variable.
 
+pub use crate::durability::Durability;
 use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -124,6 +125,13 @@ pub struct ServerConfig {
     /// calls get this long to finish, then the server exits.
     #[arg(long, env = "WSFS_SHUTDOWN_GRACE", value_parser = humantime::parse_duration, default_value = "10s")]
     pub shutdown_grace: Duration,
+
+    /// What an answered change survives: `none` (a crash of the server;
+    /// nothing is fsynced) or `fsync` (a power loss too: data, directory
+    /// entries, snapshots and session records are fsynced before the
+    /// answer). See RELIABILITY.md.
+    #[arg(long, env = "WSFS_DURABILITY", value_enum, default_value_t = Durability::None)]
+    pub durability: Durability,
 }
 
 /// A secret from the command line: shown as `<redacted>` by `{:?}`, so a
@@ -201,6 +209,7 @@ impl ServerConfig {
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(20),
             shutdown_grace: Duration::from_secs(10),
+            durability: Durability::None,
         }
     }
 
@@ -278,6 +287,18 @@ mod tests {
         assert!(c.validate("0.0.0.0:1".parse().unwrap()).is_ok());
         c.admin_token = Some("short".into());
         assert!(c.validate("127.0.0.1:1".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn durability_is_none_unless_fsync_is_asked_for() {
+        let parse = |args: &[&str]| ServerConfig::try_parse_from([&["wsfs-server"], args].concat());
+        assert_eq!(parse(&[]).unwrap().durability, Durability::None);
+        let fsync = parse(&["--durability", "fsync"]).unwrap();
+        assert_eq!(fsync.durability, Durability::Fsync);
+        let err = parse(&["--durability", "sometimes"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("none") && err.contains("fsync"), "{err}");
     }
 
     #[test]

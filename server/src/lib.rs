@@ -14,8 +14,10 @@
 pub mod archive;
 pub mod auth;
 pub mod backend;
+pub mod durability;
 pub mod events;
 pub mod faults;
+pub mod journal;
 pub mod limits;
 pub mod metrics;
 pub mod mounts;

@@ -265,7 +265,11 @@ impl PersistedSession {
 
 const SESSION_FILE: &str = "session.json";
 
-fn write_session_file(session_dir: &Path, p: &PersistedSession) -> Result<()> {
+fn write_session_file(
+    session_dir: &Path,
+    p: &PersistedSession,
+    durability: crate::durability::Durability,
+) -> Result<()> {
     let io = |e: std::io::Error| {
         Error::internal(format!(
             "cannot record session in '{}': {e}",
@@ -276,7 +280,16 @@ fn write_session_file(session_dir: &Path, p: &PersistedSession) -> Result<()> {
         .map_err(|e| Error::internal(format!("cannot encode session record: {e}")))?;
     let tmp = session_dir.join(format!("{SESSION_FILE}.tmp"));
     std::fs::write(&tmp, json).map_err(io)?;
-    std::fs::rename(&tmp, session_dir.join(SESSION_FILE)).map_err(io)
+    // In `fsync` mode the record, and the whole session directory made
+    // before it (root, seeds, staging), are durable before CreateSession
+    // answers.
+    let dir = std::fs::File::open(session_dir).map_err(io)?;
+    durability.settle_fs(&dir)?;
+    std::fs::rename(&tmp, session_dir.join(SESSION_FILE)).map_err(io)?;
+    if durability.is_fsync() {
+        crate::durability::sync_dir(session_dir)?;
+    }
+    Ok(())
 }
 
 pub struct SessionRegistry {
@@ -421,14 +434,17 @@ impl SessionRegistry {
         } else {
             None
         };
+        let open_root = held.as_ref().map_or_else(|| root.clone(), fd_path);
+        // Before staging is emptied: a Restore or Import cut short needs
+        // the files it staged there.
+        crate::journal::recover(session_dir, &open_root, self.config.durability)?;
         // Uploads in flight when the server stopped are abandoned.
         let staging = session_dir.join("staging");
         let _ = std::fs::remove_dir_all(&staging);
         std::fs::create_dir_all(&staging)
             .map_err(|e| Error::internal(format!("cannot create '{}': {e}", staging.display())))?;
-        let open_root = held.as_ref().map_or_else(|| root.clone(), fd_path);
         let ws = Arc::new(Workspace::new(
-            DirectoryBackend::open(&open_root, &staging)?,
+            DirectoryBackend::open(&open_root, &staging)?.with_durability(self.config.durability),
             record.limits,
         ));
         ws.set_read_only(record.read_only);
@@ -614,6 +630,13 @@ impl SessionRegistry {
                     let _ = std::fs::remove_dir_all(&session_dir);
                     return Err(e);
                 }
+                // Filled without a sync per file, then synced once (the
+                // root may be on another filesystem than the record).
+                ws.backend().set_durability(self.config.durability);
+                if let Err(e) = ws.exclusive(|b| b.settle()).await {
+                    let _ = std::fs::remove_dir_all(&session_dir);
+                    return Err(e);
+                }
                 ws.set_read_only(spec.read_only);
                 let snapshots = Arc::new(DirectorySnapshots::new(
                     ws.clone(),
@@ -636,7 +659,7 @@ impl SessionRegistry {
         };
         if let (Some(dir), Some(root)) = (&owned_dir, &record.root_path) {
             let persisted = PersistedSession::from_record(&record, root, root_identity);
-            if let Err(e) = write_session_file(dir, &persisted) {
+            if let Err(e) = write_session_file(dir, &persisted, self.config.durability) {
                 let _ = std::fs::remove_dir_all(dir);
                 return Err(e);
             }
@@ -702,12 +725,19 @@ impl SessionRegistry {
         if let Some(dir) = session.owned_dir.clone() {
             // The owned directory holds the root only when the session made
             // it; a root elsewhere is never inside it.
-            tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir))
-                .await
-                .map_err(|e| Error::internal(format!("removing the session's files failed: {e}")))?
-                .map_err(|e| {
-                    Error::internal(format!("removing the session's files failed: {e}"))
-                })?;
+            let durability = self.config.durability;
+            tokio::task::spawn_blocking(move || {
+                std::fs::remove_dir_all(&dir)?;
+                match dir.parent() {
+                    Some(sessions) if durability.is_fsync() => {
+                        std::fs::File::open(sessions)?.sync_all()
+                    }
+                    _ => Ok(()),
+                }
+            })
+            .await
+            .map_err(|e| Error::internal(format!("removing the session's files failed: {e}")))?
+            .map_err(|e| Error::internal(format!("removing the session's files failed: {e}")))?;
         }
         Ok(files)
     }

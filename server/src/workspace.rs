@@ -5,6 +5,20 @@
 //! their diffs, and the session's write lock that makes check-and-commit
 //! atomic. Uploads are staged outside the lock, so a slow client never
 //! blocks other writers; only the version check and the commit are locked.
+//!
+//! # Mutations own their lock
+//!
+//! Every change to a workspace (a Write's commit, Edit, Delete, Mkdir,
+//! Move, Copy, Restore, Import, and whatever runs through
+//! [`Workspace::exclusive`]) runs through [`Workspace::locked`]: it takes
+//! the session's write lock as an owned guard and moves the guard, with
+//! the work, into the task that does it. The caller's future only awaits
+//! that task. A caller that goes away (a cancelled RPC, a deadline, a
+//! client that hung up) drops its wait, not the lock: the work runs to its
+//! last byte with the lock held, and the next writer starts after it. So a
+//! cancelled call either completes (its answer is lost) or, cancelled
+//! before it took the lock, changes nothing; it never runs beside, and
+//! undoes, a write acknowledged after the cancel.
 
 use crate::backend::{Backend, CommitMode, Content, StagedFile};
 use crate::limits::SessionLimits;
@@ -37,8 +51,9 @@ pub struct Workspace<B: Backend> {
     backend: Arc<B>,
     limits: SessionLimits,
     read_only: std::sync::atomic::AtomicBool,
-    /// Serialises check-and-commit of mutations within the session.
-    writes: tokio::sync::Mutex<()>,
+    /// Serialises check-and-commit of mutations within the session; see
+    /// "Mutations own their lock" above.
+    writes: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl<B: Backend> Workspace<B> {
@@ -47,7 +62,7 @@ impl<B: Backend> Workspace<B> {
             backend: Arc::new(backend),
             limits,
             read_only: std::sync::atomic::AtomicBool::new(false),
-            writes: tokio::sync::Mutex::new(()),
+            writes: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
@@ -70,15 +85,43 @@ impl<B: Backend> Workspace<B> {
     }
 
     /// Runs `f` on the backend holding the session's write lock, so that no
-    /// write made through the service interleaves with it (snapshots and
-    /// restores).
+    /// write made through the service interleaves with it (snapshots,
+    /// restores, imports). The lock stays held until `f` returns, even if
+    /// the caller goes away first.
     pub async fn exclusive<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&B) -> Result<T> + Send + 'static,
     {
-        let _guard = self.writes.lock().await;
-        self.run(f).await
+        let guard = self.writes.clone().lock_owned().await;
+        // One pending point after the lock is taken and before any change:
+        // a caller that went away meanwhile (the transport drops a
+        // cancelled call's future when it is next pending) is dropped here,
+        // with the guard, having changed nothing. Past this point the work
+        // owns the guard and finishes.
+        tokio::task::yield_now().await;
+        run_on(&self.backend, move |b| {
+            let _guard = guard;
+            f(b)
+        })
+        .await
+    }
+
+    /// Runs mutation `f` under the session's write lock, owned by the work
+    /// rather than by the caller (see "Mutations own their lock"), and
+    /// makes its changes as durable as the server's `--durability` asks
+    /// before the lock is let go.
+    async fn locked<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&B) -> Result<T> + Send + 'static,
+    {
+        self.exclusive(move |b| {
+            let out = f(b)?;
+            b.settle()?;
+            Ok(out)
+        })
+        .await
     }
 
     /// Runs a backend call, on the blocking pool when the backend blocks.
@@ -119,10 +162,9 @@ impl<B: Backend> Workspace<B> {
         staged: B::Staged,
         options: WriteOptions,
     ) -> Result<WriteOutcome> {
-        let _guard = self.writes.lock().await;
         let path = path.clone();
         let limits = self.limits;
-        self.run(move |b| {
+        self.locked(move |b| {
             let current = b.metadata(&path)?;
             check_version(&path, current.as_ref(), options.if_version)?;
             if let Some(m) = &current {
@@ -559,10 +601,9 @@ impl<B: Backend> Filesystem for Workspace<B> {
             self.check_size(path, text.len() as u64)?;
         }
         // Read, replace and commit under the lock: no update slips between.
-        let _guard = self.writes.lock().await;
         let limits = self.limits;
         let path = path.clone();
-        self.run(move |b| {
+        self.locked(move |b| {
             let (text, meta) = Self::read_text_for_edit(b, &path, limit)?;
             check_version(&path, Some(&meta), edit.if_version)?;
             let count = text.matches(edit.old_text.as_str()).count() as u64;
@@ -623,9 +664,8 @@ impl<B: Backend> Filesystem for Workspace<B> {
 
     async fn delete(&self, path: &CanonicalPath, options: DeleteOptions) -> Result<u64> {
         self.writable(path)?;
-        let _guard = self.writes.lock().await;
         let path = path.clone();
-        self.run(move |b| {
+        self.locked(move |b| {
             let current = match b.metadata(&path) {
                 Err(Error::NotADirectory { .. }) => None,
                 other => other?,
@@ -644,9 +684,8 @@ impl<B: Backend> Filesystem for Workspace<B> {
 
     async fn mkdir(&self, path: &CanonicalPath, options: MkdirOptions) -> Result<bool> {
         self.writable(path)?;
-        let _guard = self.writes.lock().await;
         let p = path.clone();
-        let created = self.run(move |b| b.mkdir(&p, options.parents)).await?;
+        let created = self.locked(move |b| b.mkdir(&p, options.parents)).await?;
         if !created && !options.exist_ok {
             return Err(Error::AlreadyExists {
                 path: path.as_str().to_string(),
@@ -663,9 +702,8 @@ impl<B: Backend> Filesystem for Workspace<B> {
     ) -> Result<u64> {
         self.writable(source)?;
         self.writable(destination)?;
-        let _guard = self.writes.lock().await;
         let (src, dst) = (source.clone(), destination.clone());
-        self.run(move |b| {
+        self.locked(move |b| {
             if options.if_version.is_some() {
                 let current = b.metadata(&src)?;
                 check_version(&src, current.as_ref(), options.if_version)?;
@@ -682,10 +720,9 @@ impl<B: Backend> Filesystem for Workspace<B> {
         options: TransferOptions,
     ) -> Result<u64> {
         self.writable(destination)?;
-        let _guard = self.writes.lock().await;
         let (src, dst) = (source.clone(), destination.clone());
         let limits = self.limits;
-        self.run(move |b| {
+        self.locked(move |b| {
             if quota::limited(&limits) {
                 let (removed, added) = (quota::usage(b, &dst)?, quota::usage(b, &src)?);
                 quota::check(b, &limits, &dst, removed, added)?;

@@ -18,15 +18,22 @@
 //!   restored and checked again (its garbage collection must not have
 //!   taken what they hold).
 //!
+//! A second loop SIGKILLs Restore and ImportArchive at random moments
+//! (half of them inside the apply step, once its intent record is on
+//! disk): after the restart the workspace is the old tree or the new one,
+//! whole, and the new one when the call had answered.
+//!
 //! Scope: SIGKILL keeps the kernel's page cache, so "acknowledged" means
-//! "handed to the kernel" here. Power loss is not covered: the server does
-//! not fsync file contents, renames or directories.
+//! "handed to the kernel" here. Power loss is not covered by this test:
+//! it runs the server with the default `--durability none`, which does not
+//! fsync file contents, renames or directories.
 //!
 //! It lives in the server package because only a package's own tests are
 //! given its binary (`CARGO_BIN_EXE_wsfs-server`), built by the same cargo
 //! command. `CRASH_LOOPS` (default 5) sets the iterations and `CRASH_SEED` replays a
 //! schedule of operations and kill points (the kill point is a time, so
-//! the exact interleaving still varies). Harness size:
+//! the exact interleaving still varies); `CRASH_REPLACE_LOOPS` (default 6)
+//! sets the kills of the second loop. Harness size:
 //! `CRASH_LOOPS=200 cargo test --release -p wsfs-server --test crash --
 //! --nocapture`.
 
@@ -1004,4 +1011,326 @@ async fn a_version_seen_before_a_crash_is_stale_after_it() {
         );
     }
     assert_eq!(session.read_to_string("a.txt").await.unwrap(), "4\n");
+}
+
+// ---- Restore and ImportArchive cut short ------------------------------
+
+/// Files of the tree a replacement writes: enough that its apply step
+/// (removals, directories, renames) takes a while to kill inside.
+const NEW_FILES: usize = 600;
+
+/// A whole tree: path -> `Some(content)` for a file, `None` for a directory.
+type Tree = BTreeMap<String, Option<Vec<u8>>>;
+
+/// `files` and `empty_dirs`, with every parent directory.
+fn tree_of(files: &[(String, Vec<u8>)], empty_dirs: &[&str]) -> Tree {
+    let mut tree = Tree::new();
+    let add_parents = |tree: &mut Tree, path: &str| {
+        let mut at = 0;
+        while let Some(i) = path[at..].find('/') {
+            tree.insert(path[..at + i].to_string(), None);
+            at += i + 1;
+        }
+    };
+    for (path, data) in files {
+        add_parents(&mut tree, path);
+        tree.insert(path.clone(), Some(data.clone()));
+    }
+    for dir in empty_dirs {
+        add_parents(&mut tree, dir);
+        tree.insert(dir.to_string(), None);
+    }
+    tree
+}
+
+/// The old tree: paths the new one also holds (with other contents), a
+/// file where the new tree has a directory and a directory where it has a
+/// file, and an empty directory.
+fn old_files() -> (Vec<(String, Vec<u8>)>, Vec<&'static str>) {
+    let mut files: Vec<(String, Vec<u8>)> = (0..20)
+        .map(|i| {
+            (
+                format!("d{:02}/f{i:04}.txt", i % 10),
+                format!("old {i}\n").into_bytes(),
+            )
+        })
+        .collect();
+    files.push(("kind".into(), b"old: a file\n".to_vec()));
+    files.push((
+        "flip/inner.txt".into(),
+        b"old: under a directory\n".to_vec(),
+    ));
+    files.push(("old-only/notes.txt".into(), b"old only\n".to_vec()));
+    (files, vec!["old-empty/inner"])
+}
+
+fn new_files() -> (Vec<(String, Vec<u8>)>, Vec<&'static str>) {
+    let mut files: Vec<(String, Vec<u8>)> = (0..NEW_FILES)
+        .map(|i| {
+            (
+                format!("d{:02}/f{i:04}.txt", i % 10),
+                format!("new {i}\n").repeat(1 + i % 50).into_bytes(),
+            )
+        })
+        .collect();
+    files.push(("kind/now-a-directory.txt".into(), b"new\n".to_vec()));
+    files.push(("flip".into(), b"new: a file\n".to_vec()));
+    (files, vec!["new-empty"])
+}
+
+/// The archive ExportArchive makes of `files` and `dirs`.
+async fn archive_of(
+    client: &Client,
+    (files, dirs): (Vec<(String, Vec<u8>)>, Vec<&str>),
+) -> Vec<u8> {
+    let mut options = SessionOptions::memory();
+    for (path, data) in files {
+        options = options.seed_file(path, data);
+    }
+    let (donor, info) = client.create(options).await.unwrap();
+    for dir in dirs {
+        donor
+            .mkdir(
+                &parse_path(dir).unwrap(),
+                wsfs_client::MkdirOptions {
+                    parents: true,
+                    exist_ok: false,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let mut out = Vec::new();
+    donor.export_to_writer(&mut out, None).await.unwrap();
+    client.delete_session(&info.id).await.unwrap();
+    out
+}
+
+/// The workspace as it is on disk; no temporary entry may show.
+fn tree_on_disk(dir: &Path, prefix: &str, out: &mut Tree) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        assert!(
+            !name.starts_with(TEMP_PREFIX),
+            "a temporary entry '{prefix}{name}' is visible in the workspace root"
+        );
+        let path = format!("{prefix}{name}");
+        if entry.file_type().unwrap().is_dir() {
+            out.insert(path.clone(), None);
+            tree_on_disk(&entry.path(), &format!("{path}/"), out);
+        } else {
+            out.insert(path, Some(std::fs::read(entry.path()).unwrap()));
+        }
+    }
+}
+
+/// What differs between two trees, briefly.
+fn difference(now: &Tree, expected: &Tree) -> String {
+    let missing = expected.keys().filter(|k| !now.contains_key(*k)).count();
+    let extra = now.keys().filter(|k| !expected.contains_key(*k)).count();
+    let changed = now
+        .iter()
+        .filter(|(k, v)| expected.get(*k).is_some_and(|e| e != *v))
+        .count();
+    format!("{missing} missing, {extra} extra, {changed} different")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Replacement {
+    Restore,
+    Import,
+}
+
+/// Starts `op` on the session and resolves when it answers.
+fn replacement(
+    client: &Client,
+    id: &str,
+    op: Replacement,
+    snapshot: &str,
+    archive: &[u8],
+) -> tokio::task::JoinHandle<wsfs::Result<()>> {
+    let (client, id, snapshot, archive) = (
+        client.clone(),
+        id.to_string(),
+        snapshot.to_string(),
+        archive.to_vec(),
+    );
+    tokio::spawn(async move {
+        match op {
+            Replacement::Restore => client.restore(&id, &snapshot).await.map(drop),
+            Replacement::Import => client
+                .session(&id)
+                .import_from_reader(std::io::Cursor::new(archive))
+                .await
+                .map(drop),
+        }
+    })
+}
+
+/// Waits for the intent record of a replacement to appear (its apply step
+/// has begun), or for `deadline`, or for `call` to finish.
+async fn intent_appears<T>(
+    staging: &Path,
+    deadline: Instant,
+    call: &tokio::task::JoinHandle<T>,
+) -> bool {
+    while Instant::now() < deadline && !call.is_finished() {
+        if staging.join("intent.json").exists() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    false
+}
+
+/// Restore and ImportArchive on a DIRECTORY session, SIGKILLed at random
+/// moments (half of them uniformly over the call, half inside its apply
+/// step, after its intent record appeared), then restarted: the workspace
+/// is the old tree or the new one, whole, never a mix; the new one when the
+/// call had answered. `CRASH_REPLACE_LOOPS` (default 6) sets the kills;
+/// `CRASH_SEED` replays the schedule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_or_import_killed_part_way_leaves_the_old_tree_or_the_new() {
+    let loops: usize = env("CRASH_REPLACE_LOOPS", 6);
+    let default_seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let seed: u64 = env("CRASH_SEED", default_seed);
+    println!("crash: {loops} replacements killed, CRASH_SEED={seed}");
+    let mut rng = Rng(seed);
+    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data_dir = scratch.path().join("data");
+    let log = scratch.path().join("server.log");
+    let mut server = Server::start(&data_dir, &log);
+    let client = Client::connect(&server.url).await.unwrap();
+    let (old_archive, new_archive) = (
+        archive_of(&client, old_files()).await,
+        archive_of(&client, new_files()).await,
+    );
+    let (old, new) = {
+        let ((of, od), (nf, nd)) = (old_files(), new_files());
+        (tree_of(&of, &od), tree_of(&nf, &nd))
+    };
+    let (session, info) = client.create(SessionOptions::directory()).await.unwrap();
+    let id = info.id.clone();
+    let root = info.root_path.expect("a DIRECTORY session has a root");
+    let staging = data_dir.join("sessions").join(&id).join("staging");
+    session
+        .import_from_reader(std::io::Cursor::new(new_archive.clone()))
+        .await
+        .unwrap();
+    let snapshot = client.snapshot(&id, "new").await.unwrap().id;
+
+    // How long each call takes, and when its apply step begins.
+    let mut timing = BTreeMap::new();
+    for op in [Replacement::Restore, Replacement::Import] {
+        session
+            .import_from_reader(std::io::Cursor::new(old_archive.clone()))
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let call = replacement(&client, &id, op, &snapshot, &new_archive);
+        let recorded = intent_appears(&staging, started + Duration::from_secs(120), &call).await;
+        let applying = started.elapsed();
+        call.await.unwrap().unwrap();
+        let total = started.elapsed();
+        // With no record to see, the second half of the call stands in
+        // for its apply step.
+        let applying = if recorded { applying } else { total / 2 };
+        let mut now = Tree::new();
+        tree_on_disk(&root, "", &mut now);
+        assert!(
+            now == new,
+            "{op:?} without a kill: {}",
+            difference(&now, &new)
+        );
+        println!(
+            "crash: {op:?} takes {} ms, its apply step from {} ms",
+            total.as_millis(),
+            applying.as_millis()
+        );
+        timing.insert(format!("{op:?}"), (applying, total));
+    }
+
+    let (mut ended_old, mut ended_new, mut recovered) = (0, 0, 0);
+    for iteration in 0..loops {
+        let client = Client::connect(&server.url).await.unwrap();
+        client
+            .session(&id)
+            .import_from_reader(std::io::Cursor::new(old_archive.clone()))
+            .await
+            .unwrap();
+        let op = if rng.below(2) == 0 {
+            Replacement::Restore
+        } else {
+            Replacement::Import
+        };
+        let (applying, total) = timing[&format!("{op:?}")];
+        let in_apply = iteration % 2 == 1;
+        let started = Instant::now();
+        let call = replacement(&client, &id, op, &snapshot, &new_archive);
+        if in_apply {
+            // Somewhere in the apply step (or just after it).
+            let span = (total - applying).as_micros() as u64 + 1;
+            // Calls after a restart run slower than the calibration (cold
+            // caches): wait for the record itself.
+            intent_appears(&staging, started + Duration::from_secs(30), &call).await;
+            tokio::time::sleep(Duration::from_micros(rng.below(span))).await;
+        } else {
+            let span = total.as_micros() as u64 * 6 / 5 + 1;
+            tokio::time::sleep(Duration::from_micros(rng.below(span))).await;
+        }
+        let killed_at = started.elapsed();
+        server.kill();
+        let intent_left = staging.join("intent.json").exists();
+        let answered = matches!(
+            tokio::time::timeout(Duration::from_secs(60), call).await,
+            Ok(Ok(Ok(())))
+        );
+        recovered += intent_left as usize;
+
+        server = Server::start(&data_dir, &log);
+        let client = Client::connect(&server.url).await.unwrap();
+        let listed = client.list_sessions().await.unwrap();
+        assert!(
+            listed.iter().any(|s| s.id == id),
+            "iteration {iteration}: the session is not served after the restart (CRASH_SEED={seed})"
+        );
+        let mut now = Tree::new();
+        tree_on_disk(&root, "", &mut now);
+        let what = format!(
+            "iteration {iteration}: {op:?} killed at {} ms (intent record {}), answered: {answered}",
+            killed_at.as_millis(),
+            if intent_left { "present" } else { "absent" }
+        );
+        if now == new {
+            ended_new += 1;
+        } else {
+            assert!(
+                now == old && !answered,
+                "{what}: the workspace is neither the old tree nor the new one: against the old {}, against the new {} (CRASH_SEED={seed})",
+                difference(&now, &old),
+                difference(&now, &new)
+            );
+            ended_old += 1;
+        }
+        let staged: Vec<_> = std::fs::read_dir(&staging).unwrap().flatten().collect();
+        assert!(
+            staged.is_empty(),
+            "{what}: the staging directory is not empty after the restart"
+        );
+        let probe = client.session(&id);
+        probe.write_str("probe.txt", "probe\n").await.unwrap();
+        assert_eq!(probe.read_to_string("probe.txt").await.unwrap(), "probe\n");
+        println!(
+            "crash: {what}: {}",
+            if now == new { "new tree" } else { "old tree" }
+        );
+    }
+    server.kill();
+    println!(
+        "crash: {loops} replacements killed: {ended_old} ended old, {ended_new} new, {recovered} rolled forward from an intent record (CRASH_SEED={seed})"
+    );
 }

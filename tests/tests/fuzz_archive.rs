@@ -474,7 +474,10 @@ async fn import_into<B: Backend>(
     };
     // Sizes and checksums are verified while entries are staged, before
     // the workspace changes: a refusal there must change nothing either.
-    if let Err(e) = ws.import_checked(spooled.to_path_buf(), plan).await {
+    // The import owns (and removes) its spool: hand it a copy.
+    let owned = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+    std::fs::copy(spooled, owned.path()).map_err(|e| e.to_string())?;
+    if let Err(e) = ws.import_checked(owned.into_temp_path(), plan).await {
         return clean_refusal(&e, &before, &tree_of(ws).await?);
     }
     let (expected, (files, total)) = declared(bytes)?;

@@ -372,18 +372,38 @@ fn stage_all<B: Backend>(backend: &B, path: &Path, plan: &ImportPlan) -> Result<
 /// disk), leaves the workspace as it was.
 pub fn apply<B: Backend>(backend: &B, path: &Path, plan: &ImportPlan) -> Result<()> {
     let staged = stage_all(backend, path, plan)?;
-    backend.remove(&CanonicalPath::root(), true)?;
-    for dir in &plan.dirs {
-        backend.mkdir(dir, true)?;
-    }
-    let put = CommitMode {
-        append: false,
-        create_parents: true,
+    replace_all(backend, plan, staged)
+}
+
+/// The apply step: empties the workspace and fills it with the staged
+/// files, as one replacement a crash cannot leave half done (an intent
+/// record, [`crate::journal`]: the next start completes it).
+fn replace_all<B: Backend>(backend: &B, plan: &ImportPlan, staged: Vec<B::Staged>) -> Result<()> {
+    let intent = crate::journal::Intent {
+        operation: "import".to_string(),
+        prune: crate::journal::Prune::Everything,
+        dirs: plan.dirs.iter().map(|d| d.as_str().to_string()).collect(),
+        files: plan
+            .files
+            .iter()
+            .zip(&staged)
+            .map(|((_, path, _), file)| crate::journal::IntentFile::new(path, file, None))
+            .collect(),
     };
-    for ((_, path, _), file) in plan.files.iter().zip(staged) {
-        backend.commit(file, path, put)?;
-    }
-    Ok(())
+    crate::journal::apply(backend, &intent, || {
+        backend.remove(&CanonicalPath::root(), true)?;
+        for dir in &plan.dirs {
+            backend.mkdir(dir, true)?;
+        }
+        let put = CommitMode {
+            append: false,
+            create_parents: true,
+        };
+        for ((_, path, _), file) in plan.files.iter().zip(staged) {
+            backend.commit(file, path, put)?;
+        }
+        Ok(())
+    })
 }
 
 /// A workspace an archive can be imported into; sessions hold their
@@ -391,14 +411,20 @@ pub fn apply<B: Backend>(backend: &B, path: &Path, plan: &ImportPlan) -> Result<
 #[async_trait::async_trait]
 pub trait ArchiveTarget: Send + Sync {
     /// Empties the workspace and writes the checked archive at `archive`,
-    /// under the workspace's write lock. Read-only: `READ_ONLY`.
-    async fn import_checked(&self, archive: std::path::PathBuf, plan: ImportPlan) -> Result<()>;
+    /// under the workspace's write lock. Read-only: `READ_ONLY`. The work
+    /// owns the lock and the spooled archive (removed when it is done): a
+    /// caller that goes away does not stop it half way.
+    async fn import_checked(&self, archive: tempfile::TempPath, plan: ImportPlan) -> Result<()>;
 }
 
 #[async_trait::async_trait]
 impl<B: Backend> ArchiveTarget for crate::workspace::Workspace<B> {
-    async fn import_checked(&self, archive: std::path::PathBuf, plan: ImportPlan) -> Result<()> {
+    async fn import_checked(&self, archive: tempfile::TempPath, plan: ImportPlan) -> Result<()> {
         self.writable(&CanonicalPath::root())?;
-        self.exclusive(move |b| apply(b, &archive, &plan)).await
+        self.exclusive(move |b| {
+            apply(b, &archive, &plan)?;
+            b.settle()
+        })
+        .await
     }
 }

@@ -32,9 +32,11 @@
 //! [`TEMP_PREFIX`], and renamed from there; such names are reserved: they
 //! never show in listings, and paths that use them are refused. Directory
 //! copies are built the same way and renamed into place whole. Nothing is
-//! fsynced: a workspace is a working copy, and durability across a power
-//! loss is not promised. Parent directories made by `create_parents` stay
-//! when the commit after them fails.
+//! fsynced unless the server runs with `--durability fsync`
+//! ([`crate::durability`]): then a staged file's data is flushed before the
+//! rename that publishes it, and [`Backend::settle`] syncs the filesystem
+//! before a change is answered. Parent directories made by
+//! `create_parents` stay when the commit after them fails.
 //!
 //! # Versions
 //!
@@ -64,6 +66,8 @@
 
 pub use super::TEMP_PREFIX;
 use super::{check_name, check_transfer, Backend, CommitMode, Content, OpenFile, StagedFile};
+use crate::durability::Durability;
+use crate::journal::Intent;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, RenameFlags, StatxFlags};
 use rustix::io::Errno;
@@ -118,6 +122,10 @@ pub struct DirectoryBackend {
     next_version: AtomicU64,
     /// Path -> what was last seen there and its version.
     versions: Mutex<BTreeMap<String, Known>>,
+    /// What an answered change must survive: true for `fsync`. Settable
+    /// after opening, so that a new session is filled (mounts, seeds)
+    /// without a sync per file and synced once, with its record.
+    fsync: AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -796,6 +804,10 @@ impl StagedFile for DirectoryStaged {
         self.file = None;
         Ok(())
     }
+
+    fn journal_name(&self) -> Option<String> {
+        self.temp.name.to_str().ok().map(str::to_string)
+    }
 }
 
 /// How [`DirectoryBackend::place`] treats an existing destination.
@@ -872,7 +884,27 @@ impl DirectoryBackend {
             cross_device: AtomicBool::new(cross_device),
             next_version: AtomicU64::new(version_floor()),
             versions: Mutex::new(BTreeMap::new()),
+            fsync: AtomicBool::new(false),
         })
+    }
+
+    /// The same backend, making its changes as durable as `durability` says.
+    pub fn with_durability(self, durability: Durability) -> Self {
+        self.set_durability(durability);
+        self
+    }
+
+    /// Makes later changes as durable as `durability` says.
+    pub fn set_durability(&self, durability: Durability) {
+        self.fsync.store(durability.is_fsync(), Ordering::SeqCst);
+    }
+
+    pub fn durability(&self) -> Durability {
+        if self.fsync.load(Ordering::SeqCst) {
+            Durability::Fsync
+        } else {
+            Durability::None
+        }
     }
 
     fn versions(&self) -> MutexGuard<'_, BTreeMap<String, Known>> {
@@ -1318,6 +1350,18 @@ impl Backend for DirectoryBackend {
             .map(|(meta, _)| meta)
     }
 
+    fn settle(&self) -> Result<()> {
+        self.durability().settle_fs(&self.root)
+    }
+
+    fn begin_intent(&self, intent: &Intent) -> Result<()> {
+        self.write_intent(intent)
+    }
+
+    fn end_intent(&self) -> Result<()> {
+        self.clear_intent()
+    }
+
     fn remove(&self, path: &CanonicalPath, recursive: bool) -> Result<u64> {
         check_path(path)?;
         if path.is_root() {
@@ -1587,11 +1631,12 @@ impl DirectoryBackend {
                     (temp, Some(file))
                 }
             };
+            let target = file.as_ref().unwrap_or(&staged_file);
             if let Some(perms) = perms {
-                let target = file.as_ref().unwrap_or(&staged_file);
                 rustix::fs::fchmod(target, Mode::from_raw_mode(perms))
                     .map_err(|e| fail(e.into()))?;
             }
+            self.durability().settle_file(target)?;
             Ok(temp)
         })?;
         let meta = self.record(dir.as_fd(), &name, path)?;
@@ -1947,6 +1992,110 @@ impl Iterator for FileWalk {
                 }
             }
         }
+    }
+}
+
+/// The intent record of a whole-workspace replacement in progress, in the
+/// staging directory beside the staged files it names (see
+/// [`crate::journal`]).
+const INTENT_NAME: &str = "intent.json";
+
+impl DirectoryBackend {
+    /// Records `intent` before the first change, durably in every mode:
+    /// written aside, fsynced, renamed into place, directory fsynced. In
+    /// `fsync` mode the staged files it names are flushed first.
+    fn write_intent(&self, intent: &Intent) -> Result<()> {
+        let fail = |e: std::io::Error| {
+            Error::internal(format!("cannot record the intent of a replacement: {e}"))
+        };
+        self.durability().settle_fs(&*self.staging)?;
+        let json = serde_json::to_vec(intent)
+            .map_err(|e| Error::internal(format!("cannot encode an intent record: {e}")))?;
+        let tmp = CString::new(format!("{TEMP_PREFIX}{INTENT_NAME}")).unwrap_or_default();
+        let name = CString::new(INTENT_NAME).unwrap_or_default();
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut file = rustix::fs::openat(
+            self.staging.as_fd(),
+            &tmp,
+            flags,
+            Mode::from_raw_mode(0o600),
+        )
+        .map(File::from)
+        .map_err(|e| fail(e.into()))?;
+        file.write_all(&json).map_err(fail)?;
+        file.sync_all().map_err(fail)?;
+        rustix::fs::renameat(self.staging.as_fd(), &tmp, self.staging.as_fd(), &name)
+            .map_err(|e| fail(e.into()))?;
+        rustix::fs::fsync(self.staging.as_fd()).map_err(|e| fail(e.into()))
+    }
+
+    /// The replacement is complete: in `fsync` mode its changes are flushed,
+    /// then the record goes (durably, so a power loss cannot bring back a
+    /// record that would replay over later writes).
+    fn clear_intent(&self) -> Result<()> {
+        let fail = |e: Errno| {
+            Error::internal(format!(
+                "cannot clear the intent record of a replacement: {e}"
+            ))
+        };
+        self.settle()?;
+        let name = CString::new(INTENT_NAME).unwrap_or_default();
+        match rustix::fs::unlinkat(self.staging.as_fd(), &name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            Err(e) => return Err(fail(e)),
+        }
+        rustix::fs::fsync(self.staging.as_fd()).map_err(fail)
+    }
+
+    /// The intent record a stopped server left, if any.
+    pub fn pending_intent(&self) -> Result<Option<Intent>> {
+        let name = CString::new(INTENT_NAME).unwrap_or_default();
+        let file = match rustix::fs::openat(
+            self.staging.as_fd(),
+            &name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => File::from(fd),
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => {
+                return Err(Error::internal(format!(
+                    "cannot read the intent record: {e}"
+                )))
+            }
+        };
+        serde_json::from_reader(std::io::BufReader::new(file))
+            .map(Some)
+            .map_err(|e| Error::internal(format!("the intent record is corrupt: {e}")))
+    }
+
+    /// The staged file named `name` in the staging directory, taken in
+    /// charge again (after a restart); `None` when it is gone (committed).
+    pub fn staged(&self, name: &str) -> Result<Option<DirectoryStaged>> {
+        if !name.starts_with(TEMP_PREFIX) || name.contains('/') {
+            return Err(Error::internal(format!(
+                "the intent record names '{name}', which is no staged file"
+            )));
+        }
+        let cname = CString::new(name)
+            .map_err(|_| Error::internal("the intent record names a staged file with a NUL"))?;
+        let fd = match rustix::fs::openat(
+            self.staging.as_fd(),
+            &cname,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(staging_error(e.into())),
+        };
+        let len = stat_fd(&fd).map_err(|e| staging_error(e.into()))?.size;
+        Ok(Some(DirectoryStaged {
+            file: None,
+            temp: TempEntry::adopt(&self.staging, cname, false),
+            len,
+        }))
     }
 }
 

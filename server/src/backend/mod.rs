@@ -80,6 +80,11 @@ pub trait StagedFile: Send + 'static {
     fn finish(&mut self) -> Result<()> {
         Ok(())
     }
+    /// The name an intent record uses to find this staged file again after
+    /// a restart; `None` when it does not outlive the process (memory).
+    fn journal_name(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Where a commit puts the staged bytes.
@@ -166,6 +171,26 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         base: &CanonicalPath,
     ) -> Result<Box<dyn Iterator<Item = Result<CanonicalPath>> + Send>>;
+
+    /// Makes the changes made so far as durable as the server's
+    /// `--durability` asks, before they are answered. Memory: nothing
+    /// outlives the process, so nothing to do.
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Records, before its first change, a whole-workspace replacement
+    /// whose every file is already staged, so that a crash part-way is
+    /// completed at the next start ([`crate::journal`]). Memory: nothing
+    /// outlives a crash, so nothing to record.
+    fn begin_intent(&self, _intent: &crate::journal::Intent) -> Result<()> {
+        Ok(())
+    }
+
+    /// The replacement begun by [`Backend::begin_intent`] is complete.
+    fn end_intent(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The preconditions of Move and Copy, shared by every backend. Given the

@@ -123,15 +123,16 @@ pub(crate) async fn import(
         .await
         .map_err(|e| Error::internal(format!("checking the archive failed: {e}")))??;
     let (file_count, total_bytes) = (plan.file_count, plan.total_bytes);
+    // The import owns the spool from here: it outlives this call if the
+    // client goes away, and is removed when the import is done.
     let own = session.events.own_change(None);
     session
         .archive
-        .import_checked(spool.path().to_path_buf(), plan)
+        .import_checked(spool.into_temp_path(), plan)
         .await?;
     drop(own);
     // The whole workspace was replaced: every watcher re-reads it.
     session.events.barrier();
-    drop(spool);
     tracing::info!(session = %id, file_count, total_bytes, "archive imported");
     Ok(proto::ImportArchiveResponse {
         file_count: file_count as i64,

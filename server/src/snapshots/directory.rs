@@ -57,6 +57,7 @@ use super::{
 };
 use crate::backend::directory::{next_data, Displaced, FileIdentity, TreeEntry, TreeKind};
 use crate::backend::{Backend, CommitMode, Content, DirectoryBackend, StagedFile};
+use crate::journal::{self, Intent, IntentFile, Prune};
 use crate::limits::SessionLimits;
 use crate::workspace::Workspace;
 use async_trait::async_trait;
@@ -135,7 +136,12 @@ impl SnapshotStore for DirectorySnapshots {
         let cancel = Arc::new(AtomicBool::new(false));
         let _cancel_on_drop = CancelOnDrop(cancel.clone());
         self.workspace
-            .exclusive(move |b| store.take(b, tag, budget, &cancel))
+            .exclusive(move |b| {
+                let info = store.take(b, tag, budget, &cancel)?;
+                // The store may sit on another filesystem than the root.
+                store.settle(b.durability())?;
+                Ok(info)
+            })
             .await
     }
 
@@ -571,6 +577,16 @@ impl Store {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Puts what a snapshot wrote (contents, manifests, info, head) on
+    /// stable storage when `durability` asks.
+    fn settle(&self, durability: crate::durability::Durability) -> Result<()> {
+        if !durability.is_fsync() {
+            return Ok(());
+        }
+        let dir = std::fs::File::open(&self.dir).map_err(storage_error)?;
+        durability.settle_fs(&dir)
+    }
+
     fn objects(&self) -> ContentStore {
         ContentStore {
             dir: self.dir.join("objects"),
@@ -940,25 +956,7 @@ impl Store {
             .collect();
         let staged = stage_objects(b, &self.objects(), &to_write)?;
         drop(state);
-        for path in doomed {
-            match b.remove(path, true) {
-                // Gone with a removed ancestor, or since the walk.
-                Ok(_) | Err(Error::FileNotFound { .. }) => {}
-                Err(err) => return Err(err),
-            }
-        }
-        // Directories in path order, so parents come before children.
-        for e in target.iter().filter(|e| e.file.is_none()) {
-            b.mkdir(&e.path, true)?;
-        }
-        let put = CommitMode {
-            append: false,
-            create_parents: true,
-        };
-        let mut displaced = Vec::new();
-        for ((path, _), content) in to_write.iter().zip(staged) {
-            displaced.extend(b.commit_aside(content, path, put)?.1);
-        }
+        let displaced = apply_restore(b, id, &doomed, &target, &to_write, staged)?;
         let restored = Restored {
             file_count: info.file_count,
             total_bytes: info.total_bytes,
@@ -1263,6 +1261,54 @@ fn over_budget(total: u64, budget: u64) -> Error {
             "cannot snapshot: the workspace's files add up to {total} bytes (apparent sizes, holes included), over this session's budget of {budget} bytes (its max_total_bytes, or the server's --default-max-total-bytes)"
         ),
     }
+}
+
+/// The apply step of a restore, once every file it writes is staged:
+/// removes `doomed`, makes the snapshot's directories and commits the
+/// staged files, as one replacement a crash cannot leave half done (an
+/// intent record, [`crate::journal`]: the next start completes it).
+/// Returns the old files swapped out, for the caller to free later.
+fn apply_restore(
+    b: &DirectoryBackend,
+    id: &str,
+    doomed: &[&CanonicalPath],
+    target: &[FlatEntry],
+    to_write: &[(&CanonicalPath, &FlatFile)],
+    staged: Vec<<DirectoryBackend as Backend>::Staged>,
+) -> Result<Vec<Displaced>> {
+    let dirs = || target.iter().filter(|e| e.file.is_none());
+    let intent = Intent {
+        operation: format!("restore {id}"),
+        prune: Prune::Paths(doomed.iter().map(|p| p.as_str().to_string()).collect()),
+        dirs: dirs().map(|e| e.path.as_str().to_string()).collect(),
+        files: to_write
+            .iter()
+            .zip(&staged)
+            .map(|((path, file), s)| IntentFile::new(path, s, Some(&file.hash)))
+            .collect(),
+    };
+    journal::apply(b, &intent, || {
+        for path in doomed {
+            match b.remove(path, true) {
+                // Gone with a removed ancestor, or since the walk.
+                Ok(_) | Err(Error::FileNotFound { .. }) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        // Directories in path order, so parents come before children.
+        for e in dirs() {
+            b.mkdir(&e.path, true)?;
+        }
+        let put = CommitMode {
+            append: false,
+            create_parents: true,
+        };
+        let mut displaced = Vec::new();
+        for ((path, _), content) in to_write.iter().zip(staged) {
+            displaced.extend(b.commit_aside(content, path, put)?.1);
+        }
+        Ok(displaced)
+    })
 }
 
 /// Most threads that stage a restore's files at once.
