@@ -223,6 +223,33 @@ async fn write_then_check(
     tree
 }
 
+/// What Changes reported after a cursor.
+#[derive(Default)]
+struct Seen {
+    resync: bool,
+    external: usize,
+}
+
+/// Reads Changes from `cursor` to the newest event: the last seq, and
+/// whether a barrier (re-read everything) came and how many events were
+/// outside changes.
+async fn changes_after(s: &Session, mut cursor: u64) -> (u64, Seen) {
+    let mut seen = Seen::default();
+    loop {
+        let page = s.changes(cursor, 0).await.unwrap();
+        seen.resync |= page.resync;
+        seen.external += page
+            .events
+            .iter()
+            .filter(|e| e.caller == "external")
+            .count();
+        if !page.resync && page.events.is_empty() {
+            return (cursor, seen);
+        }
+        cursor = page.next_seq;
+    }
+}
+
 /// A reader that says when the client has read all of it (the upload is
 /// on its way).
 struct Announcing {
@@ -289,12 +316,24 @@ async fn restore_cancelled_then_written(options: SessionOptions, kind: &str) {
             .unwrap();
         // The deadline passes: the client gives up on the call.
         let sent = AtomicBool::new(true);
+        let (cursor, _) = changes_after(&s, 0).await;
         let finished = tokio::select! {
             r = client.restore(&info.id, &snapshot.id) => { r.unwrap(); true }
             () = cancel_point(cancel, &server, &info.id, &sent) => false,
         };
         let what = format!("{kind}: restore cancelled at {cancel:?}");
         let tree = write_then_check(&server, &s, &info.id, &what, finished).await;
+        // Its caller gone or not, a restore that happened is reported as
+        // any other: watchers are told to re-read, and its own changes are
+        // never passed off as outside ones.
+        let (_, seen) = changes_after(&s, cursor).await;
+        assert_eq!(
+            seen.resync,
+            tree == 'B',
+            "{what}: tree {tree}, told to re-read: {}",
+            seen.resync
+        );
+        assert_eq!(seen.external, 0, "{what}: its changes reported as external");
         outcomes.push((cancel, finished, tree));
     }
     println!("{kind}: (cancel, answered, tree) = {outcomes:?}");

@@ -125,14 +125,16 @@ pub(crate) async fn import(
     let (file_count, total_bytes) = (plan.file_count, plan.total_bytes);
     // The import owns the spool from here: it outlives this call if the
     // client goes away, and is removed when the import is done.
-    let own = session.events.own_change(None);
-    session
-        .archive
-        .import_checked(spool.into_temp_path(), plan)
-        .await?;
-    drop(own);
-    // The whole workspace was replaced: every watcher re-reads it.
-    session.events.barrier();
+    let spool = spool.into_temp_path();
+    super::to_the_end(async move {
+        let own = session.events.own_change(None);
+        session.archive.import_checked(spool, plan).await?;
+        drop(own);
+        // The whole workspace was replaced: every watcher re-reads it.
+        session.events.barrier();
+        Ok(())
+    })
+    .await?;
     tracing::info!(session = %id, file_count, total_bytes, "archive imported");
     Ok(proto::ImportArchiveResponse {
         file_count: file_count as i64,

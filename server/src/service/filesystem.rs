@@ -1,6 +1,6 @@
 //! `wsfs.v1.Filesystem`.
 
-use super::{timestamp, traced, LoggedStream};
+use super::{timestamp, to_the_end, traced, LoggedStream};
 use crate::auth::{Auth, Guarded};
 use crate::events::{Change, ChangeKind, Scope, Since};
 use crate::metrics::{Gauge, ACTIVE_WATCHES};
@@ -251,9 +251,13 @@ impl filesystem_server::Filesystem for FilesystemService {
                 create_parents: r.create_parents.unwrap_or(true),
                 if_version: r.if_version,
             };
-            let w = s.fs.write(&path, &r.content, options).await?;
-            s.record(write_kind(&w), &w.path, None, w.version);
-            Ok(write_response(w))
+            let content = r.content;
+            to_the_end(async move {
+                let w = s.fs.write(&path, &content, options).await?;
+                s.record(write_kind(&w), &w.path, None, w.version);
+                Ok(write_response(w))
+            })
+            .await
         })
         .await
     }
@@ -279,7 +283,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         };
         traced("WriteBytes", &header.session_id, &header.path, async {
             let s = self.session(&metadata, &header.session_id)?;
-            let _permit = s.session.open_stream()?;
+            let permit = s.session.open_stream()?;
             let path = s.path(&header.path)?;
             let options = WriteOptions {
                 mode: mode_from_proto(header.mode)?,
@@ -304,9 +308,13 @@ impl filesystem_server::Filesystem for FilesystemService {
                     })),
                 })
                 .boxed();
-            let w = s.fs.write_bytes(&path, options, chunks).await?;
-            s.record(write_kind(&w), &w.path, None, w.version);
-            Ok(write_response(w))
+            to_the_end(async move {
+                let _permit = permit;
+                let w = s.fs.write_bytes(&path, options, chunks).await?;
+                s.record(write_kind(&w), &w.path, None, w.version);
+                Ok(write_response(w))
+            })
+            .await
         })
         .await
     }
@@ -319,29 +327,28 @@ impl filesystem_server::Filesystem for FilesystemService {
         traced("Edit", &r.session_id, &r.path, async {
             let s = self.session(&metadata, &r.session_id)?;
             let path = s.path(&r.path)?;
-            let e =
-                s.fs.edit(
-                    &path,
-                    EditSpec {
-                        old_text: r.old_text,
-                        new_text: r.new_text,
-                        replace_all: r.replace_all,
-                        if_version: r.if_version,
-                        dry_run: r.dry_run,
-                    },
-                )
-                .await?;
-            if !e.dry_run && e.replacements > 0 {
-                s.record(ChangeKind::Modified, &e.path, None, e.version);
-            }
-            Ok(proto::EditResponse {
-                path: e.path.as_str().to_string(),
-                replacements: e.replacements as i64,
-                version: e.version,
-                diff: e.diff,
-                dry_run: e.dry_run,
-                size_bytes: e.size as i64,
+            let spec = EditSpec {
+                old_text: r.old_text,
+                new_text: r.new_text,
+                replace_all: r.replace_all,
+                if_version: r.if_version,
+                dry_run: r.dry_run,
+            };
+            to_the_end(async move {
+                let e = s.fs.edit(&path, spec).await?;
+                if !e.dry_run && e.replacements > 0 {
+                    s.record(ChangeKind::Modified, &e.path, None, e.version);
+                }
+                Ok(proto::EditResponse {
+                    path: e.path.as_str().to_string(),
+                    replacements: e.replacements as i64,
+                    version: e.version,
+                    diff: e.diff,
+                    dry_run: e.dry_run,
+                    size_bytes: e.size as i64,
+                })
             })
+            .await
         })
         .await
     }
@@ -359,15 +366,18 @@ impl filesystem_server::Filesystem for FilesystemService {
                 allow_missing: r.allow_missing,
                 if_version: r.if_version,
             };
-            let own = s.session.events.own_change(Some(&path));
-            let deleted = s.fs.delete(&path, options).await?;
-            drop(own);
-            if deleted > 0 {
-                s.record(ChangeKind::Deleted, &path, None, 0);
-            }
-            Ok(proto::DeleteResponse {
-                deleted: deleted as i64,
+            to_the_end(async move {
+                let own = s.session.events.own_change(Some(&path));
+                let deleted = s.fs.delete(&path, options).await?;
+                drop(own);
+                if deleted > 0 {
+                    s.record(ChangeKind::Deleted, &path, None, 0);
+                }
+                Ok(proto::DeleteResponse {
+                    deleted: deleted as i64,
+                })
             })
+            .await
         })
         .await
     }
@@ -384,14 +394,17 @@ impl filesystem_server::Filesystem for FilesystemService {
                 parents: r.parents.unwrap_or(true),
                 exist_ok: r.exist_ok.unwrap_or(true),
             };
-            let created = s.fs.mkdir(&path, options).await?;
-            if created {
-                s.record(ChangeKind::Created, &path, None, 0);
-            }
-            Ok(proto::MkdirResponse {
-                path: path.as_str().to_string(),
-                created,
+            to_the_end(async move {
+                let created = s.fs.mkdir(&path, options).await?;
+                if created {
+                    s.record(ChangeKind::Created, &path, None, 0);
+                }
+                Ok(proto::MkdirResponse {
+                    path: path.as_str().to_string(),
+                    created,
+                })
             })
+            .await
         })
         .await
     }
@@ -707,32 +720,35 @@ impl FilesystemService {
                 create_parents: r.create_parents.unwrap_or(true),
                 if_version: r.if_version,
             };
-            let own = (
-                s.session.events.own_change(Some(&source)),
-                s.session.events.own_change(Some(&destination)),
-            );
-            let entries = if method == "Move" {
-                s.fs.rename(&source, &destination, options).await?
-            } else {
-                if options.if_version.is_some() {
-                    return Err(Error::invalid_argument(
-                        "if_version applies to Move, not Copy",
-                    ));
-                }
-                s.fs.copy(&source, &destination, options).await?
-            };
-            drop(own);
-            let version = s.version_of(&destination).await;
-            if method == "Move" {
-                s.record(ChangeKind::Moved, &source, Some(&destination), version);
-            } else {
-                s.record(ChangeKind::Created, &destination, None, version);
+            if method == "Copy" && options.if_version.is_some() {
+                return Err(Error::invalid_argument(
+                    "if_version applies to Move, not Copy",
+                ));
             }
-            Ok(proto::TransferResponse {
-                source: source.as_str().to_string(),
-                destination: destination.as_str().to_string(),
-                entries: entries as i64,
+            to_the_end(async move {
+                let own = (
+                    s.session.events.own_change(Some(&source)),
+                    s.session.events.own_change(Some(&destination)),
+                );
+                let entries = if method == "Move" {
+                    s.fs.rename(&source, &destination, options).await?
+                } else {
+                    s.fs.copy(&source, &destination, options).await?
+                };
+                drop(own);
+                let version = s.version_of(&destination).await;
+                if method == "Move" {
+                    s.record(ChangeKind::Moved, &source, Some(&destination), version);
+                } else {
+                    s.record(ChangeKind::Created, &destination, None, version);
+                }
+                Ok(proto::TransferResponse {
+                    source: source.as_str().to_string(),
+                    destination: destination.as_str().to_string(),
+                    entries: entries as i64,
+                })
             })
+            .await
         })
         .await
     }

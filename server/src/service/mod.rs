@@ -34,6 +34,24 @@ pub(crate) fn session_id(raw: &str) -> wsfs::Result<&str> {
     Ok(raw)
 }
 
+/// Runs a change to its end whether or not its caller is still there. The
+/// work already owns the session's write lock ([`crate::workspace`]); here
+/// it also owns what follows the change (its event, a barrier), so a call
+/// cancelled after the change began still reports it, once, as any other.
+/// A panic in the work is a panic of the call, as if it ran in place.
+pub(crate) async fn to_the_end<T, F>(work: F) -> wsfs::Result<T>
+where
+    F: Future<Output = wsfs::Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    use tracing::Instrument;
+    match tokio::spawn(work.in_current_span()).await {
+        Ok(done) => done,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(wsfs::Error::internal(format!("the change stopped: {e}"))),
+    }
+}
+
 /// Runs one RPC body with a tracing span and its outcome logged.
 pub(crate) async fn traced<T, F>(
     method: &'static str,

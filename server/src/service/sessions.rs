@@ -1,6 +1,6 @@
 //! `wsfs.v1.Sessions`.
 
-use super::{timestamp, traced};
+use super::{timestamp, to_the_end, traced};
 use crate::auth::{Auth, Caller, Layout};
 use crate::sessions::{
     BackendKind, Session, SessionRecord, SessionRegistry, SessionSpec, Unavailable,
@@ -232,11 +232,16 @@ impl sessions_server::Sessions for SessionsService {
         traced("Restore", &r.session_id, "", async {
             admitted?;
             let session = self.registry.get(&r.session_id)?;
-            let own = session.events.own_change(None);
-            let restored = session.snapshots.restore(&r.snapshot_id).await?;
-            drop(own);
-            // The whole workspace was replaced: every watcher re-reads it.
-            session.events.barrier();
+            let id = r.snapshot_id;
+            let restored = to_the_end(async move {
+                let own = session.events.own_change(None);
+                let restored = session.snapshots.restore(&id).await?;
+                drop(own);
+                // The whole workspace was replaced: every watcher re-reads it.
+                session.events.barrier();
+                Ok(restored)
+            })
+            .await?;
             Ok(proto::RestoreResponse {
                 file_count: restored.file_count as i64,
                 total_bytes: restored.total_bytes as i64,

@@ -209,14 +209,7 @@ async fn stalled_grep_readers_hold_a_bounded_amount_each() {
     let tree = tempfile::tempdir().unwrap();
     let root = tree.path().join("tree");
     let bytes = build_tree(&root, 256, 128 * 1024);
-    let allow = tree.path().to_str().unwrap().to_string();
-    let mut server = Server::start(&["--allow-root", &allow]);
-    let client = server.client().await;
-    let (_, info) = client
-        .create(SessionOptions::directory().root(&root))
-        .await
-        .unwrap();
-    let baseline = server.rss();
+    let (mut server, _, id, baseline) = rooted_session(tree.path(), &root).await;
 
     // Twice: the second round must reuse what the first one freed.
     let mut peaks = Vec::new();
@@ -227,7 +220,7 @@ async fn stalled_grep_readers_hold_a_bounded_amount_each() {
             // flow-control window and stall each other before the server.
             let mut raw = Client::connect(&server.url).await.unwrap().raw_filesystem();
             let mut stream = raw
-                .grep(grep_request(&info.id, "needle", 2, 100_000))
+                .grep(grep_request(&id, "needle", 2, 100_000))
                 .await
                 .unwrap()
                 .into_inner();
@@ -261,14 +254,7 @@ async fn stalled_grep_readers_hold_a_bounded_amount_each() {
         }
 
         drop(stalled);
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let after = server.rss();
-        assert!(
-            after < baseline + 32 * MIB,
-            "{} MiB resident after the streams went, from {} MiB",
-            after / MIB,
-            baseline / MIB
-        );
+        assert_memory_returns(&server, baseline, 32 * MIB, "Grep").await;
         peaks.push(peak);
     }
     assert!(
@@ -537,4 +523,133 @@ async fn glob_results_and_write_sizes_are_bounded_by_the_server() {
     let big = wsfs_client::parse_path("big.txt").unwrap();
     assert_eq!(session.exists(&big).await.unwrap(), None);
     server.assert_serves_bystander().await;
+}
+
+/// The "slow clients" scenario for every other stream kind: ReadBytes of a
+/// large file in the largest chunks, ExportArchive of a tree, and Watch
+/// under a flood of changes, each opened by clients that read one message
+/// and stop. Each stalled stream holds a bounded amount (its channel's few
+/// messages and the transport's window), the server keeps serving, and
+/// the memory returns when the clients go away.
+#[tokio::test]
+async fn stalled_readers_of_every_stream_kind_hold_a_bounded_amount_each() {
+    const STREAMS: usize = 16;
+    let tree = tempfile::tempdir().unwrap();
+    let root = tree.path().join("tree");
+    build_tree(&root, 64, 128 * 1024);
+    let big = vec![b'z'; 64 * MIB as usize];
+    std::fs::write(root.join("big.bin"), &big).unwrap();
+    drop(big);
+    // A server each, so that each kind's peak is its own.
+    for kind in ["ReadBytes", "ExportArchive", "Watch"] {
+        let (mut server, session, id, baseline) = rooted_session(tree.path(), &root).await;
+        let mut stalled: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
+        for _ in 0..STREAMS {
+            // A connection each, as in the Grep test.
+            let own = Client::connect(&server.url).await.unwrap();
+            match kind {
+                "ReadBytes" => {
+                    let mut raw = own.raw_filesystem();
+                    let mut stream = raw
+                        .read_bytes(proto::ReadBytesRequest {
+                            session_id: id.clone(),
+                            path: "big.bin".into(),
+                            offset: 0,
+                            limit: 0,
+                            chunk_size: wsfs::MAX_CHUNK_SIZE as u32,
+                        })
+                        .await
+                        .unwrap()
+                        .into_inner();
+                    assert!(stream.message().await.unwrap().is_some());
+                    stalled.push(Box::new((raw, stream)));
+                }
+                "ExportArchive" => {
+                    let mut raw = own.raw_sessions();
+                    let mut stream = raw
+                        .export_archive(proto::ExportArchiveRequest {
+                            session_id: id.clone(),
+                            snapshot_id: String::new(),
+                        })
+                        .await
+                        .unwrap()
+                        .into_inner();
+                    assert!(stream.message().await.unwrap().is_some());
+                    stalled.push(Box::new((raw, stream)));
+                }
+                _ => {
+                    let mut raw = own.raw_filesystem();
+                    let stream = raw
+                        .watch(proto::WatchRequest {
+                            session_id: id.clone(),
+                            path: String::new(),
+                            recursive: true,
+                            glob: String::new(),
+                            since_seq: 0,
+                        })
+                        .await
+                        .unwrap()
+                        .into_inner();
+                    stalled.push(Box::new((raw, stream)));
+                }
+            }
+        }
+        if kind == "Watch" {
+            // A flood the stalled watchers never read.
+            for i in 0..2_000 {
+                session
+                    .write_str(&format!("flood/f{i:04}.txt"), "changed\n")
+                    .await
+                    .unwrap();
+            }
+        }
+        // Long enough for every producer to run as far ahead as it may.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let peak = server.peak_rss();
+        let per_stream = peak.saturating_sub(baseline) / STREAMS as u64;
+        eprintln!(
+            "{STREAMS} stalled {kind} streams: peak {} MiB from {} MiB, {} KiB each",
+            peak / MIB,
+            baseline / MIB,
+            per_stream / 1024
+        );
+        assert!(
+            per_stream < 8 * MIB,
+            "{kind}: {} KiB per stream",
+            per_stream / 1024
+        );
+        server.assert_serves_bystander().await;
+        drop(stalled);
+        assert_memory_returns(&server, baseline, 48 * MIB, kind).await;
+        server.assert_serves_bystander().await;
+    }
+}
+
+/// A server that may root sessions under `allow`, a DIRECTORY session
+/// rooted at `root` and its id, and the server's resident memory then.
+async fn rooted_session(
+    allow: &std::path::Path,
+    root: &std::path::Path,
+) -> (Server, wsfs_client::Session, String, u64) {
+    let server = Server::start(&["--allow-root", allow.to_str().unwrap()]);
+    let client = server.client().await;
+    let (session, info) = client
+        .create(SessionOptions::directory().root(root))
+        .await
+        .unwrap();
+    let baseline = server.rss();
+    (server, session, info.id, baseline)
+}
+
+/// A second after stalled streams went away, resident memory is back
+/// within `slack` of `baseline`.
+async fn assert_memory_returns(server: &Server, baseline: u64, slack: u64, kind: &str) {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = server.rss();
+    assert!(
+        after < baseline + slack,
+        "{kind}: {} MiB resident after the streams went, from {} MiB",
+        after / MIB,
+        baseline / MIB
+    );
 }
