@@ -19,6 +19,14 @@
 //! cancelled call either completes (its answer is lost) or, cancelled
 //! before it took the lock, changes nothing; it never runs beside, and
 //! undoes, a write acknowledged after the cancel.
+//!
+//! A call may also hand its whole work (the change and what the service
+//! does after it, such as reporting the event) to a task of its own, so
+//! that the event is not lost with the caller: it runs that task within
+//! [`Commitment::scope`]. The work then commits (passes the point where it
+//! holds the lock and begins to change) only while the caller is still
+//! there; a caller that left before that point abandons it, and the work
+//! changes nothing, exactly as if it had run in the caller's future.
 
 use crate::backend::{Backend, CommitMode, Content, StagedFile};
 use crate::limits::SessionLimits;
@@ -54,6 +62,54 @@ pub struct Workspace<B: Backend> {
     /// Serialises check-and-commit of mutations within the session; see
     /// "Mutations own their lock" above.
     writes: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// Whether a call that handed its work to a task of its own still wants
+/// it: the work commits (takes the session's write lock and begins to
+/// change the workspace) or the caller abandons it, whichever comes first.
+#[derive(Debug, Default)]
+pub struct Commitment(std::sync::atomic::AtomicU8);
+
+const PENDING: u8 = 0;
+const COMMITTED: u8 = 1;
+const ABANDONED: u8 = 2;
+
+tokio::task_local! {
+    static COMMITMENT: Arc<Commitment>;
+}
+
+impl Commitment {
+    /// Runs `work` with this commitment deciding its changes.
+    pub fn scope<F: std::future::Future>(
+        self: &Arc<Self>,
+        work: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        COMMITMENT.scope(self.clone(), work)
+    }
+
+    /// The work's side: true when it may change the workspace (again).
+    fn commit(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        match self.0.compare_exchange(PENDING, COMMITTED, SeqCst, SeqCst) {
+            Ok(_) => true,
+            Err(now) => now == COMMITTED,
+        }
+    }
+
+    /// The caller's side, when it goes away: true when the work had not
+    /// committed and now never will.
+    pub fn abandon(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.0
+            .compare_exchange(PENDING, ABANDONED, SeqCst, SeqCst)
+            .is_ok()
+    }
+}
+
+/// Whether the work running now may change the workspace: always, unless
+/// it runs in a [`Commitment::scope`] whose caller has gone.
+fn may_commit() -> bool {
+    COMMITMENT.try_with(|c| c.commit()).unwrap_or(true)
 }
 
 impl<B: Backend> Workspace<B> {
@@ -100,6 +156,12 @@ impl<B: Backend> Workspace<B> {
         // with the guard, having changed nothing. Past this point the work
         // owns the guard and finishes.
         tokio::task::yield_now().await;
+        if !may_commit() {
+            return Err(Error::Cancelled {
+                message: "the call was cancelled before its change began; nothing changed"
+                    .to_string(),
+            });
+        }
         run_on(&self.backend, move |b| {
             let _guard = guard;
             f(b)
@@ -802,6 +864,48 @@ impl<B: Backend> Filesystem for Workspace<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn work_abandoned_before_it_commits_changes_nothing_and_committed_work_finishes() {
+        use crate::backend::memory::MemoryBackend;
+        use wsfs::{Filesystem, WriteOptions};
+        let ws = Arc::new(Workspace::new(
+            MemoryBackend::new(),
+            SessionLimits::default(),
+        ));
+        let p = CanonicalPath::from_canonical("f.txt");
+
+        // Abandoned while it waits for the lock: refused, nothing written.
+        let held = ws.writes.clone().lock_owned().await;
+        let commitment = Arc::new(Commitment::default());
+        let waiting = {
+            let (ws, p) = (ws.clone(), p.clone());
+            let scope = commitment.clone();
+            tokio::spawn(async move {
+                scope
+                    .scope(ws.write(&p, "late", WriteOptions::default()))
+                    .await
+            })
+        };
+        tokio::task::yield_now().await;
+        assert!(commitment.abandon());
+        drop(held);
+        let err = waiting.await.unwrap().unwrap_err();
+        assert_eq!(err.reason(), "CANCELLED", "{err}");
+        assert_eq!(ws.exists(&p).await.unwrap(), None);
+
+        // Committed: the caller can no longer abandon it.
+        let commitment = Arc::new(Commitment::default());
+        commitment
+            .scope(ws.write(&p, "kept", WriteOptions::default()))
+            .await
+            .unwrap();
+        assert!(!commitment.abandon());
+        assert_eq!(
+            ws.read(&p, LineRange::default()).await.unwrap().content,
+            "kept"
+        );
+    }
 
     fn page(text: &str, offset: u64, limit: Option<u64>) -> (String, u64, u64, bool) {
         let p = CanonicalPath::from_canonical("f");

@@ -14,7 +14,9 @@ mod sessions;
 pub use filesystem::FilesystemService;
 pub use sessions::SessionsService;
 
+use crate::workspace::Commitment;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 use tonic::{Response, Status};
 use wsfs::path::quote;
@@ -34,21 +36,45 @@ pub(crate) fn session_id(raw: &str) -> wsfs::Result<&str> {
     Ok(raw)
 }
 
-/// Runs a change to its end whether or not its caller is still there. The
-/// work already owns the session's write lock ([`crate::workspace`]); here
-/// it also owns what follows the change (its event, a barrier), so a call
-/// cancelled after the change began still reports it, once, as any other.
-/// A panic in the work is a panic of the call, as if it ran in place.
+/// Runs a change to its end whether or not its caller is still there, once
+/// it has begun. The work runs as a task of its own within a
+/// [`Commitment`]: a caller that goes away before the work takes the
+/// session's write lock abandons it (nothing changes, as when the work ran
+/// in the caller's future); after that, the work (the change, then its
+/// event or barrier) completes without the caller, so a change that
+/// happened is always reported, once. A panic in the work is a panic of
+/// the call, as if it ran in place.
 pub(crate) async fn to_the_end<T, F>(work: F) -> wsfs::Result<T>
 where
     F: Future<Output = wsfs::Result<T>> + Send + 'static,
     T: Send + 'static,
 {
     use tracing::Instrument;
-    match tokio::spawn(work.in_current_span()).await {
+    let commitment = Arc::new(Commitment::default());
+    let task = tokio::spawn(commitment.scope(work.in_current_span()));
+    let _left = Abandon {
+        commitment,
+        task: task.abort_handle(),
+    };
+    match task.await {
         Ok(done) => done,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         Err(e) => Err(wsfs::Error::internal(format!("the change stopped: {e}"))),
+    }
+}
+
+/// Abandons the work of a caller that went away before it committed, and
+/// stops it where it waits.
+struct Abandon {
+    commitment: Arc<Commitment>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        if self.commitment.abandon() {
+            self.task.abort();
+        }
     }
 }
 
