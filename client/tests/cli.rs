@@ -649,6 +649,72 @@ fn grep_exits_1_quietly_when_nothing_matches_and_reports_bad_patterns() {
 }
 
 #[test]
+fn grep_takes_rg_flags_for_files_counts_words_context_and_several_paths() {
+    let ws = Workspace::new();
+    ws.run(&[
+        "write",
+        "src/a.rs",
+        "one\nSession two\nthree\nfour\nSessions five\n",
+    ])
+    .ok();
+    ws.run(&["write", "src/b.rs", "session\nSession\n"]).ok();
+    ws.run(&["write", "docs/c.md", "a Session here\n"]).ok();
+    ws.run(&["write", "other/d.txt", "Session\n"]).ok();
+    let out = |args: &[&str]| ws.run(args).ok().stdout;
+    assert_eq!(
+        out(&["grep", "-l", "Session"]),
+        "docs/c.md\nother/d.txt\nsrc/a.rs\nsrc/b.rs\n"
+    );
+    assert_eq!(
+        out(&["grep", "-c", "Session", "src"]),
+        "src/a.rs:2\nsrc/b.rs:1\n"
+    );
+    assert_eq!(
+        out(&["grep", "-w", "Session", "src"]),
+        "src/a.rs:2:Session two\nsrc/b.rs:2:Session\n"
+    );
+    // -w with -F escapes the literal before it becomes a regex.
+    ws.run(&["write", "e.txt", "a.b axb\n"]).ok();
+    assert_eq!(
+        out(&["grep", "-w", "-F", "a.b", "e.txt"]),
+        "e.txt:1:a.b axb\n"
+    );
+    assert_eq!(
+        out(&["grep", "-o", "Sess[a-z]+", "src/a.rs"]),
+        "src/a.rs:2:Session\nsrc/a.rs:5:Sessions\n"
+    );
+    assert_eq!(
+        out(&["grep", "-A", "1", "-B", "0", "two", "src"]),
+        "src/a.rs:2:Session two\nsrc/a.rs-3-three\n"
+    );
+    assert_eq!(
+        out(&["grep", "-B", "1", "five", "src"]),
+        "src/a.rs-4-four\nsrc/a.rs:5:Sessions five\n"
+    );
+    // Several paths, each searched in turn; a match in any one is success.
+    assert_eq!(
+        out(&["grep", "-l", "Session", "other", "docs"]),
+        "other/d.txt\ndocs/c.md\n"
+    );
+    let none = ws.run(&["grep", "nothing-here", "src", "docs"]);
+    assert_eq!((none.code, none.stdout.as_str()), (1, ""));
+    // A missing path is an error (2), not "no match" (1).
+    let missing = ws.run(&["grep", "Session", "src", "no-such-dir"]);
+    assert_eq!(missing.code, 2, "{}", missing.stderr);
+    assert!(
+        missing.stderr.contains("FILE_NOT_FOUND"),
+        "{}",
+        missing.stderr
+    );
+    let counts = ws
+        .run(&["grep", "-c", "Session", "src", "--json"])
+        .ok()
+        .json_lines();
+    assert_eq!(counts[0]["path"], "src/a.rs");
+    assert_eq!(counts[0]["matches"], 2);
+}
+
+#[test]
 fn grep_json_is_one_object_per_line_ending_with_the_summary() {
     let ws = Workspace::new();
     ws.run(&["write", "a.txt", "alpha\nbeta\nalpha again\n"])
@@ -681,6 +747,52 @@ fn snapshot_create_list_restore_and_rm() {
     ws.run(&["snapshot", "rm", &id]).ok();
     ws.run(&["snapshot", "restore", &id])
         .fails_with("SNAPSHOT_NOT_FOUND");
+}
+
+#[test]
+fn snapshots_are_named_by_tag_or_the_start_of_their_id() {
+    let ws = Workspace::new();
+    ws.run(&["write", "a.txt", "one"]).ok();
+    let first = ws
+        .run(&["snapshot", "create", "--tag", "first"])
+        .ok()
+        .stdout;
+    let first = first.trim().to_string();
+    ws.run(&["write", "a.txt", "two"]).ok();
+    let second = ws.run(&["snapshot", "create", "--tag", "dup"]).ok().stdout;
+    ws.run(&["snapshot", "create", "--tag", "dup"]).ok();
+    ws.run(&["write", "a.txt", "three"]).ok();
+
+    ws.run(&["snapshot", "restore", "first"]).ok();
+    assert_eq!(ws.cat("a.txt"), "one\n");
+    ws.run(&["snapshot", "restore", &second.trim()[..8]]).ok();
+    assert_eq!(ws.cat("a.txt"), "two\n");
+
+    // A tag on two snapshots is not guessed: both ids are named.
+    let ambiguous = ws.run(&["snapshot", "restore", "dup"]);
+    assert_eq!(ambiguous.code, 2, "{}", ambiguous.stderr);
+    assert!(
+        ambiguous.stderr.contains(second.trim()),
+        "{}",
+        ambiguous.stderr
+    );
+    assert_eq!(
+        ws.cat("a.txt"),
+        "two\n",
+        "a refused restore changes nothing"
+    );
+    ws.run(&["snapshot", "restore", "no-such-tag"])
+        .fails_with("SNAPSHOT_NOT_FOUND");
+
+    let dir = tempfile::tempdir().unwrap();
+    let zip = dir.path().join("first.zip");
+    ws.run(&["export", zip.to_str().unwrap(), "--snapshot", "first"])
+        .ok();
+    ws.run(&["snapshot", "rm", "first"]).ok();
+    ws.run(&["snapshot", "restore", &first])
+        .fails_with("SNAPSHOT_NOT_FOUND");
+    ws.run(&["import", zip.to_str().unwrap()]).ok();
+    assert_eq!(ws.cat("a.txt"), "one\n");
 }
 
 #[test]
@@ -941,6 +1053,29 @@ fn push_of_a_missing_directory_and_pull_of_a_missing_remote_fail() {
         .fails_with("FILE_NOT_FOUND");
 }
 
+#[test]
+fn completions_are_printed_for_each_shell_without_a_server() {
+    for (shell, marker) in [
+        ("bash", "_wsfs()"),
+        ("zsh", "#compdef wsfs"),
+        ("fish", "complete -c wsfs"),
+    ] {
+        let run = wsfs_with(None, &["completions", shell], b"", "http://127.0.0.1:1");
+        assert_eq!(run.code, 0, "{shell}: {}", run.stderr);
+        assert!(
+            run.stdout.contains(marker),
+            "{shell}: {}",
+            &run.stdout[..200.min(run.stdout.len())]
+        );
+        assert!(
+            run.stdout.contains("snapshot"),
+            "{shell}: subcommands are completed"
+        );
+    }
+    let bad = wsfs_with(None, &["completions", "cmd.exe"], b"", "http://127.0.0.1:1");
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+}
+
 // --- help -------------------------------------------------------------
 
 #[test]
@@ -948,6 +1083,7 @@ fn every_subcommand_has_help_with_an_example() {
     let commands: &[&[&str]] = &[
         &[],
         &["session", "create"],
+        &["completions"],
         &["session", "list"],
         &["session", "show"],
         &["session", "rm"],
@@ -981,7 +1117,7 @@ fn every_subcommand_has_help_with_an_example() {
         args.push("--help");
         let run = wsfs_with(None, &args, b"", server_url()).ok();
         assert!(
-            run.stdout.contains("Example:\n  wsfs "),
+            run.stdout.contains("Example:\n  wsfs ") || run.stdout.contains("Examples:\n  wsfs "),
             "`wsfs {}` has no example:\n{}",
             args.join(" "),
             run.stdout

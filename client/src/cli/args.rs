@@ -141,7 +141,7 @@ pub enum Command {
     Glob(GlobArgs),
     /// Search file contents (regex), printed as `path:line:text`.
     #[command(
-        after_help = "Exit status: 0 when something matched, 1 when nothing did (as grep).\n\nExample:\n  wsfs grep -i -C 2 --glob '*.rs' 'todo|fixme' src"
+        after_help = "Exit status: 0 when something matched, 1 when nothing did, 2 on an error (as grep and rg).\n\nExamples:\n  wsfs grep -i -C 2 --glob '*.rs' 'todo|fixme' src\n  wsfs grep -l -w Session src tests"
     )]
     Grep(GrepArgs),
     /// Print change events as they happen, one line each.
@@ -152,6 +152,14 @@ pub enum Command {
         after_help = "Tools: read, write, edit, multi_edit, list, glob, grep, stat, move, copy,\ndelete, mkdir, snapshot, restore, list_snapshots. Errors come back as tool\nerrors that start with the wsfs reason.\n\nExample (an MCP client's server entry):\n  {\"command\": \"wsfs\", \"args\": [\"mcp\"],\n   \"env\": {\"WSFS_SERVER\": \"http://127.0.0.1:50051\", \"WSFS_SESSION\": \"<id>\"}}"
     )]
     Mcp,
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  wsfs completions bash > ~/.local/share/bash-completion/completions/wsfs\n  wsfs completions zsh > \"${fpath[1]}/_wsfs\"\n  wsfs completions fish > ~/.config/fish/completions/wsfs.fish"
+    )]
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Take, list, restore and remove snapshots of the session.
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
@@ -403,22 +411,40 @@ pub struct GlobArgs {
 pub struct GrepArgs {
     /// A regex (Rust `regex` syntax), or literal text with -F.
     pub pattern: String,
-    /// Directory to search (default: the whole workspace).
-    #[arg(default_value = "")]
-    pub path: String,
+    /// Directories or files to search (default: the whole workspace).
+    pub paths: Vec<String>,
     #[arg(short = 'i', long)]
     pub ignore_case: bool,
     /// The pattern is literal text.
     #[arg(short = 'F', long)]
     pub fixed_strings: bool,
+    /// Only whole words: the match must not touch a letter, digit or `_`.
+    #[arg(short = 'w', long)]
+    pub word_regexp: bool,
     /// Lines of context around each match.
     #[arg(short = 'C', long, value_name = "N")]
     pub context: Option<u32>,
+    /// Lines of context after each match (overrides -C after).
+    #[arg(short = 'A', long, value_name = "N")]
+    pub after_context: Option<u32>,
+    /// Lines of context before each match (overrides -C before).
+    #[arg(short = 'B', long, value_name = "N")]
+    pub before_context: Option<u32>,
+    /// Print only the paths of files with a match.
+    #[arg(short = 'l', long, conflicts_with = "count")]
+    pub files_with_matches: bool,
+    /// Print `path:count` for each file with a match.
+    #[arg(short = 'c', long)]
+    pub count: bool,
+    /// Print only the matched text (the first match of each line).
+    #[arg(short = 'o', long)]
+    pub only_matching: bool,
     /// Only files matching this glob: without `/` it matches the file name
     /// at any depth (as ripgrep), with `/` the path relative to PATH.
     #[arg(short = 'g', long)]
     pub glob: Option<String>,
-    /// Stop after this many matches (server default 1000).
+    /// Stop after this many matches per PATH (server default 1000; with -l
+    /// or -c, 1,000,000).
     #[arg(short = 'm', long)]
     pub max: Option<u64>,
     /// Accepted for grep habits; line numbers are always shown.
@@ -463,18 +489,29 @@ pub enum SnapshotCommand {
     #[command(after_help = "Example:\n  wsfs snapshot list")]
     List,
     /// Put the workspace back exactly as the snapshot holds it.
-    #[command(after_help = "Example:\n  wsfs snapshot restore 9f1c...")]
-    Restore { id: String },
+    #[command(
+        after_help = "SNAPSHOT is an id, a tag, or the start of an id (4 characters or more).\n\nExamples:\n  wsfs snapshot restore before-refactor\n  wsfs snapshot restore 9f1c"
+    )]
+    Restore {
+        #[arg(value_name = "SNAPSHOT")]
+        id: String,
+    },
     /// Remove a snapshot.
-    #[command(after_help = "Example:\n  wsfs snapshot rm 9f1c...")]
-    Rm { id: String },
+    #[command(
+        after_help = "SNAPSHOT is an id, a tag, or the start of an id.\n\nExample:\n  wsfs snapshot rm before-refactor"
+    )]
+    Rm {
+        #[arg(value_name = "SNAPSHOT")]
+        id: String,
+    },
 }
 
 #[derive(Debug, Args)]
 pub struct ExportArgs {
     /// The ZIP to write (`-` for stdout).
     pub file: String,
-    /// Export this snapshot instead of the live workspace.
+    /// Export this snapshot (id, tag or start of an id) instead of the live
+    /// workspace.
     #[arg(long)]
     pub snapshot: Option<String>,
 }

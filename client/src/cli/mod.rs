@@ -186,6 +186,12 @@ async fn dispatch(ctx: &mut Ctx, command: Command) -> Outcome {
         }),
         Command::Watch(a) => search::watch(ctx, a).await,
         Command::Mcp => mcp::serve(ctx).await,
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut command = args::Cli::command();
+            clap_complete::generate(shell, &mut command, "wsfs", &mut std::io::stdout());
+            Ok(())
+        }
         Command::Snapshot(c) => sessions::snapshot(ctx, c).await,
         Command::Export(a) => sessions::export(ctx, a).await,
         Command::Import(a) => sessions::import(ctx, a).await,

@@ -7,7 +7,7 @@ use futures::StreamExt;
 use serde_json::json;
 use std::io::IsTerminal;
 use std::time::SystemTime;
-use wsfs_client::{parse_path, ChangeKind, ContextLine, GrepEvent, GrepMatch};
+use wsfs_client::{parse_path, ChangeKind, ContextLine, Filesystem, GrepEvent, GrepMatch};
 
 pub async fn glob(ctx: &mut Ctx, args: GlobArgs) -> Outcome {
     let session = ctx.session().await?;
@@ -46,23 +46,6 @@ impl Palette {
 
 pub async fn grep(ctx: &mut Ctx, args: GrepArgs) -> Outcome {
     let session = ctx.session().await?;
-    let mut query = session.grep_query(args.pattern).path(&args.path);
-    if args.ignore_case {
-        query = query.case_insensitive();
-    }
-    if args.fixed_strings {
-        query = query.fixed_string();
-    }
-    if let Some(glob) = args.glob {
-        query = query.glob(file_glob(glob));
-    }
-    let explicit_max = args.max.is_some();
-    if let Some(max) = args.max {
-        query = query.max_matches(max);
-    }
-    if let Some(context) = args.context {
-        query = query.context(context);
-    }
     let palette = Palette {
         on: match args.color {
             ColorChoice::Always => true,
@@ -74,40 +57,197 @@ pub async fn grep(ctx: &mut Ctx, args: GrepArgs) -> Outcome {
             }
         },
     };
+    let shape = Shape::of(&args);
+    let paths = if args.paths.is_empty() {
+        vec![String::new()]
+    } else {
+        args.paths.clone()
+    };
+    let mut matched = false;
+    for path in &paths {
+        matched |= grep_one(ctx, &session, &args, &shape, path, &palette).await?;
+    }
+    if matched {
+        Ok(())
+    } else {
+        Err(Failure::Silent(1))
+    }
+}
+
+/// What the output looks like, from the flags.
+struct Shape {
+    before: u32,
+    after: u32,
+    /// Per file, not per match: `-l` or `-c`.
+    per_file: Option<PerFile>,
+    only_matching: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PerFile {
+    Names,
+    Counts,
+}
+
+impl Shape {
+    fn of(args: &GrepArgs) -> Shape {
+        let context = args.context.unwrap_or(0);
+        Shape {
+            before: args.before_context.unwrap_or(context),
+            after: args.after_context.unwrap_or(context),
+            per_file: if args.files_with_matches {
+                Some(PerFile::Names)
+            } else if args.count {
+                Some(PerFile::Counts)
+            } else {
+                None
+            },
+            only_matching: args.only_matching,
+        }
+    }
+}
+
+/// `-w` as ripgrep and grep: the pattern, as a group, between word
+/// boundaries; a literal is escaped first, since the result is a regex.
+fn word_pattern(pattern: &str, literal: bool) -> String {
+    let inner = if literal {
+        regex_syntax::escape(pattern)
+    } else {
+        pattern.to_string()
+    };
+    format!(r"\b(?:{inner})\b")
+}
+
+/// Searches one PATH; true when something matched.
+async fn grep_one(
+    ctx: &Ctx,
+    session: &wsfs_client::Session,
+    args: &GrepArgs,
+    shape: &Shape,
+    path: &str,
+    palette: &Palette,
+) -> Outcome<bool> {
+    let pattern = if args.word_regexp {
+        word_pattern(&args.pattern, args.fixed_strings)
+    } else {
+        args.pattern.clone()
+    };
+    let mut query = session.grep_query(pattern).path(path);
+    if args.ignore_case {
+        query = query.case_insensitive();
+    }
+    if args.fixed_strings && !args.word_regexp {
+        query = query.fixed_string();
+    }
+    if let Some(glob) = &args.glob {
+        query = query.glob(file_glob(glob.clone()));
+    }
+    let explicit_max = args.max.is_some();
+    let max = args.max.or(shape.per_file.map(|_| PER_FILE_MAX_MATCHES));
+    if let Some(max) = max {
+        query = query.max_matches(max);
+    }
+    let context = shape.before.max(shape.after);
+    if context > 0 && shape.per_file.is_none() {
+        query = query.context(context);
+    }
     let mut events = query.stream().await?;
     let mut printer = GrepPrinter::default();
+    // The file being counted, for -l and -c.
+    let mut counting: Option<(String, u64)> = None;
     while let Some(event) = events.next().await {
         match event? {
-            GrepEvent::Match(m) => {
+            GrepEvent::Match(mut m) => {
+                if let Some(per_file) = shape.per_file {
+                    let path = m.path.as_str();
+                    match &mut counting {
+                        Some((p, n)) if p == path => *n += 1,
+                        _ => {
+                            if let Some((p, n)) = counting.take() {
+                                print_per_file(ctx, per_file, &p, n, palette)?;
+                            }
+                            counting = Some((path.to_string(), 1));
+                        }
+                    }
+                    continue;
+                }
+                trim_context(&mut m, shape);
                 if ctx.json {
                     print_json(&match_json(&m))?;
+                } else if shape.only_matching {
+                    printer.only_match(&m, palette)?;
                 } else {
-                    printer.print(&m, &palette)?;
+                    printer.print(&m, palette)?;
                 }
             }
             GrepEvent::Summary(summary) => {
+                if let (Some(per_file), Some((p, n))) = (shape.per_file, counting.take()) {
+                    print_per_file(ctx, per_file, &p, n, palette)?;
+                }
                 if ctx.json {
                     print_json(&json!({
                         "type": "summary",
+                        "path": path,
                         "files_searched": summary.files_searched,
                         "matches": summary.matches,
                         "truncated": summary.truncated,
                     }))?;
-                } else if summary.truncated && !ctx.quiet && !explicit_max {
-                    eprintln!(
-                        "wsfs: stopped after {} matches; raise --max to see more",
-                        summary.matches
-                    );
+                } else if summary.truncated && !ctx.quiet {
+                    let hint = if explicit_max {
+                        "(--max)"
+                    } else {
+                        "; raise --max to see more"
+                    };
+                    eprintln!("wsfs: stopped after {} matches{hint}", summary.matches);
                 }
-                return if summary.matches == 0 {
-                    Err(Failure::Silent(1))
-                } else {
-                    Ok(())
-                };
+                // As rg: a PATH that does not exist is an error, not a
+                // search that found nothing (the server's Grep, like Glob,
+                // treats a missing base as empty).
+                if summary.files_searched == 0 && !path.is_empty() {
+                    let base = parse_path(path)?;
+                    if session.exists(&base).await?.is_none() {
+                        return Err(wsfs_client::Error::FileNotFound {
+                            path: base.as_str().to_string(),
+                        }
+                        .into());
+                    }
+                }
+                return Ok(summary.matches > 0);
             }
         }
     }
     Err(wsfs_client::Error::internal("the Grep stream ended without its summary").into())
+}
+
+/// Matches asked for with -l and -c when --max is not given: enough to
+/// name and count the files of any ordinary tree.
+const PER_FILE_MAX_MATCHES: u64 = 1_000_000;
+
+fn print_per_file(
+    ctx: &Ctx,
+    per_file: PerFile,
+    path: &str,
+    count: u64,
+    palette: &Palette,
+) -> Outcome {
+    if ctx.json {
+        return print_json(&json!({"type": "file", "path": path, "matches": count}));
+    }
+    let shown = palette.paint("35", path);
+    match per_file {
+        PerFile::Names => println(&shown),
+        PerFile::Counts => println(&format!("{shown}:{count}")),
+    }
+}
+
+/// The server sends the same context on both sides: keep what -A and -B
+/// ask for.
+fn trim_context(m: &mut GrepMatch, shape: &Shape) {
+    let before = shape.before as usize;
+    if m.before.len() > before {
+        m.before.drain(..m.before.len() - before);
+    }
+    m.after.truncate(shape.after as usize);
 }
 
 /// As ripgrep's `--glob`: a pattern without `/` names files at any depth
@@ -180,6 +320,15 @@ impl GrepPrinter {
             self.line(path, c.line_number, '-', &c.line, palette)?;
         }
         Ok(())
+    }
+
+    /// `-o`: the matched text alone, as `path:line:text`.
+    fn only_match(&mut self, m: &GrepMatch, palette: &Palette) -> Outcome {
+        let start = (m.match_start as usize).min(m.line.len());
+        let end = (m.match_end as usize).clamp(start, m.line.len());
+        let text = m.line.get(start..end).unwrap_or_default();
+        let shown = palette.paint("1;31", text);
+        self.emit(m.path.as_str(), m.line_number, ':', &shown, palette)
     }
 
     fn fresh(&self, path: &str, line: u64) -> bool {

@@ -216,6 +216,7 @@ pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
         }
         SnapshotCommand::Restore { id } => {
             let session_id = ctx.session_id()?;
+            let id = resolve_snapshot(ctx, &session_id, &id).await?;
             let contents = ctx.client().await?.restore(&session_id, &id).await?;
             ctx.done(
                 || {
@@ -230,6 +231,7 @@ pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
         }
         SnapshotCommand::Rm { id } => {
             let session_id = ctx.session_id()?;
+            let id = resolve_snapshot(ctx, &session_id, &id).await?;
             ctx.client()
                 .await?
                 .delete_snapshot(&session_id, &id)
@@ -244,6 +246,10 @@ pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
 
 pub async fn export(ctx: &mut Ctx, args: ExportArgs) -> Outcome {
     let session = ctx.session().await?;
+    let snapshot = match &args.snapshot {
+        Some(name) => Some(resolve_snapshot(ctx, session.id(), name).await?),
+        None => None,
+    };
     let to_stdout = args.file == "-";
     // The size is not known ahead: a spinner counting bytes.
     let bar = output::progress(None, 0, ctx.quiet || ctx.json || to_stdout, "export");
@@ -258,10 +264,7 @@ pub async fn export(ctx: &mut Ctx, args: ExportArgs) -> Outcome {
     };
     let counted = bar.clone();
     let out = InspectWriter::new(out, move |written| counted.inc(written.len() as u64));
-    let bytes = match session
-        .export_to_writer(out, args.snapshot.as_deref())
-        .await
-    {
+    let bytes = match session.export_to_writer(out, snapshot.as_deref()).await {
         Ok(bytes) => bytes,
         Err(e) => {
             if !to_stdout {
@@ -323,5 +326,46 @@ pub async fn token(ctx: &mut Ctx, command: TokenCommand) -> Outcome {
                 println(&issued.token)
             }
         }
+    }
+}
+
+/// A snapshot named as git names commits: its id, its tag, or a prefix of
+/// its id that names only one (at least 4 characters). A tag given to
+/// several snapshots is refused with their ids, not guessed.
+async fn resolve_snapshot(ctx: &mut Ctx, session_id: &str, name: &str) -> Outcome<String> {
+    let snapshots = ctx.client().await?.list_snapshots(session_id).await?;
+    if snapshots.iter().any(|s| s.id == name) {
+        return Ok(name.to_string());
+    }
+    let ids = |found: Vec<&wsfs_client::SnapshotInfo>| -> Vec<String> {
+        found.iter().map(|s| s.id.clone()).collect()
+    };
+    let tagged: Vec<_> = snapshots.iter().filter(|s| s.tag == name).collect();
+    match tagged.len() {
+        1 => return Ok(tagged[0].id.clone()),
+        0 => {}
+        _ => {
+            return Err(Failure::Usage(format!(
+                "the tag '{name}' names {} snapshots ({}); give one id",
+                tagged.len(),
+                ids(tagged).join(", ")
+            )))
+        }
+    }
+    let prefixed: Vec<_> = snapshots
+        .iter()
+        .filter(|s| name.len() >= 4 && s.id.starts_with(name))
+        .collect();
+    match prefixed.len() {
+        1 => Ok(prefixed[0].id.clone()),
+        0 => Err(wsfs_client::Error::SnapshotNotFound {
+            snapshot_id: name.to_string(),
+        }
+        .into()),
+        _ => Err(Failure::Usage(format!(
+            "'{name}' starts {} snapshot ids ({}); give more of it",
+            prefixed.len(),
+            ids(prefixed).join(", ")
+        ))),
     }
 }
