@@ -264,17 +264,31 @@ impl<S> tower::Layer<S> for CallsLayer {
 #[derive(Clone)]
 pub struct Calls<S>(S);
 
+/// The connection a request came in on, over TLS or not.
+fn conn_info<B>(request: &http::Request<B>) -> Option<&ConnInfo> {
+    let ext = request.extensions();
+    ext.get::<ConnInfo>().or_else(|| {
+        ext.get::<tonic::transport::server::TlsConnectInfo<ConnInfo>>()
+            .map(|t| t.get_ref())
+    })
+}
+
+/// The span every call runs in: the peer's address, so that each log line
+/// of the call says who sent it.
+pub fn call_span(request: &http::Request<()>) -> tracing::Span {
+    // At WARN, so that a server run at `warn` still names the peer.
+    match conn_info(request).and_then(|i| i.remote) {
+        Some(peer) => tracing::warn_span!("call", %peer),
+        None => tracing::warn_span!("call"),
+    }
+}
+
 /// One running call; ending it restarts its connection's idle clock.
 struct CallGuard(Option<Arc<Activity>>);
 
 impl CallGuard {
     fn open<B>(request: &http::Request<B>) -> CallGuard {
-        let ext = request.extensions();
-        let info = ext.get::<ConnInfo>().or_else(|| {
-            ext.get::<tonic::transport::server::TlsConnectInfo<ConnInfo>>()
-                .map(|t| t.get_ref())
-        });
-        let activity = info.map(|i| i.activity.clone());
+        let activity = conn_info(request).map(|i| i.activity.clone());
         if let Some(a) = &activity {
             a.calls.fetch_add(1, Ordering::SeqCst);
         }

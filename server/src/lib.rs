@@ -150,6 +150,7 @@ pub async fn serve(
         }
     };
     let serving = builder
+        .trace_fn(connections::call_span)
         .layer(connections::CallsLayer)
         .layer(service::resets::layer())
         .add_service(health)

@@ -7,10 +7,13 @@ use wsfs_server::config::{LogFormat, ServerConfig};
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let config = ServerConfig::parse();
+    // The filesystem watcher's own warnings (a watch descriptor already
+    // gone with its directory) are routine here: errors only.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,notify=error"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match config.log_format {
         LogFormat::Json => builder.json().init(),

@@ -32,6 +32,7 @@ impl FilesystemService {
     /// of another session learns nothing about this one.
     fn session(&self, metadata: &MetadataMap, id: &str) -> Result<Opened> {
         let caller = self.auth.filesystem_caller(metadata, id)?;
+        tracing::Span::current().record("caller", caller.name());
         let session = self.registry.get(id)?;
         let fs = Guarded::new(session.fs.clone(), caller, session.record.layout);
         Ok(Opened { session, fs })

@@ -93,15 +93,18 @@ where
     // Inputs are logged and echoed by a bounded prefix: a request cannot
     // make its log line, or its error, as large as itself.
     let (session_shown, path_shown) = (quote(session), quote(path));
-    let span = tracing::info_span!(
+    // At WARN, the span's level: its fields (method, session, caller) must
+    // reach the warnings of a server run at `warn` too.
+    let span = tracing::warn_span!(
         "rpc",
         method,
         session = &*session_shown,
-        path = &*path_shown
+        path = &*path_shown,
+        caller = tracing::field::Empty,
     );
     if let Err(e) = session_id(session) {
         let _enter = span.enter();
-        tracing::info!(outcome = e.reason(), error = %e, "rpc failed");
+        log_failure(&e, 0);
         return Err(e.to_status());
     }
     // A panic fails this request alone: without the catch it would unwind
@@ -123,9 +126,43 @@ where
             Ok(Response::new(v))
         }
         Err(e) => {
-            tracing::info!(outcome = e.reason(), elapsed_us, error = %e, "rpc failed");
+            log_failure(&e, elapsed_us);
             Err(e.to_status())
         }
+    }
+}
+
+/// A failed call's line: WARN when an operator should look (refused
+/// credentials or permissions, exhausted limits, the server's own faults),
+/// INFO for the outcomes a client expects to meet (a missing file, a
+/// version mismatch, an invalid argument), so that a server at `warn`
+/// shows what matters. The error is always one line.
+fn log_failure(e: &wsfs::Error, elapsed_us: u64) {
+    use tonic::Code;
+    let text = e.to_string();
+    let error = one_line(&text);
+    match e.code() {
+        Code::PermissionDenied
+        | Code::Unauthenticated
+        | Code::ResourceExhausted
+        | Code::Internal
+        | Code::Unknown
+        | Code::DataLoss
+        | Code::Unavailable
+        | Code::Unimplemented => {
+            tracing::warn!(outcome = e.reason(), elapsed_us, error = %error, "rpc failed");
+        }
+        _ => tracing::info!(outcome = e.reason(), elapsed_us, error = %error, "rpc failed"),
+    }
+}
+
+/// `text` on one line: line breaks (a regex parser's caret diagram, say)
+/// shown as `\n`, so that one log record stays one line.
+pub(crate) fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains(['\n', '\r']) {
+        text.replace('\r', "").replace('\n', "\\n").into()
+    } else {
+        text.into()
     }
 }
 

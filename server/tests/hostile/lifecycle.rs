@@ -625,3 +625,55 @@ async fn a_nested_root_swapped_for_a_link_outside_is_never_followed_before_or_af
     );
     server.assert_serves_bystander().await;
 }
+
+/// An operator running at `warn` sees refused credentials with who sent
+/// them, not the misses clients expect; every record is one line.
+#[tokio::test]
+async fn failures_that_need_an_operator_are_logged_at_warn_with_the_peer_on_one_line() {
+    const ADMIN: &str = "an-admin-token-long-enough-for-the-server";
+    let server = Server::start_limited(
+        crate::harness::DEFAULT_ADDRESS_SPACE,
+        &["--admin-token", ADMIN],
+        &[("RUST_LOG", "warn")],
+    );
+    let anonymous = server.client().await;
+    let err = anonymous
+        .create(SessionOptions::memory())
+        .await
+        .unwrap_err();
+    assert_eq!(error_reason(&err), "UNAUTHENTICATED");
+    let admin = server.client().await.with_token(ADMIN).unwrap();
+    let (session, _) = admin.create(SessionOptions::memory()).await.unwrap();
+    let missing = session
+        .read_to_string("no-such-file.txt")
+        .await
+        .unwrap_err();
+    assert_eq!(error_reason(&missing), "FILE_NOT_FOUND");
+    // A regex error is several lines long from the parser.
+    let bad = session.grep_query("(unclosed").stream().await;
+    assert!(bad.is_err());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let log = server.log();
+    let refused: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("UNAUTHENTICATED"))
+        .collect();
+    assert_eq!(refused.len(), 1, "{log}");
+    assert!(refused[0].contains("WARN"), "{}", refused[0]);
+    assert!(refused[0].contains("peer=127.0.0.1:"), "{}", refused[0]);
+    assert!(
+        !log.contains("FILE_NOT_FOUND"),
+        "a miss is not a warning: {log}"
+    );
+    assert!(!log.contains("INVALID_PATTERN"), "{log}");
+    assert!(!log.contains('\x1b'), "no colours in a log file: {log}");
+    // Every record starts with its timestamp: no error spilled onto
+    // lines of its own.
+    for line in log.lines().filter(|l| !l.is_empty()) {
+        assert!(
+            line.as_bytes()[0].is_ascii_digit(),
+            "a line that is not a record: {line:?}"
+        );
+    }
+}
