@@ -23,6 +23,11 @@ pub struct ServerConfig {
     #[arg(long, env = "WSFS_LISTEN", default_value = "127.0.0.1:50051")]
     pub listen: SocketAddr,
 
+    /// Serve Prometheus metrics (`GET /metrics`, plain HTTP) on this
+    /// address; off unless given.
+    #[arg(long, env = "WSFS_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+
     /// Where DIRECTORY sessions live (default: the user's data directory, or
     /// the temp directory, under `wsfs/`).
     #[arg(long, env = "WSFS_DATA_DIR", default_value_os_t = default_data_dir())]
@@ -189,6 +194,7 @@ impl ServerConfig {
     pub fn for_tests(data_dir: PathBuf) -> Self {
         ServerConfig {
             listen: "127.0.0.1:0".parse().expect("literal address"),
+            metrics_listen: None,
             data_dir,
             allow_roots: Vec::new(),
             max_write_bytes: DEFAULT_SERVER_MAX_WRITE_BYTES,

@@ -16,6 +16,7 @@ pub mod auth;
 pub mod backend;
 pub mod durability;
 pub mod events;
+pub mod exporter;
 pub mod faults;
 pub mod journal;
 pub mod limits;
@@ -90,6 +91,17 @@ pub async fn serve(
         tracing::warn!(%bound, "tokens travel in clear text: pass --tls-cert and --tls-key");
     }
 
+    let exporter = match registry.config().metrics_listen {
+        Some(addr) => {
+            let metrics = TcpListener::bind(addr).await.map_err(|e| {
+                wsfs::Error::internal(format!("cannot listen for metrics on {addr}: {e}"))
+            })?;
+            let shown = metrics.local_addr().map_or(addr, |a| a);
+            tracing::info!(addr = %shown, "metrics on http://{shown}/metrics");
+            Some(tokio::spawn(exporter::serve(metrics, registry.clone())))
+        }
+        None => None,
+    };
     let reaper = {
         let registry = registry.clone();
         let auth = auth.clone();
@@ -171,6 +183,9 @@ pub async fn serve(
         }
     };
     reaper.abort();
+    if let Some(exporter) = exporter {
+        exporter.abort();
+    }
     served
 }
 

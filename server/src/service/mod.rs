@@ -105,6 +105,7 @@ where
     if let Err(e) = session_id(session) {
         let _enter = span.enter();
         log_failure(&e, 0);
+        crate::exporter::rpc_done(method, e.reason(), started.elapsed());
         return Err(e.to_status());
     }
     // A panic fails this request alone: without the catch it would unwind
@@ -118,7 +119,10 @@ where
         Ok(result) => result,
         Err(panic) => Err(crate::producer::panicked(method, &*panic)),
     };
-    let elapsed_us = started.elapsed().as_micros() as u64;
+    let elapsed = started.elapsed();
+    let elapsed_us = elapsed.as_micros() as u64;
+    let outcome = result.as_ref().map_or_else(|e| e.reason(), |_| "OK");
+    crate::exporter::rpc_done(method, outcome, elapsed);
     let _enter = span.enter();
     match result {
         Ok(v) => {

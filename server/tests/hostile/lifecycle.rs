@@ -677,3 +677,119 @@ async fn failures_that_need_an_operator_are_logged_at_warn_with_the_peer_on_one_
         );
     }
 }
+
+/// `GET PATH` over plain HTTP/1.1 to `addr`: the status line and the body.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nhost: wsfs\r\nconnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).await.unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+/// The value of the series `name{labels}` in an exposition text.
+fn series(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse().ok())
+}
+
+/// An operator's dashboard: sessions by backend, running streams by kind,
+/// and every call counted by method and outcome with its latency.
+#[tokio::test]
+async fn the_metrics_endpoint_shows_sessions_streams_and_calls_by_outcome() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = format!("127.0.0.1:{port}");
+    let mut server = Server::start(&["--metrics-listen", &metrics]);
+    let addr: std::net::SocketAddr = metrics.parse().unwrap();
+    let client = server.client().await;
+    let (memory, _) = client.create(SessionOptions::memory()).await.unwrap();
+    client.create(SessionOptions::directory()).await.unwrap();
+    client.create(SessionOptions::directory()).await.unwrap();
+    memory
+        .write_str("big.bin", &"x".repeat(8 << 20))
+        .await
+        .unwrap();
+    memory.read_to_string("missing.txt").await.unwrap_err();
+    memory.read_to_string("missing.txt").await.unwrap_err();
+    // A ReadBytes left open, unread.
+    let mut raw = wsfs_client::Client::connect(&server.url)
+        .await
+        .unwrap()
+        .raw_filesystem();
+    let mut open = raw
+        .read_bytes(proto::ReadBytesRequest {
+            session_id: memory.id().to_string(),
+            path: "big.bin".into(),
+            offset: 0,
+            limit: 0,
+            chunk_size: 65536,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(open.message().await.unwrap().is_some());
+
+    let (status, text) = http_get(addr, "/metrics").await;
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(
+        series(&text, "wsfs_sessions{backend=\"memory\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        series(&text, "wsfs_sessions{backend=\"directory\"}"),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        series(&text, "wsfs_active_streams{kind=\"read_bytes\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        series(
+            &text,
+            "wsfs_rpc_total{method=\"Read\",outcome=\"FILE_NOT_FOUND\"}"
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        series(
+            &text,
+            "wsfs_rpc_total{method=\"CreateSession\",outcome=\"OK\"}"
+        ),
+        Some(3.0),
+        "{text}"
+    );
+    assert_eq!(
+        series(&text, "wsfs_rpc_duration_seconds_count{method=\"Read\"}"),
+        Some(2.0),
+        "{text}"
+    );
+    drop(open);
+    drop(raw);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, text) = http_get(addr, "/metrics").await;
+    assert_eq!(
+        series(&text, "wsfs_active_streams{kind=\"read_bytes\"}"),
+        Some(0.0),
+        "{text}"
+    );
+
+    let (status, _) = http_get(addr, "/secrets").await;
+    assert!(status.contains("404"), "{status}");
+    server.assert_serves_bystander().await;
+}
