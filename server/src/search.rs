@@ -479,8 +479,8 @@ struct Unit {
 /// Opens a file for searching, or `None` when it is skipped: gone since
 /// the walk listed it, binary (a NUL byte), or with an overlong line.
 fn open_searchable<B: Backend>(backend: &B, path: CanonicalPath) -> Result<Option<FileCursor>> {
-    let file = match backend.open(&path) {
-        Ok(f) => f,
+    let content = match backend.open_content(&path) {
+        Ok(content) => content,
         Err(
             Error::FileNotFound { .. }
             | Error::IsADirectory { .. }
@@ -488,7 +488,7 @@ fn open_searchable<B: Backend>(backend: &B, path: CanonicalPath) -> Result<Optio
         ) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let searchable = match &file.content {
+    let searchable = match &content {
         Content::Memory(data) => Scan::bytes(data),
         Content::Disk(f) => {
             Scan::reader(ReadAt { file: f, at: 0 }).map_err(|e| Error::from_io(e, &path))?
@@ -496,7 +496,7 @@ fn open_searchable<B: Backend>(backend: &B, path: CanonicalPath) -> Result<Optio
     };
     Ok(searchable.then(|| FileCursor {
         path,
-        content: file.content,
+        content,
         offset: 0,
         lines: 0,
         window: VecDeque::new(),
