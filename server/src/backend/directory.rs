@@ -2847,6 +2847,69 @@ mod tests {
     }
 
     #[test]
+    fn a_path_refused_in_one_call_is_answered_by_the_walk_naming_the_culprit() {
+        let fx = fixture();
+        let b = &fx.backend;
+        write(b, "a/b/c/f.txt", b"deep").unwrap();
+        write(b, "a/file", b"x").unwrap();
+        symlink("c", fx.root.join("a/b/in")).unwrap();
+        symlink(&fx.outside, fx.root.join("a/b/out")).unwrap();
+        let before = fx.outside_state();
+        let read_all = |content: Content| match content {
+            Content::Disk(mut f) => {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut f, &mut bytes).unwrap();
+                bytes
+            }
+            Content::Memory(bytes) => bytes.to_vec(),
+        };
+        // Nothing in the way: found in one call, same bytes either way.
+        assert_eq!(
+            read_all(b.open_content(&p("a/b/c/f.txt")).unwrap()),
+            b"deep"
+        );
+        assert_eq!(read(b, "a/b/c/f.txt").unwrap(), b"deep");
+        // A link inside the root or out of it, at any depth: the walk
+        // names it (as it always did), for a versioned open and a search.
+        let deep = "goes through a symbolic link";
+        let named = "is a symbolic link";
+        for (path, culprit, said) in [
+            ("a/b/in/f.txt", "a/b/in", named),
+            ("a/b/in/x/f.txt", "a/b/in", deep),
+            ("a/b/out/secret.txt", "a/b/out", named),
+            ("a/b/out/d/secret.txt", "a/b/out", deep),
+            ("a/b/in", "a/b/in", named),
+        ] {
+            let check = |r: Result<()>| match r {
+                Err(Error::PermissionDenied {
+                    path: reported,
+                    message,
+                }) => {
+                    assert_eq!(reported, culprit, "{path}");
+                    assert!(message.contains(said), "{path}: {message}");
+                }
+                other => panic!("{path}: expected PermissionDenied, got {other:?}"),
+            };
+            check(b.open(&p(path)).map(|_| ()));
+            check(b.open_content(&p(path)).map(|_| ()));
+        }
+        for open in [
+            |b: &DirectoryBackend, s: &str| b.open(&p(s)).map(|_| ()),
+            |b: &DirectoryBackend, s: &str| b.open_content(&p(s)).map(|_| ()),
+        ] {
+            assert!(
+                matches!(open(b, "a/file/x"), Err(Error::NotADirectory { path }) if path == "a/file")
+            );
+            assert!(
+                matches!(open(b, "a/nope/f"), Err(Error::FileNotFound { path }) if path == "a/nope/f")
+            );
+            assert!(matches!(open(b, "a/b"), Err(Error::IsADirectory { path }) if path == "a/b"));
+            assert!(matches!(open(b, ""), Err(Error::IsADirectory { .. })));
+        }
+        assert_eq!(fx.outside_state(), before);
+    }
+
+    #[test]
     fn recursive_copy_and_remove_never_go_through_links() {
         let fx = fixture();
         let b = &fx.backend;
