@@ -15,7 +15,8 @@
 //! What one stream can hold, whatever the tree or the query: per batch in
 //! flight, a unit's results (the budget plus the match that crossed it), a
 //! window of `2 × context_lines + 1` lines of at most [`MAX_LINE_BYTES`],
-//! and while a unit runs its line buffer ([`SEARCH_BUFFER_BYTES`]); with
+//! while a unit runs its line buffer ([`SEARCH_BUFFER_BYTES`]), and a file
+//! small enough to be read whole ([`SMALL_FILE_BYTES`]); with
 //! `context_lines` at most [`MAX_CONTEXT_LINES`] that is under 1.5 MiB per
 //! batch, 6 MiB per stream (about 0.4 MiB measured for a stalled reader
 //! with 2 lines of context).
@@ -465,6 +466,31 @@ impl<R: Read> Read for Watched<R> {
     }
 }
 
+/// Files at most this long are read whole in one pass, then checked and
+/// searched in memory; longer ones are read twice (checked, then searched)
+/// through the searcher's bounded buffer. Most source files are smaller.
+const SMALL_FILE_BYTES: usize = 32 * 1024;
+
+/// The whole of `file` when it holds at most [`SMALL_FILE_BYTES`]; `None`
+/// as soon as it is longer.
+fn read_small(file: &std::fs::File) -> std::io::Result<Option<bytes::Bytes>> {
+    use std::os::unix::fs::FileExt;
+    // One byte more than the most kept, to see that there is more.
+    let mut data = vec![0u8; SMALL_FILE_BYTES + 1];
+    let mut len = 0;
+    loop {
+        match file.read_at(&mut data[len..], len as u64) {
+            Ok(0) => break,
+            Ok(n) if len + n > SMALL_FILE_BYTES => return Ok(None),
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    data.truncate(len);
+    Ok(Some(data.into()))
+}
+
 /// Files handed to one batch: enough to amortise the hand-off between
 /// threads, few enough that a stopped search wastes little.
 const FILES_PER_TASK: usize = 32;
@@ -479,8 +505,8 @@ struct Unit {
 /// Opens a file for searching, or `None` when it is skipped: gone since
 /// the walk listed it, binary (a NUL byte), or with an overlong line.
 fn open_searchable<B: Backend>(backend: &B, path: CanonicalPath) -> Result<Option<FileCursor>> {
-    let file = match backend.open(&path) {
-        Ok(f) => f,
+    let content = match backend.open_content(&path) {
+        Ok(content) => content,
         Err(
             Error::FileNotFound { .. }
             | Error::IsADirectory { .. }
@@ -488,7 +514,14 @@ fn open_searchable<B: Backend>(backend: &B, path: CanonicalPath) -> Result<Optio
         ) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let searchable = match &file.content {
+    let content = match content {
+        Content::Disk(f) => match read_small(&f).map_err(|e| Error::from_io(e, &path))? {
+            Some(data) => Content::Memory(data),
+            None => Content::Disk(f),
+        },
+        memory => memory,
+    };
+    let searchable = match &content {
         Content::Memory(data) => Scan::bytes(data),
         Content::Disk(f) => {
             Scan::reader(ReadAt { file: f, at: 0 }).map_err(|e| Error::from_io(e, &path))?
@@ -496,7 +529,7 @@ fn open_searchable<B: Backend>(backend: &B, path: CanonicalPath) -> Result<Optio
     };
     Ok(searchable.then(|| FileCursor {
         path,
-        content: file.content,
+        content,
         offset: 0,
         lines: 0,
         window: VecDeque::new(),

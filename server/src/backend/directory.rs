@@ -17,9 +17,14 @@
 //! can move a directory out of the root while we hold it open (a container
 //! sees the root as a bind mount and cannot rename across it).
 //!
-//! Plain `openat` walks are used rather than `openat2(RESOLVE_BENEATH)`:
-//! paths are at most a few segments deep, and the walk knows which
-//! component is a symlink or a file, so errors can name it.
+//! The walk to a directory is first tried as one `openat2` call with
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`
+//! ([`open_beneath`]), which the kernel refuses on the same paths the walk
+//! refuses (a symlink anywhere, a climb out of the root). Only when it
+//! fails does the component walk run, and it decides the answer: every
+//! error names the component that is a symlink or a file, exactly as
+//! without the shortcut, and a kernel without `openat2` (before 5.6) just
+//! takes the walk. The last component is touched as above.
 //!
 //! # Writes
 //!
@@ -69,7 +74,7 @@ use super::{check_name, check_transfer, Backend, CommitMode, Content, OpenFile, 
 use crate::durability::Durability;
 use crate::journal::Intent;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
-use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, RenameFlags, StatxFlags};
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, RenameFlags, ResolveFlags, StatxFlags};
 use rustix::io::Errno;
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
@@ -103,6 +108,12 @@ const READ_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::NONBLOCK)
     .union(OFlags::NOCTTY)
     .union(OFlags::CLOEXEC);
+
+/// Resolving a whole path in one call ([`open_beneath`]): never above the
+/// root, never through a symlink of any kind.
+const RESOLVE_FLAGS: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS);
 
 /// Creating a temporary file: a fresh name, never an existing file or link.
 const CREATE_FLAGS: OFlags = OFlags::RDWR
@@ -405,6 +416,13 @@ fn open_regular(dir: impl AsFd, name: &CStr, path: &CanonicalPath) -> Result<(Fi
     let st = stat_fd(&fd).map_err(|e| io(e, path))?;
     check(&st)?;
     Ok((File::from(fd), st))
+}
+
+/// Opens the non-root `path` beneath `root` in one call, with `flags`;
+/// `None` on any failure, for the component walk to answer (and name the
+/// culprit).
+fn open_beneath(root: &OwnedFd, path: &CanonicalPath, flags: OFlags) -> Option<OwnedFd> {
+    rustix::fs::openat2(root, path.as_str(), flags, Mode::empty(), RESOLVE_FLAGS).ok()
 }
 
 /// The next run of data in `f` at or after `offset` and before `end`, as
@@ -1007,6 +1025,11 @@ impl DirectoryBackend {
     /// symlink. `Ok(None)` when a component is missing; a component that is
     /// a symlink is `PermissionDenied`, a file `NotADirectory`.
     fn open_dir(&self, path: &CanonicalPath) -> Result<Option<OwnedFd>> {
+        if !path.is_root() {
+            if let Some(fd) = open_beneath(&self.root, path, DIR_FLAGS) {
+                return Ok(Some(fd));
+            }
+        }
         let mut fd = reopen(&self.root).map_err(|e| io(e, &CanonicalPath::root()))?;
         let mut walked = CanonicalPath::root();
         let depth = path.depth();
@@ -1068,6 +1091,13 @@ impl DirectoryBackend {
             fd = next;
         }
         Ok(fd)
+    }
+
+    /// Opens the regular file at the non-root `path` for reading (see
+    /// [`open_regular`]).
+    fn open_file(&self, path: &CanonicalPath) -> Result<(File, Stat)> {
+        let (dir, name) = self.parent_dir(path, false, path)?;
+        open_regular(&dir, &cname(name, path)?, path)
     }
 
     /// The parent directory of a non-root `path` and its last name. A
@@ -1320,15 +1350,24 @@ impl Backend for DirectoryBackend {
                 path: String::new(),
             });
         }
-        let (dir, name) = self.parent_dir(path, false, path)?;
-        let name = cname(name, path)?;
         let (file, st, version) = self
-            .observe(path, || open_regular(&dir, &name, path).map(Some))?
+            .observe(path, || self.open_file(path).map(Some))?
             .ok_or_else(|| not_found(path))?;
         Ok(OpenFile {
             meta: st.metadata(path, version),
             content: Content::Disk(file),
         })
+    }
+
+    /// Without a version, nothing is remembered: no fingerprint, no lock.
+    fn open_content(&self, path: &CanonicalPath) -> Result<Content> {
+        check_path(path)?;
+        if path.is_root() {
+            return Err(Error::IsADirectory {
+                path: String::new(),
+            });
+        }
+        self.open_file(path).map(|(file, _)| Content::Disk(file))
     }
 
     fn stage(&self) -> Result<DirectoryStaged> {
@@ -2805,6 +2844,69 @@ mod tests {
         assert_eq!(entries(&fx.root), ["f"]);
         assert_eq!(fx.outside_state(), before);
         assert!(fx.staging_entries().is_empty());
+    }
+
+    #[test]
+    fn a_path_refused_in_one_call_is_answered_by_the_walk_naming_the_culprit() {
+        let fx = fixture();
+        let b = &fx.backend;
+        write(b, "a/b/c/f.txt", b"deep").unwrap();
+        write(b, "a/file", b"x").unwrap();
+        symlink("c", fx.root.join("a/b/in")).unwrap();
+        symlink(&fx.outside, fx.root.join("a/b/out")).unwrap();
+        let before = fx.outside_state();
+        let read_all = |content: Content| match content {
+            Content::Disk(mut f) => {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut f, &mut bytes).unwrap();
+                bytes
+            }
+            Content::Memory(bytes) => bytes.to_vec(),
+        };
+        // Nothing in the way: found in one call, same bytes either way.
+        assert_eq!(
+            read_all(b.open_content(&p("a/b/c/f.txt")).unwrap()),
+            b"deep"
+        );
+        assert_eq!(read(b, "a/b/c/f.txt").unwrap(), b"deep");
+        // A link inside the root or out of it, at any depth: the walk
+        // names it (as it always did), for a versioned open and a search.
+        let deep = "goes through a symbolic link";
+        let named = "is a symbolic link";
+        for (path, culprit, said) in [
+            ("a/b/in/f.txt", "a/b/in", named),
+            ("a/b/in/x/f.txt", "a/b/in", deep),
+            ("a/b/out/secret.txt", "a/b/out", named),
+            ("a/b/out/d/secret.txt", "a/b/out", deep),
+            ("a/b/in", "a/b/in", named),
+        ] {
+            let check = |r: Result<()>| match r {
+                Err(Error::PermissionDenied {
+                    path: reported,
+                    message,
+                }) => {
+                    assert_eq!(reported, culprit, "{path}");
+                    assert!(message.contains(said), "{path}: {message}");
+                }
+                other => panic!("{path}: expected PermissionDenied, got {other:?}"),
+            };
+            check(b.open(&p(path)).map(|_| ()));
+            check(b.open_content(&p(path)).map(|_| ()));
+        }
+        for open in [
+            |b: &DirectoryBackend, s: &str| b.open(&p(s)).map(|_| ()),
+            |b: &DirectoryBackend, s: &str| b.open_content(&p(s)).map(|_| ()),
+        ] {
+            assert!(
+                matches!(open(b, "a/file/x"), Err(Error::NotADirectory { path }) if path == "a/file")
+            );
+            assert!(
+                matches!(open(b, "a/nope/f"), Err(Error::FileNotFound { path }) if path == "a/nope/f")
+            );
+            assert!(matches!(open(b, "a/b"), Err(Error::IsADirectory { path }) if path == "a/b"));
+            assert!(matches!(open(b, ""), Err(Error::IsADirectory { .. })));
+        }
+        assert_eq!(fx.outside_state(), before);
     }
 
     #[test]

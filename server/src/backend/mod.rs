@@ -119,6 +119,12 @@ pub trait Backend: Send + Sync + 'static {
     /// directory: `IsADirectory`; a symlink: `PermissionDenied`.
     fn open(&self, path: &CanonicalPath) -> Result<OpenFile>;
 
+    /// [`Backend::open`] for a reader that needs neither the version nor
+    /// the metadata (a search): a backend may skip what finding them costs.
+    fn open_content(&self, path: &CanonicalPath) -> Result<Content> {
+        self.open(path).map(|file| file.content)
+    }
+
     /// A new, empty staged file.
     fn stage(&self) -> Result<Self::Staged>;
 
