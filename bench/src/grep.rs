@@ -220,7 +220,7 @@ pub async fn run(
         rows.push(
             Row::new(figure, "s", ours)
                 .baseline("rg", theirs)
-                .target(Target::AtMostTimes(1.5)),
+                .target(Target::AtMostTimes(1.2)),
         );
     }
     wire::delete_session(channel, &session.id).await;
