@@ -4,11 +4,15 @@ use crate::convert;
 use crate::credentials::Credentials;
 use crate::session::Session;
 use crate::sessions::{SessionInfo, SessionOptions};
+use std::collections::BTreeMap;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use wsfs::proto;
 use wsfs::proto::filesystem_client::FilesystemClient;
 use wsfs::proto::sessions_client::SessionsClient;
 use wsfs::{Error, Result};
+
+/// Sessions asked for per ListSessions call when listing them all.
+pub const LIST_PAGE: u32 = 1000;
 
 pub use wsfs::MAX_MESSAGE_BYTES;
 
@@ -130,17 +134,37 @@ impl Client {
     }
 
     pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
-        let response = self
-            .sessions
-            .clone()
-            .list_sessions(self.credentials.request(proto::ListSessionsRequest {}))
-            .await?;
-        response
-            .into_inner()
-            .sessions
-            .into_iter()
-            .map(convert::session_info)
-            .collect()
+        self.list_sessions_labelled(&BTreeMap::new()).await
+    }
+
+    /// The sessions carrying every label of `labels` (key and value), in
+    /// session-id order, fetched a page of [`LIST_PAGE`] at a time.
+    pub async fn list_sessions_labelled(
+        &self,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<SessionInfo>> {
+        let mut all = Vec::new();
+        let mut page_token = String::new();
+        loop {
+            let request = proto::ListSessionsRequest {
+                labels: labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                page_size: LIST_PAGE,
+                page_token,
+            };
+            let page = self
+                .sessions
+                .clone()
+                .list_sessions(self.credentials.request(request))
+                .await?
+                .into_inner();
+            for s in page.sessions {
+                all.push(convert::session_info(s)?);
+            }
+            if page.next_page_token.is_empty() {
+                return Ok(all);
+            }
+            page_token = page.next_page_token;
+        }
     }
 
     /// Removes the session and everything it owns; returns how many files

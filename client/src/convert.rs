@@ -506,6 +506,8 @@ pub(crate) fn session_info(s: proto::Session) -> Result<SessionInfo> {
         labels: s.labels.into_iter().collect(),
         idle_ttl: (s.idle_ttl_seconds > 0).then(|| Duration::from_secs(s.idle_ttl_seconds)),
         token: (!s.token.is_empty()).then_some(s.token),
+        last_active_at: s.last_active_at.map(|t| system_time(Some(t))),
+        open_streams: s.open_streams,
     })
 }
 
@@ -864,9 +866,13 @@ mod tests {
             labels: [("k".to_string(), "v".to_string())].into(),
             idle_ttl_seconds: 60,
             token: "tok".into(),
+            last_active_at: Some((created + Duration::from_secs(5)).into()),
+            open_streams: 2,
         })
         .unwrap();
         assert_eq!(info.id, "0f0e");
+        assert_eq!(info.last_active_at, Some(created + Duration::from_secs(5)));
+        assert_eq!(info.open_streams, 2);
         assert_eq!(info.backend, Backend::Directory);
         assert_eq!(info.root_path, Some(PathBuf::from("/var/lib/wsfs/0f0e")));
         assert_eq!(info.created_at, created);

@@ -199,4 +199,9 @@ pub struct SessionInfo {
     /// The session's system-caller token: only in the answer to
     /// CreateSession, and only when the server requires tokens.
     pub token: Option<String>,
+    /// When a call last named the session, or its last working stream
+    /// ended; `None` for a session the server lists as unavailable.
+    pub last_active_at: Option<SystemTime>,
+    /// Streams open on the session when it was listed, Watch included.
+    pub open_streams: u32,
 }

@@ -190,6 +190,66 @@ fn session_create_json_with_labels_and_directory_backend() {
 }
 
 #[test]
+fn session_list_filters_by_label_and_prints_a_header() {
+    let tag = format!("run-{}", std::process::id());
+    let label = format!("cli-list={tag}");
+    let made: Vec<String> = (0..2)
+        .map(|_| {
+            wsfs_with(
+                None,
+                &["session", "create", "--label", &label],
+                b"",
+                server_url(),
+            )
+            .ok()
+            .stdout
+            .trim()
+            .to_string()
+        })
+        .collect();
+    let listed = wsfs_with(
+        None,
+        &["session", "list", "--label", &label],
+        b"",
+        server_url(),
+    )
+    .ok();
+    let mut lines = listed.stdout.lines();
+    let header = lines.next().unwrap();
+    assert!(
+        header.starts_with("ID") && header.contains("LAST ACTIVE"),
+        "{header}"
+    );
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 2, "{}", listed.stdout);
+    for id in &made {
+        assert!(
+            rows.iter().any(|r| r.starts_with(id.as_str())),
+            "{}",
+            listed.stdout
+        );
+    }
+    let json = wsfs_with(
+        None,
+        &["session", "list", "--label", &label, "--json"],
+        b"",
+        server_url(),
+    )
+    .ok()
+    .json();
+    assert_eq!(json["sessions"].as_array().unwrap().len(), 2);
+    assert_eq!(json["sessions"][0]["open_streams"], 0);
+    let none = wsfs_with(
+        None,
+        &["session", "list", "--label", "cli-list=none", "-q"],
+        b"",
+        server_url(),
+    )
+    .ok();
+    assert_eq!(none.stdout, "");
+}
+
+#[test]
 fn session_create_with_a_malformed_label_is_a_usage_error() {
     let run = wsfs_with(
         None,

@@ -133,6 +133,18 @@ impl Drop for StreamPermit {
 }
 
 impl Session {
+    /// When a call last named this session, or its last working stream
+    /// ended.
+    pub fn last_active(&self) -> std::time::SystemTime {
+        let ms = self.activity.last_used_ms.load(Ordering::SeqCst);
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)
+    }
+
+    /// Streams open on this session now, Watch included.
+    pub fn open_streams(&self) -> usize {
+        self.activity.streams.load(Ordering::SeqCst)
+    }
+
     /// Admits one more working stream (ReadBytes, WriteBytes, Grep,
     /// Export) or refuses with `QUOTA_EXCEEDED` when the session has its
     /// maximum open. Hold the permit for as long as the stream lives: the

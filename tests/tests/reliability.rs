@@ -122,7 +122,7 @@ async fn sessions_beyond_max_sessions_are_refused_with_quota_exceeded() {
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
     assert_eq!(reason(&err), "QUOTA_EXCEEDED");
     let listed = sessions
-        .list_sessions(proto::ListSessionsRequest {})
+        .list_sessions(proto::ListSessionsRequest::default())
         .await
         .unwrap()
         .into_inner()

@@ -245,7 +245,7 @@ async fn root_outside_the_allowed_roots_is_refused() {
         assert_eq!(reason(&err), "PERMISSION_DENIED");
     }
     let list = sessions
-        .list_sessions(proto::ListSessionsRequest {})
+        .list_sessions(proto::ListSessionsRequest::default())
         .await
         .unwrap()
         .into_inner();
@@ -311,7 +311,7 @@ async fn bad_seed_path_fails_creation_and_leaves_nothing() {
         assert_eq!(reason(&err), "PATH_ESCAPES_ROOT");
     }
     assert!(sessions
-        .list_sessions(proto::ListSessionsRequest {})
+        .list_sessions(proto::ListSessionsRequest::default())
         .await
         .unwrap()
         .into_inner()
@@ -459,7 +459,7 @@ async fn idle_session_expires_after_its_ttl() {
     for _ in 0..100 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let list = sessions
-            .list_sessions(proto::ListSessionsRequest {})
+            .list_sessions(proto::ListSessionsRequest::default())
             .await
             .unwrap()
             .into_inner();
@@ -541,4 +541,92 @@ async fn directory_sessions_survive_a_restart() {
         .await
         .unwrap_err();
     assert_eq!(reason(&err), "SESSION_NOT_FOUND");
+}
+
+#[tokio::test]
+async fn list_sessions_filters_by_labels_pages_in_id_order_and_shows_activity() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), Vec::new(), 1 << 20).await;
+    let mut sessions = server.sessions().await;
+    let mut ci = Vec::new();
+    for i in 0..5 {
+        let team = if i % 2 == 0 { "ci" } else { "dev" };
+        let created = sessions
+            .create_session(proto::CreateSessionRequest {
+                labels: [
+                    ("team".to_string(), team.to_string()),
+                    ("n".to_string(), i.to_string()),
+                ]
+                .into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if team == "ci" {
+            ci.push(created.session_id);
+        }
+    }
+    ci.sort();
+
+    // Two labels: all of them must match.
+    let one = sessions
+        .list_sessions(proto::ListSessionsRequest {
+            labels: [("team".into(), "ci".into()), ("n".into(), "2".into())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(one.sessions.len(), 1);
+    assert_eq!(one.sessions[0].labels["n"], "2");
+    assert!(one.next_page_token.is_empty());
+
+    // Pages of two, in id order, until the token runs out.
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    let mut pages = 0;
+    loop {
+        let page = sessions
+            .list_sessions(proto::ListSessionsRequest {
+                labels: [("team".into(), "ci".into())].into(),
+                page_size: 2,
+                page_token: token,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        pages += 1;
+        assert!(page.sessions.len() <= 2);
+        seen.extend(page.sessions.into_iter().map(|s| s.session_id));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(seen, ci);
+    assert_eq!(pages, 2);
+
+    // Activity: a listed session says when it was last used and what
+    // streams it has open.
+    let listed = sessions
+        .list_sessions(proto::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.sessions.len(), 5);
+    for s in &listed.sessions {
+        assert!(s.last_active_at.is_some(), "{s:?}");
+        assert_eq!(s.open_streams, 0);
+    }
+    let none = sessions
+        .list_sessions(proto::ListSessionsRequest {
+            labels: [("team".into(), "nobody".into())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(none.sessions.is_empty());
+    server.stop().await;
 }

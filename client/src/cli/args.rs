@@ -208,8 +208,14 @@ pub enum SessionCommand {
     )]
     Create(SessionCreateArgs),
     /// List the server's sessions.
-    #[command(after_help = "Example:\n  wsfs session list --json")]
-    List,
+    #[command(
+        after_help = "Examples:\n  wsfs session list --label owner=ci\n  wsfs session list --json"
+    )]
+    List {
+        /// Only sessions with this label KEY=VALUE (repeatable: all of them).
+        #[arg(long = "label", value_name = "KEY=VALUE")]
+        labels: Vec<String>,
+    },
     /// Show one session (default: WSFS_SESSION).
     #[command(after_help = "Example:\n  wsfs session show 0b5e...")]
     Show { id: Option<String> },

@@ -67,11 +67,22 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
                 println(&info.id)
             }
         }
-        SessionCommand::List => {
-            let sessions = ctx.client().await?.list_sessions().await?;
+        SessionCommand::List { labels } => {
+            let mut wanted = std::collections::BTreeMap::new();
+            for label in &labels {
+                let (key, value) = split_pair(label, "--label KEY=VALUE")?;
+                wanted.insert(key.to_string(), value.to_string());
+            }
+            let sessions = ctx.client().await?.list_sessions_labelled(&wanted).await?;
             if ctx.json {
                 let all: Vec<_> = sessions.iter().map(session_json).collect();
                 return print_json(&json!({ "sessions": all }));
+            }
+            if !ctx.quiet {
+                println(&format!(
+                    "{:<36}  {:<9}  {:<20}  {:<20}  {:>7}  LABELS",
+                    "ID", "BACKEND", "CREATED", "LAST ACTIVE", "STREAMS"
+                ))?;
             }
             for info in &sessions {
                 let labels: Vec<_> = info
@@ -80,10 +91,14 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect();
                 println(&format!(
-                    "{}  {:<9} {}  {}",
+                    "{:<36}  {:<9}  {:<20}  {:<20}  {:>7}  {}",
                     info.id,
                     backend(info.backend),
                     output::time(info.created_at),
+                    info.last_active_at
+                        .map(output::time)
+                        .unwrap_or_else(|| "-".into()),
+                    info.open_streams,
                     labels.join(",")
                 ))?;
             }
@@ -163,6 +178,8 @@ fn session_json(info: &SessionInfo) -> Value {
         "layout": if info.layout == Layout::Swarm { "swarm" } else { "flat" },
         "labels": info.labels,
         "idle_ttl_seconds": info.idle_ttl.map(|t| t.as_secs()),
+        "last_active_at": info.last_active_at.map(output::time),
+        "open_streams": info.open_streams,
         "limits": {
             "max_write_bytes": info.limits.max_write_bytes,
             "max_path_depth": info.limits.max_path_depth,

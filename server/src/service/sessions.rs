@@ -26,7 +26,11 @@ impl SessionsService {
 }
 
 fn session_to_proto(s: &Session) -> proto::Session {
-    record_to_proto(&s.record)
+    proto::Session {
+        last_active_at: timestamp(s.last_active()),
+        open_streams: u32::try_from(s.open_streams()).unwrap_or(u32::MAX),
+        ..record_to_proto(&s.record)
+    }
 }
 
 /// The label that marks, in GetSession and ListSessions, a recorded session
@@ -67,6 +71,8 @@ fn record_to_proto(r: &SessionRecord) -> proto::Session {
             .collect(),
         idle_ttl_seconds: r.idle_ttl_seconds,
         token: String::new(),
+        last_active_at: None,
+        open_streams: 0,
     }
 }
 
@@ -171,21 +177,41 @@ impl sessions_server::Sessions for SessionsService {
         request: Request<proto::ListSessionsRequest>,
     ) -> Result<Response<proto::ListSessionsResponse>, Status> {
         let admitted = self.auth.require_admin(request.metadata());
+        let r = request.into_inner();
         traced("ListSessions", "", "", async {
             admitted?;
+            let wanted = |labels: &std::collections::HashMap<String, String>| {
+                r.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            };
+            let mut all: Vec<proto::Session> = self
+                .registry
+                .list()
+                .iter()
+                .map(|s| session_to_proto(s))
+                .chain(
+                    self.registry
+                        .list_unavailable()
+                        .iter()
+                        .map(unavailable_to_proto),
+                )
+                .filter(|s| wanted(&s.labels))
+                .filter(|s| r.page_token.is_empty() || s.session_id > r.page_token)
+                .collect();
+            all.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+            let page = if r.page_size == 0 {
+                all.len()
+            } else {
+                r.page_size as usize
+            };
+            let next_page_token = if all.len() > page {
+                all.truncate(page);
+                all.last().map(|s| s.session_id.clone()).unwrap_or_default()
+            } else {
+                String::new()
+            };
             Ok(proto::ListSessionsResponse {
-                sessions: self
-                    .registry
-                    .list()
-                    .iter()
-                    .map(|s| session_to_proto(s))
-                    .chain(
-                        self.registry
-                            .list_unavailable()
-                            .iter()
-                            .map(unavailable_to_proto),
-                    )
-                    .collect(),
+                sessions: all,
+                next_page_token,
             })
         })
         .await

@@ -74,7 +74,7 @@ class CreateSessionRequest(_message.Message):
     def __init__(self, backend: _Optional[_Union[Session.Backend, str]] = ..., root: _Optional[str] = ..., mounts: _Optional[_Iterable[_Union[HostMount, _Mapping]]] = ..., seed_files: _Optional[_Mapping[str, bytes]] = ..., read_only: bool = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ...) -> None: ...
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "backend", "root_path", "created_at", "limits", "read_only", "layout", "labels", "idle_ttl_seconds", "token")
+    __slots__ = ("session_id", "backend", "root_path", "created_at", "limits", "read_only", "layout", "labels", "idle_ttl_seconds", "token", "last_active_at", "open_streams")
     class Backend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         MEMORY: _ClassVar[Session.Backend]
@@ -104,6 +104,8 @@ class Session(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     IDLE_TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LAST_ACTIVE_AT_FIELD_NUMBER: _ClassVar[int]
+    OPEN_STREAMS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     backend: Session.Backend
     root_path: str
@@ -114,7 +116,9 @@ class Session(_message.Message):
     labels: _containers.ScalarMap[str, str]
     idle_ttl_seconds: int
     token: str
-    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[Session.Backend, str]] = ..., root_path: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., read_only: bool = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ..., token: _Optional[str] = ...) -> None: ...
+    last_active_at: _timestamp_pb2.Timestamp
+    open_streams: int
+    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[Session.Backend, str]] = ..., root_path: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., read_only: bool = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ..., token: _Optional[str] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., open_streams: _Optional[int] = ...) -> None: ...
 
 class GetSessionRequest(_message.Message):
     __slots__ = ("session_id",)
@@ -123,14 +127,29 @@ class GetSessionRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("labels", "page_size", "page_token")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    labels: _containers.ScalarMap[str, str]
+    page_size: int
+    page_token: str
+    def __init__(self, labels: _Optional[_Mapping[str, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
-    __slots__ = ("sessions",)
+    __slots__ = ("sessions", "next_page_token")
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     sessions: _containers.RepeatedCompositeFieldContainer[Session]
-    def __init__(self, sessions: _Optional[_Iterable[_Union[Session, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, sessions: _Optional[_Iterable[_Union[Session, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class DeleteSessionRequest(_message.Message):
     __slots__ = ("session_id",)
