@@ -85,9 +85,17 @@ impl Run {
     }
 }
 
+/// What one run of the binary did, with no saved context (`wsfs use`).
 fn wsfs_with(session: Option<&str>, args: &[&str], stdin: &[u8], server: &str) -> Run {
+    let none = Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-saved-context.json");
+    wsfs_in(&none, session, args, stdin, server)
+}
+
+/// What one run of the binary did, with `config` as its saved context file.
+fn wsfs_in(config: &Path, session: Option<&str>, args: &[&str], stdin: &[u8], server: &str) -> Run {
     let mut command = Command::new(env!("CARGO_BIN_EXE_wsfs"));
     command
+        .env("WSFS_CONFIG", config)
         .args(args)
         .env_remove("WSFS_SESSION")
         .env_remove("WSFS_TOKEN")
@@ -247,6 +255,58 @@ fn session_list_filters_by_label_and_prints_a_header() {
     )
     .ok();
     assert_eq!(none.stdout, "");
+}
+
+#[test]
+fn use_saves_the_session_and_server_until_cleared_and_flags_still_win() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("wsfs").join("context.json");
+    let ws = Workspace::new();
+    ws.run(&["write", "a.txt", "from use"]).ok();
+    let other = Workspace::new();
+    other.run(&["write", "a.txt", "from the flag"]).ok();
+    let run = |args: &[&str], server: &str| wsfs_in(&config, None, args, b"", server);
+
+    // A session the server does not know is not saved.
+    run(
+        &["use", "00000000-0000-0000-0000-000000000000"],
+        server_url(),
+    )
+    .fails_with("SESSION_NOT_FOUND");
+    assert!(!config.exists());
+
+    run(&["use", &ws.id], server_url()).ok();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&config).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the context may hold a token");
+    // No WSFS_SERVER, no WSFS_SESSION: both come from the context.
+    assert_eq!(run(&["cat", "a.txt"], "").ok().stdout, "from use\n");
+    // A flag wins over the context.
+    assert_eq!(
+        run(&["cat", "a.txt", "-s", &other.id], "").ok().stdout,
+        "from the flag\n"
+    );
+    let shown = run(&["use", "--json"], "").ok().json();
+    assert_eq!(shown["session"], ws.id.as_str());
+    assert_eq!(shown["server"], server_url());
+    assert_eq!(shown["token"], false);
+
+    run(&["use", "--clear"], "").ok();
+    assert!(!config.exists());
+    let without = run(&["cat", "a.txt"], server_url());
+    assert_eq!(
+        without.code, 2,
+        "no session is a usage error: {}",
+        without.stderr
+    );
+
+    // A broken file is named, and --clear still removes it.
+    std::fs::write(&config, "{not json").unwrap();
+    let broken = run(&["ls"], server_url());
+    assert_ne!(broken.code, 0);
+    assert!(broken.stderr.contains("context.json"), "{}", broken.stderr);
+    run(&["use", "--clear"], "").ok();
+    assert!(!config.exists());
 }
 
 #[test]
@@ -1191,6 +1251,7 @@ fn every_subcommand_has_help_with_an_example() {
         &[],
         &["session", "create"],
         &["completions"],
+        &["use"],
         &["session", "list"],
         &["session", "show"],
         &["session", "rm"],

@@ -60,14 +60,10 @@ pub struct Cli {
 
 #[derive(Debug, Args)]
 pub struct Global {
-    /// Server URL.
-    #[arg(
-        long,
-        global = true,
-        env = "WSFS_SERVER",
-        default_value = "http://127.0.0.1:50051"
-    )]
-    pub server: String,
+    /// Server URL [default: the one `wsfs use` saved, else
+    /// http://127.0.0.1:50051].
+    #[arg(long, global = true, env = "WSFS_SERVER")]
+    pub server: Option<String>,
     /// Session id for file commands.
     #[arg(short = 's', long, global = true, env = "WSFS_SESSION")]
     pub session: Option<String>,
@@ -152,6 +148,18 @@ pub enum Command {
         after_help = "Tools: read, write, edit, multi_edit, list, glob, grep, stat, move, copy,\ndelete, mkdir, snapshot, restore, list_snapshots. Errors come back as tool\nerrors that start with the wsfs reason.\n\nExample (an MCP client's server entry):\n  {\"command\": \"wsfs\", \"args\": [\"mcp\"],\n   \"env\": {\"WSFS_SERVER\": \"http://127.0.0.1:50051\", \"WSFS_SESSION\": \"<id>\"}}"
     )]
     Mcp,
+    /// Save the server, session and token to use when no flag or variable
+    /// names them; without SESSION, show what is saved.
+    #[command(
+        after_help = "Saved in $WSFS_CONFIG, else wsfs/context.json under the user's configuration\ndirectory, readable by its owner only. Flags and WSFS_* variables always win.\n\nExamples:\n  wsfs use $(wsfs session create)\n  wsfs --server http://build-box:50051 use 0b5e...\n  wsfs use\n  wsfs use --clear"
+    )]
+    Use {
+        /// The session to use from now on; it must exist.
+        session: Option<String>,
+        /// Forget what is saved.
+        #[arg(long, conflicts_with = "session")]
+        clear: bool,
+    },
     /// Print a shell completion script.
     #[command(
         after_help = "Examples:\n  wsfs completions bash > ~/.local/share/bash-completion/completions/wsfs\n  wsfs completions zsh > \"${fpath[1]}/_wsfs\"\n  wsfs completions fish > ~/.config/fish/completions/wsfs.fish"

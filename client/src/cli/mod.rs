@@ -15,6 +15,7 @@
 //! request by hand.
 
 mod args;
+mod context;
 mod files;
 mod mcp;
 mod output;
@@ -123,36 +124,46 @@ impl Ctx {
     }
 }
 
+/// The server the CLI talks to when nothing names one.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:50051";
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let json = cli.global.json;
+    // `wsfs use --clear` must work even when the saved file is broken.
+    let clearing = matches!(cli.command, Command::Use { clear: true, .. });
+    let saved = if clearing {
+        context::Saved::default()
+    } else {
+        match context::load() {
+            Ok(saved) => saved,
+            Err(failure) => return report(failure, json, DEFAULT_SERVER),
+        }
+    };
+    let server = given(&cli.global.server)
+        .or(saved.server)
+        .unwrap_or_else(|| DEFAULT_SERVER.to_string());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
-        Err(e) => {
-            return report(
-                Failure::Local(format!("cannot start: {e}")),
-                json,
-                &cli.global.server,
-            )
-        }
+        Err(e) => return report(Failure::Local(format!("cannot start: {e}")), json, &server),
     };
-    if cli.global.server.starts_with("https://") && cli.global.ca.is_none() {
+    if server.starts_with("https://") && cli.global.ca.is_none() {
         return report(
             Failure::Usage(
                 "an https:// server needs its CA certificate: pass --ca FILE or set WSFS_CA".into(),
             ),
             json,
-            &cli.global.server,
+            &server,
         );
     }
     let mut ctx = Ctx {
-        server: server_url(&cli.global.server),
-        session_id: cli.global.session.clone().filter(|s| !s.is_empty()),
-        token: cli.global.token.clone().filter(|s| !s.is_empty()),
+        server: server_url(&server),
+        session_id: given(&cli.global.session).or(saved.session),
+        token: given(&cli.global.token).or(saved.token),
         json,
         quiet: cli.global.quiet,
         ca: cli.global.ca.clone(),
@@ -186,6 +197,7 @@ async fn dispatch(ctx: &mut Ctx, command: Command) -> Outcome {
         }),
         Command::Watch(a) => search::watch(ctx, a).await,
         Command::Mcp => mcp::serve(ctx).await,
+        Command::Use { session, clear } => use_context(ctx, session, clear).await,
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut command = args::Cli::command();
@@ -294,4 +306,59 @@ fn remote_message(error: &Error) -> String {
         }
         other => other.to_string(),
     }
+}
+
+/// `wsfs use`: save, show or forget the context.
+async fn use_context(ctx: &mut Ctx, session: Option<String>, clear: bool) -> Outcome {
+    if clear {
+        let had = context::clear()?;
+        return ctx.done(
+            || {
+                if had {
+                    "forgot the saved context".to_string()
+                } else {
+                    "no saved context".to_string()
+                }
+            },
+            serde_json::json!({ "cleared": had }),
+        );
+    }
+    let Some(session) = session else {
+        let saved = context::load()?;
+        let path = context::file().map(|p| p.display().to_string());
+        if ctx.json {
+            return output::print_json(&serde_json::json!({
+                "file": path,
+                "server": saved.server,
+                "session": saved.session,
+                "token": saved.token.is_some(),
+            }));
+        }
+        let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_string());
+        output::println(&format!("server  {}", shown(&saved.server)))?;
+        output::println(&format!("session {}", shown(&saved.session)))?;
+        output::println(&format!(
+            "token   {}",
+            if saved.token.is_some() { "saved" } else { "-" }
+        ))?;
+        return Ok(());
+    };
+    // Only a session the server knows is saved.
+    ctx.client().await?.get_session(&session).await?;
+    let saved = context::Saved {
+        server: Some(ctx.server.clone()),
+        session: Some(session.clone()),
+        token: ctx.token.clone(),
+    };
+    let path = context::save(&saved)?;
+    ctx.done(
+        || format!("using session {session} on {} (saved in {})", ctx.server, path.display()),
+        serde_json::json!({ "server": ctx.server, "session": session, "file": path.display().to_string() }),
+    )
+}
+
+/// A flag or variable's value, unless it is absent or empty (an empty
+/// variable names nothing).
+fn given(value: &Option<String>) -> Option<String> {
+    value.clone().filter(|v| !v.is_empty())
 }
