@@ -1295,13 +1295,20 @@ fn every_subcommand_has_help_with_an_example() {
 
 // --- TLS ----------------------------------------------------------------
 
-/// A TLS server with a certificate made here, and the CA file to trust it.
-fn tls_server() -> (String, tempfile::TempDir) {
-    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+/// A TLS server with a self-signed certificate made here (marked as a CA
+/// when `ca_marked`, as `openssl req -x509` makes them), and the file to
+/// trust it.
+fn tls_server_with(ca_marked: bool) -> (String, tempfile::TempDir) {
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    if ca_marked {
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    }
+    let signing_key = rcgen::KeyPair::generate().unwrap();
+    let made = params.self_signed(&signing_key).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    std::fs::write(&cert, made.cert.pem()).unwrap();
-    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    std::fs::write(&cert, made.pem()).unwrap();
+    std::fs::write(&key, signing_key.serialize_pem()).unwrap();
     let data_dir = dir.path().join("data");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -1317,6 +1324,32 @@ fn tls_server() -> (String, tempfile::TempDir) {
         });
     });
     (rx.recv().unwrap(), dir)
+}
+
+fn tls_server() -> (String, tempfile::TempDir) {
+    tls_server_with(false)
+}
+
+#[test]
+fn a_certificate_marked_as_a_ca_is_refused_once_with_what_to_do() {
+    let (url, dir) = tls_server_with(true);
+    let ca = dir.path().join("cert.pem");
+    let out = Command::new(env!("CARGO_BIN_EXE_wsfs"))
+        .args(["session", "list"])
+        .env("WSFS_SERVER", &url)
+        .env("WSFS_CA", &ca)
+        .env("WSFS_CONFIG", dir.path().join("none.json"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.matches("CaUsedAsEndEntity").count(),
+        1,
+        "the cause is said once: {stderr}"
+    );
+    assert!(stderr.contains("CA:FALSE"), "{stderr}");
+    assert!(!stderr.contains("is wsfs-server running"), "{stderr}");
 }
 
 #[test]

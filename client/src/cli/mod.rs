@@ -264,6 +264,17 @@ fn report(failure: Failure, json: bool, server: &str) -> ExitCode {
 /// fields, which a CLI user does not type).
 fn hint(error: &Error, server: &str) -> Option<String> {
     Some(match error {
+        Error::Unavailable { message } if message.contains("CaUsedAsEndEntity") => {
+            "the server's certificate is marked as a CA (`openssl req -x509` does that by \
+             default), which TLS refuses as a server's own certificate: make it with \
+             `-addext basicConstraints=critical,CA:FALSE` (README, TLS)"
+                .into()
+        }
+        Error::Unavailable { message } if message.contains("invalid peer certificate") => format!(
+            "the server's certificate was refused: --ca (WSFS_CA) must be the certificate that \
+             signed it (or the server's own, when self-signed), and it must name the host of \
+             {server} (subjectAltName)"
+        ),
         Error::Unavailable { .. } => format!(
             "is wsfs-server running at {server}? Start it with `wsfs-server`, or point \
              WSFS_SERVER (or --server) at it"
