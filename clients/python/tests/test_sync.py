@@ -423,3 +423,21 @@ def test_host_mounts_and_root(server, client: wsfs.Client) -> None:
         assert os.path.exists(os.path.join(rooted, "made-here.txt"))
     with pytest.raises(wsfs.PermissionDenied):
         client.create_session(mounts=[wsfs.HostMount(os.path.dirname(server.allowed))])
+
+
+def test_list_sessions_filters_by_labels_and_reports_activity(client: wsfs.Client) -> None:
+    tag = os.urandom(6).hex()
+    made = [
+        client.create_session(labels={"py-list": tag, "n": str(i)}) for i in range(3)
+    ]
+    try:
+        listed = client.list_sessions(labels={"py-list": tag})
+        assert sorted(s.id for s in listed) == sorted(s.id for s in made)
+        assert [s.id for s in listed] == sorted(s.id for s in listed)
+        one = client.list_sessions(labels={"py-list": tag, "n": "1"})
+        assert [s.id for s in one] == [made[1].id]
+        assert all(s.last_active_at is not None and s.open_streams == 0 for s in listed)
+        assert client.list_sessions(labels={"py-list": "nobody-" + tag}) == []
+    finally:
+        for s in made:
+            client.delete_session(s.id)

@@ -11,9 +11,13 @@ from .types import Backend, HostMount, Layout, SessionLimits, WriteMode
 from .v1 import filesystem_pb2 as fs_pb2
 from .v1 import sessions_pb2
 
-#: Largest message sent or accepted: the 32 MiB a Write or a Read page may
-#: carry by default, with room to spare (the server allows 64 MiB + 64 KiB).
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: Largest message sent or accepted: the protocol's one value (64 MiB +
+#: 64 KiB, as the server and the Rust client use), so that whatever the
+#: server may send, this client accepts.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024 + 64 * 1024
+
+#: Sessions asked for per ListSessions call when listing them all.
+LIST_PAGE = 1000
 
 #: Bytes per ReadBytes message asked of the server, and per WriteBytes
 #: message sent: the protocol's default chunk.

@@ -167,11 +167,22 @@ class AsyncClient:
             await _call(self._sessions.GetSession(request, metadata=self._metadata))
         )
 
-    async def list_sessions(self) -> list[SessionInfo]:
-        response = await _call(
-            self._sessions.ListSessions(sessions_pb2.ListSessionsRequest(), metadata=self._metadata)
-        )
-        return [SessionInfo._from_proto(s) for s in response.sessions]
+    async def list_sessions(self, labels: Optional[Mapping[str, str]] = None) -> list[SessionInfo]:
+        """The sessions carrying every one of ``labels`` (all of them when
+        None), in session-id order, fetched a page at a time."""
+        found: list[SessionInfo] = []
+        token = ""
+        while True:
+            request = sessions_pb2.ListSessionsRequest(
+                labels=dict(labels or {}), page_size=c.LIST_PAGE, page_token=token
+            )
+            response = await _call(
+                self._sessions.ListSessions(request, metadata=self._metadata)
+            )
+            found.extend(SessionInfo._from_proto(s) for s in response.sessions)
+            if not response.next_page_token:
+                return found
+            token = response.next_page_token
 
     async def delete_session(self, session_id: str) -> int:
         request = sessions_pb2.DeleteSessionRequest(session_id=session_id)

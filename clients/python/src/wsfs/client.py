@@ -179,11 +179,20 @@ class Client:
             _call(self._sessions.GetSession, request, metadata=self._metadata)
         )
 
-    def list_sessions(self) -> list[SessionInfo]:
-        response = _call(
-            self._sessions.ListSessions, sessions_pb2.ListSessionsRequest(), metadata=self._metadata
-        )
-        return [SessionInfo._from_proto(s) for s in response.sessions]
+    def list_sessions(self, labels: Optional[Mapping[str, str]] = None) -> list[SessionInfo]:
+        """The sessions carrying every one of ``labels`` (all of them when
+        None), in session-id order, fetched a page at a time."""
+        found: list[SessionInfo] = []
+        token = ""
+        while True:
+            request = sessions_pb2.ListSessionsRequest(
+                labels=dict(labels or {}), page_size=c.LIST_PAGE, page_token=token
+            )
+            response = _call(self._sessions.ListSessions, request, metadata=self._metadata)
+            found.extend(SessionInfo._from_proto(s) for s in response.sessions)
+            if not response.next_page_token:
+                return found
+            token = response.next_page_token
 
     def delete_session(self, session_id: str) -> int:
         """Removes the session and everything it owns; returns how many

@@ -181,6 +181,11 @@ class SessionInfo:
     #: The system caller's token: only from ``create_session``, and only
     #: when the server has tokens on.
     token: Optional[str] = field(default=None, repr=False)
+    #: When a call last named the session (what its idle TTL counts from);
+    #: None for a session the server lists as unavailable.
+    last_active_at: Optional[datetime] = None
+    #: Streams open on the session when it was listed, Watch included.
+    open_streams: int = 0
 
     @classmethod
     def _from_proto(cls, p: sessions_pb2.Session) -> "SessionInfo":
@@ -195,6 +200,8 @@ class SessionInfo:
             labels=dict(p.labels),
             idle_ttl_seconds=p.idle_ttl_seconds or None,
             token=p.token or None,
+            last_active_at=_time(p.last_active_at) if p.HasField("last_active_at") else None,
+            open_streams=p.open_streams,
         )
 
 
