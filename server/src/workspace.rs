@@ -808,7 +808,7 @@ impl<B: Backend> Filesystem for Workspace<B> {
     }
 
     async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {
-        let matcher = search::compile_glob(&query.pattern)?;
+        let matcher = crate::glob::compile_glob(&query.pattern)?;
         let max = match query.max_results {
             0 => GlobQuery::DEFAULT_MAX_RESULTS,
             n => n.min(search::MAX_GLOB_RESULTS),

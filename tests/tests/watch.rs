@@ -161,6 +161,50 @@ async fn watch_keeps_to_its_glob_and_scope() {
     assert_eq!(next(&mut deep).await.path, "src/x/y/z.rs");
 }
 
+/// Watch compiles its glob as Glob does: a backslash escapes a wildcard,
+/// so both pick the file literally named `*.md` and not its neighbour, and
+/// a pattern neither can parse is refused by both in the same words.
+#[tokio::test]
+async fn watch_glob_escapes_and_refusals_are_globs() {
+    let (_server, s) = plain(|_| {}).await;
+    let escaped = r"notes/\*.md";
+    let mut events = s
+        .watch("")
+        .recursive()
+        .glob(escaped)
+        .stream()
+        .await
+        .unwrap();
+    assert_eq!(next(&mut events).await.kind(), ChangeKind::Ready);
+    for path in ["notes/a.md", "notes/*.md"] {
+        s.write(&p(path), "x", WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    let globbed = s.glob_query(escaped).run().await.unwrap();
+    assert_eq!(
+        globbed.paths,
+        [p("notes/*.md")],
+        "Glob takes the star literally"
+    );
+    assert_eq!(
+        next(&mut events).await.path,
+        "notes/*.md",
+        "and so does Watch: notes/a.md is not reported"
+    );
+
+    let glob_refusal = s.glob_query("notes/{a").run().await.unwrap_err();
+    let watch_refusal = match s.watch("").glob("notes/{a").stream().await {
+        Ok(_) => panic!("Watch took a glob that Glob refuses"),
+        Err(e) => e,
+    };
+    assert!(
+        matches!(glob_refusal, Error::InvalidPattern { .. }),
+        "{glob_refusal:?}"
+    );
+    assert_eq!(watch_refusal.to_string(), glob_refusal.to_string());
+}
+
 #[tokio::test]
 async fn watch_resumes_after_since_seq_without_a_gap() {
     let (_server, s) = plain(|_| {}).await;
