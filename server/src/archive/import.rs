@@ -415,16 +415,24 @@ pub trait ArchiveTarget: Send + Sync {
     /// owns the lock and the spooled archive (removed when it is done): a
     /// caller that goes away does not stop it half way.
     async fn import_checked(&self, archive: tempfile::TempPath, plan: ImportPlan) -> Result<()>;
+
+    /// `READ_ONLY` when the workspace takes no import: asked before the
+    /// archive is received, so a refused import reads none of it.
+    fn importable(&self) -> Result<()>;
 }
 
 #[async_trait::async_trait]
 impl<B: Backend> ArchiveTarget for crate::workspace::Workspace<B> {
     async fn import_checked(&self, archive: tempfile::TempPath, plan: ImportPlan) -> Result<()> {
-        self.writable(&CanonicalPath::root())?;
+        self.importable()?;
         self.exclusive(move |b| {
             apply(b, &archive, &plan)?;
             b.settle()
         })
         .await
+    }
+
+    fn importable(&self) -> Result<()> {
+        self.writable_for("", "import an archive")
     }
 }

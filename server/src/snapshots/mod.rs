@@ -112,13 +112,6 @@ pub(crate) fn not_found(id: &str) -> Error {
     }
 }
 
-pub(crate) fn read_only() -> Error {
-    Error::ReadOnly {
-        path: String::new(),
-        message: "cannot restore a snapshot: this session is read-only".to_string(),
-    }
-}
-
 /// Refuses, before anything changes, a restore the workspace could not
 /// take whole: a path over the session's path limits or with a name the
 /// backends reserve ([`crate::backend::check_name`]), or more files or
