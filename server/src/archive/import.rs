@@ -197,22 +197,11 @@ pub fn check(path: &Path, limits: &SessionLimits) -> Result<ImportPlan> {
             }
         }
     }
-    if limits.max_files > 0 && plan.file_count > limits.max_files {
-        return Err(Error::QuotaExceeded {
-            message: format!(
-                "the archive holds {} files; this session allows at most {}",
-                plan.file_count, limits.max_files
-            ),
-        });
-    }
-    if limits.max_total_bytes > 0 && plan.total_bytes > limits.max_total_bytes {
-        return Err(Error::QuotaExceeded {
-            message: format!(
-                "the archive holds {} bytes; this session allows at most {}",
-                plan.total_bytes, limits.max_total_bytes
-            ),
-        });
-    }
+    let holds = crate::quota::Usage {
+        files: plan.file_count,
+        bytes: plan.total_bytes,
+    };
+    crate::quota::check_usage(limits, holds, "the archive holds")?;
 
     let Some(manifest_index) = manifest_index else {
         return Err(refused(format!(
