@@ -9,10 +9,7 @@ use futures::StreamExt;
 use std::time::{Duration, Instant};
 use wsfs_client::{ChangeKind, Client, Error, Filesystem, LineRange, SessionOptions, WriteOptions};
 use wsfs_tests::harness::TestServer;
-
-fn p(s: &str) -> wsfs::CanonicalPath {
-    wsfs_client::parse_path(s).unwrap()
-}
+use wsfs_tests::kit::{p, percentile};
 
 #[tokio::main]
 async fn main() {
@@ -43,11 +40,10 @@ async fn main() {
         }
     }
     latencies.sort();
-    let pct = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q) as usize];
     println!(
         "watch latency, 10 watchers x 200 writes: p50 {:?}, p99 {:?}",
-        pct(0.50),
-        pct(0.99)
+        percentile(&latencies, 0.50),
+        percentile(&latencies, 0.99)
     );
 
     // Unread watchers on the shared connection would hold its HTTP/2 flow

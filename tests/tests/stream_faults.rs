@@ -9,22 +9,15 @@ use futures::StreamExt;
 use std::time::Duration;
 use tonic::transport::Channel;
 use tonic::Code;
-use tonic_types::StatusExt;
 use wsfs::proto::filesystem_client::FilesystemClient;
 use wsfs::proto::sessions_client::SessionsClient;
 use wsfs::proto::{self, session::Backend};
 use wsfs_tests::harness::TestServer;
+use wsfs_tests::kit::reason;
 
 /// Any stream that reaches this path panics (after its first chunk, for a
 /// ReadBytes).
 const STREAM_PANIC_PATH: &str = "faults/stream-panic.bin";
-
-fn reason(status: &tonic::Status) -> String {
-    status
-        .get_details_error_info()
-        .map(|i| i.reason)
-        .unwrap_or_default()
-}
 
 async fn create(channel: &Channel, backend: Backend, limits: proto::SessionLimits) -> String {
     SessionsClient::new(channel.clone())

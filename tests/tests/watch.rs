@@ -10,12 +10,9 @@ use wsfs_client::{
     SessionOptions, TransferOptions, WriteOptions,
 };
 use wsfs_tests::harness::TestServer;
+use wsfs_tests::kit::p;
 
 const ADMIN: &str = "admin-token-for-tests-0123456789";
-
-fn p(s: &str) -> wsfs::CanonicalPath {
-    wsfs_client::parse_path(s).unwrap()
-}
 
 type Events = BoxStream<'static, wsfs_client::Result<ChangeEvent>>;
 

@@ -1,0 +1,97 @@
+//! What the test binaries share besides a server: the contract reason of a
+//! refusal, a path from a literal, environment knobs, a seeded random
+//! generator (a failing run reproduces from its seed) and latency
+//! percentiles.
+
+use std::str::FromStr;
+use std::time::Duration;
+use tonic_types::StatusExt;
+
+/// The contract reason a refusal carries in its `ErrorInfo`; empty when it
+/// carries none, so an assertion on it fails with what was sent instead.
+pub fn reason(status: &tonic::Status) -> String {
+    status
+        .get_details_error_info()
+        .map(|i| i.reason)
+        .unwrap_or_default()
+}
+
+/// A path written in a test, parsed as a client parses it.
+pub fn p(s: &str) -> wsfs::CanonicalPath {
+    wsfs_client::parse_path(s).expect("a literal path")
+}
+
+/// The environment variable `name` parsed, or `default` when it is unset;
+/// a set but unparsable value fails the test rather than being ignored.
+pub fn env<T: FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v} is not a valid value")),
+        Err(_) => default,
+    }
+}
+
+/// splitmix64: small, fast and seeded, so a failing run reproduces with
+/// its seed.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// `len` random bytes.
+    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len + 8);
+        while out.len() < len {
+            out.extend_from_slice(&self.next_u64().to_le_bytes());
+        }
+        out.truncate(len);
+        out
+    }
+}
+
+/// The latency at quantile `q` (0..=1) of sorted samples, by nearest rank
+/// (the rule `wsfs-bench` reports with); zero when there are none.
+pub fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_generator_repeats_from_its_seed_and_stays_below_its_bound() {
+        let (mut a, mut b) = (Rng(7), Rng(7));
+        let drawn: Vec<u64> = (0..100).map(|_| a.below(10)).collect();
+        assert_eq!(drawn, (0..100).map(|_| b.below(10)).collect::<Vec<_>>());
+        assert!(drawn.iter().all(|&n| n < 10));
+        assert!(drawn.iter().any(|&n| n != drawn[0]), "not constant");
+        assert_eq!(Rng(1).bytes(13).len(), 13);
+    }
+
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let ms: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&ms, 0.5), Duration::from_millis(50));
+        assert_eq!(percentile(&ms, 0.99), Duration::from_millis(99));
+        assert_eq!(percentile(&ms, 1.0), Duration::from_millis(100));
+        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
+    }
+}
