@@ -1,11 +1,13 @@
 //! What the test binaries share besides a server: the contract reason of a
-//! refusal, a path from a literal, environment knobs, a seeded random
-//! generator (a failing run reproduces from its seed) and latency
-//! percentiles.
+//! refusal, a Write over the raw stub, a path from a literal, environment
+//! knobs, a seeded random generator (a failing run reproduces from its
+//! seed) and latency percentiles.
 
 use std::str::FromStr;
 use std::time::Duration;
+use tonic::transport::Channel;
 use tonic_types::StatusExt;
+use wsfs::proto::{self, filesystem_client::FilesystemClient};
 
 /// The contract reason a refusal carries in its `ErrorInfo`; empty when it
 /// carries none, so an assertion on it fails with what was sent instead.
@@ -14,6 +16,23 @@ pub fn reason(status: &tonic::Status) -> String {
         .get_details_error_info()
         .map(|i| i.reason)
         .unwrap_or_default()
+}
+
+/// A text Write through the generated stub, for tests that speak the wire.
+pub async fn raw_write(
+    fs: &mut FilesystemClient<Channel>,
+    session: &str,
+    path: &str,
+    content: String,
+) -> Result<proto::WriteResponse, tonic::Status> {
+    fs.write(proto::WriteRequest {
+        session_id: session.to_string(),
+        path: path.to_string(),
+        content,
+        ..Default::default()
+    })
+    .await
+    .map(tonic::Response::into_inner)
 }
 
 /// A path written in a test, parsed as a client parses it.

@@ -1493,12 +1493,8 @@ async fn agree(ops: &[Op], mut subjects: Vec<Subject>) -> Result<(), String> {
 }
 
 fn config(default_cases: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default_cases);
     ProptestConfig {
-        cases,
+        cases: wsfs_tests::kit::env("PROPTEST_CASES", default_cases),
         // Failures print their shrunk sequence; nothing is written into the
         // source tree.
         failure_persistence: None,
