@@ -1,5 +1,6 @@
 //! What the test binaries share besides a server: the contract reason of a
-//! refusal, a Write over the raw stub, a path from a literal, environment
+//! refusal, a Write over the raw stub, a compare-and-swap increment, a
+//! path from a literal, environment
 //! knobs, a seeded random generator (a failing run reproduces from its
 //! seed) and latency percentiles.
 
@@ -33,6 +34,30 @@ pub async fn raw_write(
     })
     .await
     .map(tonic::Response::into_inner)
+}
+
+/// One compare-and-swap increment of the number `counter` holds: read it,
+/// write it plus one with `if_version`. True when the write landed, false
+/// when another writer changed the file first (`VERSION_MISMATCH`).
+pub async fn try_increment(
+    fs: &dyn wsfs::Filesystem,
+    counter: &wsfs::CanonicalPath,
+) -> wsfs::Result<bool> {
+    let page = fs.read(counter, wsfs::LineRange::default()).await?;
+    let n: u64 = page
+        .content
+        .trim()
+        .parse()
+        .expect("the counter holds a number");
+    let options = wsfs::WriteOptions {
+        if_version: Some(page.version),
+        ..wsfs::WriteOptions::default()
+    };
+    match fs.write(counter, &(n + 1).to_string(), options).await {
+        Ok(_) => Ok(true),
+        Err(wsfs::Error::VersionMismatch { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// A path written in a test, parsed as a client parses it.

@@ -10,7 +10,7 @@ use wsfs_client::{
     SessionOptions, TransferOptions, WriteOptions,
 };
 use wsfs_tests::harness::TestServer;
-use wsfs_tests::kit::p;
+use wsfs_tests::kit::{p, try_increment};
 
 const ADMIN: &str = "admin-token-for-tests-0123456789";
 
@@ -310,15 +310,8 @@ async fn counter_loses_no_update(options: SessionOptions) {
         workers.push(tokio::spawn(async move {
             let mut done = 0u64;
             while done < 25 {
-                let page = s.read(&counter, LineRange::default()).await.unwrap();
-                let n: u64 = page.content.trim().parse().unwrap();
-                let options = WriteOptions {
-                    if_version: Some(page.version),
-                    ..WriteOptions::default()
-                };
-                match s.write(&counter, &(n + 1).to_string(), options).await {
-                    Ok(_) => done += 1,
-                    Err(Error::VersionMismatch { .. }) => {}
+                match try_increment(&s, &counter).await {
+                    Ok(landed) => done += u64::from(landed),
                     Err(e) => panic!("unexpected error: {e}"),
                 }
             }
