@@ -1057,27 +1057,7 @@ async fn archive_of(
     client: &Client,
     (files, dirs): (Vec<(String, Vec<u8>)>, Vec<&str>),
 ) -> Vec<u8> {
-    let mut options = SessionOptions::memory();
-    for (path, data) in files {
-        options = options.seed_file(path, data);
-    }
-    let (donor, info) = client.create(options).await.unwrap();
-    for dir in dirs {
-        donor
-            .mkdir(
-                &parse_path(dir).unwrap(),
-                wsfs_client::MkdirOptions {
-                    parents: true,
-                    exist_ok: false,
-                },
-            )
-            .await
-            .unwrap();
-    }
-    let mut out = Vec::new();
-    donor.export_to_writer(&mut out, None).await.unwrap();
-    client.delete_session(&info.id).await.unwrap();
-    out
+    wsfs_tests::kit::archive_of(client, files, &dirs).await
 }
 
 /// The workspace as it is on disk; no temporary entry may show.

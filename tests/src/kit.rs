@@ -1,6 +1,6 @@
 //! What the test binaries share besides a server: the contract reason of a
-//! refusal, a Write over the raw stub, a compare-and-swap increment, a
-//! path from a literal, environment
+//! refusal, a Write over the raw stub, a compare-and-swap increment, the
+//! archive of a tree, a path from a literal, environment
 //! knobs, a seeded random generator (a failing run reproduces from its
 //! seed) and latency percentiles.
 
@@ -9,6 +9,7 @@ use std::time::Duration;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 use wsfs::proto::{self, filesystem_client::FilesystemClient};
+use wsfs::Filesystem as _;
 
 /// The contract reason a refusal carries in its `ErrorInfo`; empty when it
 /// carries none, so an assertion on it fails with what was sent instead.
@@ -58,6 +59,42 @@ pub async fn try_increment(
         Err(wsfs::Error::VersionMismatch { .. }) => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// The archive ExportArchive makes of `files` (path and bytes) beside the
+/// empty directories `dirs`, built in a MEMORY session of its own that is
+/// deleted after.
+pub async fn archive_of(
+    client: &wsfs_client::Client,
+    files: impl IntoIterator<Item = (String, Vec<u8>)>,
+    dirs: &[&str],
+) -> Vec<u8> {
+    let options = files
+        .into_iter()
+        .fold(wsfs_client::SessionOptions::memory(), |o, (path, data)| {
+            o.seed_file(path, data)
+        });
+    let (donor, info) = client.create(options).await.expect("a donor session");
+    let mkdir = wsfs::MkdirOptions {
+        parents: true,
+        exist_ok: false,
+    };
+    for dir in dirs {
+        donor
+            .mkdir(&p(dir), mkdir)
+            .await
+            .expect("a donor directory");
+    }
+    let mut out = Vec::new();
+    donor
+        .export_to_writer(&mut out, None)
+        .await
+        .expect("the donor's archive");
+    client
+        .delete_session(&info.id)
+        .await
+        .expect("the donor deleted");
+    out
 }
 
 /// A path written in a test, parsed as a client parses it.
