@@ -282,16 +282,7 @@ impl Scope {
         let glob = if glob.is_empty() {
             None
         } else {
-            Some(
-                globset::GlobBuilder::new(glob)
-                    .literal_separator(true)
-                    .build()
-                    .map_err(|e| wsfs::Error::InvalidPattern {
-                        pattern: wsfs::path::quote(glob).into_owned(),
-                        message: format!("the glob is invalid: {}", e.kind()),
-                    })?
-                    .compile_matcher(),
-            )
+            Some(crate::glob::compile_glob(glob)?)
         };
         Ok(Scope {
             base,

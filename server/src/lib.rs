@@ -7,7 +7,8 @@
 //! logic) → [`backend::Backend`] (memory or directory storage).
 //!
 //! [`sessions::SessionRegistry`] owns every session and its workspace;
-//! [`search`] holds glob and the ripgrep-class grep; [`serve`] runs it all
+//! [`search`] holds glob and the ripgrep-class grep, [`glob`] the one glob
+//! dialect every call that takes a glob compiles with; [`serve`] runs it all
 //! with health and reflection; [`archive`] exports and imports ZIP archives;
 //! [`snapshots`] takes, restores and reads back each session's snapshots.
 
@@ -18,6 +19,7 @@ pub mod durability;
 pub mod events;
 pub mod exporter;
 pub mod faults;
+pub mod glob;
 pub mod journal;
 pub mod limits;
 pub mod metrics;

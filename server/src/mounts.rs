@@ -29,9 +29,10 @@
 //! Mounts are copied in order, later ones overwriting earlier ones at the
 //! same path; seed files are written after every mount.
 
+use crate::glob::compile_glob_set;
 use crate::quota::Usage;
 use futures::stream::StreamExt;
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use globset::GlobSet;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,26 +90,6 @@ fn denied(path: &Path, message: String) -> Error {
     }
 }
 
-fn glob_set(patterns: &[String]) -> Result<GlobSet> {
-    let mut set = GlobSetBuilder::new();
-    for p in patterns {
-        crate::search::check_pattern(p)?;
-        let glob = GlobBuilder::new(p)
-            .literal_separator(true)
-            .backslash_escape(true)
-            .build()
-            .map_err(|e| Error::InvalidPattern {
-                pattern: wsfs::path::quote(p).into_owned(),
-                message: e.kind().to_string(),
-            })?;
-        set.add(glob);
-    }
-    set.build().map_err(|e| Error::InvalidPattern {
-        pattern: wsfs::path::quote(&patterns.join(", ")).into_owned(),
-        message: wsfs::path::quote(&e.to_string()).into_owned(),
-    })
-}
-
 /// Checks a mount against the allowed roots and the session's path limits.
 pub fn prepare(
     mount: &HostMount,
@@ -148,9 +129,9 @@ pub fn prepare(
         include: if mount.include_glob.is_empty() {
             None
         } else {
-            Some(glob_set(&mount.include_glob)?)
+            Some(compile_glob_set(&mount.include_glob)?)
         },
-        exclude: glob_set(&mount.exclude_glob)?,
+        exclude: compile_glob_set(&mount.exclude_glob)?,
         max_bytes: mount.max_bytes,
         follow_symlinks: mount.follow_symlinks,
         allowed,

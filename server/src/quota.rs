@@ -9,6 +9,7 @@
 
 use crate::backend::Backend;
 use crate::limits::SessionLimits;
+use std::fmt::Display;
 use wsfs::{CanonicalPath, Error, Result};
 
 /// Files and bytes under some path.
@@ -70,21 +71,22 @@ pub fn limited(limits: &SessionLimits) -> bool {
 /// files, see [`crate::mounts::initial_usage`]) is already over its quotas,
 /// before anything is created or copied.
 pub fn check_initial(limits: &SessionLimits, initial: Usage) -> Result<()> {
-    if limits.max_files > 0 && initial.files > limits.max_files {
-        return Err(Error::QuotaExceeded {
-            message: format!(
-                "the session's mounts and seed files hold {} files, over its limit of {}",
-                initial.files, limits.max_files
-            ),
-        });
+    check_usage(limits, initial, "the session's mounts and seed files hold")
+}
+
+/// The one quota rule: a workspace holding `usage` is over quota with
+/// more regular files than `max_files` or more bytes than
+/// `max_total_bytes` (0: no limit), files judged first. `holder` opens the
+/// message ("the archive holds"), which goes on with the count and limit.
+pub fn check_usage(limits: &SessionLimits, usage: Usage, holder: impl Display) -> Result<()> {
+    let over = |n: u64, unit: &str, limit: u64| Error::QuotaExceeded {
+        message: format!("{holder} {n} {unit}; this session allows at most {limit}"),
+    };
+    if limits.max_files > 0 && usage.files > limits.max_files {
+        return Err(over(usage.files, "files", limits.max_files));
     }
-    if limits.max_total_bytes > 0 && initial.bytes > limits.max_total_bytes {
-        return Err(Error::QuotaExceeded {
-            message: format!(
-                "the session's mounts and seed files hold {} bytes, over its limit of {}",
-                initial.bytes, limits.max_total_bytes
-            ),
-        });
+    if limits.max_total_bytes > 0 && usage.bytes > limits.max_total_bytes {
+        return Err(over(usage.bytes, "bytes", limits.max_total_bytes));
     }
     Ok(())
 }
@@ -102,23 +104,109 @@ pub fn check<B: Backend + ?Sized>(
         return Ok(());
     }
     let now = usage(b, &CanonicalPath::root())?;
-    let files = (now.files + added.files).saturating_sub(removed.files);
-    let bytes = (now.bytes + added.bytes).saturating_sub(removed.bytes);
-    if limits.max_files > 0 && files > limits.max_files && added.files > removed.files {
-        return Err(Error::QuotaExceeded {
-            message: format!(
-                "cannot change '{path}': the session would hold {files} files, over its limit of {}",
-                limits.max_files
-            ),
-        });
+    // Only a count the change grows is judged (the other stands at 0), so
+    // a workspace already over a quota (lowered on a restart, or filled
+    // from outside) can still shrink.
+    let grown = |now: u64, added: u64, removed: u64| {
+        if added > removed {
+            (now + added).saturating_sub(removed)
+        } else {
+            0
+        }
+    };
+    let after = Usage {
+        files: grown(now.files, added.files, removed.files),
+        bytes: grown(now.bytes, added.bytes, removed.bytes),
+    };
+    check_usage(
+        limits,
+        after,
+        format_args!("cannot change '{path}': the session would hold"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::memory::MemoryBackend;
+    use crate::workspace::Workspace;
+    use wsfs::{Filesystem, WriteOptions};
+
+    fn limits(max_files: u64, max_total_bytes: u64) -> SessionLimits {
+        SessionLimits {
+            max_files,
+            max_total_bytes,
+            ..SessionLimits::default()
+        }
     }
-    if limits.max_total_bytes > 0 && bytes > limits.max_total_bytes && added.bytes > removed.bytes {
-        return Err(Error::QuotaExceeded {
-            message: format!(
-                "cannot change '{path}': the session would hold {bytes} bytes, over its limit of {}",
-                limits.max_total_bytes
-            ),
-        });
+
+    #[test]
+    fn usage_over_either_quota_is_refused_files_first() {
+        let l = limits(2, 10);
+        check_usage(
+            &l,
+            Usage {
+                files: 2,
+                bytes: 10,
+            },
+            "it holds",
+        )
+        .unwrap();
+        let err = check_usage(
+            &l,
+            Usage {
+                files: 3,
+                bytes: 11,
+            },
+            "it holds",
+        )
+        .unwrap_err();
+        assert_eq!(err.reason(), "QUOTA_EXCEEDED", "{err}");
+        assert!(
+            err.to_string()
+                .contains("it holds 3 files; this session allows at most 2"),
+            "{err}"
+        );
+        let err = check_usage(
+            &l,
+            Usage {
+                files: 2,
+                bytes: 11,
+            },
+            "it holds",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("it holds 11 bytes; this session allows at most 10"),
+            "{err}"
+        );
+        let huge = Usage {
+            files: u64::MAX,
+            bytes: u64::MAX,
+        };
+        check_usage(&limits(0, 0), huge, "it holds").unwrap();
     }
-    Ok(())
+
+    #[tokio::test]
+    async fn a_change_over_quota_is_refused_only_for_the_count_it_grows() {
+        let ws = Workspace::new(MemoryBackend::new(), SessionLimits::default());
+        for name in ["a", "b", "c"] {
+            let path = CanonicalPath::from_canonical(name);
+            ws.write(&path, "12345", WriteOptions::default())
+                .await
+                .unwrap();
+        }
+        // Three files of 5 bytes under limits lowered to 2 files, 12 bytes.
+        let (b, l, path) = (
+            ws.backend(),
+            limits(2, 12),
+            CanonicalPath::from_canonical("a"),
+        );
+        check(&**b, &l, &path, Usage::file(5), Usage::file(1)).expect("a shrinking rewrite passes");
+        let err = check(&**b, &l, &path, Usage::default(), Usage::file(0)).unwrap_err();
+        assert!(err.to_string().contains("would hold 4 files"), "{err}");
+        let err = check(&**b, &l, &path, Usage::file(5), Usage::file(6)).unwrap_err();
+        assert!(err.to_string().contains("would hold 16 bytes"), "{err}");
+    }
 }

@@ -23,7 +23,7 @@
 
 use crate::backend::{Backend, Content};
 use futures::stream::{BoxStream, StreamExt};
-use globset::{GlobBuilder, GlobMatcher};
+use globset::GlobMatcher;
 use grep_matcher::Matcher;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
@@ -77,7 +77,7 @@ pub fn check_pattern(pattern: &str) -> Result<()> {
 /// The parser's complaint about `pattern`, bounded: a long pattern's
 /// message would repeat the pattern, so only its last line (the reason) is
 /// kept.
-fn pattern_error(pattern: &str, message: String) -> Error {
+pub(crate) fn pattern_error(pattern: &str, message: String) -> Error {
     let message = if pattern.len() > wsfs::path::QUOTE_CHARS {
         let last = message.lines().last().unwrap_or_default();
         quote(last).into_owned()
@@ -99,17 +99,6 @@ pub const MAX_MATCHES_CAP: u64 = 100_000;
 /// Most paths one Glob returns, whatever `max_results` asks (as many as a
 /// List): the answer is one message, built whole.
 pub const MAX_GLOB_RESULTS: u64 = 100_000;
-
-/// Compiles a glob where `*` stays inside one segment and `**` spans them.
-pub fn compile_glob(pattern: &str) -> Result<GlobMatcher> {
-    check_pattern(pattern)?;
-    GlobBuilder::new(pattern)
-        .literal_separator(true)
-        .backslash_escape(true)
-        .build()
-        .map(|g| g.compile_matcher())
-        .map_err(|e| pattern_error(pattern, e.kind().to_string()))
-}
 
 fn compile_regex(query: &GrepQuery) -> Result<RegexMatcher> {
     check_pattern(&query.pattern)?;
@@ -754,7 +743,7 @@ pub fn grep<B: Backend>(
         .glob
         .as_deref()
         .filter(|g| !g.is_empty())
-        .map(compile_glob)
+        .map(crate::glob::compile_glob)
         .transpose()?;
     let max = match query.max_matches {
         0 => GrepQuery::DEFAULT_MAX_MATCHES,

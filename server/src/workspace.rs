@@ -195,15 +195,23 @@ impl<B: Backend> Workspace<B> {
         run_on(&self.backend, f).await
     }
 
-    /// `READ_ONLY` when the session is read-only.
-    pub(crate) fn writable(&self, path: &CanonicalPath) -> Result<()> {
-        if self.read_only.load(std::sync::atomic::Ordering::SeqCst) {
+    /// `READ_ONLY` when the session is read-only: the one check, and the
+    /// one refusal, for every mutation, snapshot restore and archive
+    /// import. `action` says what was refused; `path` is the path it
+    /// named, empty for the whole workspace.
+    pub(crate) fn writable_for(&self, path: &str, action: impl std::fmt::Display) -> Result<()> {
+        if self.is_read_only() {
             return Err(Error::ReadOnly {
-                path: path.as_str().to_string(),
-                message: format!("cannot change '{path}': this session is read-only"),
+                path: path.to_string(),
+                message: format!("cannot {action}: this session is read-only"),
             });
         }
         Ok(())
+    }
+
+    /// [`Self::writable_for`] a change to `path`.
+    pub(crate) fn writable(&self, path: &CanonicalPath) -> Result<()> {
+        self.writable_for(path.as_str(), format_args!("change '{path}'"))
     }
 
     fn check_size(&self, path: &CanonicalPath, size: u64) -> Result<()> {
@@ -808,7 +816,7 @@ impl<B: Backend> Filesystem for Workspace<B> {
     }
 
     async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {
-        let matcher = search::compile_glob(&query.pattern)?;
+        let matcher = crate::glob::compile_glob(&query.pattern)?;
         let max = match query.max_results {
             0 => GlobQuery::DEFAULT_MAX_RESULTS,
             n => n.min(search::MAX_GLOB_RESULTS),
@@ -864,15 +872,19 @@ impl<B: Backend> Filesystem for Workspace<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::memory::MemoryBackend;
+    use wsfs::{Filesystem, WriteOptions};
+
+    fn memory_workspace() -> Arc<Workspace<MemoryBackend>> {
+        Arc::new(Workspace::new(
+            MemoryBackend::new(),
+            SessionLimits::default(),
+        ))
+    }
 
     #[tokio::test]
     async fn work_abandoned_before_it_commits_changes_nothing_and_committed_work_finishes() {
-        use crate::backend::memory::MemoryBackend;
-        use wsfs::{Filesystem, WriteOptions};
-        let ws = Arc::new(Workspace::new(
-            MemoryBackend::new(),
-            SessionLimits::default(),
-        ));
+        let ws = memory_workspace();
         let p = CanonicalPath::from_canonical("f.txt");
 
         // Abandoned while it waits for the lock: refused, nothing written.
@@ -951,5 +963,45 @@ mod tests {
             },
         );
         assert!(matches!(r, Err(Error::NotText { .. })));
+    }
+
+    /// A write, a restore and an import on a read-only session are refused
+    /// by the one check, in the same words, before anything changes.
+    #[tokio::test]
+    async fn read_only_refuses_writes_restores_and_imports_alike() {
+        use crate::archive::import::ArchiveTarget;
+        use crate::snapshots::{MemorySnapshots, SnapshotStore};
+        let ws = memory_workspace();
+        let p = CanonicalPath::from_canonical("f.txt");
+        ws.write(&p, "before", WriteOptions::default())
+            .await
+            .unwrap();
+        let snapshots = MemorySnapshots::new(ws.clone());
+        let taken = snapshots.snapshot("t").await.unwrap();
+        ws.set_read_only(true);
+
+        let write = ws.write(&p, "after", WriteOptions::default()).await;
+        let restore = snapshots.restore(&taken.id).await.map(drop);
+        let import = ws.importable();
+        for (refused, path, action) in [
+            (write.map(drop), "f.txt", "change 'f.txt'"),
+            (restore, "", "restore a snapshot"),
+            (import, "", "import an archive"),
+        ] {
+            match refused {
+                Err(Error::ReadOnly { path: p, message }) => {
+                    assert_eq!(p, path);
+                    assert_eq!(
+                        message,
+                        format!("cannot {action}: this session is read-only")
+                    );
+                }
+                other => panic!("{action}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            ws.read(&p, LineRange::default()).await.unwrap().content,
+            "before"
+        );
     }
 }

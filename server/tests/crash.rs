@@ -50,43 +50,17 @@ use wsfs_client::{
     parse_path, ByteRange, Client, DeleteOptions, EditSpec, Error, Filesystem, GlobQuery, Session,
     SessionOptions, WriteOptions,
 };
+use wsfs_tests::kit::{env, Rng};
 
 const SESSIONS: usize = 2;
 const WRITERS: usize = 2;
 const EDIT_SLOTS: usize = 6;
 const MAX_BLOB: u64 = 6 << 20;
-const CHUNK: usize = 64 * 1024;
+const CHUNK: usize = wsfs::DEFAULT_CHUNK_SIZE;
 /// Snapshots kept (all verified) after each iteration; older ones are
 /// deleted so the store stays small over hundreds of iterations.
 const KEEP_SNAPSHOTS: usize = 2;
 const TEMP_PREFIX: &str = ".wsfs-tmp-";
-
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v} is not a valid value")),
-        Err(_) => default,
-    }
-}
-
-/// splitmix64.
-#[derive(Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -124,7 +98,7 @@ fn content(path: &str, state: &State) -> Option<Vec<u8>> {
             let mut out = header(path, "blob", *generation, *len).into_bytes();
             let mut rng = Rng(fnv(path) ^ generation);
             let block: Vec<u8> = (0..CHUNK / 8)
-                .flat_map(|_| rng.next().to_le_bytes())
+                .flat_map(|_| rng.next_u64().to_le_bytes())
                 .collect();
             let body_start = out.len();
             let mut index = 0u64;
@@ -143,7 +117,7 @@ fn content(path: &str, state: &State) -> Option<Vec<u8>> {
             for i in 0..*lines {
                 out.push_str(&format!(
                     "line {i} of {path} #{generation} {:016x}\n",
-                    rng.next()
+                    rng.next_u64()
                 ));
             }
             Some(out.into_bytes())
@@ -877,7 +851,7 @@ async fn a_server_killed_mid_storm_restarts_with_every_acknowledged_write_whole(
                     w,
                     model.clone(),
                     storm.clone(),
-                    Rng(rng.next()),
+                    Rng(rng.next_u64()),
                 )));
             }
             tasks.push(tokio::spawn(snapshotter(
@@ -886,7 +860,7 @@ async fn a_server_killed_mid_storm_restarts_with_every_acknowledged_write_whole(
                 iteration,
                 model.clone(),
                 storm.clone(),
-                Rng(rng.next()),
+                Rng(rng.next_u64()),
             )));
         }
         let kill_after = Duration::from_millis(rng.below(max_kill_ms + 1));
@@ -1083,27 +1057,7 @@ async fn archive_of(
     client: &Client,
     (files, dirs): (Vec<(String, Vec<u8>)>, Vec<&str>),
 ) -> Vec<u8> {
-    let mut options = SessionOptions::memory();
-    for (path, data) in files {
-        options = options.seed_file(path, data);
-    }
-    let (donor, info) = client.create(options).await.unwrap();
-    for dir in dirs {
-        donor
-            .mkdir(
-                &parse_path(dir).unwrap(),
-                wsfs_client::MkdirOptions {
-                    parents: true,
-                    exist_ok: false,
-                },
-            )
-            .await
-            .unwrap();
-    }
-    let mut out = Vec::new();
-    donor.export_to_writer(&mut out, None).await.unwrap();
-    client.delete_session(&info.id).await.unwrap();
-    out
+    wsfs_tests::kit::archive_of(client, files, &dirs).await
 }
 
 /// The workspace as it is on disk; no temporary entry may show.

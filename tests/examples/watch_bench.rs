@@ -7,12 +7,9 @@
 
 use futures::StreamExt;
 use std::time::{Duration, Instant};
-use wsfs_client::{ChangeKind, Client, Error, Filesystem, LineRange, SessionOptions, WriteOptions};
+use wsfs_client::{ChangeKind, Client, Filesystem, SessionOptions, WriteOptions};
 use wsfs_tests::harness::TestServer;
-
-fn p(s: &str) -> wsfs::CanonicalPath {
-    wsfs_client::parse_path(s).unwrap()
-}
+use wsfs_tests::kit::{p, percentile, try_increment};
 
 #[tokio::main]
 async fn main() {
@@ -43,11 +40,10 @@ async fn main() {
         }
     }
     latencies.sort();
-    let pct = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q) as usize];
     println!(
         "watch latency, 10 watchers x 200 writes: p50 {:?}, p99 {:?}",
-        pct(0.50),
-        pct(0.99)
+        percentile(&latencies, 0.50),
+        percentile(&latencies, 0.99)
     );
 
     // Unread watchers on the shared connection would hold its HTTP/2 flow
@@ -67,15 +63,9 @@ async fn main() {
         writers.push(tokio::spawn(async move {
             let (mut ok, mut stale) = (0u64, 0u64);
             while started.elapsed() < run_for {
-                let page = s.read(&counter, LineRange::default()).await.unwrap();
-                let n: u64 = page.content.trim().parse().unwrap();
-                let options = WriteOptions {
-                    if_version: Some(page.version),
-                    ..WriteOptions::default()
-                };
-                match s.write(&counter, &(n + 1).to_string(), options).await {
-                    Ok(_) => ok += 1,
-                    Err(Error::VersionMismatch { .. }) => stale += 1,
+                match try_increment(&s, &counter).await {
+                    Ok(true) => ok += 1,
+                    Ok(false) => stale += 1,
                     Err(e) => panic!("{e}"),
                 }
             }

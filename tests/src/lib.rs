@@ -7,7 +7,9 @@
 //!   temporary directories or server it needs;
 //! - [`harness`]: the factories (memory and directory backends in-process,
 //!   both again through the gRPC client against a live server) and the
-//!   in-process server the gRPC-level tests talk to.
+//!   in-process server the gRPC-level tests talk to;
+//! - [`kit`]: what the test binaries share besides a server (a refusal's
+//!   reason, literal paths, a seeded generator, latency percentiles).
 //!
 //! The test binaries live in `tests/`: `conformance.rs` runs the suite once
 //! per factory, `grpc_edges.rs` checks what only the wire can express (raw
@@ -16,4 +18,5 @@
 pub mod conformance;
 pub mod fixture;
 pub mod harness;
+pub mod kit;
 pub mod swarm;

@@ -5,16 +5,13 @@
 //! their own `home/<worker>/`, and the planner collects results by watching
 //! `home/`. Run by `tests/tests/watch.rs` and by `examples/swarm.rs`.
 
+use crate::kit::p;
 use futures::StreamExt;
 use std::collections::BTreeMap;
 use wsfs_client::{
     ChangeKind, Client, Error, Filesystem, Layout, Result, Session, SessionOptions, WriteMode,
     WriteOptions,
 };
-
-fn p(s: &str) -> wsfs::CanonicalPath {
-    wsfs_client::parse_path(s).expect("a literal path")
-}
 
 /// Runs the swarm with `tasks` tasks against the server at `url` (tokens on,
 /// `admin` its admin token). Returns each task's result and who did it.

@@ -5,6 +5,7 @@
 use tonic::Code;
 use wsfs_client::{Client, Error, Filesystem, SessionOptions};
 use wsfs_tests::harness::TestServer;
+use wsfs_tests::kit::p;
 
 const ADMIN: &str = "admin-token-for-tests-0123456789";
 
@@ -23,10 +24,6 @@ async fn admin(server: &TestServer) -> Client {
 fn assert_refused(err: &Error, code: Code, reason: &str) {
     assert_eq!(err.code(), code, "{err}");
     assert_eq!(err.reason(), reason, "{err}");
-}
-
-fn p(s: &str) -> wsfs::CanonicalPath {
-    wsfs_client::parse_path(s).unwrap()
 }
 
 #[tokio::test]

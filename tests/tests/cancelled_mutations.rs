@@ -117,14 +117,7 @@ fn seeded(mut options: SessionOptions, tree: &BTreeMap<String, Vec<u8>>) -> Sess
 
 /// The archive of `tree`, as ExportArchive makes it.
 async fn archive_of(client: &Client, tree: &BTreeMap<String, Vec<u8>>) -> Vec<u8> {
-    let (donor, info) = client
-        .create(seeded(SessionOptions::memory(), tree))
-        .await
-        .unwrap();
-    let mut out = Vec::new();
-    donor.export_to_writer(&mut out, None).await.unwrap();
-    client.delete_session(&info.id).await.unwrap();
-    out
+    wsfs_tests::kit::archive_of(client, tree.clone(), &[]).await
 }
 
 /// Every file of the workspace with its content.

@@ -557,12 +557,8 @@ async fn run_case(bytes: &[u8]) -> Result<(), String> {
 }
 
 fn config(default_cases: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default_cases);
     ProptestConfig {
-        cases,
+        cases: wsfs_tests::kit::env("PROPTEST_CASES", default_cases),
         failure_persistence: None,
         ..ProptestConfig::default()
     }

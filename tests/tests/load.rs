@@ -28,7 +28,6 @@
 use bytes::Bytes;
 use futures::StreamExt;
 use std::collections::{BTreeMap, BTreeSet};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,6 +36,7 @@ use wsfs_client::{
     GrepEvent, GrepQuery, LineRange, Session, SessionOptions, WriteMode, WriteOptions,
 };
 use wsfs_tests::harness::TestServer;
+use wsfs_tests::kit::{env, percentile, Rng};
 
 const LOG: &str = "shared/log.txt";
 const COUNTER: &str = "shared/counter.txt";
@@ -46,41 +46,6 @@ const BLOB_FILES: u64 = 2;
 /// to, so greps stay under their match limit.
 const MAX_OWNED_LINES: usize = 120;
 const CHUNK: usize = wsfs::DEFAULT_CHUNK_SIZE;
-
-fn env<T: FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v} is not a valid value")),
-        Err(_) => default,
-    }
-}
-
-/// splitmix64: seeded, so a failing run reproduces with its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn bytes(&mut self, len: usize) -> Vec<u8> {
-        let mut out = Vec::with_capacity(len + 8);
-        while out.len() < len {
-            out.extend_from_slice(&self.next().to_le_bytes());
-        }
-        out.truncate(len);
-        out
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Op {
@@ -162,7 +127,11 @@ impl Shared {
 /// a torn or misplaced line does not check out.
 fn log_line(id: usize, seq: u64) -> String {
     let mut mix = Rng((id as u64) << 32 ^ seq);
-    format!("c{id:03} a{seq} {:016x}{:016x}\n", mix.next(), mix.next())
+    format!(
+        "c{id:03} a{seq} {:016x}{:016x}\n",
+        mix.next_u64(),
+        mix.next_u64()
+    )
 }
 
 /// Checks a read of the log: for each client slot a contiguous run of its
@@ -260,7 +229,7 @@ impl Worker {
                     "<{kind}{}.{}.{i}> lorem ipsum {}\n",
                     self.id,
                     self.n,
-                    self.rng.next()
+                    self.rng.next_u64()
                 )
             })
             .collect()
@@ -737,10 +706,6 @@ async fn download(session: &Session, path: &str) -> Vec<u8> {
     out
 }
 
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_clients_lose_tear_and_invent_nothing() {
     let clients: usize = env("LOAD_CLIENTS", 16);
@@ -841,8 +806,8 @@ async fn concurrent_clients_lose_tear_and_invent_nothing() {
             "{:<13} {:>7} {:>10.2} {:>10.2}",
             format!("{op:?}"),
             lat.len(),
-            percentile(lat, 50).as_secs_f64() * 1e3,
-            percentile(lat, 99).as_secs_f64() * 1e3
+            percentile(lat, 0.50).as_secs_f64() * 1e3,
+            percentile(lat, 0.99).as_secs_f64() * 1e3
         );
     }
 

@@ -23,11 +23,13 @@ use std::collections::{BTreeMap, HashMap};
 use tonic::Code;
 use wsfs::{
     ByteRange, CanonicalPath, DeleteOptions, EditSpec, Error, FileKind, Filesystem, GlobQuery,
-    GrepEvent, GrepQuery, LineRange, MkdirOptions, PathLimits, TransferOptions, WriteMode,
-    WriteOptions,
+    GrepEvent, GrepQuery, LineRange, MkdirOptions, TransferOptions, WriteMode, WriteOptions,
+    WriteOutcome,
 };
 use wsfs_tests::fixture::Fixture;
 use wsfs_tests::harness;
+// `p` names many a path variable here.
+use wsfs_tests::kit::p as cp;
 
 /// Directory segments of every path (and last segments, with `f`). `a.b`
 /// sorts before `a/…` bytewise (`.` < `/`), so listings must order by path,
@@ -1042,8 +1044,21 @@ fn segment_matches(pattern: &str, seg: &str) -> bool {
 // ---------------------------------------------------------------------------
 // Running an operation against a workspace
 
-fn cp(raw: &str) -> CanonicalPath {
-    CanonicalPath::parse(raw, &PathLimits::default()).expect("model paths are valid")
+/// A write's answer, its version noted for the contract's version rule.
+fn wrote(versions: &mut Vec<(String, u64)>, path: &str, w: WriteOutcome) -> Seen {
+    versions.push((path.to_string(), w.version));
+    Seen::Wrote {
+        path: w.path.as_str().to_string(),
+        bytes_written: w.bytes_written,
+        size: w.size,
+        created: w.created,
+    }
+}
+
+/// Every byte a ReadBytes stream carries.
+async fn drain(stream: wsfs::ByteStream) -> wsfs::Result<Vec<u8>> {
+    let chunks: Vec<Bytes> = stream.chunks.try_collect().await?;
+    Ok(chunks.concat())
 }
 
 /// Versions a workspace reported for files, held to the contract.
@@ -1093,7 +1108,7 @@ struct Subject {
 }
 
 impl Subject {
-    async fn new(name: &'static str, fs: Fixture) -> Subject {
+    fn new(name: &'static str, fs: Fixture) -> Subject {
         Subject {
             name,
             fs,
@@ -1151,15 +1166,9 @@ impl Subject {
                     create_parents: *create_parents,
                     if_version,
                 };
-                fs.write(&cp(path), content, options).await.map(|w| {
-                    versions.push((path.clone(), w.version));
-                    Seen::Wrote {
-                        path: w.path.as_str().to_string(),
-                        bytes_written: w.bytes_written,
-                        size: w.size,
-                        created: w.created,
-                    }
-                })
+                fs.write(&cp(path), content, options)
+                    .await
+                    .map(|w| wrote(&mut versions, path, w))
             }
             Op::WriteBytes {
                 path,
@@ -1172,15 +1181,9 @@ impl Subject {
                     ..WriteOptions::default()
                 };
                 let chunks = futures::stream::iter([Ok(Bytes::from(data.clone()))]).boxed();
-                fs.write_bytes(&cp(path), options, chunks).await.map(|w| {
-                    versions.push((path.clone(), w.version));
-                    Seen::Wrote {
-                        path: w.path.as_str().to_string(),
-                        bytes_written: w.bytes_written,
-                        size: w.size,
-                        created: w.created,
-                    }
-                })
+                fs.write_bytes(&cp(path), options, chunks)
+                    .await
+                    .map(|w| wrote(&mut versions, path, w))
             }
             Op::Edit {
                 path,
@@ -1298,16 +1301,15 @@ impl Subject {
                     Err(e) => Err(e),
                     Ok(stream) => {
                         versions.push((path.clone(), stream.version));
-                        let chunks: Vec<Bytes> = stream
-                            .chunks
-                            .try_collect()
+                        let (size, offset, length) = (stream.size, stream.offset, stream.length);
+                        let data = drain(stream)
                             .await
                             .map_err(|e| format!("{name}: ReadBytes stream failed: {e}"))?;
                         Ok(Seen::Bytes {
-                            size: stream.size,
-                            offset: stream.offset,
-                            length: stream.length,
-                            data: chunks.concat(),
+                            size,
+                            offset,
+                            length,
+                            data,
                         })
                     }
                 }
@@ -1429,12 +1431,10 @@ impl Subject {
                         .read_bytes(&m.path, ByteRange::default(), 0)
                         .await
                         .map_err(|e| format!("{}: reading {}: {e}", self.name, m.path))?;
-                    let chunks: Vec<Bytes> = stream
-                        .chunks
-                        .try_collect()
+                    let data = drain(stream)
                         .await
                         .map_err(|e| format!("{}: reading {}: {e}", self.name, m.path))?;
-                    Some(chunks.concat())
+                    Some(data)
                 }
             };
             out.push((m.path.as_str().to_string(), data));
@@ -1493,12 +1493,8 @@ async fn agree(ops: &[Op], mut subjects: Vec<Subject>) -> Result<(), String> {
 }
 
 fn config(default_cases: u32) -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default_cases);
     ProptestConfig {
-        cases,
+        cases: wsfs_tests::kit::env("PROPTEST_CASES", default_cases),
         // Failures print their shrunk sequence; nothing is written into the
         // source tree.
         failure_persistence: None,
@@ -1506,12 +1502,18 @@ fn config(default_cases: u32) -> ProptestConfig {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+/// Runs [`agree`] on a fresh runtime over the subjects `subjects` makes.
+fn agree_on_a_runtime(
+    ops: &[Op],
+    subjects: impl std::future::Future<Output = Vec<Subject>>,
+) -> Result<(), TestCaseError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a tokio runtime")
+        .block_on(async { agree(ops, subjects.await).await })
+        .map_err(TestCaseError::fail)
 }
 
 proptest! {
@@ -1521,15 +1523,12 @@ proptest! {
     fn memory_and_directory_backends_agree_with_the_model(
         ops in ops()
     ) {
-        runtime()
-            .block_on(async {
-                let subjects = vec![
-                    Subject::new("memory", harness::memory().await).await,
-                    Subject::new("directory", harness::directory().await).await,
-                ];
-                agree(&ops, subjects).await
-            })
-            .map_err(TestCaseError::fail)?;
+        agree_on_a_runtime(&ops, async {
+            vec![
+                Subject::new("memory", harness::memory().await),
+                Subject::new("directory", harness::directory().await),
+            ]
+        })?;
     }
 }
 
@@ -1540,15 +1539,12 @@ proptest! {
     fn memory_and_directory_sessions_over_grpc_agree_with_the_model(
         ops in ops()
     ) {
-        runtime()
-            .block_on(async {
-                let subjects = vec![
-                    Subject::new("grpc memory", harness::grpc_memory().await).await,
-                    Subject::new("grpc directory", harness::grpc_directory().await).await,
-                ];
-                agree(&ops, subjects).await
-            })
-            .map_err(TestCaseError::fail)?;
+        agree_on_a_runtime(&ops, async {
+            vec![
+                Subject::new("grpc memory", harness::grpc_memory().await),
+                Subject::new("grpc directory", harness::grpc_directory().await),
+            ]
+        })?;
     }
 }
 

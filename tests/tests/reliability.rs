@@ -6,21 +6,14 @@
 
 use tonic::transport::Channel;
 use tonic::Code;
-use tonic_types::StatusExt;
 use wsfs::proto::filesystem_client::FilesystemClient;
 use wsfs::proto::sessions_client::SessionsClient;
 use wsfs::proto::{self, session::Backend};
 use wsfs_tests::harness::TestServer;
+use wsfs_tests::kit::{raw_write as write, reason};
 
 /// The path that makes a request panic in this test binary.
 const PANIC_PATH: &str = "faults/panic-here.txt";
-
-fn reason(status: &tonic::Status) -> String {
-    status
-        .get_details_error_info()
-        .map(|i| i.reason)
-        .unwrap_or_default()
-}
 
 async fn create(sessions: &mut SessionsClient<Channel>, backend: Backend) -> String {
     sessions
@@ -32,22 +25,6 @@ async fn create(sessions: &mut SessionsClient<Channel>, backend: Backend) -> Str
         .expect("create a session")
         .into_inner()
         .session_id
-}
-
-async fn write(
-    fs: &mut FilesystemClient<Channel>,
-    session: &str,
-    path: &str,
-    content: String,
-) -> Result<proto::WriteResponse, tonic::Status> {
-    fs.write(proto::WriteRequest {
-        session_id: session.to_string(),
-        path: path.to_string(),
-        content,
-        ..Default::default()
-    })
-    .await
-    .map(tonic::Response::into_inner)
 }
 
 async fn exists(fs: &mut FilesystemClient<Channel>, session: &str, path: &str) -> bool {

@@ -5,11 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tonic::Code;
-use tonic_types::StatusExt;
 use wsfs::proto::filesystem_client::FilesystemClient;
 use wsfs::proto::sessions_client::SessionsClient;
 use wsfs::proto::{self, session::Backend};
 use wsfs_tests::harness::TestServer;
+use wsfs_tests::kit::reason;
 
 struct Server(TestServer);
 
@@ -35,13 +35,6 @@ impl Server {
     async fn fs(&self) -> FilesystemClient<tonic::transport::Channel> {
         FilesystemClient::new(self.0.channel().await)
     }
-}
-
-fn reason(status: &tonic::Status) -> String {
-    status
-        .get_details_error_info()
-        .map(|i| i.reason)
-        .unwrap_or_default()
 }
 
 async fn write(

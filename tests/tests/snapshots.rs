@@ -6,13 +6,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tonic::Code;
-use tonic_types::StatusExt;
 use wsfs::proto;
 use wsfs::proto::sessions_client::SessionsClient;
 use wsfs_client::{
     Client, DeleteOptions, Error, FileKind, Filesystem, Session, SessionOptions, WriteOptions,
 };
 use wsfs_tests::harness::TestServer;
+use wsfs_tests::kit::reason;
 
 /// What a workspace holds: path -> file bytes, or `None` for a directory.
 type State = BTreeMap<String, Option<Vec<u8>>>;
@@ -135,13 +135,6 @@ fn bytes_under(dir: &Path) -> u64 {
             }
         })
         .sum()
-}
-
-fn reason(status: &tonic::Status) -> String {
-    status
-        .get_details_error_info()
-        .map(|i| i.reason)
-        .unwrap_or_default()
 }
 
 const BINARY: &[u8] = b"\x00\xff\xfe binary \x00 bytes \x80";

@@ -9,22 +9,15 @@ use futures::StreamExt;
 use std::time::Duration;
 use tonic::transport::Channel;
 use tonic::Code;
-use tonic_types::StatusExt;
 use wsfs::proto::filesystem_client::FilesystemClient;
 use wsfs::proto::sessions_client::SessionsClient;
 use wsfs::proto::{self, session::Backend};
 use wsfs_tests::harness::TestServer;
+use wsfs_tests::kit::{raw_write, reason};
 
 /// Any stream that reaches this path panics (after its first chunk, for a
 /// ReadBytes).
 const STREAM_PANIC_PATH: &str = "faults/stream-panic.bin";
-
-fn reason(status: &tonic::Status) -> String {
-    status
-        .get_details_error_info()
-        .map(|i| i.reason)
-        .unwrap_or_default()
-}
 
 async fn create(channel: &Channel, backend: Backend, limits: proto::SessionLimits) -> String {
     SessionsClient::new(channel.clone())
@@ -40,14 +33,9 @@ async fn create(channel: &Channel, backend: Backend, limits: proto::SessionLimit
 }
 
 async fn write(fs: &mut FilesystemClient<Channel>, session: &str, path: &str, content: String) {
-    fs.write(proto::WriteRequest {
-        session_id: session.to_string(),
-        path: path.to_string(),
-        content,
-        ..Default::default()
-    })
-    .await
-    .unwrap_or_else(|e| panic!("write {path}: {e:?}"));
+    raw_write(fs, session, path, content)
+        .await
+        .unwrap_or_else(|e| panic!("write {path}: {e:?}"));
 }
 
 async fn size_of(fs: &mut FilesystemClient<Channel>, session: &str, path: &str) -> Option<i64> {

@@ -10,12 +10,9 @@ use wsfs_client::{
     SessionOptions, TransferOptions, WriteOptions,
 };
 use wsfs_tests::harness::TestServer;
+use wsfs_tests::kit::{p, try_increment};
 
 const ADMIN: &str = "admin-token-for-tests-0123456789";
-
-fn p(s: &str) -> wsfs::CanonicalPath {
-    wsfs_client::parse_path(s).unwrap()
-}
 
 type Events = BoxStream<'static, wsfs_client::Result<ChangeEvent>>;
 
@@ -161,6 +158,50 @@ async fn watch_keeps_to_its_glob_and_scope() {
     assert_eq!(next(&mut deep).await.path, "src/x/y/z.rs");
 }
 
+/// Watch compiles its glob as Glob does: a backslash escapes a wildcard,
+/// so both pick the file literally named `*.md` and not its neighbour, and
+/// a pattern neither can parse is refused by both in the same words.
+#[tokio::test]
+async fn watch_glob_escapes_and_refusals_are_globs() {
+    let (_server, s) = plain(|_| {}).await;
+    let escaped = r"notes/\*.md";
+    let mut events = s
+        .watch("")
+        .recursive()
+        .glob(escaped)
+        .stream()
+        .await
+        .unwrap();
+    assert_eq!(next(&mut events).await.kind(), ChangeKind::Ready);
+    for path in ["notes/a.md", "notes/*.md"] {
+        s.write(&p(path), "x", WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    let globbed = s.glob_query(escaped).run().await.unwrap();
+    assert_eq!(
+        globbed.paths,
+        [p("notes/*.md")],
+        "Glob takes the star literally"
+    );
+    assert_eq!(
+        next(&mut events).await.path,
+        "notes/*.md",
+        "and so does Watch: notes/a.md is not reported"
+    );
+
+    let glob_refusal = s.glob_query("notes/{a").run().await.unwrap_err();
+    let watch_refusal = match s.watch("").glob("notes/{a").stream().await {
+        Ok(_) => panic!("Watch took a glob that Glob refuses"),
+        Err(e) => e,
+    };
+    assert!(
+        matches!(glob_refusal, Error::InvalidPattern { .. }),
+        "{glob_refusal:?}"
+    );
+    assert_eq!(watch_refusal.to_string(), glob_refusal.to_string());
+}
+
 #[tokio::test]
 async fn watch_resumes_after_since_seq_without_a_gap() {
     let (_server, s) = plain(|_| {}).await;
@@ -269,15 +310,8 @@ async fn counter_loses_no_update(options: SessionOptions) {
         workers.push(tokio::spawn(async move {
             let mut done = 0u64;
             while done < 25 {
-                let page = s.read(&counter, LineRange::default()).await.unwrap();
-                let n: u64 = page.content.trim().parse().unwrap();
-                let options = WriteOptions {
-                    if_version: Some(page.version),
-                    ..WriteOptions::default()
-                };
-                match s.write(&counter, &(n + 1).to_string(), options).await {
-                    Ok(_) => done += 1,
-                    Err(Error::VersionMismatch { .. }) => {}
+                match try_increment(&s, &counter).await {
+                    Ok(landed) => done += u64::from(landed),
                     Err(e) => panic!("unexpected error: {e}"),
                 }
             }

@@ -8,6 +8,7 @@ use wsfs_client::{
     SessionOptions, TransferOptions,
 };
 use wsfs_tests::harness::TestServer;
+use wsfs_tests::kit::p;
 
 const ADMIN: &str = "admin-token-for-tests-0123456789";
 
@@ -41,10 +42,6 @@ async fn swarm(options: SessionOptions) -> Swarm {
         system,
         _server: server,
     }
-}
-
-fn p(s: &str) -> wsfs::CanonicalPath {
-    wsfs_client::parse_path(s).unwrap()
 }
 
 fn assert_denied(err: Error, rule: &str) {

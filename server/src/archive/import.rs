@@ -197,22 +197,11 @@ pub fn check(path: &Path, limits: &SessionLimits) -> Result<ImportPlan> {
             }
         }
     }
-    if limits.max_files > 0 && plan.file_count > limits.max_files {
-        return Err(Error::QuotaExceeded {
-            message: format!(
-                "the archive holds {} files; this session allows at most {}",
-                plan.file_count, limits.max_files
-            ),
-        });
-    }
-    if limits.max_total_bytes > 0 && plan.total_bytes > limits.max_total_bytes {
-        return Err(Error::QuotaExceeded {
-            message: format!(
-                "the archive holds {} bytes; this session allows at most {}",
-                plan.total_bytes, limits.max_total_bytes
-            ),
-        });
-    }
+    let holds = crate::quota::Usage {
+        files: plan.file_count,
+        bytes: plan.total_bytes,
+    };
+    crate::quota::check_usage(limits, holds, "the archive holds")?;
 
     let Some(manifest_index) = manifest_index else {
         return Err(refused(format!(
@@ -415,16 +404,24 @@ pub trait ArchiveTarget: Send + Sync {
     /// owns the lock and the spooled archive (removed when it is done): a
     /// caller that goes away does not stop it half way.
     async fn import_checked(&self, archive: tempfile::TempPath, plan: ImportPlan) -> Result<()>;
+
+    /// `READ_ONLY` when the workspace takes no import: asked before the
+    /// archive is received, so a refused import reads none of it.
+    fn importable(&self) -> Result<()>;
 }
 
 #[async_trait::async_trait]
 impl<B: Backend> ArchiveTarget for crate::workspace::Workspace<B> {
     async fn import_checked(&self, archive: tempfile::TempPath, plan: ImportPlan) -> Result<()> {
-        self.writable(&CanonicalPath::root())?;
+        self.importable()?;
         self.exclusive(move |b| {
             apply(b, &archive, &plan)?;
             b.settle()
         })
         .await
+    }
+
+    fn importable(&self) -> Result<()> {
+        self.writable_for("", "import an archive")
     }
 }

@@ -65,12 +65,7 @@ pub(crate) async fn import(
     };
     *session_id = wsfs::path::quote(&id).into_owned();
     let session = registry.get(super::session_id(&id)?)?;
-    if session.record.read_only {
-        return Err(Error::ReadOnly {
-            path: String::new(),
-            message: "cannot import into this session: it is read-only".into(),
-        });
-    }
+    session.archive.importable()?;
     // An import replaces the whole workspace: its expanded size is held to
     // the session's byte limit, or the server's default budget.
     let limits = crate::quota::with_budget(

@@ -570,7 +570,6 @@ impl filesystem_server::Filesystem for FilesystemService {
         traced("Watch", &r.session_id, &r.path, async {
             let s = self.session(&metadata, &r.session_id)?;
             let permit = s.session.open_watch()?;
-            crate::search::check_pattern(&r.glob)?;
             let scope = Scope::new(s.path(&r.path)?, r.recursive, &r.glob)?;
             let keepalive =
                 std::time::Duration::from_millis(self.registry.config().watch_keepalive_ms.max(1));

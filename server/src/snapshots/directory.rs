@@ -52,7 +52,7 @@
 //! `snapshots/<uuid>.entries`) are still listed, exported and restored.
 
 use super::{
-    check_restore, new_id, not_found, parse_id, read_only, Restored, SnapshotEntry, SnapshotFiles,
+    check_restore, new_id, not_found, parse_id, Restored, SnapshotEntry, SnapshotFiles,
     SnapshotInfo, SnapshotStore,
 };
 use crate::backend::directory::{next_data, Displaced, FileIdentity, TreeEntry, TreeKind};
@@ -146,9 +146,7 @@ impl SnapshotStore for DirectorySnapshots {
     }
 
     async fn restore(&self, id: &str) -> Result<Restored> {
-        if self.workspace.is_read_only() {
-            return Err(read_only());
-        }
+        self.workspace.writable_for("", "restore a snapshot")?;
         let key = parse_id(id)?;
         let store = self.store.clone();
         let limits = crate::quota::with_budget(self.workspace.limits(), self.default_budget);

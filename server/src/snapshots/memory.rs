@@ -1,7 +1,7 @@
 //! Snapshots of a MEMORY session: images of the tree, held in memory.
 
 use super::{
-    new_id, not_found, parse_id, read_only, Restored, SnapshotEntry, SnapshotFiles, SnapshotInfo,
+    new_id, not_found, parse_id, Restored, SnapshotEntry, SnapshotFiles, SnapshotInfo,
     SnapshotStore,
 };
 use crate::backend::{Content, MemoryBackend, MemoryImage};
@@ -55,9 +55,7 @@ impl SnapshotStore for MemorySnapshots {
     }
 
     async fn restore(&self, id: &str) -> Result<Restored> {
-        if self.workspace.is_read_only() {
-            return Err(read_only());
-        }
+        self.workspace.writable_for("", "restore a snapshot")?;
         let image = self.image(id)?;
         super::check_restore(
             self.workspace.limits(),

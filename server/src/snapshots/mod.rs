@@ -112,13 +112,6 @@ pub(crate) fn not_found(id: &str) -> Error {
     }
 }
 
-pub(crate) fn read_only() -> Error {
-    Error::ReadOnly {
-        path: String::new(),
-        message: "cannot restore a snapshot: this session is read-only".to_string(),
-    }
-}
-
 /// Refuses, before anything changes, a restore the workspace could not
 /// take whole: a path over the session's path limits or with a name the
 /// backends reserve ([`crate::backend::check_name`]), or more files or
@@ -142,18 +135,8 @@ pub(crate) fn check_restore<P: std::borrow::Borrow<CanonicalPath>>(
             bytes = bytes.saturating_add(size);
         }
     }
-    let over = |what: &str, n: u64, limit: u64| Error::QuotaExceeded {
-        message: format!(
-            "cannot restore the snapshot: it holds {n} {what}; this session allows at most {limit}"
-        ),
-    };
-    if limits.max_files > 0 && files > limits.max_files {
-        return Err(over("files", files, limits.max_files));
-    }
-    if limits.max_total_bytes > 0 && bytes > limits.max_total_bytes {
-        return Err(over("bytes", bytes, limits.max_total_bytes));
-    }
-    Ok(())
+    let holds = crate::quota::Usage { files, bytes };
+    crate::quota::check_usage(limits, holds, "cannot restore the snapshot: it holds")
 }
 
 fn refuse_entry(path: &CanonicalPath, e: Error) -> Error {

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 use tempfile::TempDir;
-use tonic_types::StatusExt;
 use wsfs_client::{Client, SessionOptions};
 
 /// The address space the server is given unless a test says otherwise. A
@@ -239,12 +238,7 @@ impl Drop for Server {
 }
 
 /// The contract reason of a status (`ErrorInfo.reason`), or "" without one.
-pub fn reason(status: &tonic::Status) -> String {
-    status
-        .get_details_error_info()
-        .map(|i| i.reason)
-        .unwrap_or_default()
-}
+pub use wsfs_tests::kit::reason;
 
 /// The contract reason of a client error.
 pub fn error_reason(error: &wsfs::Error) -> &'static str {

@@ -7,16 +7,14 @@ use futures::{stream, StreamExt, TryStreamExt};
 use std::fmt::Debug;
 use wsfs::{
     ByteChunks, ByteRange, CanonicalPath, Error, FileKind, Filesystem, GrepEvent, GrepMatch,
-    GrepQuery, GrepSummary, PathLimits, Result, WriteOptions, WriteOutcome, DEFAULT_CHUNK_SIZE,
+    GrepQuery, GrepSummary, Result, WriteOptions, WriteOutcome, DEFAULT_CHUNK_SIZE,
 };
 
 /// The contract's default per-write limit (`SessionLimits.max_write_bytes`).
 pub use wsfs::DEFAULT_MAX_WRITE_BYTES;
 
 /// A canonical path from a literal the test knows to be valid.
-pub fn p(raw: &str) -> CanonicalPath {
-    CanonicalPath::parse(raw, &PathLimits::default()).expect("test paths are valid")
-}
+pub use crate::kit::p;
 
 /// Writes text with the default options.
 pub async fn put(fs: &dyn Filesystem, path: &str, content: &str) -> WriteOutcome {

@@ -1,0 +1,178 @@
+//! What the test binaries share besides a server: the contract reason of a
+//! refusal, a Write over the raw stub, a compare-and-swap increment, the
+//! archive of a tree, a path from a literal, environment
+//! knobs, a seeded random generator (a failing run reproduces from its
+//! seed) and latency percentiles.
+
+use std::str::FromStr;
+use std::time::Duration;
+use tonic::transport::Channel;
+use tonic_types::StatusExt;
+use wsfs::proto::{self, filesystem_client::FilesystemClient};
+use wsfs::Filesystem as _;
+
+/// The contract reason a refusal carries in its `ErrorInfo`; empty when it
+/// carries none, so an assertion on it fails with what was sent instead.
+pub fn reason(status: &tonic::Status) -> String {
+    status
+        .get_details_error_info()
+        .map(|i| i.reason)
+        .unwrap_or_default()
+}
+
+/// A text Write through the generated stub, for tests that speak the wire.
+pub async fn raw_write(
+    fs: &mut FilesystemClient<Channel>,
+    session: &str,
+    path: &str,
+    content: String,
+) -> Result<proto::WriteResponse, tonic::Status> {
+    fs.write(proto::WriteRequest {
+        session_id: session.to_string(),
+        path: path.to_string(),
+        content,
+        ..Default::default()
+    })
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+/// One compare-and-swap increment of the number `counter` holds: read it,
+/// write it plus one with `if_version`. True when the write landed, false
+/// when another writer changed the file first (`VERSION_MISMATCH`).
+pub async fn try_increment(
+    fs: &dyn wsfs::Filesystem,
+    counter: &wsfs::CanonicalPath,
+) -> wsfs::Result<bool> {
+    let page = fs.read(counter, wsfs::LineRange::default()).await?;
+    let n: u64 = page
+        .content
+        .trim()
+        .parse()
+        .expect("the counter holds a number");
+    let options = wsfs::WriteOptions {
+        if_version: Some(page.version),
+        ..wsfs::WriteOptions::default()
+    };
+    match fs.write(counter, &(n + 1).to_string(), options).await {
+        Ok(_) => Ok(true),
+        Err(wsfs::Error::VersionMismatch { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The archive ExportArchive makes of `files` (path and bytes) beside the
+/// empty directories `dirs`, built in a MEMORY session of its own that is
+/// deleted after.
+pub async fn archive_of(
+    client: &wsfs_client::Client,
+    files: impl IntoIterator<Item = (String, Vec<u8>)>,
+    dirs: &[&str],
+) -> Vec<u8> {
+    let options = files
+        .into_iter()
+        .fold(wsfs_client::SessionOptions::memory(), |o, (path, data)| {
+            o.seed_file(path, data)
+        });
+    let (donor, info) = client.create(options).await.expect("a donor session");
+    let mkdir = wsfs::MkdirOptions {
+        parents: true,
+        exist_ok: false,
+    };
+    for dir in dirs {
+        donor
+            .mkdir(&p(dir), mkdir)
+            .await
+            .expect("a donor directory");
+    }
+    let mut out = Vec::new();
+    donor
+        .export_to_writer(&mut out, None)
+        .await
+        .expect("the donor's archive");
+    client
+        .delete_session(&info.id)
+        .await
+        .expect("the donor deleted");
+    out
+}
+
+/// A path written in a test, parsed as a client parses it.
+pub fn p(s: &str) -> wsfs::CanonicalPath {
+    wsfs_client::parse_path(s).expect("a literal path")
+}
+
+/// The environment variable `name` parsed, or `default` when it is unset;
+/// a set but unparsable value fails the test rather than being ignored.
+pub fn env<T: FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v} is not a valid value")),
+        Err(_) => default,
+    }
+}
+
+/// splitmix64: small, fast and seeded, so a failing run reproduces with
+/// its seed.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// `len` random bytes.
+    pub fn bytes(&mut self, len: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len + 8);
+        while out.len() < len {
+            out.extend_from_slice(&self.next_u64().to_le_bytes());
+        }
+        out.truncate(len);
+        out
+    }
+}
+
+/// The latency at quantile `q` (0..=1) of sorted samples, by nearest rank
+/// (the rule `wsfs-bench` reports with); zero when there are none.
+pub fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_generator_repeats_from_its_seed_and_stays_below_its_bound() {
+        let (mut a, mut b) = (Rng(7), Rng(7));
+        let drawn: Vec<u64> = (0..100).map(|_| a.below(10)).collect();
+        assert_eq!(drawn, (0..100).map(|_| b.below(10)).collect::<Vec<_>>());
+        assert!(drawn.iter().all(|&n| n < 10));
+        assert!(drawn.iter().any(|&n| n != drawn[0]), "not constant");
+        assert_eq!(Rng(1).bytes(13).len(), 13);
+    }
+
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let ms: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&ms, 0.5), Duration::from_millis(50));
+        assert_eq!(percentile(&ms, 0.99), Duration::from_millis(99));
+        assert_eq!(percentile(&ms, 1.0), Duration::from_millis(100));
+        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
+    }
+}
