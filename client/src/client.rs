@@ -45,11 +45,19 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to a server, e.g. `"http://127.0.0.1:50051"`.
+    /// Connects to a server, e.g. `"http://127.0.0.1:50051"`. An
+    /// `https://` URL speaks TLS and trusts the system's certificate
+    /// authorities; for a private CA or a self-signed server use
+    /// [`Client::connect_with_tls`].
     pub async fn connect(url: &str) -> Result<Client> {
-        let endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| {
+        let mut endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| {
             Error::invalid_argument(format!("'{url}' is not a valid server address: {e}"))
         })?;
+        if url.starts_with("https://") {
+            endpoint = endpoint
+                .tls_config(ClientTlsConfig::new().with_native_roots())
+                .map_err(|e| Error::invalid_argument(format!("TLS setup for {url} failed: {e}")))?;
+        }
         let channel = endpoint.connect().await.map_err(|e| Error::Unavailable {
             message: format!("cannot connect to {url}: {}", error_chain(&e)),
         })?;

@@ -1381,8 +1381,28 @@ fn an_https_server_is_reached_with_wsfs_ca() {
         .to_string();
     assert_eq!(id.len(), 36);
 
-    // Without the CA the CLI refuses before connecting: a usage error.
+    // Without --ca the system's authorities decide, and they do not know
+    // a self-signed certificate: refused, with what to do.
     let refused = run(&["session", "list"], None);
-    assert_eq!(refused.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("WSFS_CA"));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("invalid peer certificate"), "{stderr}");
+    assert!(stderr.contains("WSFS_CA"), "{stderr}");
+
+    // A certificate the system trusts (SSL_CERT_FILE stands in for the
+    // system's store here) needs no --ca.
+    let trusted = Command::new(env!("CARGO_BIN_EXE_wsfs"))
+        .args(["session", "list", "-q"])
+        .env("WSFS_SERVER", &url)
+        .env_remove("WSFS_CA")
+        .env("SSL_CERT_FILE", &ca)
+        .env("WSFS_CONFIG", dir.path().join("none.json"))
+        .output()
+        .unwrap();
+    assert!(
+        trusted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trusted.stderr)
+    );
+    assert!(String::from_utf8_lossy(&trusted.stdout).contains(&id));
 }

@@ -151,15 +151,6 @@ pub fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return report(Failure::Local(format!("cannot start: {e}")), json, &server),
     };
-    if server.starts_with("https://") && cli.global.ca.is_none() {
-        return report(
-            Failure::Usage(
-                "an https:// server needs its CA certificate: pass --ca FILE or set WSFS_CA".into(),
-            ),
-            json,
-            &server,
-        );
-    }
     let mut ctx = Ctx {
         server: server_url(&server),
         session_id: given(&cli.global.session).or(saved.session),
@@ -271,8 +262,9 @@ fn hint(error: &Error, server: &str) -> Option<String> {
                 .into()
         }
         Error::Unavailable { message } if message.contains("invalid peer certificate") => format!(
-            "the server's certificate was refused: --ca (WSFS_CA) must be the certificate that \
-             signed it (or the server's own, when self-signed), and it must name the host of \
+            "the server's certificate was refused: without --ca the system's certificate \
+             authorities decide; with --ca (WSFS_CA) it must be the certificate that signed the \
+             server's (or the server's own, when self-signed); and it must name the host of \
              {server} (subjectAltName)"
         ),
         Error::Unavailable { .. } => format!(
