@@ -69,7 +69,7 @@ pub use client::{Client, IssuedToken, MAX_MESSAGE_BYTES};
 pub use query::{GlobBuilder, GrepBuilder};
 pub use session::{parse_path, Session};
 pub use sessions::{Backend, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions};
-pub use snapshots::{Restored, SnapshotInfo};
+pub use snapshots::{Restored, SnapshotChange, SnapshotChangeKind, SnapshotDiff, SnapshotInfo};
 pub use watch::{ChangeEvent, ChangeKind, ChangesResponse, WatchBuilder};
 
 /// The protocol crate, and the types every [`Filesystem`] call uses.

@@ -4,7 +4,7 @@
 use crate::client::Client;
 use crate::convert;
 use std::time::SystemTime;
-use wsfs::{proto, Result};
+use wsfs::{proto, Error, Result};
 
 /// What the server says about one snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +23,34 @@ pub struct SnapshotInfo {
 pub struct Restored {
     pub file_count: u64,
     pub total_bytes: u64,
+}
+
+/// How a path differs from a snapshot to the live workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotChangeKind {
+    /// In the live workspace, not in the snapshot.
+    Added,
+    /// In the snapshot, not in the live workspace.
+    Deleted,
+    /// A file on both sides with other contents.
+    Modified,
+}
+
+/// One difference between a snapshot and the live workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotChange {
+    pub kind: SnapshotChangeKind,
+    pub path: String,
+    pub directory: bool,
+}
+
+/// What [`Client::diff_snapshot`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotDiff {
+    /// In path order.
+    pub changes: Vec<SnapshotChange>,
+    /// More changes than one answer holds (10,000).
+    pub truncated: bool,
 }
 
 fn snapshot_info(p: proto::SnapshotInfo) -> Result<SnapshotInfo> {
@@ -68,6 +96,49 @@ impl Client {
         Ok(Restored {
             file_count: convert::server_count("file_count", r.file_count)?,
             total_bytes: convert::server_count("total_bytes", r.total_bytes)?,
+        })
+    }
+
+    /// What changed in the live workspace since snapshot `snapshot_id`:
+    /// paths added, deleted, and files whose contents differ, in path
+    /// order. Unknown snapshot: `SnapshotNotFound`.
+    pub async fn diff_snapshot(&self, session_id: &str, snapshot_id: &str) -> Result<SnapshotDiff> {
+        use proto::snapshot_change::Kind;
+        let request = proto::DiffSnapshotRequest {
+            session_id: session_id.to_string(),
+            snapshot_id: snapshot_id.to_string(),
+        };
+        let r = self
+            .sessions
+            .clone()
+            .diff_snapshot(self.credentials.request(request))
+            .await?
+            .into_inner();
+        let changes = r
+            .changes
+            .into_iter()
+            .map(|c| {
+                let kind = match Kind::try_from(c.kind) {
+                    Ok(Kind::Added) => SnapshotChangeKind::Added,
+                    Ok(Kind::Deleted) => SnapshotChangeKind::Deleted,
+                    Ok(Kind::Modified) => SnapshotChangeKind::Modified,
+                    Err(_) => {
+                        return Err(Error::internal(format!(
+                            "the server sent an unknown change kind ({})",
+                            c.kind
+                        )))
+                    }
+                };
+                Ok(SnapshotChange {
+                    kind,
+                    path: c.path,
+                    directory: c.directory,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(SnapshotDiff {
+            changes,
+            truncated: r.truncated,
         })
     }
 

@@ -916,6 +916,37 @@ fn snapshots_are_named_by_tag_or_the_start_of_their_id() {
 }
 
 #[test]
+fn snapshot_diff_lists_changes_and_exits_1_when_there_are_some() {
+    let ws = Workspace::new();
+    ws.run(&["write", "a.txt", "one"]).ok();
+    ws.run(&["write", "gone/b.txt", "b"]).ok();
+    ws.run(&["snapshot", "create", "--tag", "base"]).ok();
+    let clean = ws.run(&["snapshot", "diff", "base"]);
+    assert_eq!(
+        (clean.code, clean.stdout.as_str()),
+        (0, ""),
+        "{}",
+        clean.stderr
+    );
+
+    ws.run(&["write", "a.txt", "two"]).ok();
+    ws.run(&["rm", "-r", "gone"]).ok();
+    ws.run(&["write", "new.txt", "n"]).ok();
+    let changed = ws.run(&["snapshot", "diff", "base"]);
+    assert_eq!(changed.code, 1, "{}", changed.stderr);
+    assert_eq!(
+        changed.stdout,
+        "M  a.txt\nD  gone/\nD  gone/b.txt\nA  new.txt\n"
+    );
+    let json = ws.run(&["snapshot", "diff", "base", "--json"]);
+    let value: Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(value["changes"].as_array().unwrap().len(), 4);
+    assert_eq!(value["changes"][1]["directory"], true);
+    ws.run(&["snapshot", "diff", "no-such-tag"])
+        .fails_with("SNAPSHOT_NOT_FOUND");
+}
+
+#[test]
 fn export_then_import_restores_the_workspace() {
     let ws = Workspace::new();
     ws.run(&["write", "a.txt", "archived"]).ok();
@@ -1274,6 +1305,7 @@ fn every_subcommand_has_help_with_an_example() {
         &["snapshot", "list"],
         &["snapshot", "restore"],
         &["snapshot", "rm"],
+        &["snapshot", "diff"],
         &["export"],
         &["import"],
         &["token", "issue"],

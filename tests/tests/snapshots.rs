@@ -167,7 +167,62 @@ both_backends!(
     deleted_snapshot_is_gone_and_others_stay,
     restore_after_restore_returns_to_either_snapshot,
     writes_land_wholly_before_or_after_a_restore,
+    diff_names_what_changed_since_the_snapshot_and_nothing_else,
 );
+
+async fn diff_names_what_changed_since_the_snapshot_and_nothing_else(options: SessionOptions) {
+    use wsfs_client::SnapshotChangeKind::{Added, Deleted, Modified};
+    let s = setup(options).await;
+    s.write("a.txt", b"alpha\n").await;
+    s.write("same-size.txt", b"12345\n").await;
+    s.write("dir/sub/b.bin", BINARY).await;
+    s.write("kept.txt", b"kept\n").await;
+    s.write("turns.txt", b"a file, then a directory\n").await;
+    s.mkdir("empty/inner").await;
+    let snap = s.client.snapshot(s.id(), "before").await.unwrap();
+    let unchanged = s.client.diff_snapshot(s.id(), &snap.id).await.unwrap();
+    assert_eq!(unchanged.changes, vec![], "nothing changed yet");
+
+    s.write("a.txt", b"alpha, longer now\n").await;
+    // Same size, other bytes: found by the contents, not the size.
+    s.write("same-size.txt", b"54321\n").await;
+    // Rewritten with the same bytes: not a change.
+    s.write("kept.txt", b"kept\n").await;
+    s.delete("dir").await;
+    s.delete("empty/inner").await;
+    s.write("new/n.txt", b"new\n").await;
+    s.delete("turns.txt").await;
+    s.mkdir("turns.txt").await;
+    let diff = s.client.diff_snapshot(s.id(), &snap.id).await.unwrap();
+    let got: Vec<(wsfs_client::SnapshotChangeKind, &str, bool)> = diff
+        .changes
+        .iter()
+        .map(|c| (c.kind, c.path.as_str(), c.directory))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (Modified, "a.txt", false),
+            (Deleted, "dir", true),
+            (Deleted, "dir/sub", true),
+            (Deleted, "dir/sub/b.bin", false),
+            (Deleted, "empty/inner", true),
+            (Added, "new", true),
+            (Added, "new/n.txt", false),
+            (Modified, "same-size.txt", false),
+            (Deleted, "turns.txt", false),
+            (Added, "turns.txt", true),
+        ]
+    );
+    assert!(!diff.truncated);
+
+    let err = s
+        .client
+        .diff_snapshot(s.id(), "00000000-0000-0000-0000-000000000000")
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "SNAPSHOT_NOT_FOUND");
+}
 
 async fn restore_puts_back_exactly_what_the_snapshot_held(options: SessionOptions) {
     let s = setup(options).await;

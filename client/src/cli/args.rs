@@ -510,6 +510,15 @@ pub enum SnapshotCommand {
         #[arg(value_name = "SNAPSHOT")]
         id: String,
     },
+    /// What changed in the workspace since a snapshot: `A` added, `D`
+    /// deleted, `M` modified (a trailing `/` marks a directory).
+    #[command(
+        after_help = "SNAPSHOT is an id, a tag, or the start of an id.\nExit status: 0 when nothing changed, 1 when something did (as git diff --exit-code).\n\nExample:\n  wsfs snapshot diff before-refactor"
+    )]
+    Diff {
+        #[arg(value_name = "SNAPSHOT")]
+        id: String,
+    },
     /// Remove a snapshot.
     #[command(
         after_help = "SNAPSHOT is an id, a tag, or the start of an id.\n\nExample:\n  wsfs snapshot rm before-refactor"

@@ -6,7 +6,7 @@ use super::{local, Ctx, Failure, Outcome};
 use serde_json::{json, Value};
 use std::time::Duration;
 use tokio_util::io::{InspectReader, InspectWriter};
-use wsfs_client::{Backend, Layout, SessionInfo, SessionOptions, SnapshotInfo};
+use wsfs_client::{Backend, Layout, SessionInfo, SessionOptions, SnapshotChangeKind, SnapshotInfo};
 
 pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
     match command {
@@ -245,6 +245,39 @@ pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
                 },
                 json!({"snapshot_id": id, "file_count": contents.file_count, "total_bytes": contents.total_bytes}),
             )
+        }
+        SnapshotCommand::Diff { id } => {
+            let session_id = ctx.session_id()?;
+            let id = resolve_snapshot(ctx, &session_id, &id).await?;
+            let diff = ctx.client().await?.diff_snapshot(&session_id, &id).await?;
+            let letter = |k: SnapshotChangeKind| match k {
+                SnapshotChangeKind::Added => "A",
+                SnapshotChangeKind::Deleted => "D",
+                SnapshotChangeKind::Modified => "M",
+            };
+            if ctx.json {
+                let changes: Vec<_> = diff
+                    .changes
+                    .iter()
+                    .map(|c| json!({"kind": letter(c.kind), "path": c.path, "directory": c.directory}))
+                    .collect();
+                print_json(
+                    &json!({"snapshot_id": id, "changes": changes, "truncated": diff.truncated}),
+                )?;
+            } else {
+                for c in &diff.changes {
+                    let slash = if c.directory { "/" } else { "" };
+                    println(&format!("{}  {}{slash}", letter(c.kind), c.path))?;
+                }
+                if diff.truncated && !ctx.quiet {
+                    eprintln!("wsfs: more changes than one answer holds; only the first are shown");
+                }
+            }
+            if diff.changes.is_empty() {
+                Ok(())
+            } else {
+                Err(Failure::Silent(1))
+            }
         }
         SnapshotCommand::Rm { id } => {
             let session_id = ctx.session_id()?;

@@ -293,6 +293,38 @@ impl sessions_server::Sessions for SessionsService {
         .await
     }
 
+    async fn diff_snapshot(
+        &self,
+        request: Request<proto::DiffSnapshotRequest>,
+    ) -> Result<Response<proto::DiffSnapshotResponse>, Status> {
+        use crate::snapshots::diff::{diff, DiffKind};
+        use proto::snapshot_change::Kind;
+        let admitted = self.auth.require_admin(request.metadata());
+        let r = request.into_inner();
+        traced("DiffSnapshot", &r.session_id, "", async {
+            admitted?;
+            let session = self.registry.get(&r.session_id)?;
+            let (changes, truncated) =
+                diff(&session.snapshots, &session.fs, &r.snapshot_id).await?;
+            Ok(proto::DiffSnapshotResponse {
+                changes: changes
+                    .into_iter()
+                    .map(|c| proto::SnapshotChange {
+                        kind: match c.kind {
+                            DiffKind::Added => Kind::Added,
+                            DiffKind::Deleted => Kind::Deleted,
+                            DiffKind::Modified => Kind::Modified,
+                        } as i32,
+                        path: c.path.as_str().to_string(),
+                        directory: c.directory,
+                    })
+                    .collect(),
+                truncated,
+            })
+        })
+        .await
+    }
+
     async fn delete_snapshot(
         &self,
         request: Request<proto::DeleteSnapshotRequest>,

@@ -18,6 +18,7 @@
 //! every entry it changes gets a fresh version (entries already equal to the
 //! snapshot keep theirs).
 
+pub mod diff;
 mod directory;
 mod memory;
 

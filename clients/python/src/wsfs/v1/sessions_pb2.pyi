@@ -270,3 +270,37 @@ class IssueTokenResponse(_message.Message):
     token: str
     caller: str
     def __init__(self, token: _Optional[str] = ..., caller: _Optional[str] = ...) -> None: ...
+
+class DiffSnapshotRequest(_message.Message):
+    __slots__ = ("session_id", "snapshot_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    snapshot_id: str
+    def __init__(self, session_id: _Optional[str] = ..., snapshot_id: _Optional[str] = ...) -> None: ...
+
+class SnapshotChange(_message.Message):
+    __slots__ = ("kind", "path", "directory")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ADDED: _ClassVar[SnapshotChange.Kind]
+        DELETED: _ClassVar[SnapshotChange.Kind]
+        MODIFIED: _ClassVar[SnapshotChange.Kind]
+    ADDED: SnapshotChange.Kind
+    DELETED: SnapshotChange.Kind
+    MODIFIED: SnapshotChange.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    kind: SnapshotChange.Kind
+    path: str
+    directory: bool
+    def __init__(self, kind: _Optional[_Union[SnapshotChange.Kind, str]] = ..., path: _Optional[str] = ..., directory: bool = ...) -> None: ...
+
+class DiffSnapshotResponse(_message.Message):
+    __slots__ = ("changes", "truncated")
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    changes: _containers.RepeatedCompositeFieldContainer[SnapshotChange]
+    truncated: bool
+    def __init__(self, changes: _Optional[_Iterable[_Union[SnapshotChange, _Mapping]]] = ..., truncated: bool = ...) -> None: ...

@@ -76,6 +76,11 @@ class SessionsStub(object):
                 request_serializer=wsfs_dot_v1_dot_sessions__pb2.DeleteSnapshotRequest.SerializeToString,
                 response_deserializer=wsfs_dot_v1_dot_sessions__pb2.DeleteSnapshotResponse.FromString,
                 _registered_method=True)
+        self.DiffSnapshot = channel.unary_unary(
+                '/wsfs.v1.Sessions/DiffSnapshot',
+                request_serializer=wsfs_dot_v1_dot_sessions__pb2.DiffSnapshotRequest.SerializeToString,
+                response_deserializer=wsfs_dot_v1_dot_sessions__pb2.DiffSnapshotResponse.FromString,
+                _registered_method=True)
         self.ExportArchive = channel.unary_stream(
                 '/wsfs.v1.Sessions/ExportArchive',
                 request_serializer=wsfs_dot_v1_dot_sessions__pb2.ExportArchiveRequest.SerializeToString,
@@ -146,6 +151,13 @@ class SessionsServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DiffSnapshot(self, request, context):
+        """What changed in the live workspace since a snapshot.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ExportArchive(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -206,6 +218,11 @@ def add_SessionsServicer_to_server(servicer, server):
                     servicer.DeleteSnapshot,
                     request_deserializer=wsfs_dot_v1_dot_sessions__pb2.DeleteSnapshotRequest.FromString,
                     response_serializer=wsfs_dot_v1_dot_sessions__pb2.DeleteSnapshotResponse.SerializeToString,
+            ),
+            'DiffSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.DiffSnapshot,
+                    request_deserializer=wsfs_dot_v1_dot_sessions__pb2.DiffSnapshotRequest.FromString,
+                    response_serializer=wsfs_dot_v1_dot_sessions__pb2.DiffSnapshotResponse.SerializeToString,
             ),
             'ExportArchive': grpc.unary_stream_rpc_method_handler(
                     servicer.ExportArchive,
@@ -441,6 +458,33 @@ class Sessions(object):
             '/wsfs.v1.Sessions/DeleteSnapshot',
             wsfs_dot_v1_dot_sessions__pb2.DeleteSnapshotRequest.SerializeToString,
             wsfs_dot_v1_dot_sessions__pb2.DeleteSnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DiffSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wsfs.v1.Sessions/DiffSnapshot',
+            wsfs_dot_v1_dot_sessions__pb2.DiffSnapshotRequest.SerializeToString,
+            wsfs_dot_v1_dot_sessions__pb2.DiffSnapshotResponse.FromString,
             options,
             channel_credentials,
             insecure,
