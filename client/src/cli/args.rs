@@ -145,7 +145,7 @@ pub enum Command {
     Watch(WatchArgs),
     /// Serve the session to an AI agent as an MCP server on stdio.
     #[command(
-        after_help = "Tools: read, write, edit, multi_edit, list, glob, grep, stat, move, copy,\ndelete, mkdir, snapshot, restore, list_snapshots. Errors come back as tool\nerrors that start with the wsfs reason.\n\nExample (an MCP client's server entry):\n  {\"command\": \"wsfs\", \"args\": [\"mcp\"],\n   \"env\": {\"WSFS_SERVER\": \"http://127.0.0.1:50051\", \"WSFS_SESSION\": \"<id>\"}}"
+        after_help = "Tools: read, write, edit, multi_edit, list, glob, grep, stat, move, copy,\ndelete, mkdir, snapshot, restore, diff_snapshot, list_snapshots. Errors come back as tool\nerrors that start with the wsfs reason.\n\nExample (an MCP client's server entry):\n  {\"command\": \"wsfs\", \"args\": [\"mcp\"],\n   \"env\": {\"WSFS_SERVER\": \"http://127.0.0.1:50051\", \"WSFS_SESSION\": \"<id>\"}}"
     )]
     Mcp,
     /// Save the server, session and token to use when no flag or variable

@@ -270,6 +270,7 @@ struct SnapshotArgs {
     tag: String,
 }
 
+/// A snapshot, for `restore` and `diff_snapshot`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct RestoreArgs {
     /// The snapshot's id, from `snapshot` or `list_snapshots`.
@@ -712,6 +713,42 @@ impl Workspace {
                     "restored {} ({} files, {} bytes)",
                     a.snapshot_id, r.file_count, r.total_bytes
                 ))
+            }
+            .await,
+        )
+    }
+
+    #[tool(
+        description = "What changed since a snapshot: one line per path, A added, D deleted, M modified (a trailing / marks a directory). Use it to review your own changes before keeping or restoring them."
+    )]
+    async fn diff_snapshot(
+        &self,
+        Parameters(a): Parameters<RestoreArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        use wsfs_client::SnapshotChangeKind;
+        answer(
+            async {
+                let diff = self
+                    .client
+                    .diff_snapshot(self.session.id(), &a.snapshot_id)
+                    .await?;
+                let mut out = String::new();
+                for c in &diff.changes {
+                    let letter = match c.kind {
+                        SnapshotChangeKind::Added => 'A',
+                        SnapshotChangeKind::Deleted => 'D',
+                        SnapshotChangeKind::Modified => 'M',
+                    };
+                    let slash = if c.directory { "/" } else { "" };
+                    let _ = writeln!(out, "{letter}  {}{slash}", c.path);
+                }
+                if diff.changes.is_empty() {
+                    out.push_str("(nothing changed since the snapshot)\n");
+                }
+                if diff.truncated {
+                    out.push_str("(more changes than one answer holds)\n");
+                }
+                Ok(out)
             }
             .await,
         )

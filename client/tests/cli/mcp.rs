@@ -69,6 +69,7 @@ async fn mcp_lists_every_tool_with_a_description_and_schema() {
         [
             "copy",
             "delete",
+            "diff_snapshot",
             "edit",
             "glob",
             "grep",
@@ -375,6 +376,8 @@ async fn mcp_snapshot_and_restore_undo_changes() {
         listed.contains(&id) && listed.contains("before"),
         "{listed}"
     );
+    let diff = ok(&client, "diff_snapshot", json!({"snapshot_id": id})).await;
+    assert_eq!(diff, "M  keep.txt\nA  new.txt\n");
     ok(&client, "restore", json!({"snapshot_id": id})).await;
     assert_eq!(ws.cat("keep.txt"), "v1\n");
     refused(
@@ -391,6 +394,8 @@ async fn mcp_snapshot_and_restore_undo_changes() {
         "SNAPSHOT_NOT_FOUND",
     )
     .await;
+    let clean = ok(&client, "diff_snapshot", json!({"snapshot_id": id})).await;
+    assert!(clean.contains("nothing changed"), "{clean}");
     client.cancel().await.unwrap();
 }
 
