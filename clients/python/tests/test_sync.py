@@ -441,3 +441,25 @@ def test_list_sessions_filters_by_labels_and_reports_activity(client: wsfs.Clien
     finally:
         for s in made:
             client.delete_session(s.id)
+
+
+def test_diff_snapshot_names_what_changed(session: wsfs.Session) -> None:
+    session.write("a.txt", "one\n")
+    session.write("gone.txt", "bye\n")
+    snap = session.snapshot("base")
+    assert session.diff_snapshot(snap).changes == []
+    session.write("a.txt", "two\n")
+    session.delete("gone.txt")
+    session.write("new/x.txt", "x\n")
+    diff = session.diff_snapshot(snap.id)
+    got = [(c.kind, c.path, c.directory) for c in diff.changes]
+    K = wsfs.SnapshotChangeKind
+    assert got == [
+        (K.MODIFIED, "a.txt", False),
+        (K.DELETED, "gone.txt", False),
+        (K.ADDED, "new", True),
+        (K.ADDED, "new/x.txt", False),
+    ]
+    assert not diff.truncated
+    with pytest.raises(wsfs.SnapshotNotFound):
+        session.diff_snapshot("00000000-0000-0000-0000-000000000000")

@@ -54,6 +54,7 @@ from .types import (
     Restored,
     SessionInfo,
     SessionLimits,
+    SnapshotDiff,
     SnapshotInfo,
     TextPage,
     Transferred,
@@ -202,6 +203,9 @@ class AsyncClient:
 
     async def list_snapshots(self, session_id: str) -> list[SnapshotInfo]:
         return await self.session(session_id).list_snapshots()
+
+    async def diff_snapshot(self, session_id: str, snapshot_id: str) -> SnapshotDiff:
+        return await self.session(session_id).diff_snapshot(snapshot_id)
 
     async def delete_snapshot(self, session_id: str, snapshot_id: str) -> None:
         await self.session(session_id).delete_snapshot(snapshot_id)
@@ -735,6 +739,15 @@ class AsyncSession:
         return SnapshotInfo._from_proto(
             await _call(self._sessions.Snapshot(request, metadata=self._admin_metadata))
         )
+
+    async def diff_snapshot(self, snapshot: Union[str, SnapshotInfo]) -> SnapshotDiff:
+        """What changed in the workspace since the snapshot."""
+        snapshot_id = snapshot.id if isinstance(snapshot, SnapshotInfo) else snapshot
+        request = sessions_pb2.DiffSnapshotRequest(session_id=self.id, snapshot_id=snapshot_id)
+        response = await _call(
+            self._sessions.DiffSnapshot(request, metadata=self._admin_metadata)
+        )
+        return SnapshotDiff._from_proto(response)
 
     async def restore(self, snapshot: Union[str, SnapshotInfo]) -> Restored:
         snapshot_id = snapshot.id if isinstance(snapshot, SnapshotInfo) else snapshot

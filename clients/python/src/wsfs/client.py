@@ -42,6 +42,7 @@ from .types import (
     Restored,
     SessionInfo,
     SessionLimits,
+    SnapshotDiff,
     SnapshotInfo,
     TextPage,
     Transferred,
@@ -217,6 +218,9 @@ class Client:
 
     def list_snapshots(self, session_id: str) -> list[SnapshotInfo]:
         return self.session(session_id).list_snapshots()
+
+    def diff_snapshot(self, session_id: str, snapshot_id: str) -> SnapshotDiff:
+        return self.session(session_id).diff_snapshot(snapshot_id)
 
     def delete_snapshot(self, session_id: str, snapshot_id: str) -> None:
         self.session(session_id).delete_snapshot(snapshot_id)
@@ -791,6 +795,13 @@ class Session:
         return SnapshotInfo._from_proto(
             _call(self._sessions.Snapshot, request, metadata=self._admin_metadata)
         )
+
+    def diff_snapshot(self, snapshot: Union[str, SnapshotInfo]) -> SnapshotDiff:
+        """What changed in the workspace since the snapshot."""
+        snapshot_id = snapshot.id if isinstance(snapshot, SnapshotInfo) else snapshot
+        request = sessions_pb2.DiffSnapshotRequest(session_id=self.id, snapshot_id=snapshot_id)
+        response = _call(self._sessions.DiffSnapshot, request, metadata=self._admin_metadata)
+        return SnapshotDiff._from_proto(response)
 
     def restore(self, snapshot: Union[str, SnapshotInfo]) -> Restored:
         """Puts the workspace back exactly as the snapshot holds it."""

@@ -35,6 +35,9 @@ __all__ = [
     "ChangeEvent",
     "Changes",
     "SnapshotInfo",
+    "SnapshotChangeKind",
+    "SnapshotChange",
+    "SnapshotDiff",
     "Restored",
     "IssuedToken",
     "Transferred",
@@ -444,6 +447,48 @@ class SnapshotInfo:
     @classmethod
     def _from_proto(cls, p: sessions_pb2.SnapshotInfo) -> "SnapshotInfo":
         return cls(p.snapshot_id, p.tag, _time(p.created_at), p.file_count, p.total_bytes)
+
+
+class SnapshotChangeKind(_ProtoEnum):
+    #: In the live workspace, not in the snapshot.
+    ADDED = "added"
+    #: In the snapshot, not in the live workspace.
+    DELETED = "deleted"
+    #: A file on both sides with other contents.
+    MODIFIED = "modified"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class SnapshotChange:
+    kind: SnapshotChangeKind
+    path: str
+    directory: bool
+
+
+@dataclass(frozen=True)
+class SnapshotDiff:
+    """What changed in the workspace since a snapshot, in path order."""
+
+    changes: list[SnapshotChange]
+    #: More changes than one answer holds (10,000).
+    truncated: bool
+
+    @classmethod
+    def _from_proto(cls, p: sessions_pb2.DiffSnapshotResponse) -> "SnapshotDiff":
+        return cls(
+            changes=[
+                SnapshotChange(
+                    kind=SnapshotChangeKind._from_wire(
+                        _enum_name(sessions_pb2.SnapshotChange.Kind, c.kind)
+                    ),
+                    path=c.path,
+                    directory=c.directory,
+                )
+                for c in p.changes
+            ],
+            truncated=p.truncated,
+        )
 
 
 @dataclass(frozen=True)
