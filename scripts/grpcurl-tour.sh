@@ -97,6 +97,7 @@ echo "== snapshots, archives, tokens"
 step "Snapshot" '"snapshotId"' -- -d "{\"session_id\": \"$S\", \"tag\": \"tour\"}" "$addr" wsfs.v1.Sessions/Snapshot
 step "ListSnapshots" '"tag": "tour"' -- -d "{\"session_id\": \"$S\"}" "$addr" wsfs.v1.Sessions/ListSnapshots
 refused "DiffSnapshot of an unknown snapshot: SNAPSHOT_NOT_FOUND" SNAPSHOT_NOT_FOUND -- -d "{\"session_id\": \"$S\", \"snapshot_id\": \"00000000-0000-0000-0000-000000000000\"}" "$addr" wsfs.v1.Sessions/DiffSnapshot
+refused "ReadSnapshotFile of an unknown snapshot: SNAPSHOT_NOT_FOUND" SNAPSHOT_NOT_FOUND -- -d "{\"session_id\": \"$S\", \"snapshot_id\": \"00000000-0000-0000-0000-000000000000\", \"path\": \"a.txt\"}" "$addr" wsfs.v1.Sessions/ReadSnapshotFile
 refused "Restore of an unknown snapshot: SNAPSHOT_NOT_FOUND" SNAPSHOT_NOT_FOUND -- -d "{\"session_id\": \"$S\", \"snapshot_id\": \"00000000-0000-0000-0000-000000000000\"}" "$addr" wsfs.v1.Sessions/Restore
 refused "DeleteSnapshot of an unknown snapshot: SNAPSHOT_NOT_FOUND" SNAPSHOT_NOT_FOUND -- -d "{\"session_id\": \"$S\", \"snapshot_id\": \"00000000-0000-0000-0000-000000000000\"}" "$addr" wsfs.v1.Sessions/DeleteSnapshot
 step "ExportArchive (server stream)" '"data"' -- -d "{\"session_id\": \"$S\"}" "$addr" wsfs.v1.Sessions/ExportArchive

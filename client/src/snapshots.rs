@@ -142,6 +142,55 @@ impl Client {
         })
     }
 
+    /// File `path` as snapshot `snapshot_id` holds it: its size and its
+    /// bytes, streamed. A path the snapshot does not hold is
+    /// `FileNotFound`; a directory is `IsADirectory`.
+    pub async fn read_snapshot_file(
+        &self,
+        session_id: &str,
+        snapshot_id: &str,
+        path: &str,
+    ) -> Result<(
+        u64,
+        futures::stream::BoxStream<'static, Result<bytes::Bytes>>,
+    )> {
+        use futures::StreamExt;
+        use proto::snapshot_file_chunk::Payload;
+        let request = proto::ReadSnapshotFileRequest {
+            session_id: session_id.to_string(),
+            snapshot_id: snapshot_id.to_string(),
+            path: path.to_string(),
+        };
+        let mut stream = self
+            .sessions
+            .clone()
+            .read_snapshot_file(self.credentials.request(request))
+            .await?
+            .into_inner();
+        let size = match stream.message().await? {
+            Some(proto::SnapshotFileChunk {
+                payload: Some(Payload::SizeBytes(size)),
+            }) => convert::server_count("size_bytes", size)?,
+            _ => {
+                return Err(Error::internal(
+                    "the ReadSnapshotFile stream did not start with the file's size",
+                ))
+            }
+        };
+        let chunks = stream
+            .map(|m| match m {
+                Ok(proto::SnapshotFileChunk {
+                    payload: Some(Payload::Data(data)),
+                }) => Ok(data),
+                Ok(_) => Err(Error::internal(
+                    "the ReadSnapshotFile stream sent its size twice",
+                )),
+                Err(status) => Err(Error::from_status(&status)),
+            })
+            .boxed();
+        Ok((size, chunks))
+    }
+
     /// The session's snapshots, oldest first.
     pub async fn list_snapshots(&self, session_id: &str) -> Result<Vec<SnapshotInfo>> {
         let request = proto::ListSnapshotsRequest {

@@ -947,6 +947,34 @@ fn snapshot_diff_lists_changes_and_exits_1_when_there_are_some() {
 }
 
 #[test]
+fn cat_at_a_snapshot_and_restore_of_one_path() {
+    let ws = Workspace::new();
+    ws.run(&["write", "a.txt", "old a"]).ok();
+    ws.run(&["write", "b.txt", "old b"]).ok();
+    ws.run(&["snapshot", "create", "--tag", "base"]).ok();
+    ws.run(&["write", "a.txt", "new a"]).ok();
+    ws.run(&["write", "b.txt", "new b"]).ok();
+    assert_eq!(
+        ws.run(&["cat", "a.txt", "--snapshot", "base"]).ok().stdout,
+        "old a\n"
+    );
+    ws.run(&["snapshot", "restore", "base", "--path", "a.txt"])
+        .ok();
+    assert_eq!(ws.cat("a.txt"), "old a\n");
+    assert_eq!(ws.cat("b.txt"), "new b\n", "only the path asked for");
+    ws.run(&["rm", "a.txt"]).ok();
+    ws.run(&["snapshot", "restore", "base", "--path", "a.txt"])
+        .ok();
+    assert_eq!(ws.cat("a.txt"), "old a\n", "a deleted file comes back");
+    ws.run(&["cat", "missing.txt", "--snapshot", "base"])
+        .fails_with("FILE_NOT_FOUND");
+    ws.run(&["snapshot", "restore", "base", "--path", "missing.txt"])
+        .fails_with("FILE_NOT_FOUND");
+    ws.run(&["stat", "missing.txt"])
+        .fails_with("FILE_NOT_FOUND");
+}
+
+#[test]
 fn export_then_import_restores_the_workspace() {
     let ws = Workspace::new();
     ws.run(&["write", "a.txt", "archived"]).ok();

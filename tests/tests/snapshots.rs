@@ -168,7 +168,65 @@ both_backends!(
     restore_after_restore_returns_to_either_snapshot,
     writes_land_wholly_before_or_after_a_restore,
     diff_names_what_changed_since_the_snapshot_and_nothing_else,
+    a_file_is_read_as_the_snapshot_holds_it,
 );
+
+async fn a_file_is_read_as_the_snapshot_holds_it(options: SessionOptions) {
+    use futures::StreamExt;
+    let s = setup(options).await;
+    let big: Vec<u8> = (0..200_000u32).flat_map(|i| i.to_le_bytes()).collect();
+    s.write("big.bin", &big).await;
+    s.write("dir/b.bin", BINARY).await;
+    let snap = s.client.snapshot(s.id(), "before").await.unwrap();
+    s.write("big.bin", b"changed").await;
+    s.delete("dir").await;
+
+    let (size, mut chunks) = s
+        .client
+        .read_snapshot_file(s.id(), &snap.id, "big.bin")
+        .await
+        .unwrap();
+    assert_eq!(size, big.len() as u64);
+    let mut read = Vec::new();
+    let mut messages = 0;
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.unwrap();
+        assert!(chunk.len() <= wsfs::DEFAULT_CHUNK_SIZE);
+        read.extend_from_slice(&chunk);
+        messages += 1;
+    }
+    assert_eq!(read, big, "the snapshot's bytes, not today's");
+    assert!(messages > 1, "streamed in chunks");
+
+    let (_, chunks) = s
+        .client
+        .read_snapshot_file(s.id(), &snap.id, "dir/b.bin")
+        .await
+        .unwrap();
+    let got: Vec<u8> = chunks.map(|c| c.unwrap().to_vec()).concat().await;
+    assert_eq!(got, BINARY);
+
+    for (path, reason) in [
+        ("no-such.txt", "FILE_NOT_FOUND"),
+        ("dir", "IS_A_DIRECTORY"),
+        ("../escape", "PATH_ESCAPES_ROOT"),
+    ] {
+        let err = match s.client.read_snapshot_file(s.id(), &snap.id, path).await {
+            Ok(_) => panic!("{path} was read"),
+            Err(e) => e,
+        };
+        assert_eq!(err.reason(), reason, "{path}: {err}");
+    }
+    let err = match s
+        .client
+        .read_snapshot_file(s.id(), "00000000-0000-0000-0000-000000000000", "big.bin")
+        .await
+    {
+        Ok(_) => panic!("an unknown snapshot was read"),
+        Err(e) => e,
+    };
+    assert_eq!(err.reason(), "SNAPSHOT_NOT_FOUND");
+}
 
 async fn diff_names_what_changed_since_the_snapshot_and_nothing_else(options: SessionOptions) {
     use wsfs_client::SnapshotChangeKind::{Added, Deleted, Modified};

@@ -302,6 +302,10 @@ pub struct CatArgs {
     /// Raw bytes (streamed), for files that are not text.
     #[arg(long)]
     pub bytes: bool,
+    /// Print the file as this snapshot holds it (an id, a tag, or the start
+    /// of an id), byte for byte.
+    #[arg(long, value_name = "SNAPSHOT", conflicts_with_all = ["offset", "limit"])]
+    pub snapshot: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -504,11 +508,15 @@ pub enum SnapshotCommand {
     List,
     /// Put the workspace back exactly as the snapshot holds it.
     #[command(
-        after_help = "SNAPSHOT is an id, a tag, or the start of an id (4 characters or more).\n\nExamples:\n  wsfs snapshot restore before-refactor\n  wsfs snapshot restore 9f1c"
+        after_help = "SNAPSHOT is an id, a tag, or the start of an id (4 characters or more).\n\nExamples:\n  wsfs snapshot restore before-refactor\n  wsfs snapshot restore 9f1c\n  wsfs snapshot restore before-refactor --path src/main.rs"
     )]
     Restore {
         #[arg(value_name = "SNAPSHOT")]
         id: String,
+        /// Put back only this file, as the snapshot holds it (the rest of
+        /// the workspace is left as it is).
+        #[arg(long, value_name = "PATH")]
+        path: Option<String>,
     },
     /// What changed in the workspace since a snapshot: `A` added, `D`
     /// deleted, `M` modified (a trailing `/` marks a directory).

@@ -72,6 +72,26 @@ pub async fn ls(ctx: &mut Ctx, args: LsArgs) -> Outcome {
 pub async fn cat(ctx: &mut Ctx, args: CatArgs) -> Outcome {
     let session = ctx.session().await?;
     let path = parse_path(&args.path)?;
+    if let Some(name) = &args.snapshot {
+        if ctx.json {
+            return Err(Failure::Usage(
+                "cat --snapshot prints the bytes as stored; drop --json".into(),
+            ));
+        }
+        let id = super::sessions::resolve_snapshot(ctx, session.id(), name).await?;
+        let (_, mut chunks) = ctx
+            .client()
+            .await?
+            .read_snapshot_file(session.id(), &id, path.as_str())
+            .await?;
+        let mut out = tokio::io::stdout();
+        while let Some(chunk) = chunks.next().await {
+            out.write_all(&chunk?)
+                .await
+                .map_err(local("cannot write to stdout"))?;
+        }
+        return out.flush().await.map_err(local("cannot write to stdout"));
+    }
     if args.bytes {
         let range = ByteRange {
             offset: args.offset.unwrap_or(0),

@@ -6,7 +6,9 @@ use super::{local, Ctx, Failure, Outcome};
 use serde_json::{json, Value};
 use std::time::Duration;
 use tokio_util::io::{InspectReader, InspectWriter};
-use wsfs_client::{Backend, Layout, SessionInfo, SessionOptions, SnapshotChangeKind, SnapshotInfo};
+use wsfs_client::{
+    Backend, Filesystem, Layout, SessionInfo, SessionOptions, SnapshotChangeKind, SnapshotInfo,
+};
 
 pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
     match command {
@@ -231,7 +233,27 @@ pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
             }
             Ok(())
         }
-        SnapshotCommand::Restore { id } => {
+        SnapshotCommand::Restore {
+            id,
+            path: Some(path),
+        } => {
+            let session = ctx.session().await?;
+            let id = resolve_snapshot(ctx, session.id(), &id).await?;
+            let path = wsfs_client::parse_path(&path)?;
+            let (size, chunks) = ctx
+                .client()
+                .await?
+                .read_snapshot_file(session.id(), &id, path.as_str())
+                .await?;
+            let written = session
+                .write_bytes(&path, wsfs_client::WriteOptions::default(), chunks)
+                .await?;
+            ctx.done(
+                || format!("restored {} from {id} ({})", path.display(), output::human_size(size)),
+                json!({"snapshot_id": id, "path": path.as_str(), "version": written.version, "size_bytes": size}),
+            )
+        }
+        SnapshotCommand::Restore { id, path: None } => {
             let session_id = ctx.session_id()?;
             let id = resolve_snapshot(ctx, &session_id, &id).await?;
             let contents = ctx.client().await?.restore(&session_id, &id).await?;
@@ -382,7 +404,11 @@ pub async fn token(ctx: &mut Ctx, command: TokenCommand) -> Outcome {
 /// A snapshot named as git names commits: its id, its tag, or a prefix of
 /// its id that names only one (at least 4 characters). A tag given to
 /// several snapshots is refused with their ids, not guessed.
-async fn resolve_snapshot(ctx: &mut Ctx, session_id: &str, name: &str) -> Outcome<String> {
+pub(super) async fn resolve_snapshot(
+    ctx: &mut Ctx,
+    session_id: &str,
+    name: &str,
+) -> Outcome<String> {
     let snapshots = ctx.client().await?.list_snapshots(session_id).await?;
     if snapshots.iter().any(|s| s.id == name) {
         return Ok(name.to_string());

@@ -325,6 +325,55 @@ impl sessions_server::Sessions for SessionsService {
         .await
     }
 
+    type ReadSnapshotFileStream = RpcStream<proto::SnapshotFileChunk>;
+
+    async fn read_snapshot_file(
+        &self,
+        request: Request<proto::ReadSnapshotFileRequest>,
+    ) -> Result<Response<Self::ReadSnapshotFileStream>, Status> {
+        use futures::StreamExt;
+        use proto::snapshot_file_chunk::Payload;
+        let admitted = self.auth.require_admin(request.metadata());
+        let r = request.into_inner();
+        traced("ReadSnapshotFile", &r.session_id, &r.path, async {
+            admitted?;
+            let session = self.registry.get(&r.session_id)?;
+            let permit = session.open_stream()?;
+            let path = session.path(&r.path)?;
+            let (size, chunks) =
+                crate::snapshots::diff::read_file(&session.snapshots, &r.snapshot_id, &path)
+                    .await?;
+            let first = proto::SnapshotFileChunk {
+                payload: Some(Payload::SizeBytes(size as i64)),
+            };
+            let data = chunks.map(|c| {
+                c.map(|bytes| proto::SnapshotFileChunk {
+                    payload: Some(Payload::Data(bytes)),
+                })
+                .map_err(|e| e.to_status())
+            });
+            let messages = futures::stream::once(async { Ok(first) })
+                .chain(data)
+                .map(move |m| {
+                    let _held = &permit;
+                    m
+                })
+                .boxed();
+            Ok(super::LoggedStream::new(
+                messages,
+                "ReadSnapshotFile",
+                &r.session_id,
+                &r.path,
+                |c: &proto::SnapshotFileChunk| match &c.payload {
+                    Some(Payload::Data(d)) => d.len(),
+                    _ => 0,
+                },
+            )
+            .boxed())
+        })
+        .await
+    }
+
     async fn delete_snapshot(
         &self,
         request: Request<proto::DeleteSnapshotRequest>,

@@ -217,6 +217,41 @@ async fn differing_contents(
     Ok(differing)
 }
 
+/// The content of `path` as snapshot `id` holds it: its size and its
+/// bytes in chunks of `chunk`. A path the snapshot does not hold is
+/// `FILE_NOT_FOUND`; a directory is `IS_A_DIRECTORY`. Finding it walks the
+/// snapshot's entries, as an export does.
+pub async fn read_file(
+    store: &Arc<dyn SnapshotStore>,
+    id: &str,
+    path: &CanonicalPath,
+) -> Result<(u64, BoxStream<'static, Result<Bytes>>)> {
+    let wanted = path.clone();
+    let found = walk_snapshot(store, id, None, move |found, entry| {
+        if found.is_none() && entry.path() == &wanted {
+            *found = Some(entry);
+        }
+        Ok(())
+    })
+    .await?;
+    match found {
+        Some(SnapshotEntry::File {
+            path,
+            size,
+            content,
+        }) => Ok((
+            size,
+            crate::workspace::byte_chunks(content, path, 0, size, wsfs::DEFAULT_CHUNK_SIZE),
+        )),
+        Some(SnapshotEntry::Directory { path }) => Err(Error::IsADirectory {
+            path: path.as_str().to_string(),
+        }),
+        None => Err(Error::FileNotFound {
+            path: path.as_str().to_string(),
+        }),
+    }
+}
+
 /// Whether two byte streams carry the same bytes, whatever their chunking.
 async fn same_bytes(
     mut a: BoxStream<'static, Result<Bytes>>,

@@ -304,3 +304,21 @@ class DiffSnapshotResponse(_message.Message):
     changes: _containers.RepeatedCompositeFieldContainer[SnapshotChange]
     truncated: bool
     def __init__(self, changes: _Optional[_Iterable[_Union[SnapshotChange, _Mapping]]] = ..., truncated: bool = ...) -> None: ...
+
+class ReadSnapshotFileRequest(_message.Message):
+    __slots__ = ("session_id", "snapshot_id", "path")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    snapshot_id: str
+    path: str
+    def __init__(self, session_id: _Optional[str] = ..., snapshot_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class SnapshotFileChunk(_message.Message):
+    __slots__ = ("size_bytes", "data")
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    size_bytes: int
+    data: bytes
+    def __init__(self, size_bytes: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...

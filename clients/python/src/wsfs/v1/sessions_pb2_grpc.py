@@ -81,6 +81,11 @@ class SessionsStub(object):
                 request_serializer=wsfs_dot_v1_dot_sessions__pb2.DiffSnapshotRequest.SerializeToString,
                 response_deserializer=wsfs_dot_v1_dot_sessions__pb2.DiffSnapshotResponse.FromString,
                 _registered_method=True)
+        self.ReadSnapshotFile = channel.unary_stream(
+                '/wsfs.v1.Sessions/ReadSnapshotFile',
+                request_serializer=wsfs_dot_v1_dot_sessions__pb2.ReadSnapshotFileRequest.SerializeToString,
+                response_deserializer=wsfs_dot_v1_dot_sessions__pb2.SnapshotFileChunk.FromString,
+                _registered_method=True)
         self.ExportArchive = channel.unary_stream(
                 '/wsfs.v1.Sessions/ExportArchive',
                 request_serializer=wsfs_dot_v1_dot_sessions__pb2.ExportArchiveRequest.SerializeToString,
@@ -158,6 +163,13 @@ class SessionsServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadSnapshotFile(self, request, context):
+        """One file as a snapshot holds it: its size first, then its bytes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ExportArchive(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -223,6 +235,11 @@ def add_SessionsServicer_to_server(servicer, server):
                     servicer.DiffSnapshot,
                     request_deserializer=wsfs_dot_v1_dot_sessions__pb2.DiffSnapshotRequest.FromString,
                     response_serializer=wsfs_dot_v1_dot_sessions__pb2.DiffSnapshotResponse.SerializeToString,
+            ),
+            'ReadSnapshotFile': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadSnapshotFile,
+                    request_deserializer=wsfs_dot_v1_dot_sessions__pb2.ReadSnapshotFileRequest.FromString,
+                    response_serializer=wsfs_dot_v1_dot_sessions__pb2.SnapshotFileChunk.SerializeToString,
             ),
             'ExportArchive': grpc.unary_stream_rpc_method_handler(
                     servicer.ExportArchive,
@@ -485,6 +502,33 @@ class Sessions(object):
             '/wsfs.v1.Sessions/DiffSnapshot',
             wsfs_dot_v1_dot_sessions__pb2.DiffSnapshotRequest.SerializeToString,
             wsfs_dot_v1_dot_sessions__pb2.DiffSnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadSnapshotFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/wsfs.v1.Sessions/ReadSnapshotFile',
+            wsfs_dot_v1_dot_sessions__pb2.ReadSnapshotFileRequest.SerializeToString,
+            wsfs_dot_v1_dot_sessions__pb2.SnapshotFileChunk.FromString,
             options,
             channel_credentials,
             insecure,
