@@ -19,8 +19,8 @@ pub const DISK_READ_BYTES: usize = 1024 * 1024;
 pub type Fs = FilesystemClient<Channel>;
 
 pub async fn connect(url: &str) -> Result<Channel, String> {
-    let endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
-        .map_err(|e| format!("bad server URL '{url}': {e}"))?;
+    // The project's client settings, so the figures are what its users get.
+    let endpoint = wsfs_client::endpoint(url).map_err(|e| format!("bad server URL: {e}"))?;
     // The server may still be binding; give it a moment.
     let mut last = String::new();
     for _ in 0..50 {
