@@ -103,6 +103,29 @@ pub async fn exists(fs: &mut Fs, session: &str, path: &str) -> Result<bool, toni
         .exists)
 }
 
+/// A MEMORY session holding `files`, uploaded.
+pub async fn memory_session(channel: &Channel, files: &[TreeFile]) -> Result<String, String> {
+    let request = proto::CreateSessionRequest {
+        backend: Backend::Memory as i32,
+        limits: Some(limits(1 << 30)),
+        labels: [("purpose".to_string(), "wsfs-bench".to_string())].into(),
+        ..Default::default()
+    };
+    let id = SessionsClient::new(channel.clone())
+        .create_session(request)
+        .await
+        .map_err(|s| format!("CreateSession(MEMORY) failed: {}", s.message()))?
+        .into_inner()
+        .session_id;
+    let mut fs = filesystem(channel);
+    for f in files {
+        write_file(&mut fs, &id, &f.path, &f.local)
+            .await
+            .map_err(|e| format!("uploading '{}' failed: {e}", f.path))?;
+    }
+    Ok(id)
+}
+
 /// Opens a DIRECTORY session rooted at `root`, so the server works on the
 /// files in place. When the server will not root a session there (an
 /// external server that does not allow the directory) or its directory
