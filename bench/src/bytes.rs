@@ -237,14 +237,14 @@ pub async fn run(
     let mut rows = vec![
         Row::new(format!("ReadBytes {label}, throughput"), "MB/s", read)
             .baseline("raw TCP", raw_read)
-            .target(Target::AtLeastShare(0.5)),
+            .target(Target::AtLeastShare(0.7)),
         Row::new(
             format!("WriteBytes {label} in 64 KiB chunks, throughput"),
             "MB/s",
             write,
         )
         .baseline("raw TCP to disk", raw_write)
-        .target(Target::AtLeastShare(0.5)),
+        .target(Target::AtLeastShare(0.6)),
     ];
     rows.extend(memory_rows);
 

@@ -7,7 +7,8 @@
 //!   more, beside `rg` over the same directory;
 //! - [`bytes`]: ReadBytes and WriteBytes of a 1 GiB file, beside a raw TCP
 //!   loopback copy, and the server's peak memory growth while they run;
-//! - [`small`]: Stat and small Read calls from 16 concurrent callers;
+//! - [`small`]: Stat and small Read calls from 16 concurrent callers, and
+//!   their List of a 1,000-file directory beside the same on a MEMORY session;
 //! - [`snapshot`]: Snapshot and Restore of a 10,000-file workspace beside
 //!   git;
 //! - [`archive`]: ExportArchive, ImportArchive and host mounts beside

@@ -1,7 +1,9 @@
 //! Small calls under concurrency: 16 callers share one connection (as
 //! clones of one client do) and each makes its share of a fixed number of
-//! Stat, then Read, calls on one small text file. Reported: calls per
-//! second over the whole batch, and the p50 and p99 latency of one call.
+//! Stat, then Read, calls on one small text file, then of List calls on a
+//! directory of 1,000 files (a tenth as many), beside the same List on a
+//! MEMORY session. Reported: calls per second over the whole batch, and
+//! the p50 and p99 latency of one call.
 
 use crate::report::{percentile, Row, Samples};
 use crate::wire::{self, Fs, TreeFile};
@@ -14,11 +16,15 @@ pub const CALLERS: usize = 16;
 const FILE_NAME: &str = "notes.txt";
 /// Lines in the small file; about 6 KiB.
 const FILE_LINES: usize = 100;
+/// The directory the List calls list, and how many files it holds.
+const LIST_DIR: &str = "listing";
+const LIST_ENTRIES: usize = 1000;
 
 #[derive(Debug, Clone, Copy)]
 enum Call {
     Stat,
     Read,
+    List,
 }
 
 impl Call {
@@ -26,6 +32,7 @@ impl Call {
         match self {
             Call::Stat => "Stat",
             Call::Read => "Read (whole 100-line file)",
+            Call::List => "List of a 1000-entry directory",
         }
     }
 
@@ -44,6 +51,14 @@ impl Call {
                 })
                 .await
                 .map(|r| r.into_inner().total_lines == FILE_LINES as i64),
+            Call::List => fs
+                .list(proto::ListRequest {
+                    session_id,
+                    path: LIST_DIR.to_string(),
+                    depth: 1,
+                })
+                .await
+                .map(|r| r.into_inner().entries.len() == LIST_ENTRIES),
         };
         match ok {
             Ok(true) => Ok(()),
@@ -108,12 +123,27 @@ pub async fn run(
         .collect();
     std::fs::write(&local, &text)
         .map_err(|e| format!("cannot write '{}': {e}", local.display()))?;
-    let files = [TreeFile {
+    let mut files = vec![TreeFile {
         local,
         path: FILE_NAME.to_string(),
         len: text.len() as u64,
     }];
-    eprintln!("small: opening a DIRECTORY session over a small file...");
+    let list_dir = dir.join(LIST_DIR);
+    std::fs::create_dir_all(&list_dir)
+        .map_err(|e| format!("cannot create '{}': {e}", list_dir.display()))?;
+    for i in 0..LIST_ENTRIES {
+        let name = format!("f{i:04}.txt");
+        let local = list_dir.join(&name);
+        let body = format!("file {i}\n");
+        std::fs::write(&local, &body)
+            .map_err(|e| format!("cannot write '{}': {e}", local.display()))?;
+        files.push(TreeFile {
+            local,
+            path: format!("{LIST_DIR}/{name}"),
+            len: body.len() as u64,
+        });
+    }
+    eprintln!("small: opening a DIRECTORY session over a small file and a directory...");
     let session = wire::tree_session(channel, dir, &files, 1 << 20).await?;
     if let Some(note) = &session.note {
         notes.push(format!("Stat/Read: {note}."));
@@ -137,6 +167,34 @@ pub async fn run(
         rows.push(Row::new(format!("{what}: p50 latency"), "ms", p50));
         rows.push(Row::new(format!("{what}: p99 latency"), "ms", p99));
     }
+
+    // List: fewer calls, each a thousand entries; MEMORY is the baseline.
+    eprintln!("small: List: the same directory in a MEMORY session...");
+    let memory = wire::memory_session(channel, &files[1..]).await?;
+    let list_ops = (ops / 10).max(CALLERS);
+    let (mut directory_rate, mut memory_rate) = (Samples::default(), Samples::default());
+    for id in [&session.id, &memory] {
+        batch(channel, id, Call::List, (list_ops / 10).max(CALLERS)).await?;
+    }
+    for run in 1..=runs {
+        eprintln!("small: List: run {run}/{runs}");
+        let b = batch(channel, &session.id, Call::List, list_ops).await?;
+        directory_rate.push(b.ops_per_s);
+        let b = batch(channel, &memory, Call::List, list_ops).await?;
+        memory_rate.push(b.ops_per_s);
+    }
+    rows.push(
+        Row::new(
+            format!(
+                "{}, DIRECTORY, {CALLERS} callers, {list_ops} calls: throughput",
+                Call::List.name()
+            ),
+            "lists/s",
+            directory_rate,
+        )
+        .baseline("MEMORY session", memory_rate),
+    );
+    wire::delete_session(channel, &memory).await;
     wire::delete_session(channel, &session.id).await;
     Ok(rows)
 }

@@ -19,8 +19,8 @@ pub const DISK_READ_BYTES: usize = 1024 * 1024;
 pub type Fs = FilesystemClient<Channel>;
 
 pub async fn connect(url: &str) -> Result<Channel, String> {
-    let endpoint = tonic::transport::Endpoint::from_shared(url.to_string())
-        .map_err(|e| format!("bad server URL '{url}': {e}"))?;
+    // The project's client settings, so the figures are what its users get.
+    let endpoint = wsfs_client::endpoint(url).map_err(|e| format!("bad server URL: {e}"))?;
     // The server may still be binding; give it a moment.
     let mut last = String::new();
     for _ in 0..50 {
@@ -101,6 +101,29 @@ pub async fn exists(fs: &mut Fs, session: &str, path: &str) -> Result<bool, toni
         .await?
         .into_inner()
         .exists)
+}
+
+/// A MEMORY session holding `files`, uploaded.
+pub async fn memory_session(channel: &Channel, files: &[TreeFile]) -> Result<String, String> {
+    let request = proto::CreateSessionRequest {
+        backend: Backend::Memory as i32,
+        limits: Some(limits(1 << 30)),
+        labels: [("purpose".to_string(), "wsfs-bench".to_string())].into(),
+        ..Default::default()
+    };
+    let id = SessionsClient::new(channel.clone())
+        .create_session(request)
+        .await
+        .map_err(|s| format!("CreateSession(MEMORY) failed: {}", s.message()))?
+        .into_inner()
+        .session_id;
+    let mut fs = filesystem(channel);
+    for f in files {
+        write_file(&mut fs, &id, &f.path, &f.local)
+            .await
+            .map_err(|e| format!("uploading '{}' failed: {e}", f.path))?;
+    }
+    Ok(id)
 }
 
 /// Opens a DIRECTORY session rooted at `root`, so the server works on the

@@ -44,15 +44,23 @@ pub struct Client {
     pub(crate) credentials: Credentials,
 }
 
+/// The connection settings every client of this crate uses, for `url`:
+/// HTTP/2 frames of [`wsfs::HTTP2_MAX_FRAME_BYTES`], so that a download's
+/// chunks arrive whole rather than in 16 KiB pieces. Build a channel on it
+/// and pass it to [`Client::from_channel`] to add settings of your own.
+pub fn endpoint(url: &str) -> Result<Endpoint> {
+    Endpoint::from_shared(url.to_string())
+        .map(|e| e.max_frame_size(wsfs::HTTP2_MAX_FRAME_BYTES))
+        .map_err(|e| Error::invalid_argument(format!("'{url}' is not a valid server address: {e}")))
+}
+
 impl Client {
     /// Connects to a server, e.g. `"http://127.0.0.1:50051"`. An
     /// `https://` URL speaks TLS and trusts the system's certificate
     /// authorities; for a private CA or a self-signed server use
     /// [`Client::connect_with_tls`].
     pub async fn connect(url: &str) -> Result<Client> {
-        let mut endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| {
-            Error::invalid_argument(format!("'{url}' is not a valid server address: {e}"))
-        })?;
+        let mut endpoint = endpoint(url)?;
         if url.starts_with("https://") {
             endpoint = endpoint
                 .tls_config(ClientTlsConfig::new().with_native_roots())
@@ -69,10 +77,7 @@ impl Client {
     /// certificate when it is self-signed). The certificate must name the
     /// URL's host.
     pub async fn connect_with_tls(url: &str, ca_pem: &[u8]) -> Result<Client> {
-        let endpoint = Endpoint::from_shared(url.to_string())
-            .map_err(|e| {
-                Error::invalid_argument(format!("'{url}' is not a valid server address: {e}"))
-            })?
+        let endpoint = endpoint(url)?
             .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca_pem)))
             .map_err(|e| Error::invalid_argument(format!("TLS setup for {url} failed: {e}")))?;
         let channel = endpoint.connect().await.map_err(|e| Error::Unavailable {

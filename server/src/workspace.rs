@@ -54,6 +54,11 @@ pub const MAX_LIST_ENTRIES: usize = 100_000;
 /// Uploads are handed to the backend in batches of about this size.
 const STAGE_BATCH_BYTES: usize = 1024 * 1024;
 
+/// How far a ReadBytes producer may read ahead of the stream on disk
+/// (in whole chunks, at least one). With one chunk queued the reading
+/// thread slept and woke for every 64 KiB; four measured a fifth faster.
+const READ_AHEAD_BYTES: usize = 256 * 1024;
+
 /// One session's workspace over backend `B`.
 pub struct Workspace<B: Backend> {
     backend: Arc<B>,
@@ -483,9 +488,11 @@ pub(crate) fn byte_chunks(
             .boxed()
         }
         Content::Disk(file) => {
-            // One producer per stream, one chunk in flight: memory stays
-            // near one chunk, and a dropped receiver stops the reads.
-            let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes>>(1);
+            // One producer per stream, at most READ_AHEAD_BYTES (or one
+            // chunk) queued: memory stays bounded, and a dropped receiver
+            // stops the reads.
+            let queued = (READ_AHEAD_BYTES / chunk.max(1)).max(1);
+            let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes>>(queued);
             crate::producer::spawn_blocking("ReadBytes", tx, move |tx| {
                 use std::os::unix::fs::FileExt;
                 let mut at = offset;
