@@ -818,14 +818,19 @@ fn grep_takes_rg_flags_for_files_counts_words_context_and_several_paths() {
     );
     let none = ws.run(&["grep", "nothing-here", "src", "docs"]);
     assert_eq!((none.code, none.stdout.as_str()), (1, ""));
-    // A missing path is an error (2), not "no match" (1).
-    let missing = ws.run(&["grep", "Session", "src", "no-such-dir"]);
+    // A missing path is an error (2), not "no match" (1); as rg, the
+    // other paths are still searched.
+    let missing = ws.run(&["grep", "-l", "Session", "no-such-dir", "src"]);
     assert_eq!(missing.code, 2, "{}", missing.stderr);
     assert!(
-        missing.stderr.contains("FILE_NOT_FOUND"),
+        missing.stderr.contains("no-such-dir: FILE_NOT_FOUND"),
         "{}",
         missing.stderr
     );
+    assert_eq!(missing.stdout, "src/a.rs\nsrc/b.rs\n");
+    let alone = ws.run(&["grep", "Session", "no-such-dir"]);
+    assert_eq!(alone.code, 2, "{}", alone.stderr);
+    assert!(alone.stderr.contains("FILE_NOT_FOUND"), "{}", alone.stderr);
     let counts = ws
         .run(&["grep", "-c", "Session", "src", "--json"])
         .ok()

@@ -45,6 +45,21 @@ pub enum Failure {
     Code(u8, Box<Failure>),
 }
 
+impl Failure {
+    /// The failure as `(REASON, message)`, for lists of per-item failures
+    /// (push, pull, grep over several paths).
+    pub fn text(&self) -> (String, String) {
+        match self {
+            Failure::Remote(e) => (e.reason().to_string(), e.to_string()),
+            Failure::Local(m) => ("LOCAL".to_string(), m.clone()),
+            Failure::Usage(m) => ("USAGE".to_string(), m.clone()),
+            Failure::Silent(code) | Failure::Code(code, _) => {
+                ("FAILED".to_string(), format!("exit {code}"))
+            }
+        }
+    }
+}
+
 impl From<Error> for Failure {
     fn from(error: Error) -> Failure {
         Failure::Remote(error)

@@ -63,14 +63,25 @@ pub async fn grep(ctx: &mut Ctx, args: GrepArgs) -> Outcome {
     } else {
         args.paths.clone()
     };
+    // As rg: a PATH that fails is reported and the others are searched;
+    // any failure makes the exit status 2, whatever matched.
     let mut matched = false;
+    let mut failed = None;
     for path in &paths {
-        matched |= grep_one(ctx, &session, &args, &shape, path, &palette).await?;
+        match grep_one(ctx, &session, &args, &shape, path, &palette).await {
+            Ok(found) => matched |= found,
+            Err(failure) if paths.len() == 1 => return Err(failure),
+            Err(failure) => {
+                let (reason, message) = failure.text();
+                eprintln!("wsfs: {}: {reason}: {message}", display_path(path));
+                failed = Some(failure);
+            }
+        }
     }
-    if matched {
-        Ok(())
-    } else {
-        Err(Failure::Silent(1))
+    match (failed, matched) {
+        (Some(_), _) => Err(Failure::Silent(2)),
+        (None, true) => Ok(()),
+        (None, false) => Err(Failure::Silent(1)),
     }
 }
 
@@ -410,4 +421,13 @@ pub async fn watch(ctx: &mut Ctx, args: WatchArgs) -> Outcome {
         println(&line)?;
     }
     Ok(())
+}
+
+/// A PATH as the user gave it, the root shown as `/`.
+fn display_path(path: &str) -> &str {
+    if path.is_empty() {
+        "/"
+    } else {
+        path
+    }
 }

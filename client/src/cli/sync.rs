@@ -307,18 +307,6 @@ async fn settle(
     (bytes, failed)
 }
 
-/// A failure as one line: `REASON: message`.
-fn failure_text(failure: &Failure) -> (String, String) {
-    match failure {
-        Failure::Remote(e) => (e.reason().to_string(), e.to_string()),
-        Failure::Local(m) => ("LOCAL".to_string(), m.clone()),
-        Failure::Usage(m) => ("USAGE".to_string(), m.clone()),
-        Failure::Silent(code) | Failure::Code(code, _) => {
-            ("FAILED".to_string(), format!("exit {code}"))
-        }
-    }
-}
-
 fn report(
     ctx: &Ctx,
     args: &SyncArgs,
@@ -339,7 +327,7 @@ fn report(
     let failures: Vec<(String, String, String)> = failed
         .iter()
         .map(|(rel, why)| {
-            let (reason, message) = failure_text(why);
+            let (reason, message) = why.text();
             (rel.clone(), reason, message)
         })
         .collect();
