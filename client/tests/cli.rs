@@ -866,7 +866,8 @@ fn snapshot_create_list_restore_and_rm() {
     ws.run(&["write", "b.txt", "new"]).ok();
     let listed = ws.run(&["snapshot", "list", "--json"]).ok().json();
     assert_eq!(listed["snapshots"][0]["tag"], "t1");
-    ws.run(&["snapshot", "restore", &id]).ok();
+    let restored = ws.run(&["snapshot", "restore", &id]).ok();
+    assert_eq!(restored.stderr, "", "no spinner off a terminal");
     assert_eq!(ws.cat("a.txt"), "before\n");
     ws.run(&["stat", "b.txt"]).fails_with("FILE_NOT_FOUND");
     ws.run(&["snapshot", "rm", &id]).ok();

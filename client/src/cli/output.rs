@@ -60,6 +60,23 @@ pub fn metadata(m: &Metadata) -> Value {
     })
 }
 
+/// A spinner with the time spent, on stderr, while one long call runs
+/// (a snapshot or restore of a large tree answers only when done); shown
+/// only on a terminal, without `--quiet` or `--json`. Clear it when the
+/// call returns.
+pub fn working(label: &str, quiet: bool) -> ProgressBar {
+    if quiet || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let spinner = ProgressBar::new_spinner().with_style(
+        ProgressStyle::with_template("{msg} {spinner} {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    spinner.set_message(label.to_string());
+    spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+    spinner
+}
+
 /// A bar on stderr for a transfer of `total` bytes (or of `total` files
 /// with `unit` "files"), shown only on a terminal, for large transfers,
 /// without `--quiet` or `--json`.

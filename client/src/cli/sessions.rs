@@ -207,7 +207,10 @@ pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
     match command {
         SnapshotCommand::Create { tag } => {
             let id = ctx.session_id()?;
-            let info = ctx.client().await?.snapshot(&id, &tag).await?;
+            let spinner = output::working("snapshot", ctx.quiet || ctx.json);
+            let taken = ctx.client().await?.snapshot(&id, &tag).await;
+            spinner.finish_and_clear();
+            let info = taken?;
             if ctx.json {
                 print_json(&snapshot_json(&info))
             } else {
@@ -256,7 +259,10 @@ pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
         SnapshotCommand::Restore { id, path: None } => {
             let session_id = ctx.session_id()?;
             let id = resolve_snapshot(ctx, &session_id, &id).await?;
-            let contents = ctx.client().await?.restore(&session_id, &id).await?;
+            let spinner = output::working("restore", ctx.quiet || ctx.json);
+            let restored = ctx.client().await?.restore(&session_id, &id).await;
+            spinner.finish_and_clear();
+            let contents = restored?;
             ctx.done(
                 || {
                     format!(
@@ -271,7 +277,10 @@ pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
         SnapshotCommand::Diff { id } => {
             let session_id = ctx.session_id()?;
             let id = resolve_snapshot(ctx, &session_id, &id).await?;
-            let diff = ctx.client().await?.diff_snapshot(&session_id, &id).await?;
+            let spinner = output::working("diff", ctx.quiet || ctx.json);
+            let compared = ctx.client().await?.diff_snapshot(&session_id, &id).await;
+            spinner.finish_and_clear();
+            let diff = compared?;
             let letter = |k: SnapshotChangeKind| match k {
                 SnapshotChangeKind::Added => "A",
                 SnapshotChangeKind::Deleted => "D",
