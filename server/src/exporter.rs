@@ -15,7 +15,7 @@
 //! bounds their size), and the answer is built from counters, not walks.
 
 use crate::metrics;
-use crate::sessions::{BackendKind, SessionRegistry};
+use crate::registry::{BackendKind, SessionRegistry};
 use http_body_util::Full;
 use hyper::body::Bytes;
 use prometheus::{

@@ -6,7 +6,7 @@
 //! [`wsfs::Filesystem`] → [`workspace::Workspace`] (the contract's shared
 //! logic) → [`backend::Backend`] (memory or directory storage).
 //!
-//! [`sessions::SessionRegistry`] owns every session and its workspace;
+//! [`registry::SessionRegistry`] owns every session and its workspace;
 //! [`search`] holds glob and the ripgrep-class grep, [`glob`] the one glob
 //! dialect every call that takes a glob compiles with; [`serve`] runs it all
 //! with health and reflection; [`archive`] exports and imports ZIP archives;
@@ -34,7 +34,7 @@ pub use workspace::Workspace;
 pub mod config;
 pub mod connections;
 pub mod service;
-pub mod sessions;
+pub mod registry;
 pub mod snapshots;
 
 pub use config::ServerConfig;
@@ -100,7 +100,7 @@ pub async fn serve(
         .max_frame_size(wsfs::HTTP2_MAX_FRAME_BYTES)
         .initial_stream_window_size(UPLOAD_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(UPLOAD_CONNECTION_WINDOW_BYTES);
-    let registry = Arc::new(sessions::SessionRegistry::open(Arc::new(config))?);
+    let registry = Arc::new(registry::SessionRegistry::open(Arc::new(config))?);
     let stopping = registry.stopping();
     let auth = Arc::new(auth.persisted_under(&data_dir, &registry));
     if auth.tokens_on() && tls.is_none() && !bound.ip().is_loopback() {

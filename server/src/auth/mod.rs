@@ -25,7 +25,7 @@
 pub mod tokens;
 pub mod zones;
 
-use crate::sessions::{BackendKind, Session, SessionRegistry};
+use crate::registry::{BackendKind, Session, SessionRegistry};
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::sync::Mutex;

@@ -3,7 +3,7 @@
 
 use crate::archive::export::{zip_stream, ExportSource, LiveWorkspace, SnapshotSource};
 use crate::archive::import;
-use crate::sessions::SessionRegistry;
+use crate::registry::SessionRegistry;
 use futures::stream::{BoxStream, StreamExt};
 use tokio::io::AsyncWriteExt;
 use tonic::{Status, Streaming};

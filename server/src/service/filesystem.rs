@@ -4,7 +4,7 @@ use super::{timestamp, to_the_end, traced, LoggedStream};
 use crate::auth::{Auth, Guarded};
 use crate::events::{Change, ChangeKind, Scope, Since};
 use crate::metrics::{Gauge, ACTIVE_WATCHES};
-use crate::sessions::{Session, SessionRegistry, StreamPermit};
+use crate::registry::{Session, SessionRegistry, StreamPermit};
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use std::sync::Arc;

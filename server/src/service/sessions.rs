@@ -2,7 +2,7 @@
 
 use super::{timestamp, to_the_end, traced};
 use crate::auth::{Auth, Caller, Layout};
-use crate::sessions::{
+use crate::registry::{
     BackendKind, Session, SessionRecord, SessionRegistry, SessionSpec, Unavailable,
 };
 use crate::snapshots::SnapshotInfo;
