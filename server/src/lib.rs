@@ -33,8 +33,8 @@ pub use limits::SessionLimits;
 pub use workspace::Workspace;
 pub mod config;
 pub mod connections;
-pub mod service;
 pub mod registry;
+pub mod service;
 pub mod snapshots;
 
 pub use config::ServerConfig;
