@@ -623,3 +623,54 @@ async fn list_sessions_filters_by_labels_pages_in_id_order_and_shows_activity() 
     assert!(none.sessions.is_empty());
     server.stop().await;
 }
+
+#[tokio::test]
+async fn labels_past_their_limits_are_refused_before_anything_is_made_or_matched() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), Vec::new(), 1 << 20).await;
+    let mut sessions = server.sessions().await;
+    let many: std::collections::HashMap<String, String> = (0..65)
+        .map(|i| (format!("k{i}"), "v".to_string()))
+        .collect();
+    let long: std::collections::HashMap<String, String> =
+        [("k".to_string(), "v".repeat(257))].into();
+    for labels in [many.clone(), long.clone()] {
+        let err = sessions
+            .create_session(proto::CreateSessionRequest {
+                labels,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert_eq!(reason(&err), "INVALID_ARGUMENT");
+    }
+    for labels in [many, long] {
+        let err = sessions
+            .list_sessions(proto::ListSessionsRequest {
+                labels,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(reason(&err), "INVALID_ARGUMENT");
+    }
+    // Nothing was created; 64 labels of 256 bytes are fine.
+    let at_limit: std::collections::HashMap<String, String> = (0..64)
+        .map(|i| (format!("{i:0>256}"), "v".repeat(256)))
+        .collect();
+    let listed = sessions
+        .list_sessions(proto::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.sessions.is_empty());
+    sessions
+        .create_session(proto::CreateSessionRequest {
+            labels: at_limit,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    server.stop().await;
+}

@@ -87,6 +87,7 @@ fn snapshot_to_proto(i: &SnapshotInfo) -> proto::SnapshotInfo {
 }
 
 fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> {
+    crate::registry::check_labels(r.labels.iter())?;
     let backend = match proto::session::Backend::try_from(r.backend) {
         Ok(proto::session::Backend::Memory) => BackendKind::Memory,
         Ok(proto::session::Backend::Directory) => BackendKind::Directory,
@@ -180,6 +181,7 @@ impl sessions_server::Sessions for SessionsService {
         let r = request.into_inner();
         traced("ListSessions", "", "", async {
             admitted?;
+            crate::registry::check_labels(r.labels.iter())?;
             let wanted = |labels: &std::collections::HashMap<String, String>| {
                 r.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
             };
