@@ -13,6 +13,7 @@ use super::{SnapshotEntry, SnapshotStore};
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use wsfs::{ByteRange, CanonicalPath, Error, FileKind, Filesystem, Result};
 
@@ -92,7 +93,7 @@ fn change(kind: DiffKind, path: &CanonicalPath, directory: bool) -> Difference {
 }
 
 /// Walks snapshot `id` on the blocking pool, handing each entry to `each`
-/// with `state`, and gives `state` back.
+/// with `state` until it says stop, and gives `state` back.
 async fn walk_snapshot<S, F>(
     store: &Arc<dyn SnapshotStore>,
     id: &str,
@@ -101,12 +102,14 @@ async fn walk_snapshot<S, F>(
 ) -> Result<S>
 where
     S: Send + 'static,
-    F: FnMut(&mut S, SnapshotEntry) -> Result<()> + Send + 'static,
+    F: FnMut(&mut S, SnapshotEntry) -> Result<ControlFlow<()>> + Send + 'static,
 {
     let files = store.files(id).await?;
     tokio::task::spawn_blocking(move || {
         for entry in files {
-            each(&mut state, entry?)?;
+            if each(&mut state, entry?)?.is_break() {
+                break;
+            }
         }
         Ok(state)
     })
@@ -120,7 +123,7 @@ async fn snapshot_entries(store: &Arc<dyn SnapshotStore>, id: &str) -> Result<En
             SnapshotEntry::Directory { path } => entries.insert(path, None),
             SnapshotEntry::File { path, size, .. } => entries.insert(path, Some(size)),
         };
-        Ok(())
+        Ok(ControlFlow::Continue(()))
     })
     .await?;
     // The root itself is never a difference.
@@ -187,7 +190,7 @@ async fn differing_contents(
                         }
                     }
                 }
-                Ok(())
+                Ok(ControlFlow::Continue(()))
             })
             .await
             .map(drop)
@@ -220,7 +223,7 @@ async fn differing_contents(
 /// The content of `path` as snapshot `id` holds it: its size and its
 /// bytes in chunks of `chunk`. A path the snapshot does not hold is
 /// `FILE_NOT_FOUND`; a directory is `IS_A_DIRECTORY`. Finding it walks the
-/// snapshot's entries, as an export does.
+/// snapshot's entries up to it, as an export does.
 pub async fn read_file(
     store: &Arc<dyn SnapshotStore>,
     id: &str,
@@ -228,10 +231,11 @@ pub async fn read_file(
 ) -> Result<(u64, BoxStream<'static, Result<Bytes>>)> {
     let wanted = path.clone();
     let found = walk_snapshot(store, id, None, move |found, entry| {
-        if found.is_none() && entry.path() == &wanted {
-            *found = Some(entry);
+        if entry.path() != &wanted {
+            return Ok(ControlFlow::Continue(()));
         }
-        Ok(())
+        *found = Some(entry);
+        Ok(ControlFlow::Break(()))
     })
     .await?;
     match found {

@@ -526,7 +526,8 @@ async fn glob_results_and_write_sizes_are_bounded_by_the_server() {
 }
 
 /// The "slow clients" scenario for every other stream kind: ReadBytes of a
-/// large file in the largest chunks, ExportArchive of a tree, and Watch
+/// large file in the largest chunks, ExportArchive of a tree,
+/// ReadSnapshotFile of the large file from a snapshot, and Watch
 /// under a flood of changes, each opened by clients that read one message
 /// and stop. Each stalled stream holds a bounded amount (its channel's few
 /// messages and the transport's window), the server keeps serving, and
@@ -541,8 +542,16 @@ async fn stalled_readers_of_every_stream_kind_hold_a_bounded_amount_each() {
     std::fs::write(root.join("big.bin"), &big).unwrap();
     drop(big);
     // A server each, so that each kind's peak is its own.
-    for kind in ["ReadBytes", "ExportArchive", "Watch"] {
-        let (mut server, session, id, baseline) = rooted_session(tree.path(), &root).await;
+    for kind in ["ReadBytes", "ExportArchive", "ReadSnapshotFile", "Watch"] {
+        let (mut server, session, id, mut baseline) = rooted_session(tree.path(), &root).await;
+        let snapshot = if kind == "ReadSnapshotFile" {
+            let client = server.client().await;
+            let taken = client.snapshot(&id, "stalled").await.unwrap().id;
+            baseline = server.rss();
+            taken
+        } else {
+            String::new()
+        };
         let mut stalled: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
         for _ in 0..STREAMS {
             // A connection each, as in the Grep test.
@@ -557,6 +566,20 @@ async fn stalled_readers_of_every_stream_kind_hold_a_bounded_amount_each() {
                             offset: 0,
                             limit: 0,
                             chunk_size: wsfs::MAX_CHUNK_SIZE as u32,
+                        })
+                        .await
+                        .unwrap()
+                        .into_inner();
+                    assert!(stream.message().await.unwrap().is_some());
+                    stalled.push(Box::new((raw, stream)));
+                }
+                "ReadSnapshotFile" => {
+                    let mut raw = own.raw_sessions();
+                    let mut stream = raw
+                        .read_snapshot_file(proto::ReadSnapshotFileRequest {
+                            session_id: id.clone(),
+                            snapshot_id: snapshot.clone(),
+                            path: "big.bin".into(),
                         })
                         .await
                         .unwrap()
