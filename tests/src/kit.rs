@@ -176,3 +176,27 @@ mod tests {
         assert_eq!(percentile(&[], 0.5), Duration::ZERO);
     }
 }
+
+/// The system program `name` (found on `PATH`) a test drives as a real part
+/// (`bwrap`, `nginx`, ...), or `None` when this machine lacks it: the test
+/// then says so on stderr and passes without running, so that
+/// `cargo test --workspace` passes on a machine with only the Rust
+/// toolchain. With `WSFS_REQUIRE_TOOLS=1` (CI sets it after installing the
+/// programs) a missing program fails the test instead.
+pub fn system_tool(name: &str) -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("WSFS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+            "WSFS_REQUIRE_TOOLS=1 and `{name}` is not on PATH: install it (see .ci/run)"
+        );
+        eprintln!(
+            "skipping: `{name}` is not on PATH (set WSFS_REQUIRE_TOOLS=1 to make this a failure)"
+        );
+    }
+    found
+}
