@@ -153,30 +153,6 @@ pub fn percentile(sorted: &[Duration], q: f64) -> Duration {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_generator_repeats_from_its_seed_and_stays_below_its_bound() {
-        let (mut a, mut b) = (Rng(7), Rng(7));
-        let drawn: Vec<u64> = (0..100).map(|_| a.below(10)).collect();
-        assert_eq!(drawn, (0..100).map(|_| b.below(10)).collect::<Vec<_>>());
-        assert!(drawn.iter().all(|&n| n < 10));
-        assert!(drawn.iter().any(|&n| n != drawn[0]), "not constant");
-        assert_eq!(Rng(1).bytes(13).len(), 13);
-    }
-
-    #[test]
-    fn percentiles_take_the_nearest_rank() {
-        let ms: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        assert_eq!(percentile(&ms, 0.5), Duration::from_millis(50));
-        assert_eq!(percentile(&ms, 0.99), Duration::from_millis(99));
-        assert_eq!(percentile(&ms, 1.0), Duration::from_millis(100));
-        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
-    }
-}
-
 /// The system program `name` (found on `PATH`) a test drives as a real part
 /// (`bwrap`, `nginx`, ...), or `None` when this machine lacks it: the test
 /// then says so on stderr and passes without running, so that
@@ -199,4 +175,28 @@ pub fn system_tool(name: &str) -> Option<std::path::PathBuf> {
         );
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_generator_repeats_from_its_seed_and_stays_below_its_bound() {
+        let (mut a, mut b) = (Rng(7), Rng(7));
+        let drawn: Vec<u64> = (0..100).map(|_| a.below(10)).collect();
+        assert_eq!(drawn, (0..100).map(|_| b.below(10)).collect::<Vec<_>>());
+        assert!(drawn.iter().all(|&n| n < 10));
+        assert!(drawn.iter().any(|&n| n != drawn[0]), "not constant");
+        assert_eq!(Rng(1).bytes(13).len(), 13);
+    }
+
+    #[test]
+    fn percentiles_take_the_nearest_rank() {
+        let ms: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&ms, 0.5), Duration::from_millis(50));
+        assert_eq!(percentile(&ms, 0.99), Duration::from_millis(99));
+        assert_eq!(percentile(&ms, 1.0), Duration::from_millis(100));
+        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
+    }
 }
