@@ -147,22 +147,30 @@ impl Client {
     }
 
     pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
-        self.list_sessions_labelled(&BTreeMap::new()).await
+        self.list_sessions_labelled(&BTreeMap::new(), false).await
     }
 
     /// The sessions carrying every label of `labels` (key and value), in
-    /// session-id order, fetched a page of [`LIST_PAGE`] at a time.
+    /// session-id order, fetched a page of [`LIST_PAGE`] at a time, or of
+    /// [`wsfs::MAX_USAGE_PAGE`] with `usage` (each session's files and bytes
+    /// counted: a walk of every workspace on the server).
     pub async fn list_sessions_labelled(
         &self,
         labels: &BTreeMap<String, String>,
+        usage: bool,
     ) -> Result<Vec<SessionInfo>> {
         let mut all = Vec::new();
         let mut page_token = String::new();
         loop {
             let request = proto::ListSessionsRequest {
                 labels: labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                page_size: LIST_PAGE,
+                page_size: if usage {
+                    wsfs::MAX_USAGE_PAGE
+                } else {
+                    LIST_PAGE
+                },
                 page_token,
+                include_usage: usage,
             };
             let page = self
                 .sessions

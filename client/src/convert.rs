@@ -6,7 +6,9 @@
 //! value that breaks the protocol (a negative size, an unknown kind, a path
 //! that climbs out of the root) is `INTERNAL`, never a panic.
 
-use crate::sessions::{Backend, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions};
+use crate::sessions::{
+    Backend, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions, SessionUsage,
+};
 use bytes::Bytes;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -508,6 +510,10 @@ pub(crate) fn session_info(s: proto::Session) -> Result<SessionInfo> {
         token: (!s.token.is_empty()).then_some(s.token),
         last_active_at: s.last_active_at.map(|t| system_time(Some(t))),
         open_streams: s.open_streams,
+        usage: s.usage.map(|u| SessionUsage {
+            files: u.files,
+            bytes: u.bytes,
+        }),
     })
 }
 
@@ -868,9 +874,20 @@ mod tests {
             token: "tok".into(),
             last_active_at: Some((created + Duration::from_secs(5)).into()),
             open_streams: 2,
+            usage: Some(proto::SessionUsage {
+                files: 3,
+                bytes: 40,
+            }),
         })
         .unwrap();
         assert_eq!(info.id, "0f0e");
+        assert_eq!(
+            info.usage,
+            Some(crate::SessionUsage {
+                files: 3,
+                bytes: 40
+            })
+        );
         assert_eq!(info.last_active_at, Some(created + Duration::from_secs(5)));
         assert_eq!(info.open_streams, 2);
         assert_eq!(info.backend, Backend::Directory);
@@ -894,6 +911,7 @@ mod tests {
         assert_eq!(info.root_path, None);
         assert_eq!(info.idle_ttl, None);
         assert_eq!(info.token, None);
+        assert_eq!(info.usage, None);
         assert_eq!(info.limits, SessionLimits::default());
     }
 }

@@ -204,4 +204,16 @@ pub struct SessionInfo {
     pub last_active_at: Option<SystemTime>,
     /// Streams open on the session when it was listed, Watch included.
     pub open_streams: u32,
+    /// What the workspace held when it was counted: always from
+    /// `get_session`, from a listing only when asked for
+    /// ([`crate::Client::list_sessions_labelled`]); `None` when the server
+    /// did not count.
+    pub usage: Option<SessionUsage>,
+}
+
+/// A workspace's regular files and their bytes, as its quotas count them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionUsage {
+    pub files: u64,
+    pub bytes: u64,
 }

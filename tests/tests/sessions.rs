@@ -585,6 +585,7 @@ async fn list_sessions_filters_by_labels_pages_in_id_order_and_shows_activity() 
                 labels: [("team".into(), "ci".into())].into(),
                 page_size: 2,
                 page_token: token,
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -672,5 +673,95 @@ async fn labels_past_their_limits_are_refused_before_anything_is_made_or_matched
         })
         .await
         .unwrap();
+    server.stop().await;
+}
+
+/// GetSession counts what the workspace holds, on both backends and for
+/// files written from outside; ListSessions counts only when asked, and
+/// only for a bounded page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_report_their_files_and_bytes() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), Vec::new(), 1 << 20).await;
+    let mut sessions = server.sessions().await;
+    let mut fs = server.fs().await;
+    let memory = sessions
+        .create_session(proto::CreateSessionRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let dir = sessions
+        .create_session(directory())
+        .await
+        .unwrap()
+        .into_inner();
+    for id in [&memory.session_id, &dir.session_id] {
+        write(&mut fs, id, "a.txt", "hello").await.unwrap();
+        write(&mut fs, id, "src/b.txt", "hello, world")
+            .await
+            .unwrap();
+    }
+    // A container adds a file beside the service: it counts too.
+    std::fs::write(Path::new(&dir.root_path).join("c.bin"), [7u8; 100]).unwrap();
+
+    let get = |id: String| {
+        let mut sessions = sessions.clone();
+        async move {
+            sessions
+                .get_session(proto::GetSessionRequest { session_id: id })
+                .await
+                .unwrap()
+                .into_inner()
+                .usage
+                .expect("GetSession counts the workspace")
+        }
+    };
+    let m = get(memory.session_id.clone()).await;
+    assert_eq!((m.files, m.bytes), (2, 17));
+    let d = get(dir.session_id.clone()).await;
+    assert_eq!((d.files, d.bytes), (3, 117));
+
+    // Not asked: not counted.
+    let plain = sessions
+        .list_sessions(proto::ListSessionsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(plain.sessions.iter().all(|s| s.usage.is_none()));
+
+    let counted = sessions
+        .list_sessions(proto::ListSessionsRequest {
+            include_usage: true,
+            page_size: wsfs::MAX_USAGE_PAGE,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let by_id = |id: &str| {
+        counted
+            .sessions
+            .iter()
+            .find(|s| s.session_id == id)
+            .and_then(|s| s.usage)
+            .map(|u| (u.files, u.bytes))
+    };
+    assert_eq!(by_id(&memory.session_id), Some((2, 17)));
+    assert_eq!(by_id(&dir.session_id), Some((3, 117)));
+
+    // Counting walks every listed workspace: the page must be bounded.
+    for page_size in [0, wsfs::MAX_USAGE_PAGE + 1] {
+        let err = sessions
+            .list_sessions(proto::ListSessionsRequest {
+                include_usage: true,
+                page_size,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert_eq!(reason(&err), "INVALID_ARGUMENT", "{err:?}");
+        assert!(err.message().contains("page_size"), "{err:?}");
+    }
     server.stop().await;
 }

@@ -223,6 +223,10 @@ pub enum SessionCommand {
         /// Only sessions with this label KEY=VALUE (repeatable: all of them).
         #[arg(long = "label", value_name = "KEY=VALUE")]
         labels: Vec<String>,
+        /// Count each session's files and bytes too (the server walks every
+        /// listed workspace).
+        #[arg(long)]
+        usage: bool,
     },
     /// Show one session (default: WSFS_SESSION).
     #[command(after_help = "Example:\n  wsfs session show 0b5e...")]

@@ -69,20 +69,25 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
                 println(&info.id)
             }
         }
-        SessionCommand::List { labels } => {
+        SessionCommand::List { labels, usage } => {
             let mut wanted = std::collections::BTreeMap::new();
             for label in &labels {
                 let (key, value) = split_pair(label, "--label KEY=VALUE")?;
                 wanted.insert(key.to_string(), value.to_string());
             }
-            let sessions = ctx.client().await?.list_sessions_labelled(&wanted).await?;
+            let sessions = ctx
+                .client()
+                .await?
+                .list_sessions_labelled(&wanted, usage)
+                .await?;
             if ctx.json {
                 let all: Vec<_> = sessions.iter().map(session_json).collect();
                 return print_json(&json!({ "sessions": all }));
             }
             if !ctx.quiet {
+                let counts = if usage { "    FILES      BYTES  " } else { "" };
                 println(&format!(
-                    "{:<36}  {:<9}  {:<20}  {:<20}  {:>7}  LABELS",
+                    "{:<36}  {:<9}  {:<20}  {:<20}  {:>7}  {counts}LABELS",
                     "ID", "BACKEND", "CREATED", "LAST ACTIVE", "STREAMS"
                 ))?;
             }
@@ -92,8 +97,15 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
                     .iter()
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect();
+                let counts = match (usage, info.usage) {
+                    (false, _) => String::new(),
+                    (true, Some(u)) => {
+                        format!("{:>9}  {:>9}  ", u.files, output::human_size(u.bytes))
+                    }
+                    (true, None) => format!("{:>9}  {:>9}  ", "-", "-"),
+                };
                 println(&format!(
-                    "{:<36}  {:<9}  {:<20}  {:<20}  {:>7}  {}",
+                    "{:<36}  {:<9}  {:<20}  {:<20}  {:>7}  {counts}{}",
                     info.id,
                     backend(info.backend),
                     output::time(info.created_at),
@@ -134,6 +146,13 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
             }
             if let Some(ttl) = info.idle_ttl {
                 lines.push(format!("idle ttl:  {}s", ttl.as_secs()));
+            }
+            if let Some(u) = info.usage {
+                lines.push(format!(
+                    "usage:     {} files, {}",
+                    u.files,
+                    output::human_size(u.bytes)
+                ));
             }
             for (k, v) in &info.labels {
                 lines.push(format!("label:     {k}={v}"));
@@ -182,6 +201,7 @@ fn session_json(info: &SessionInfo) -> Value {
         "idle_ttl_seconds": info.idle_ttl.map(|t| t.as_secs()),
         "last_active_at": info.last_active_at.map(output::time),
         "open_streams": info.open_streams,
+        "usage": info.usage.map(|u| json!({"files": u.files, "bytes": u.bytes})),
         "limits": {
             "max_write_bytes": info.limits.max_write_bytes,
             "max_path_depth": info.limits.max_path_depth,

@@ -395,10 +395,18 @@ fn replace_all<B: Backend>(backend: &B, plan: &ImportPlan, staged: Vec<B::Staged
     })
 }
 
-/// A workspace an archive can be imported into; sessions hold their
-/// workspace as this too, since `Filesystem` has no whole-workspace write.
+/// A workspace as a whole: what an archive is imported into, and what the
+/// session's usage is counted over. Sessions hold their workspace as this
+/// too, since `Filesystem` has no whole-workspace operation.
 #[async_trait::async_trait]
 pub trait ArchiveTarget: Send + Sync {
+    /// The regular files and bytes the workspace holds now, counted as the
+    /// quotas count them (a walk of the tree, without the write lock: a
+    /// report, not a check). `None` when the workspace cannot count them.
+    async fn usage(&self) -> Result<Option<crate::quota::Usage>> {
+        Ok(None)
+    }
+
     /// Empties the workspace and writes the checked archive at `archive`,
     /// under the workspace's write lock. Read-only: `READ_ONLY`. The work
     /// owns the lock and the spooled archive (removed when it is done): a
@@ -423,5 +431,12 @@ impl<B: Backend> ArchiveTarget for crate::workspace::Workspace<B> {
 
     fn importable(&self) -> Result<()> {
         self.writable_for("", "import an archive")
+    }
+
+    async fn usage(&self) -> Result<Option<crate::quota::Usage>> {
+        let root = CanonicalPath::root();
+        crate::workspace::run_on(self.backend(), move |b| crate::quota::usage(b, &root))
+            .await
+            .map(Some)
     }
 }

@@ -10,7 +10,7 @@ use futures::stream::BoxStream;
 use std::sync::Arc;
 use tonic::{Request, Response, Status, Streaming};
 use wsfs::proto::{self, sessions_server};
-use wsfs::Error;
+use wsfs::{Error, MAX_USAGE_PAGE};
 
 /// Every RPC here needs the admin token when tokens are on; IssueToken
 /// also takes the session's own system token.
@@ -31,6 +31,18 @@ fn session_to_proto(s: &Session) -> proto::Session {
         open_streams: u32::try_from(s.open_streams()).unwrap_or(u32::MAX),
         ..record_to_proto(&s.record)
     }
+}
+
+/// [`session_to_proto`] with the workspace's files and bytes counted.
+async fn session_with_usage(s: &Session) -> wsfs::Result<proto::Session> {
+    let usage = s.archive.usage().await?;
+    Ok(proto::Session {
+        usage: usage.map(|u| proto::SessionUsage {
+            files: u.files,
+            bytes: u.bytes,
+        }),
+        ..session_to_proto(s)
+    })
 }
 
 /// The label that marks, in GetSession and ListSessions, a recorded session
@@ -70,9 +82,8 @@ fn record_to_proto(r: &SessionRecord) -> proto::Session {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         idle_ttl_seconds: r.idle_ttl_seconds,
-        token: String::new(),
-        last_active_at: None,
-        open_streams: 0,
+        // The token, activity and usage are the live session's to add.
+        ..Default::default()
     }
 }
 
@@ -168,7 +179,7 @@ impl sessions_server::Sessions for SessionsService {
             if let Some(u) = self.registry.unavailable(&r.session_id) {
                 return Ok(unavailable_to_proto(&u));
             }
-            Ok(session_to_proto(&*self.registry.get(&r.session_id)?))
+            session_with_usage(&*self.registry.get(&r.session_id)?).await
         })
         .await
     }
@@ -182,12 +193,18 @@ impl sessions_server::Sessions for SessionsService {
         traced("ListSessions", "", "", async {
             admitted?;
             crate::registry::check_labels(r.labels.iter())?;
+            if r.include_usage && !(1..=MAX_USAGE_PAGE).contains(&r.page_size) {
+                return Err(Error::invalid_argument(format!(
+                    "include_usage walks every listed workspace: ask for a page_size of 1 to \
+                     {MAX_USAGE_PAGE} (got {})",
+                    r.page_size
+                )));
+            }
             let wanted = |labels: &std::collections::HashMap<String, String>| {
                 r.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
             };
-            let mut all: Vec<proto::Session> = self
-                .registry
-                .list()
+            let live = self.registry.list();
+            let mut all: Vec<proto::Session> = live
                 .iter()
                 .map(|s| session_to_proto(s))
                 .chain(
@@ -211,6 +228,13 @@ impl sessions_server::Sessions for SessionsService {
             } else {
                 String::new()
             };
+            if r.include_usage {
+                for shown in &mut all {
+                    if let Some(s) = live.iter().find(|s| s.record.id == shown.session_id) {
+                        *shown = session_with_usage(s).await?;
+                    }
+                }
+            }
             Ok(proto::ListSessionsResponse {
                 sessions: all,
                 next_page_token,
