@@ -438,6 +438,13 @@ def test_list_sessions_filters_by_labels_and_reports_activity(client: wsfs.Clien
         assert [s.id for s in one] == [made[1].id]
         assert all(s.last_active_at is not None and s.open_streams == 0 for s in listed)
         assert client.list_sessions(labels={"py-list": "nobody-" + tag}) == []
+        assert all(s.usage is None for s in listed)
+        client.session(made[0].id).write("a.txt", "hello")
+        counted = client.list_sessions(labels={"py-list": tag}, include_usage=True)
+        usage = {s.id: s.usage for s in counted}
+        assert usage[made[0].id] == wsfs.SessionUsage(files=1, bytes=5)
+        assert usage[made[1].id] == wsfs.SessionUsage(files=0, bytes=0)
+        assert client.get_session(made[0].id).usage == wsfs.SessionUsage(1, 5)
     finally:
         for s in made:
             client.delete_session(s.id)

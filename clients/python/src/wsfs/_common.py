@@ -19,6 +19,10 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024 + 64 * 1024
 #: Sessions asked for per ListSessions call when listing them all.
 LIST_PAGE = 1000
 
+#: Sessions per ListSessions call when their usage is counted: the most the
+#: server counts in one answer (each costs a walk of its workspace).
+MAX_USAGE_PAGE = 100
+
 #: Bytes per ReadBytes message asked of the server, and per WriteBytes
 #: message sent: the protocol's default chunk.
 CHUNK_SIZE = 64 * 1024

@@ -180,14 +180,21 @@ class Client:
             _call(self._sessions.GetSession, request, metadata=self._metadata)
         )
 
-    def list_sessions(self, labels: Optional[Mapping[str, str]] = None) -> list[SessionInfo]:
+    def list_sessions(
+        self, labels: Optional[Mapping[str, str]] = None, include_usage: bool = False
+    ) -> list[SessionInfo]:
         """The sessions carrying every one of ``labels`` (all of them when
-        None), in session-id order, fetched a page at a time."""
+        None), in session-id order, fetched a page at a time. With
+        ``include_usage`` each one's files and bytes are counted too (the
+        server walks every listed workspace)."""
         found: list[SessionInfo] = []
         token = ""
         while True:
             request = sessions_pb2.ListSessionsRequest(
-                labels=dict(labels or {}), page_size=c.LIST_PAGE, page_token=token
+                labels=dict(labels or {}),
+                page_size=c.MAX_USAGE_PAGE if include_usage else c.LIST_PAGE,
+                page_token=token,
+                include_usage=include_usage,
             )
             response = _call(self._sessions.ListSessions, request, metadata=self._metadata)
             found.extend(SessionInfo._from_proto(s) for s in response.sessions)

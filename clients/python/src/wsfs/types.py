@@ -22,6 +22,7 @@ __all__ = [
     "SessionLimits",
     "HostMount",
     "SessionInfo",
+    "SessionUsage",
     "TextPage",
     "WriteResult",
     "EditResult",
@@ -169,6 +170,14 @@ class HostMount:
 
 
 @dataclass(frozen=True)
+class SessionUsage:
+    """A workspace's regular files and their bytes, as its quotas count them."""
+
+    files: int
+    bytes: int
+
+
+@dataclass(frozen=True)
 class SessionInfo:
     id: str
     backend: Backend
@@ -189,6 +198,9 @@ class SessionInfo:
     last_active_at: Optional[datetime] = None
     #: Streams open on the session when it was listed, Watch included.
     open_streams: int = 0
+    #: What the workspace held when counted: always from ``get_session``,
+    #: from ``list_sessions`` only with ``include_usage``.
+    usage: Optional[SessionUsage] = None
 
     @classmethod
     def _from_proto(cls, p: sessions_pb2.Session) -> "SessionInfo":
@@ -205,6 +217,7 @@ class SessionInfo:
             token=p.token or None,
             last_active_at=_time(p.last_active_at) if p.HasField("last_active_at") else None,
             open_streams=p.open_streams,
+            usage=SessionUsage(p.usage.files, p.usage.bytes) if p.HasField("usage") else None,
         )
 
 
