@@ -6,7 +6,9 @@
 //! value that breaks the protocol (a negative size, an unknown kind, a path
 //! that climbs out of the root) is `INTERNAL`, never a panic.
 
-use crate::sessions::{Backend, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions};
+use crate::sessions::{
+    Backend, ContainerSpec, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions,
+};
 use bytes::Bytes;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -450,6 +452,7 @@ pub(crate) fn create_session_request(o: SessionOptions) -> Result<proto::CreateS
         backend: match o.backend {
             Backend::Memory => proto::session::Backend::Memory,
             Backend::Directory => proto::session::Backend::Directory,
+            Backend::Container => proto::session::Backend::Container,
         }
         .into(),
         root: match &o.root {
@@ -471,6 +474,11 @@ pub(crate) fn create_session_request(o: SessionOptions) -> Result<proto::CreateS
         .into(),
         labels: o.labels.into_iter().collect(),
         idle_ttl_seconds: o.idle_ttl.map(ttl_seconds).unwrap_or(0),
+        container: o.container.map(|c| proto::ContainerSpec {
+            runtime: c.runtime,
+            name: c.name,
+            workdir: c.workdir,
+        }),
     })
 }
 
@@ -478,6 +486,7 @@ pub(crate) fn session_info(s: proto::Session) -> Result<SessionInfo> {
     let backend = match proto::session::Backend::try_from(s.backend) {
         Ok(proto::session::Backend::Memory) => Backend::Memory,
         Ok(proto::session::Backend::Directory) => Backend::Directory,
+        Ok(proto::session::Backend::Container) => Backend::Container,
         Err(_) => {
             return Err(Error::internal(format!(
                 "the server sent an unknown session backend ({})",
@@ -508,6 +517,11 @@ pub(crate) fn session_info(s: proto::Session) -> Result<SessionInfo> {
         token: (!s.token.is_empty()).then_some(s.token),
         last_active_at: s.last_active_at.map(|t| system_time(Some(t))),
         open_streams: s.open_streams,
+        container: s.container.map(|c| ContainerSpec {
+            runtime: c.runtime,
+            name: c.name,
+            workdir: c.workdir,
+        }),
     })
 }
 
@@ -868,6 +882,7 @@ mod tests {
             token: "tok".into(),
             last_active_at: Some((created + Duration::from_secs(5)).into()),
             open_streams: 2,
+            container: None,
         })
         .unwrap();
         assert_eq!(info.id, "0f0e");
@@ -895,5 +910,27 @@ mod tests {
         assert_eq!(info.idle_ttl, None);
         assert_eq!(info.token, None);
         assert_eq!(info.limits, SessionLimits::default());
+        assert_eq!(info.container, None);
+    }
+
+    #[test]
+    fn container_sessions_carry_their_container_both_ways() {
+        let request =
+            create_session_request(SessionOptions::container("podman", "web", "/srv")).unwrap();
+        assert_eq!(request.backend, proto::session::Backend::Container as i32);
+        let spec = request.container.clone().unwrap();
+        assert_eq!(
+            (spec.runtime.as_str(), spec.name.as_str()),
+            ("podman", "web")
+        );
+        let info = session_info(proto::Session {
+            backend: proto::session::Backend::Container as i32,
+            container: Some(spec),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(info.backend, Backend::Container);
+        let container = info.container.unwrap();
+        assert_eq!(container.workdir, "/srv");
     }
 }
