@@ -66,6 +66,10 @@ pub enum Error {
     QuotaExceeded { message: String },
     #[error("{message}")]
     Unimplemented { message: String },
+    /// The server is not set up for what was asked (a CONTAINER session on
+    /// a server with no container runtime).
+    #[error("{message}")]
+    FailedPrecondition { message: String },
     #[error("{message}")]
     Cancelled { message: String },
     #[error("{message}")]
@@ -100,6 +104,7 @@ impl Error {
             Error::Unauthenticated { .. } => "UNAUTHENTICATED",
             Error::QuotaExceeded { .. } => "QUOTA_EXCEEDED",
             Error::Unimplemented { .. } => "UNIMPLEMENTED",
+            Error::FailedPrecondition { .. } => "FAILED_PRECONDITION",
             Error::Cancelled { .. } => "CANCELLED",
             Error::Unavailable { .. } => "UNAVAILABLE",
             Error::Internal { .. } => "INTERNAL",
@@ -118,7 +123,8 @@ impl Error {
             | Error::DirectoryNotEmpty { .. }
             | Error::NotText { .. }
             | Error::NoMatch { .. }
-            | Error::AmbiguousMatch { .. } => Code::FailedPrecondition,
+            | Error::AmbiguousMatch { .. }
+            | Error::FailedPrecondition { .. } => Code::FailedPrecondition,
             Error::VersionMismatch { .. } => Code::Aborted,
             Error::InvalidPath { .. }
             | Error::PathEscapesRoot { .. }
@@ -258,6 +264,7 @@ impl Error {
             "UNAUTHENTICATED" => Error::Unauthenticated { message },
             "QUOTA_EXCEEDED" => Error::QuotaExceeded { message },
             "UNIMPLEMENTED" => Error::Unimplemented { message },
+            "FAILED_PRECONDITION" => Error::FailedPrecondition { message },
             "CANCELLED" => Error::Cancelled { message },
             "UNAVAILABLE" => Error::Unavailable { message },
             "INTERNAL" => Error::Internal { message },
@@ -409,6 +416,9 @@ mod tests {
             Error::Unimplemented {
                 message: "not here".into(),
             },
+            Error::FailedPrecondition {
+                message: "not set up".into(),
+            },
             Error::Cancelled {
                 message: "gone".into(),
             },
@@ -422,7 +432,7 @@ mod tests {
         // Every variant, so a new one cannot be left out of the table.
         let reasons: std::collections::BTreeSet<_> = samples.iter().map(Error::reason).collect();
         assert_eq!(reasons.len(), samples.len());
-        assert_eq!(samples.len(), 25, "add the new variant to this list");
+        assert_eq!(samples.len(), 26, "add the new variant to this list");
         for e in samples {
             let status = e.to_status();
             assert_eq!(status.code(), e.code());

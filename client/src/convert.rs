@@ -7,7 +7,8 @@
 //! that climbs out of the root) is `INTERNAL`, never a panic.
 
 use crate::sessions::{
-    Backend, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions, SessionUsage,
+    Backend, ContainerSpec, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions,
+    SessionUsage,
 };
 use bytes::Bytes;
 use std::path::{Path, PathBuf};
@@ -452,6 +453,7 @@ pub(crate) fn create_session_request(o: SessionOptions) -> Result<proto::CreateS
         backend: match o.backend {
             Backend::Memory => proto::session::Backend::Memory,
             Backend::Directory => proto::session::Backend::Directory,
+            Backend::Container => proto::session::Backend::Container,
         }
         .into(),
         root: match &o.root {
@@ -473,6 +475,11 @@ pub(crate) fn create_session_request(o: SessionOptions) -> Result<proto::CreateS
         .into(),
         labels: o.labels.into_iter().collect(),
         idle_ttl_seconds: o.idle_ttl.map(ttl_seconds).unwrap_or(0),
+        container: o.container.map(|c| proto::ContainerSpec {
+            runtime: c.runtime,
+            name: c.name,
+            workdir: c.workdir,
+        }),
     })
 }
 
@@ -480,6 +487,7 @@ pub(crate) fn session_info(s: proto::Session) -> Result<SessionInfo> {
     let backend = match proto::session::Backend::try_from(s.backend) {
         Ok(proto::session::Backend::Memory) => Backend::Memory,
         Ok(proto::session::Backend::Directory) => Backend::Directory,
+        Ok(proto::session::Backend::Container) => Backend::Container,
         Err(_) => {
             return Err(Error::internal(format!(
                 "the server sent an unknown session backend ({})",
@@ -513,6 +521,11 @@ pub(crate) fn session_info(s: proto::Session) -> Result<SessionInfo> {
         usage: s.usage.map(|u| SessionUsage {
             files: u.files,
             bytes: u.bytes,
+        }),
+        container: s.container.map(|c| ContainerSpec {
+            runtime: c.runtime,
+            name: c.name,
+            workdir: c.workdir,
         }),
     })
 }
@@ -878,6 +891,7 @@ mod tests {
                 files: 3,
                 bytes: 40,
             }),
+            container: None,
         })
         .unwrap();
         assert_eq!(info.id, "0f0e");
@@ -913,5 +927,27 @@ mod tests {
         assert_eq!(info.token, None);
         assert_eq!(info.usage, None);
         assert_eq!(info.limits, SessionLimits::default());
+        assert_eq!(info.container, None);
+    }
+
+    #[test]
+    fn container_sessions_carry_their_container_both_ways() {
+        let request =
+            create_session_request(SessionOptions::container("podman", "web", "/srv")).unwrap();
+        assert_eq!(request.backend, proto::session::Backend::Container as i32);
+        let spec = request.container.clone().unwrap();
+        assert_eq!(
+            (spec.runtime.as_str(), spec.name.as_str()),
+            ("podman", "web")
+        );
+        let info = session_info(proto::Session {
+            backend: proto::session::Backend::Container as i32,
+            container: Some(spec),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(info.backend, Backend::Container);
+        let container = info.container.unwrap();
+        assert_eq!(container.workdir, "/srv");
     }
 }

@@ -15,6 +15,20 @@ pub enum Backend {
     /// In a directory on the server's disk, which can be bind-mounted into
     /// containers; survives a server restart.
     Directory,
+    /// In a running container's own filesystem, reached through an exec
+    /// runtime the server's operator configured.
+    Container,
+}
+
+/// Which container a CONTAINER session's files live in.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct ContainerSpec {
+    /// One of the runtimes the server was started with.
+    pub runtime: String,
+    /// The container's name, as the runtime knows it.
+    pub name: String,
+    /// The absolute directory inside the container that holds the files.
+    pub workdir: String,
 }
 
 /// How a session's workspace is divided between callers.
@@ -111,6 +125,7 @@ pub struct SessionOptions {
     pub(crate) layout: Layout,
     pub(crate) labels: BTreeMap<String, String>,
     pub(crate) idle_ttl: Option<Duration>,
+    pub(crate) container: Option<ContainerSpec>,
 }
 
 impl SessionOptions {
@@ -124,6 +139,24 @@ impl SessionOptions {
     pub fn directory() -> Self {
         SessionOptions {
             backend: Backend::Directory,
+            ..SessionOptions::default()
+        }
+    }
+
+    /// A workspace in the directory `workdir` of the running container
+    /// `name`, reached through the server's runtime called `runtime`.
+    pub fn container(
+        runtime: impl Into<String>,
+        name: impl Into<String>,
+        workdir: impl Into<String>,
+    ) -> Self {
+        SessionOptions {
+            backend: Backend::Container,
+            container: Some(ContainerSpec {
+                runtime: runtime.into(),
+                name: name.into(),
+                workdir: workdir.into(),
+            }),
             ..SessionOptions::default()
         }
     }
@@ -209,6 +242,8 @@ pub struct SessionInfo {
     /// ([`crate::Client::list_sessions_labelled`]); `None` when the server
     /// did not count.
     pub usage: Option<SessionUsage>,
+    /// Container sessions: the container the files live in.
+    pub container: Option<ContainerSpec>,
 }
 
 /// A workspace's regular files and their bytes, as its quotas count them.

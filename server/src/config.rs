@@ -137,6 +137,24 @@ pub struct ServerConfig {
     /// answer). See RELIABILITY.md.
     #[arg(long, env = "WSFS_DURABILITY", value_enum, default_value_t = Durability::None)]
     pub durability: Durability,
+
+    /// A container runtime CONTAINER sessions may use, as
+    /// `NAME=TEMPLATE` (repeatable; the env var separates them with `;`).
+    /// TEMPLATE is the argv that runs `wsfs-server --stdio` inside a
+    /// container, split on whitespace and never given to a shell, with
+    /// `{name}`, `{workdir}` and `{wsfs}` (this executable) filled in.
+    #[arg(
+        long = "container-runtime",
+        env = "WSFS_CONTAINER_RUNTIME",
+        value_delimiter = ';'
+    )]
+    pub container_runtimes: Vec<crate::container::ContainerRuntime>,
+
+    /// Serve the one directory DIR over stdin and stdout instead of
+    /// listening (what a container runtime starts inside a container):
+    /// tokens off, logs on stderr.
+    #[arg(long, value_name = "DIR")]
+    pub stdio: Option<PathBuf>,
 }
 
 /// A secret from the command line: shown as `<redacted>` by `{:?}`, so a
@@ -216,6 +234,8 @@ impl ServerConfig {
             keepalive_timeout: Duration::from_secs(20),
             shutdown_grace: Duration::from_secs(10),
             durability: Durability::None,
+            container_runtimes: Vec::new(),
+            stdio: None,
         }
     }
 

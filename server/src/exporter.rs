@@ -131,15 +131,17 @@ fn catch_up(counter: &IntCounter, now: u64) {
 pub fn render(registry: &SessionRegistry) -> String {
     let e = &*EXPORTED;
     e.up.set(1);
-    let (mut memory, mut directory) = (0, 0);
+    let (mut memory, mut directory, mut container) = (0, 0, 0);
     for s in registry.list() {
         match s.record.backend {
             BackendKind::Memory => memory += 1,
             BackendKind::Directory => directory += 1,
+            BackendKind::Container => container += 1,
         }
     }
     e.sessions.with_label_values(&["memory"]).set(memory);
     e.sessions.with_label_values(&["directory"]).set(directory);
+    e.sessions.with_label_values(&["container"]).set(container);
     for (kind, gauge) in [
         ("grep", &metrics::ACTIVE_GREPS),
         ("read_bytes", &metrics::ACTIVE_BYTE_STREAMS),

@@ -15,6 +15,7 @@
 pub mod archive;
 pub mod auth;
 pub mod backend;
+pub mod container;
 pub mod durability;
 pub mod events;
 pub mod exporter;
@@ -51,11 +52,11 @@ pub use wsfs::MAX_MESSAGE_BYTES;
 /// default) an upload waited on window updates; 2 MiB measured faster and
 /// steadier, 4 MiB no better. It is also the most one upload makes the
 /// server buffer while its disk writes lag.
-const UPLOAD_STREAM_WINDOW_BYTES: u32 = 2 * 1024 * 1024;
+pub(crate) const UPLOAD_STREAM_WINDOW_BYTES: u32 = 2 * 1024 * 1024;
 
 /// The same for all of a connection's uploads together: two at full speed,
 /// and at most this much buffered per connection.
-const UPLOAD_CONNECTION_WINDOW_BYTES: u32 = 2 * UPLOAD_STREAM_WINDOW_BYTES;
+pub(crate) const UPLOAD_CONNECTION_WINDOW_BYTES: u32 = 2 * UPLOAD_STREAM_WINDOW_BYTES;
 
 /// Serves wsfs on `listener` until `shutdown` resolves, then stops
 /// accepting, ends every Watch (UNAVAILABLE), gives other calls

@@ -20,6 +20,9 @@ async fn main() -> std::process::ExitCode {
         LogFormat::Text => builder.init(),
     }
 
+    if let Some(dir) = config.stdio.clone() {
+        return wsfs_server::container::run_stdio(config, dir).await;
+    }
     if let Err(why) = config.validate(config.listen) {
         eprintln!("wsfs-server: {why}");
         return std::process::ExitCode::from(2);

@@ -28,6 +28,7 @@ use wsfs::{CanonicalPath, Error, Filesystem, Result, WriteMode, WriteOptions};
 pub enum BackendKind {
     Memory,
     Directory,
+    Container,
 }
 
 /// What the server knows of a session, apart from its files.
@@ -43,6 +44,8 @@ pub struct SessionRecord {
     pub labels: BTreeMap<String, String>,
     pub idle_ttl_seconds: u64,
     pub layout: Layout,
+    /// CONTAINER: the container the files live in.
+    pub container: Option<crate::container::ContainerTarget>,
 }
 
 /// What CreateSession asks for, parsed.
@@ -59,6 +62,8 @@ pub struct SessionSpec {
     pub labels: BTreeMap<String, String>,
     pub idle_ttl_seconds: u64,
     pub layout: Layout,
+    /// CONTAINER: which container, through which runtime.
+    pub container: Option<crate::container::ContainerTarget>,
 }
 
 /// A live session.
@@ -271,6 +276,7 @@ impl PersistedSession {
             labels: self.labels,
             idle_ttl_seconds: self.idle_ttl_seconds,
             layout: self.layout,
+            container: None,
         }
     }
 }
@@ -685,6 +691,11 @@ impl SessionRegistry {
                 ));
                 ((ws.clone(), ws, snapshots), Some(root), Some(session_dir))
             }
+            BackendKind::Container => {
+                let (handles, dir) =
+                    crate::container::open(&self.config, &id, &spec, limits, &seeds).await?;
+                (handles, None, Some(dir))
+            }
         };
         let record = SessionRecord {
             id: id.clone(),
@@ -696,6 +707,7 @@ impl SessionRegistry {
             labels: spec.labels,
             idle_ttl_seconds: spec.idle_ttl_seconds,
             layout: spec.layout,
+            container: spec.container.clone(),
         };
         if let (Some(dir), Some(root)) = (&owned_dir, &record.root_path) {
             let persisted = PersistedSession::from_record(&record, root, root_identity);

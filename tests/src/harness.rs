@@ -9,6 +9,7 @@
 //! | [`directory`] | `Workspace<DirectoryBackend>` over a temporary directory |
 //! | [`grpc_memory`] | the client's session handle, MEMORY session on a live server |
 //! | [`grpc_directory`] | the same, DIRECTORY session |
+//! | [`grpc_container`] | the same, CONTAINER session in a [`Sandbox`] |
 
 use crate::fixture::Fixture;
 use std::net::SocketAddr;
@@ -62,6 +63,132 @@ async fn through_client(options: SessionOptions) -> Fixture {
         .expect("create a session");
     let session = client.session(&info.id);
     Fixture::new(session, (client, server))
+}
+
+/// A CONTAINER session on a live server, through the typed client: its
+/// container is a [`Sandbox`] and `inner` the `wsfs-server --stdio`
+/// binary run inside it.
+pub async fn grpc_container(inner: &str) -> Fixture {
+    let sandbox = Sandbox::new(inner, "box");
+    let runtime = sandbox.runtime();
+    let server = TestServer::start_with(|c| c.container_runtimes = vec![runtime]).await;
+    let client = Client::connect(&server.url())
+        .await
+        .expect("connect to the test server");
+    let info = client
+        .create_session(sandbox.options())
+        .await
+        .expect("create a CONTAINER session");
+    let session = client.session(&info.id);
+    Fixture::new(session, (client, server, sandbox))
+}
+
+/// The test's stand-in for a container: a directory holding the
+/// container's files, entered with `bwrap` (its own mount namespace, no
+/// network, the files at `/workspace`, dying with its parent). Without
+/// bwrap (and without `WSFS_REQUIRE_TOOLS=1`) the runtime runs the inner
+/// server directly on the directory: the forwarding path is the same.
+pub struct Sandbox {
+    _dir: TempDir,
+    /// Where containers' directories live: `<containers>/<name>`.
+    containers: std::path::PathBuf,
+    name: String,
+    inner: String,
+    bwrap: Option<std::path::PathBuf>,
+}
+
+/// The runtime's name in the test servers' configuration.
+pub const SANDBOX_RUNTIME: &str = "sandbox";
+
+impl Sandbox {
+    /// A fresh, empty container `name`; `inner` is the stdio server binary.
+    pub fn new(inner: &str, name: &str) -> Sandbox {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let containers = dir.path().join("containers");
+        std::fs::create_dir_all(containers.join(name)).expect("the container's directory");
+        Sandbox {
+            _dir: dir,
+            containers,
+            name: name.to_string(),
+            inner: inner.to_string(),
+            bwrap: crate::kit::system_tool("bwrap"),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The container's files, as the host sees them.
+    pub fn files(&self) -> std::path::PathBuf {
+        self.containers.join(&self.name)
+    }
+
+    /// The words that enter container `{name}` (a directory under
+    /// `containers`), before the program to run there.
+    fn enter(&self, bwrap: &Path) -> String {
+        format!(
+            "{} --unshare-all --die-with-parent --new-session \
+             --ro-bind /usr /usr --symlink usr/lib /lib --symlink usr/lib64 /lib64 \
+             --symlink usr/bin /bin --proc /proc --dev /dev --tmpfs /tmp \
+             --bind {}/{{name}} /workspace --chdir /workspace",
+            bwrap.display(),
+            self.containers.display()
+        )
+    }
+
+    /// `sandbox=TEMPLATE` for `--container-runtime`.
+    pub fn runtime(&self) -> wsfs_server::container::ContainerRuntime {
+        let template = match &self.bwrap {
+            Some(bwrap) => format!(
+                "{} --ro-bind {} /wsfs /wsfs --stdio {{workdir}}",
+                self.enter(bwrap),
+                self.inner
+            ),
+            None => format!("{} --stdio {{workdir}}", self.inner),
+        };
+        format!("{SANDBOX_RUNTIME}={template}")
+            .parse()
+            .expect("the sandbox's runtime template")
+    }
+
+    /// The workdir a session names: `/workspace` inside bwrap, the
+    /// directory itself without it.
+    pub fn workdir(&self) -> String {
+        match &self.bwrap {
+            Some(_) => "/workspace".to_string(),
+            None => self.files().display().to_string(),
+        }
+    }
+
+    /// What CreateSession asks for this container.
+    pub fn options(&self) -> SessionOptions {
+        SessionOptions::container(SANDBOX_RUNTIME, &self.name, self.workdir())
+    }
+
+    /// Runs `script` with `sh` inside the container, in its workdir.
+    pub fn run(&self, script: &str) -> std::process::Output {
+        let mut command = match &self.bwrap {
+            Some(bwrap) => {
+                let words = self.enter(bwrap).replace("{name}", &self.name);
+                let mut words = words.split_whitespace();
+                let mut c = std::process::Command::new(words.next().expect("bwrap"));
+                c.args(words);
+                c.arg("sh");
+                c
+            }
+            None => {
+                let mut c = std::process::Command::new("sh");
+                c.current_dir(self.files());
+                c
+            }
+        };
+        command
+            .arg("-c")
+            .arg(script)
+            .output()
+            .expect("run a program in the container")
+    }
 }
 
 /// A wsfs server on a loopback port with a temporary data directory,

@@ -15,3 +15,9 @@ mod grpc_memory {
 mod grpc_directory {
     wsfs_tests::conformance_suite!(wsfs_tests::harness::grpc_directory());
 }
+
+mod grpc_container {
+    wsfs_tests::conformance_suite!(wsfs_tests::harness::grpc_container(env!(
+        "CARGO_BIN_EXE_wsfs-stdio"
+    )));
+}

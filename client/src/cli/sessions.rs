@@ -186,6 +186,7 @@ fn backend(backend: Backend) -> &'static str {
     match backend {
         Backend::Memory => "memory",
         Backend::Directory => "directory",
+        Backend::Container => "container",
     }
 }
 

@@ -63,6 +63,7 @@ fn record_to_proto(r: &SessionRecord) -> proto::Session {
         backend: match r.backend {
             BackendKind::Memory => proto::session::Backend::Memory,
             BackendKind::Directory => proto::session::Backend::Directory,
+            BackendKind::Container => proto::session::Backend::Container,
         } as i32,
         root_path: r
             .root_path
@@ -82,6 +83,10 @@ fn record_to_proto(r: &SessionRecord) -> proto::Session {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         idle_ttl_seconds: r.idle_ttl_seconds,
+        container: r
+            .container
+            .as_ref()
+            .map(crate::container::ContainerTarget::to_proto),
         // The token, activity and usage are the live session's to add.
         ..Default::default()
     }
@@ -102,6 +107,7 @@ fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> 
     let backend = match proto::session::Backend::try_from(r.backend) {
         Ok(proto::session::Backend::Memory) => BackendKind::Memory,
         Ok(proto::session::Backend::Directory) => BackendKind::Directory,
+        Ok(proto::session::Backend::Container) => BackendKind::Container,
         Err(_) => {
             return Err(Error::invalid_argument(format!(
                 "unknown backend {}",
@@ -118,6 +124,20 @@ fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> 
                 r.layout
             )))
         }
+    };
+    let container = match (backend, &r.container) {
+        (BackendKind::Container, Some(c)) => Some(crate::container::ContainerTarget::parse(c)?),
+        (BackendKind::Container, None) => {
+            return Err(Error::invalid_argument(
+                "a CONTAINER session needs container {runtime, name, workdir}",
+            ))
+        }
+        (_, Some(_)) => {
+            return Err(Error::invalid_argument(
+                "container applies only to CONTAINER sessions",
+            ))
+        }
+        (_, None) => None,
     };
     let mut seed_files: Vec<_> = r.seed_files.into_iter().collect();
     seed_files.sort_by(|a, b| a.0.cmp(&b.0));
@@ -142,6 +162,7 @@ fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> 
         labels: r.labels.into_iter().collect(),
         idle_ttl_seconds: r.idle_ttl_seconds,
         layout,
+        container,
     })
 }
 

@@ -38,7 +38,7 @@ class HostMount(_message.Message):
     def __init__(self, host_path: _Optional[str] = ..., mount_path: _Optional[str] = ..., include_glob: _Optional[_Iterable[str]] = ..., exclude_glob: _Optional[_Iterable[str]] = ..., max_bytes: _Optional[int] = ..., follow_symlinks: bool = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("backend", "root", "mounts", "seed_files", "read_only", "limits", "layout", "labels", "idle_ttl_seconds")
+    __slots__ = ("backend", "root", "mounts", "seed_files", "read_only", "limits", "layout", "labels", "idle_ttl_seconds", "container")
     class SeedFilesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +62,7 @@ class CreateSessionRequest(_message.Message):
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     IDLE_TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
     backend: Session.Backend
     root: str
     mounts: _containers.RepeatedCompositeFieldContainer[HostMount]
@@ -71,16 +72,29 @@ class CreateSessionRequest(_message.Message):
     layout: Session.Layout
     labels: _containers.ScalarMap[str, str]
     idle_ttl_seconds: int
-    def __init__(self, backend: _Optional[_Union[Session.Backend, str]] = ..., root: _Optional[str] = ..., mounts: _Optional[_Iterable[_Union[HostMount, _Mapping]]] = ..., seed_files: _Optional[_Mapping[str, bytes]] = ..., read_only: bool = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ...) -> None: ...
+    container: ContainerSpec
+    def __init__(self, backend: _Optional[_Union[Session.Backend, str]] = ..., root: _Optional[str] = ..., mounts: _Optional[_Iterable[_Union[HostMount, _Mapping]]] = ..., seed_files: _Optional[_Mapping[str, bytes]] = ..., read_only: bool = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ..., container: _Optional[_Union[ContainerSpec, _Mapping]] = ...) -> None: ...
+
+class ContainerSpec(_message.Message):
+    __slots__ = ("runtime", "name", "workdir")
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    runtime: str
+    name: str
+    workdir: str
+    def __init__(self, runtime: _Optional[str] = ..., name: _Optional[str] = ..., workdir: _Optional[str] = ...) -> None: ...
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "backend", "root_path", "created_at", "limits", "read_only", "layout", "labels", "idle_ttl_seconds", "token", "last_active_at", "open_streams", "usage")
+    __slots__ = ("session_id", "backend", "root_path", "created_at", "limits", "read_only", "layout", "labels", "idle_ttl_seconds", "token", "last_active_at", "open_streams", "container", "usage")
     class Backend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         MEMORY: _ClassVar[Session.Backend]
         DIRECTORY: _ClassVar[Session.Backend]
+        CONTAINER: _ClassVar[Session.Backend]
     MEMORY: Session.Backend
     DIRECTORY: Session.Backend
+    CONTAINER: Session.Backend
     class Layout(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         FLAT: _ClassVar[Session.Layout]
@@ -106,6 +120,7 @@ class Session(_message.Message):
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     LAST_ACTIVE_AT_FIELD_NUMBER: _ClassVar[int]
     OPEN_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     backend: Session.Backend
@@ -119,8 +134,9 @@ class Session(_message.Message):
     token: str
     last_active_at: _timestamp_pb2.Timestamp
     open_streams: int
+    container: ContainerSpec
     usage: SessionUsage
-    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[Session.Backend, str]] = ..., root_path: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., read_only: bool = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ..., token: _Optional[str] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., open_streams: _Optional[int] = ..., usage: _Optional[_Union[SessionUsage, _Mapping]] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[Session.Backend, str]] = ..., root_path: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., read_only: bool = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ..., token: _Optional[str] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., open_streams: _Optional[int] = ..., container: _Optional[_Union[ContainerSpec, _Mapping]] = ..., usage: _Optional[_Union[SessionUsage, _Mapping]] = ...) -> None: ...
 
 class SessionUsage(_message.Message):
     __slots__ = ("files", "bytes")

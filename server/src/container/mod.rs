@@ -1,0 +1,525 @@
+//! CONTAINER sessions: the files live in a running container, served by a
+//! wsfs inside it.
+//!
+//! The outer session's [`ContainerFs`] forwards every call over one HTTP/2
+//! connection whose two ends are the stdin and stdout of a child process:
+//! the operator's runtime template ([`runtime`]) filled in with the
+//! container's name and workdir, which runs `wsfs-server --stdio WORKDIR`
+//! ([`stdio`]) in the container. Everything the service does on top of a
+//! session's `Filesystem` (events for Watch, Export, Grep streaming, the
+//! session's limits at the edge) works unchanged; the inner server enforces
+//! the same limits again, and its DIRECTORY backend keeps symlinks from
+//! leading out of the workdir.
+//!
+//! One child per session, started on first use and again on the first call
+//! after it died (a stopped container): calls meanwhile fail with
+//! UNAVAILABLE naming the runtime, the container and the child's last
+//! words on stderr. Dropping the session kills the child and never touches
+//! the container or its files.
+
+pub mod runtime;
+mod snapshots;
+mod stdio;
+
+pub use runtime::{ContainerRuntime, ContainerTarget};
+pub use snapshots::ContainerSnapshots;
+pub use stdio::{run_stdio, serve_stdio};
+
+use crate::archive::import::{ArchiveTarget, ImportPlan};
+use crate::limits::SessionLimits;
+use futures::stream::{BoxStream, StreamExt};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use wsfs::{
+    ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions, EditOutcome, EditSpec, Error,
+    FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent, GrepQuery, LineRange, Listing,
+    Metadata, MkdirOptions, Result, TextPage, TransferOptions, WriteOptions, WriteOutcome,
+};
+
+/// How long starting the runtime and the inner server's handshake may take
+/// before the call fails with UNAVAILABLE.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The most of the child's stderr kept to explain a failure (the rest goes
+/// to the server log as it comes, a bounded chunk at a time).
+const STDERR_TAIL_BYTES: usize = 2048;
+
+/// Bytes of the child's stderr read (and logged) at a time.
+const STDERR_CHUNK_BYTES: usize = 4096;
+
+/// One running child and the inner session it serves.
+struct Link {
+    session: wsfs_client::Session,
+    child: Mutex<tokio::process::Child>,
+}
+
+impl Link {
+    fn alive(&self) -> bool {
+        let mut child = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        matches!(child.try_wait(), Ok(None))
+    }
+}
+
+/// A CONTAINER session's files, reached through its runtime.
+pub struct ContainerFs {
+    runtime: ContainerRuntime,
+    target: ContainerTarget,
+    limits: SessionLimits,
+    read_only: bool,
+    link: tokio::sync::Mutex<Option<Arc<Link>>>,
+    /// The end of the child's stderr, for error messages.
+    stderr_tail: Arc<Mutex<String>>,
+}
+
+impl ContainerFs {
+    /// A session in `target`, through `runtime`; nothing starts until
+    /// [`ContainerFs::connect`] or the first call.
+    pub fn new(
+        runtime: ContainerRuntime,
+        target: ContainerTarget,
+        limits: SessionLimits,
+        read_only: bool,
+    ) -> Self {
+        ContainerFs {
+            runtime,
+            target,
+            limits,
+            read_only,
+            link: tokio::sync::Mutex::new(None),
+            stderr_tail: Arc::new(Mutex::new(String::new())),
+        }
+    }
+
+    pub fn target(&self) -> &ContainerTarget {
+        &self.target
+    }
+
+    /// Starts the child now, so that CreateSession fails when the
+    /// container cannot be reached.
+    pub async fn connect(&self) -> Result<()> {
+        self.link().await.map(drop)
+    }
+
+    fn unavailable(&self, why: impl std::fmt::Display) -> Error {
+        let tail = self
+            .stderr_tail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .trim()
+            .to_string();
+        let said = if tail.is_empty() {
+            String::new()
+        } else {
+            format!(" (its stderr: {tail})")
+        };
+        Error::Unavailable {
+            message: format!(
+                "container '{}' (runtime '{}') is unavailable: {why}{said}; the next call starts the runtime again",
+                self.target.name, self.runtime.name
+            ),
+        }
+    }
+
+    /// The live link, or a new one when there is none or its child died.
+    async fn link(&self) -> Result<Arc<Link>> {
+        let mut slot = self.link.lock().await;
+        if let Some(link) = slot.as_ref().filter(|l| l.alive()) {
+            return Ok(link.clone());
+        }
+        *slot = None;
+        let link = Arc::new(self.spawn().await?);
+        *slot = Some(link.clone());
+        Ok(link)
+    }
+
+    async fn spawn(&self) -> Result<Link> {
+        let wsfs = runtime::own_executable()?;
+        let argv = self.runtime.argv(&self.target, &wsfs);
+        let mut command = tokio::process::Command::new(&argv[0]);
+        command
+            .args(&argv[1..])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        self.stderr_tail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        let mut child = command
+            .spawn()
+            .map_err(|e| self.unavailable(format!("cannot run '{}': {e}", argv[0])))?;
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(log_stderr(
+                stderr,
+                self.stderr_tail.clone(),
+                self.runtime.name.clone(),
+                self.target.name.clone(),
+            ));
+        }
+        let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+            return Err(Error::internal("the runtime's stdio was not piped"));
+        };
+        let io = Mutex::new(Some(tokio::io::join(stdout, stdin)));
+        // One connection per child: when it breaks, the channel may not
+        // make another to the same (dead) child; the next call starts one.
+        let connector = tower::service_fn(move |_: http::Uri| {
+            let io = io.lock().unwrap_or_else(|e| e.into_inner()).take();
+            async move {
+                io.map(hyper_util::rt::TokioIo::new).ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::BrokenPipe,
+                        "the container's exec has ended",
+                    )
+                })
+            }
+        });
+        let endpoint = wsfs_client::endpoint("http://container.invalid")?;
+        let handshake = async {
+            let channel = endpoint
+                .connect_with_connector(connector)
+                .await
+                .map_err(|e| self.unavailable(format!("no answer from inside: {e}")))?;
+            let client = wsfs_client::Client::from_channel(channel.clone());
+            let mut options = wsfs_client::SessionOptions::directory()
+                .root(&self.target.workdir)
+                .read_only(self.read_only)
+                .limits(client_limits(self.limits));
+            options = options.label("wsfs.container", &self.target.name);
+            let info = client.create_session(options).await?;
+            Ok::<_, Error>(Link {
+                session: client.session(&info.id),
+                child: Mutex::new(child),
+            })
+        };
+        match tokio::time::timeout(CONNECT_TIMEOUT, handshake).await {
+            Ok(Ok(link)) => Ok(link),
+            Ok(Err(e)) => Err(match e {
+                Error::Unavailable { .. } | Error::Internal { .. } => {
+                    self.unavailable(e.to_string())
+                }
+                other => other,
+            }),
+            Err(_) => Err(self.unavailable(format!(
+                "the runtime did not answer within {CONNECT_TIMEOUT:?}"
+            ))),
+        }
+    }
+
+    /// Runs `call` on the live link. A failure with the child gone (or a
+    /// transport failure) drops the link and becomes UNAVAILABLE with the
+    /// runtime's account of it.
+    async fn forward<T, F, Fut>(&self, call: F) -> Result<T>
+    where
+        F: FnOnce(Arc<Link>) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let link = self.link().await?;
+        match call(link.clone()).await {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.failed(&link, e).await),
+        }
+    }
+
+    async fn failed(&self, link: &Arc<Link>, e: Error) -> Error {
+        let broken = matches!(e, Error::Unavailable { .. }) || !link.alive();
+        if !broken {
+            return e;
+        }
+        let mut slot = self.link.lock().await;
+        if slot.as_ref().is_some_and(|l| Arc::ptr_eq(l, link)) {
+            *slot = None;
+        }
+        self.unavailable(e.to_string())
+    }
+
+    /// Maps a stream's errors as [`ContainerFs::forward`] maps a call's.
+    fn watch_stream<T: Send + 'static>(
+        self: &Arc<Self>,
+        link: Arc<Link>,
+        stream: BoxStream<'static, Result<T>>,
+    ) -> BoxStream<'static, Result<T>> {
+        let fs = self.clone();
+        stream
+            .then(move |item| {
+                let (fs, link) = (fs.clone(), link.clone());
+                async move {
+                    match item {
+                        Ok(v) => Ok(v),
+                        Err(e) => Err(fs.failed(&link, e).await),
+                    }
+                }
+            })
+            .boxed()
+    }
+
+    /// Replaces the inner workspace with the archive at `path`.
+    pub(crate) async fn import_file(&self, path: &std::path::Path) -> Result<(u64, u64)> {
+        self.forward(|l| async move { l.session.import_from(path).await })
+            .await
+    }
+
+    /// Streams the inner workspace's archive into `writer`.
+    pub(crate) async fn export_into<W>(&self, writer: W) -> Result<u64>
+    where
+        W: tokio::io::AsyncWrite + Unpin + Send,
+    {
+        self.forward(|l| async move { l.session.export_to_writer(writer, None).await })
+            .await
+    }
+}
+
+fn client_limits(l: SessionLimits) -> wsfs_client::SessionLimits {
+    wsfs_client::SessionLimits {
+        max_write_bytes: l.max_write_bytes,
+        max_path_depth: u32::try_from(l.path.max_depth).unwrap_or(u32::MAX),
+        max_segment_length: u32::try_from(l.path.max_segment_chars).unwrap_or(u32::MAX),
+        max_files: l.max_files,
+        max_total_bytes: l.max_total_bytes,
+    }
+}
+
+/// Logs the child's stderr a bounded chunk at a time and keeps its end.
+async fn log_stderr(
+    mut stderr: tokio::process::ChildStderr,
+    tail: Arc<Mutex<String>>,
+    runtime: String,
+    container: String,
+) {
+    let mut buf = vec![0u8; STDERR_CHUNK_BYTES];
+    loop {
+        let n = match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let text = String::from_utf8_lossy(&buf[..n]);
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            tracing::warn!(%runtime, %container, "{line}");
+        }
+        let mut kept = tail.lock().unwrap_or_else(|e| e.into_inner());
+        kept.push_str(&text);
+        if kept.len() > STDERR_TAIL_BYTES {
+            let mut cut = kept.len() - STDERR_TAIL_BYTES;
+            while !kept.is_char_boundary(cut) {
+                cut += 1;
+            }
+            kept.drain(..cut);
+        }
+    }
+}
+
+/// The forwarding handle the registry keeps: `Arc` so that streams can
+/// report a dead link.
+#[derive(Clone)]
+pub struct Container(pub Arc<ContainerFs>);
+
+#[async_trait::async_trait]
+impl Filesystem for Container {
+    async fn read(&self, path: &CanonicalPath, range: LineRange) -> Result<TextPage> {
+        self.0
+            .forward(|l| async move { l.session.read(path, range).await })
+            .await
+    }
+
+    async fn read_bytes(
+        &self,
+        path: &CanonicalPath,
+        range: ByteRange,
+        chunk_size: usize,
+    ) -> Result<ByteStream> {
+        let link = self.0.link().await?;
+        match link.session.read_bytes(path, range, chunk_size).await {
+            Ok(mut stream) => {
+                stream.chunks = self.0.watch_stream(link, stream.chunks);
+                Ok(stream)
+            }
+            Err(e) => Err(self.0.failed(&link, e).await),
+        }
+    }
+
+    async fn write(
+        &self,
+        path: &CanonicalPath,
+        content: &str,
+        options: WriteOptions,
+    ) -> Result<WriteOutcome> {
+        self.0
+            .forward(|l| async move { l.session.write(path, content, options).await })
+            .await
+    }
+
+    async fn write_bytes(
+        &self,
+        path: &CanonicalPath,
+        options: WriteOptions,
+        data: ByteChunks,
+    ) -> Result<WriteOutcome> {
+        self.0
+            .forward(|l| async move { l.session.write_bytes(path, options, data).await })
+            .await
+    }
+
+    async fn edit(&self, path: &CanonicalPath, edit: EditSpec) -> Result<EditOutcome> {
+        self.0
+            .forward(|l| async move { l.session.edit(path, edit).await })
+            .await
+    }
+
+    async fn delete(&self, path: &CanonicalPath, options: DeleteOptions) -> Result<u64> {
+        self.0
+            .forward(|l| async move { l.session.delete(path, options).await })
+            .await
+    }
+
+    async fn mkdir(&self, path: &CanonicalPath, options: MkdirOptions) -> Result<bool> {
+        self.0
+            .forward(|l| async move { l.session.mkdir(path, options).await })
+            .await
+    }
+
+    async fn rename(
+        &self,
+        source: &CanonicalPath,
+        destination: &CanonicalPath,
+        options: TransferOptions,
+    ) -> Result<u64> {
+        self.0
+            .forward(|l| async move { l.session.rename(source, destination, options).await })
+            .await
+    }
+
+    async fn copy(
+        &self,
+        source: &CanonicalPath,
+        destination: &CanonicalPath,
+        options: TransferOptions,
+    ) -> Result<u64> {
+        self.0
+            .forward(|l| async move { l.session.copy(source, destination, options).await })
+            .await
+    }
+
+    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {
+        self.0
+            .forward(|l| async move { l.session.list(path, depth).await })
+            .await
+    }
+
+    async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {
+        self.0
+            .forward(|l| async move { l.session.glob(query).await })
+            .await
+    }
+
+    async fn grep(&self, query: GrepQuery) -> Result<BoxStream<'static, Result<GrepEvent>>> {
+        let link = self.0.link().await?;
+        match link.session.grep(query).await {
+            Ok(stream) => Ok(self.0.watch_stream(link, stream)),
+            Err(e) => Err(self.0.failed(&link, e).await),
+        }
+    }
+
+    async fn stat(&self, path: &CanonicalPath) -> Result<Metadata> {
+        self.0
+            .forward(|l| async move { l.session.stat(path).await })
+            .await
+    }
+
+    async fn exists(&self, path: &CanonicalPath) -> Result<Option<FileKind>> {
+        self.0
+            .forward(|l| async move { l.session.exists(path).await })
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl ArchiveTarget for Container {
+    async fn import_checked(&self, archive: tempfile::TempPath, _plan: ImportPlan) -> Result<()> {
+        // Checked here already; the inner server checks it again against
+        // the same limits and applies it under its session's write lock.
+        self.importable()?;
+        self.0.import_file(&archive).await.map(drop)
+    }
+
+    fn importable(&self) -> Result<()> {
+        if self.0.read_only {
+            return Err(Error::ReadOnly {
+                path: String::new(),
+                message: "this session is read-only: it takes no archive import".to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What a CONTAINER session's registry entry holds.
+pub(crate) type Handles = (
+    Arc<dyn Filesystem>,
+    Arc<dyn ArchiveTarget>,
+    Arc<dyn crate::snapshots::SnapshotStore>,
+);
+
+/// Opens CONTAINER session `id` as `spec` asks: picks the runtime, starts
+/// it (a container that cannot be reached fails the creation with
+/// UNAVAILABLE), and writes the seed files. Returns its handles and the
+/// directory under the data directory that holds its snapshots (the
+/// session's own, removed with it; the container's files are never).
+pub(crate) async fn open(
+    config: &crate::config::ServerConfig,
+    id: &str,
+    spec: &crate::registry::SessionSpec,
+    limits: SessionLimits,
+    seeds: &[(CanonicalPath, bytes::Bytes)],
+) -> Result<(Handles, std::path::PathBuf)> {
+    let Some(target) = spec.container.clone() else {
+        return Err(Error::invalid_argument(
+            "a CONTAINER session needs container {runtime, name, workdir}",
+        ));
+    };
+    if spec.root.is_some() || !spec.mounts.is_empty() {
+        return Err(Error::invalid_argument(
+            "root and mounts apply only to DIRECTORY and MEMORY sessions; a CONTAINER session's files are the container's workdir",
+        ));
+    }
+    let runtime = runtime::lookup(&config.container_runtimes, &target.runtime)?.clone();
+    let fs = Arc::new(ContainerFs::new(runtime, target, limits, false));
+    fs.connect().await?;
+    let handle = Container(fs.clone());
+    if spec.layout == crate::auth::Layout::Swarm {
+        for zone in crate::auth::zones::ZONE_DIRS {
+            let zone = CanonicalPath::from_canonical(zone);
+            handle.mkdir(&zone, MkdirOptions::default()).await?;
+        }
+    }
+    for (path, data) in seeds {
+        let chunks = futures::stream::iter([Ok(data.clone())]).boxed();
+        handle
+            .write_bytes(path, WriteOptions::default(), chunks)
+            .await?;
+    }
+    let fs = if spec.read_only {
+        // The seeds are in: from now on the inner session refuses writes.
+        let ro = Arc::new(ContainerFs::new(
+            fs.runtime.clone(),
+            fs.target.clone(),
+            limits,
+            true,
+        ));
+        drop(handle);
+        drop(fs);
+        ro.connect().await?;
+        ro
+    } else {
+        fs
+    };
+    let dir = config.data_dir.join("containers").join(id);
+    let budget = crate::quota::with_budget(&limits, config.default_max_total_bytes);
+    let snapshots = Arc::new(ContainerSnapshots::new(
+        fs.clone(),
+        dir.join("snapshots"),
+        &budget,
+    ));
+    let handle = Arc::new(Container(fs));
+    Ok(((handle.clone(), handle, snapshots), dir))
+}
