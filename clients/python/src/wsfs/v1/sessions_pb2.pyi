@@ -38,7 +38,7 @@ class HostMount(_message.Message):
     def __init__(self, host_path: _Optional[str] = ..., mount_path: _Optional[str] = ..., include_glob: _Optional[_Iterable[str]] = ..., exclude_glob: _Optional[_Iterable[str]] = ..., max_bytes: _Optional[int] = ..., follow_symlinks: bool = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("backend", "root", "mounts", "seed_files", "read_only", "limits", "layout", "labels", "idle_ttl_seconds")
+    __slots__ = ("backend", "root", "mounts", "seed_files", "read_only", "limits", "layout", "labels", "idle_ttl_seconds", "session_id")
     class SeedFilesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +62,7 @@ class CreateSessionRequest(_message.Message):
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     IDLE_TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     backend: Session.Backend
     root: str
     mounts: _containers.RepeatedCompositeFieldContainer[HostMount]
@@ -71,7 +72,8 @@ class CreateSessionRequest(_message.Message):
     layout: Session.Layout
     labels: _containers.ScalarMap[str, str]
     idle_ttl_seconds: int
-    def __init__(self, backend: _Optional[_Union[Session.Backend, str]] = ..., root: _Optional[str] = ..., mounts: _Optional[_Iterable[_Union[HostMount, _Mapping]]] = ..., seed_files: _Optional[_Mapping[str, bytes]] = ..., read_only: bool = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ...) -> None: ...
+    session_id: str
+    def __init__(self, backend: _Optional[_Union[Session.Backend, str]] = ..., root: _Optional[str] = ..., mounts: _Optional[_Iterable[_Union[HostMount, _Mapping]]] = ..., seed_files: _Optional[_Mapping[str, bytes]] = ..., read_only: bool = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class Session(_message.Message):
     __slots__ = ("session_id", "backend", "root_path", "created_at", "limits", "read_only", "layout", "labels", "idle_ttl_seconds", "token", "last_active_at", "open_streams")
