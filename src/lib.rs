@@ -41,3 +41,10 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 
 /// The `ErrorInfo.domain` of every error wsfs sends.
 pub const ERROR_DOMAIN: &str = "wsfs.v1";
+
+/// The metadata every session-scoped call carries with its session's id,
+/// so that a standard proxy in front of several servers routes each call to
+/// the server holding its session (nginx: `hash $http_x_wsfs_session
+/// consistent`). A server refuses a call whose metadata names another
+/// session than its body; calls without it still work against one server.
+pub const SESSION_HEADER: &str = "x-wsfs-session";

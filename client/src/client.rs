@@ -118,7 +118,7 @@ impl Client {
         let response = self
             .sessions
             .clone()
-            .create_session(self.credentials.request(request))
+            .create_session(self.credentials.about(request))
             .await?;
         convert::session_info(response.into_inner())
     }
@@ -141,7 +141,7 @@ impl Client {
         let response = self
             .sessions
             .clone()
-            .get_session(self.credentials.request(request))
+            .get_session(self.credentials.about(request))
             .await?;
         convert::session_info(response.into_inner())
     }
@@ -197,7 +197,7 @@ impl Client {
         let response = self
             .sessions
             .clone()
-            .delete_session(self.credentials.request(request))
+            .delete_session(self.credentials.about(request))
             .await?;
         convert::server_count("files_deleted", response.into_inner().files_deleted)
     }
@@ -213,7 +213,7 @@ impl Client {
         let response = self
             .sessions
             .clone()
-            .issue_token(self.credentials.request(request))
+            .issue_token(self.credentials.about(request))
             .await?
             .into_inner();
         Ok(IssuedToken {

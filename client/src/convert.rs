@@ -480,6 +480,9 @@ pub(crate) fn create_session_request(o: SessionOptions) -> Result<proto::CreateS
             name: c.name,
             workdir: c.workdir,
         }),
+        // Chosen here, not by the server, so that the creation carries the
+        // id a proxy routes every later call of the session by.
+        session_id: o.id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
     })
 }
 
@@ -857,6 +860,23 @@ mod tests {
         assert_eq!(r.backend, proto::session::Backend::Memory as i32);
         assert_eq!(r.root, "");
         assert_eq!(r.idle_ttl_seconds, 0);
+    }
+
+    #[test]
+    fn every_creation_chooses_a_fresh_uuid_v4_for_its_session() {
+        let a = create_session_request(SessionOptions::memory()).unwrap();
+        let b = create_session_request(SessionOptions::memory()).unwrap();
+        assert_ne!(a.session_id, b.session_id);
+        let parsed = uuid::Uuid::try_parse(&a.session_id).unwrap();
+        assert_eq!(parsed.get_version_num(), 4);
+        assert_eq!(parsed.hyphenated().to_string(), a.session_id);
+    }
+
+    #[test]
+    fn a_chosen_session_id_is_sent_as_given() {
+        let id = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+        let r = create_session_request(SessionOptions::memory().id(id)).unwrap();
+        assert_eq!(r.session_id, id);
     }
 
     #[cfg(unix)]

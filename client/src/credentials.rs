@@ -36,13 +36,63 @@ impl Credentials {
         Ok(Credentials(Some(("x-wsfs-caller", value))))
     }
 
-    /// Wraps a message in a request carrying these credentials.
+    /// Wraps a message that names no session (ListSessions) in a request
+    /// carrying these credentials.
     pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         if let Some((key, value)) = &self.0 {
             request.metadata_mut().insert(*key, value.clone());
         }
         request
+    }
+
+    /// Wraps a message about session `session_id` in a request carrying
+    /// these credentials and the session's id as [`wsfs::SESSION_HEADER`],
+    /// which a proxy in front of several servers routes by. An id that
+    /// cannot travel as metadata names no session: it goes unrouted, and
+    /// the server says the session does not exist.
+    pub(crate) fn session_request<T>(&self, session_id: &str, message: T) -> tonic::Request<T> {
+        let mut request = self.request(message);
+        if let Ok(value) = session_id.parse::<MetadataValue<Ascii>>() {
+            request.metadata_mut().insert(wsfs::SESSION_HEADER, value);
+        }
+        request
+    }
+}
+
+/// A Sessions request about one session, named in its body.
+pub(crate) trait AboutSession {
+    fn session_id(&self) -> &str;
+}
+
+macro_rules! about_session {
+    ($($message:ident),* $(,)?) => {
+        $(impl AboutSession for wsfs::proto::$message {
+            fn session_id(&self) -> &str {
+                &self.session_id
+            }
+        })*
+    };
+}
+
+about_session!(
+    CreateSessionRequest,
+    GetSessionRequest,
+    DeleteSessionRequest,
+    IssueTokenRequest,
+    SnapshotRequest,
+    RestoreRequest,
+    DiffSnapshotRequest,
+    ReadSnapshotFileRequest,
+    ListSnapshotsRequest,
+    DeleteSnapshotRequest,
+);
+
+impl Credentials {
+    /// [`Credentials::session_request`] for the session the message names.
+    pub(crate) fn about<T: AboutSession>(&self, message: T) -> tonic::Request<T> {
+        let id = message.session_id().to_string();
+        self.session_request(&id, message)
     }
 }
 
@@ -76,6 +126,24 @@ mod tests {
     fn debug_output_hides_the_token() {
         let shown = format!("{:?}", Credentials::token("s3cret").unwrap());
         assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[test]
+    fn session_requests_carry_the_session_id_beside_the_credentials() {
+        let request = Credentials::caller("agent-1")
+            .unwrap()
+            .session_request("67e55044-10b1-426f-9247-bb680e5fe0c8", ());
+        assert_eq!(
+            request.metadata().get(wsfs::SESSION_HEADER).unwrap(),
+            "67e55044-10b1-426f-9247-bb680e5fe0c8"
+        );
+        assert_eq!(request.metadata().get("x-wsfs-caller").unwrap(), "agent-1");
+    }
+
+    #[test]
+    fn a_session_id_that_cannot_be_metadata_goes_unrouted() {
+        let request = Credentials::default().session_request("bad\nid", ());
+        assert!(request.metadata().get(wsfs::SESSION_HEADER).is_none());
     }
 
     #[test]

@@ -82,8 +82,10 @@ impl Session {
         self.filesystem.clone()
     }
 
+    /// Every call of this session is built here, so that each carries the
+    /// session id a proxy routes by.
     pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
-        self.credentials.request(message)
+        self.credentials.session_request(&self.id, message)
     }
 
     /// The whole text file. Reads page by page; if the file changes between

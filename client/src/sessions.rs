@@ -126,6 +126,7 @@ pub struct SessionOptions {
     pub(crate) labels: BTreeMap<String, String>,
     pub(crate) idle_ttl: Option<Duration>,
     pub(crate) container: Option<ContainerSpec>,
+    pub(crate) id: Option<String>,
 }
 
 impl SessionOptions {
@@ -210,6 +211,14 @@ impl SessionOptions {
     /// seconds, rounded up.
     pub fn idle_ttl(mut self, ttl: Duration) -> Self {
         self.idle_ttl = Some(ttl);
+        self
+    }
+
+    /// The new session's id: a UUID in lowercase hyphenated form, unused on
+    /// the server (ALREADY_EXISTS otherwise). Unset, the client picks a
+    /// random one (UUID v4).
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
         self
     }
 }

@@ -74,7 +74,7 @@ impl Client {
         let response = self
             .sessions
             .clone()
-            .snapshot(self.credentials.request(request))
+            .snapshot(self.credentials.about(request))
             .await?;
         snapshot_info(response.into_inner())
     }
@@ -90,7 +90,7 @@ impl Client {
         let r = self
             .sessions
             .clone()
-            .restore(self.credentials.request(request))
+            .restore(self.credentials.about(request))
             .await?
             .into_inner();
         Ok(Restored {
@@ -111,7 +111,7 @@ impl Client {
         let r = self
             .sessions
             .clone()
-            .diff_snapshot(self.credentials.request(request))
+            .diff_snapshot(self.credentials.about(request))
             .await?
             .into_inner();
         let changes = r
@@ -164,7 +164,7 @@ impl Client {
         let mut stream = self
             .sessions
             .clone()
-            .read_snapshot_file(self.credentials.request(request))
+            .read_snapshot_file(self.credentials.about(request))
             .await?
             .into_inner();
         let size = match stream.message().await? {
@@ -199,7 +199,7 @@ impl Client {
         let response = self
             .sessions
             .clone()
-            .list_snapshots(self.credentials.request(request))
+            .list_snapshots(self.credentials.about(request))
             .await?;
         response
             .into_inner()
@@ -217,7 +217,7 @@ impl Client {
         };
         self.sessions
             .clone()
-            .delete_snapshot(self.credentials.request(request))
+            .delete_snapshot(self.credentials.about(request))
             .await?;
         Ok(())
     }

@@ -16,10 +16,10 @@ use crate::limits::SessionLimits;
 use crate::snapshots::{DirectorySnapshots, MemorySnapshots, SnapshotStore};
 use crate::workspace::Workspace;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, Filesystem, Result, WriteMode, WriteOptions};
 
@@ -51,6 +51,8 @@ pub struct SessionRecord {
 /// What CreateSession asks for, parsed.
 #[derive(Debug, Clone, Default)]
 pub struct SessionSpec {
+    /// The id the client chose (already a canonical UUID); `None`: a fresh one.
+    pub id: Option<String>,
     pub backend: Option<BackendKind>,
     /// DIRECTORY: an existing directory inside an allowed root.
     pub root: Option<PathBuf>,
@@ -341,9 +343,9 @@ fn write_session_file(
 pub struct SessionRegistry {
     config: Arc<ServerConfig>,
     sessions: RwLock<HashMap<String, Arc<Session>>>,
-    /// Creations in flight: they count against `max_sessions` until their
-    /// session is inserted or they fail.
-    creating: AtomicUsize,
+    /// The ids of creations in flight: they count against `max_sessions`,
+    /// and their id is taken, until their session is inserted or they fail.
+    creating: Mutex<HashSet<String>>,
     /// Cancelled when the server begins to shut down: long-lived streams
     /// (Watch) end instead of holding the shutdown open.
     stopping: tokio_util::sync::CancellationToken,
@@ -374,12 +376,19 @@ impl Unavailable {
     }
 }
 
-/// One reserved place under `max_sessions`, released when dropped.
-struct SessionSlot<'a>(&'a AtomicUsize);
+/// One reserved place under `max_sessions` and its session id, released
+/// when dropped.
+struct SessionSlot<'a> {
+    creating: &'a Mutex<HashSet<String>>,
+    id: String,
+}
 
 impl Drop for SessionSlot<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.creating
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
     }
 }
 
@@ -388,7 +397,7 @@ impl SessionRegistry {
         SessionRegistry {
             config,
             sessions: RwLock::new(HashMap::new()),
-            creating: AtomicUsize::new(0),
+            creating: Mutex::new(HashSet::new()),
             stopping: tokio_util::sync::CancellationToken::new(),
             unavailable: RwLock::new(HashMap::new()),
         }
@@ -593,24 +602,37 @@ impl SessionRegistry {
     /// Reserves a place for one more session, or refuses when the server
     /// is full. Checked under the write lock that inserts sessions, so
     /// concurrent creations cannot overshoot.
-    fn reserve_slot(&self) -> Result<SessionSlot<'_>> {
+    /// Reserves a place for session `id`, which no live, unavailable or
+    /// in-flight session may hold (a client may choose the id).
+    fn reserve_slot(&self, id: &str) -> Result<SessionSlot<'_>> {
         let max = self.config.max_sessions;
         let sessions = self.sessions.write().unwrap_or_else(|e| e.into_inner());
-        let creating = self.creating.fetch_add(1, Ordering::SeqCst);
-        let slot = SessionSlot(&self.creating);
-        if max > 0 && sessions.len() + creating >= max {
+        let mut creating = self.creating.lock().unwrap_or_else(|e| e.into_inner());
+        if sessions.contains_key(id) || creating.contains(id) || self.unavailable(id).is_some() {
+            return Err(Error::AlreadyExists {
+                path: format!("session {id}"),
+            });
+        }
+        if max > 0 && sessions.len() + creating.len() >= max {
             return Err(Error::QuotaExceeded {
                 message: format!(
                     "the server holds its maximum of {max} sessions; delete one or raise --max-sessions"
                 ),
             });
         }
-        Ok(slot)
+        creating.insert(id.to_string());
+        Ok(SessionSlot {
+            creating: &self.creating,
+            id: id.to_string(),
+        })
     }
 
     pub async fn create(&self, spec: SessionSpec) -> Result<Arc<Session>> {
-        let _slot = self.reserve_slot()?;
-        let id = uuid::Uuid::new_v4().to_string();
+        let id = spec
+            .id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let _slot = self.reserve_slot(&id)?;
         let limits = SessionLimits::resolve(spec.limits.as_ref(), self.config.max_write_bytes);
         // Parse every seed path before anything is created.
         let seeds = spec
@@ -647,6 +669,13 @@ impl SessionRegistry {
             }
             BackendKind::Directory => {
                 let session_dir = self.config.data_dir.join("sessions").join(&id);
+                // A chosen id may name a directory left behind: never adopt
+                // it (nor remove it when this creation fails).
+                if session_dir.symlink_metadata().is_ok() {
+                    return Err(Error::AlreadyExists {
+                        path: format!("session {id}"),
+                    });
+                }
                 let (root, held) = match &spec.root {
                     Some(r) => {
                         let real = self.allowed_root(r)?;

@@ -8,6 +8,8 @@
 //! - [`harness`]: the factories (memory and directory backends in-process,
 //!   both again through the gRPC client against a live server) and the
 //!   in-process server the gRPC-level tests talk to;
+//! - [`cluster`]: several real `wsfs-server` processes behind a real nginx
+//!   configured from the shipped `deploy/nginx/wsfs.conf`;
 //! - [`kit`]: what the test binaries share besides a server (a refusal's
 //!   reason, literal paths, a seeded generator, latency percentiles).
 //!
@@ -15,6 +17,7 @@
 //! per factory, `grpc_edges.rs` checks what only the wire can express (raw
 //! paths, unknown sessions, negative offsets, streams dropped early).
 
+pub mod cluster;
 pub mod conformance;
 pub mod fixture;
 pub mod harness;

@@ -227,9 +227,20 @@ fn create_session() -> impl Strategy<Value = CreateSessionRequest> {
         enum_value(),
         any::<bool>(),
         uint64(),
+        prop_oneof![3 => Just(String::new()), 1 => text()],
     )
         .prop_map(
-            |(backend, root, mounts, seeds, limits, layout, read_only, idle_ttl_seconds)| {
+            |(
+                backend,
+                root,
+                mounts,
+                seeds,
+                limits,
+                layout,
+                read_only,
+                idle_ttl_seconds,
+                session_id,
+            )| {
                 CreateSessionRequest {
                     backend,
                     root,
@@ -242,6 +253,7 @@ fn create_session() -> impl Strategy<Value = CreateSessionRequest> {
                     // Never 1 s or less: a bystander must not expire mid-test.
                     idle_ttl_seconds: idle_ttl_seconds.max(3600),
                     container: None,
+                    session_id,
                 }
             },
         )

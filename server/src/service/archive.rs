@@ -49,6 +49,7 @@ pub(crate) async fn export(
 pub(crate) async fn import(
     registry: &SessionRegistry,
     mut stream: Streaming<proto::ImportArchiveRequest>,
+    metadata: &tonic::metadata::MetadataMap,
     session_id: &mut String,
 ) -> Result<proto::ImportArchiveResponse> {
     let broke = |e: Status| Error::InvalidArgument {
@@ -64,6 +65,7 @@ pub(crate) async fn import(
         ));
     };
     *session_id = wsfs::path::quote(&id).into_owned();
+    super::check_route(metadata, &id)?;
     let session = registry.get(super::session_id(&id)?)?;
     session.archive.importable()?;
     // An import replaces the whole workspace: its expanded size is held to

@@ -27,10 +27,12 @@ impl FilesystemService {
         FilesystemService { registry, auth }
     }
 
-    /// Authorizes the call, then opens the session as its caller sees it.
+    /// Checks the call's route, authorizes it, then opens the session as
+    /// its caller sees it.
     /// The caller is settled before the session is looked up, so a token
     /// of another session learns nothing about this one.
     fn session(&self, metadata: &MetadataMap, id: &str) -> Result<Opened> {
+        super::check_route(metadata, id)?;
         let caller = self.auth.filesystem_caller(metadata, id)?;
         tracing::Span::current().record("caller", caller.name());
         let session = self.registry.get(id)?;

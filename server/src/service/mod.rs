@@ -18,6 +18,7 @@ use crate::workspace::Commitment;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
+use tonic::metadata::MetadataMap;
 use tonic::{Response, Status};
 use wsfs::path::quote;
 
@@ -34,6 +35,28 @@ pub(crate) fn session_id(raw: &str) -> wsfs::Result<&str> {
         });
     }
     Ok(raw)
+}
+
+/// Refuses a call whose [`wsfs::SESSION_HEADER`] metadata names another
+/// session than its body (or names one twice): a proxy routed the call by
+/// the metadata, so acting on the body's session would act on whatever this
+/// server happens to hold under that id. A call without the metadata (a
+/// client talking to one server directly) passes.
+pub(crate) fn check_route(metadata: &MetadataMap, session_id: &str) -> wsfs::Result<()> {
+    let header = wsfs::SESSION_HEADER;
+    let mut named = metadata.get_all(header).iter();
+    match (named.next(), named.next()) {
+        (None, _) => Ok(()),
+        (Some(routed), None) if routed.as_bytes() == session_id.as_bytes() => Ok(()),
+        (Some(routed), None) => Err(wsfs::Error::invalid_argument(format!(
+            "the {header} metadata names session '{}' but the request is for session '{}': a proxy routes by the metadata, so both must name the same session",
+            quote(&String::from_utf8_lossy(routed.as_bytes())),
+            quote(session_id),
+        ))),
+        (Some(_), Some(_)) => Err(wsfs::Error::invalid_argument(format!(
+            "the {header} metadata is sent more than once: send it once, naming the call's session"
+        ))),
+    }
 }
 
 /// Runs a change to its end whether or not its caller is still there, once

@@ -23,6 +23,12 @@ impl SessionsService {
     pub fn new(registry: Arc<SessionRegistry>, auth: Arc<Auth>) -> Self {
         SessionsService { registry, auth }
     }
+
+    /// Admits a call on `session_id`: routed to that session, by the admin.
+    fn admit(&self, metadata: &tonic::metadata::MetadataMap, session_id: &str) -> wsfs::Result<()> {
+        super::check_route(metadata, session_id)?;
+        self.auth.require_admin(metadata)
+    }
 }
 
 fn session_to_proto(s: &Session) -> proto::Session {
@@ -102,6 +108,22 @@ fn snapshot_to_proto(i: &SnapshotInfo) -> proto::SnapshotInfo {
     }
 }
 
+/// The id a client chose for its new session: a UUID written as servers
+/// write them (lowercase, hyphenated), because a proxy routes by the exact
+/// text and every later call names the id the server returns.
+fn chosen_id(raw: &str) -> wsfs::Result<Option<String>> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    match uuid::Uuid::try_parse(raw) {
+        Ok(id) if id.hyphenated().to_string() == raw => Ok(Some(id.to_string())),
+        _ => Err(Error::invalid_argument(format!(
+            "session_id '{}' is not a UUID in lowercase hyphenated form (like 67e55044-10b1-426f-9247-bb680e5fe0c8)",
+            wsfs::path::quote(raw)
+        ))),
+    }
+}
+
 fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> {
     crate::registry::check_labels(r.labels.iter())?;
     let backend = match proto::session::Backend::try_from(r.backend) {
@@ -142,6 +164,7 @@ fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> 
     let mut seed_files: Vec<_> = r.seed_files.into_iter().collect();
     seed_files.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(SessionSpec {
+        id: chosen_id(&r.session_id)?,
         backend: Some(backend),
         root: Some(r.root).filter(|s| !s.is_empty()).map(Into::into),
         mounts: r
@@ -174,7 +197,7 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::CreateSessionRequest>,
     ) -> Result<Response<proto::Session>, Status> {
-        let admitted = self.auth.require_admin(request.metadata());
+        let admitted = self.admit(request.metadata(), &request.get_ref().session_id);
         let r = request.into_inner();
         traced("CreateSession", "", &r.root.clone(), async {
             admitted?;
@@ -193,7 +216,7 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::GetSessionRequest>,
     ) -> Result<Response<proto::Session>, Status> {
-        let admitted = self.auth.require_admin(request.metadata());
+        let admitted = self.admit(request.metadata(), &request.get_ref().session_id);
         let r = request.into_inner();
         traced("GetSession", &r.session_id, "", async {
             admitted?;
@@ -268,7 +291,7 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::DeleteSessionRequest>,
     ) -> Result<Response<proto::DeleteSessionResponse>, Status> {
-        let admitted = self.auth.require_admin(request.metadata());
+        let admitted = self.admit(request.metadata(), &request.get_ref().session_id);
         let r = request.into_inner();
         traced("DeleteSession", &r.session_id, "", async {
             admitted?;
@@ -285,7 +308,7 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::SnapshotRequest>,
     ) -> Result<Response<proto::SnapshotInfo>, Status> {
-        let admitted = self.auth.require_admin(request.metadata());
+        let admitted = self.admit(request.metadata(), &request.get_ref().session_id);
         let r = request.into_inner();
         traced("Snapshot", &r.session_id, "", async {
             admitted?;
@@ -300,7 +323,7 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::RestoreRequest>,
     ) -> Result<Response<proto::RestoreResponse>, Status> {
-        let admitted = self.auth.require_admin(request.metadata());
+        let admitted = self.admit(request.metadata(), &request.get_ref().session_id);
         let r = request.into_inner();
         traced("Restore", &r.session_id, "", async {
             admitted?;
@@ -327,7 +350,7 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::ListSnapshotsRequest>,
     ) -> Result<Response<proto::ListSnapshotsResponse>, Status> {
-        let admitted = self.auth.require_admin(request.metadata());
+        let admitted = self.admit(request.metadata(), &request.get_ref().session_id);
         let r = request.into_inner();
         traced("ListSnapshots", &r.session_id, "", async {
             admitted?;
@@ -346,7 +369,7 @@ impl sessions_server::Sessions for SessionsService {
     ) -> Result<Response<proto::DiffSnapshotResponse>, Status> {
         use crate::snapshots::diff::{diff, DiffKind};
         use proto::snapshot_change::Kind;
-        let admitted = self.auth.require_admin(request.metadata());
+        let admitted = self.admit(request.metadata(), &request.get_ref().session_id);
         let r = request.into_inner();
         traced("DiffSnapshot", &r.session_id, "", async {
             admitted?;
@@ -380,7 +403,7 @@ impl sessions_server::Sessions for SessionsService {
     ) -> Result<Response<Self::ReadSnapshotFileStream>, Status> {
         use futures::StreamExt;
         use proto::snapshot_file_chunk::Payload;
-        let admitted = self.auth.require_admin(request.metadata());
+        let admitted = self.admit(request.metadata(), &request.get_ref().session_id);
         let r = request.into_inner();
         traced("ReadSnapshotFile", &r.session_id, &r.path, async {
             admitted?;
@@ -425,7 +448,7 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::DeleteSnapshotRequest>,
     ) -> Result<Response<proto::DeleteSnapshotResponse>, Status> {
-        let admitted = self.auth.require_admin(request.metadata());
+        let admitted = self.admit(request.metadata(), &request.get_ref().session_id);
         let r = request.into_inner();
         traced("DeleteSnapshot", &r.session_id, "", async {
             admitted?;
@@ -442,7 +465,7 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::ExportArchiveRequest>,
     ) -> Result<Response<Self::ExportArchiveStream>, Status> {
-        let admitted = self.auth.require_admin(request.metadata());
+        let admitted = self.admit(request.metadata(), &request.get_ref().session_id);
         let r = request.into_inner();
         let session_id = r.session_id.clone();
         traced("ExportArchive", &r.session_id, "", async {
@@ -468,12 +491,13 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<Streaming<proto::ImportArchiveRequest>>,
     ) -> Result<Response<proto::ImportArchiveResponse>, Status> {
-        let admitted = self.auth.require_admin(request.metadata());
+        let (metadata, _, stream) = request.into_parts();
+        let admitted = self.auth.require_admin(&metadata);
         // The session id arrives in the stream; the log line names it then.
         let mut session_id = String::new();
         let result = traced("ImportArchive", "", "", async {
             admitted?;
-            super::archive::import(&self.registry, request.into_inner(), &mut session_id).await
+            super::archive::import(&self.registry, stream, &metadata, &mut session_id).await
         })
         .await;
         tracing::debug!(session = %session_id, ok = result.is_ok(), "ImportArchive done");
@@ -486,6 +510,7 @@ impl sessions_server::Sessions for SessionsService {
     ) -> Result<Response<proto::IssueTokenResponse>, Status> {
         let (metadata, _, r) = request.into_parts();
         traced("IssueToken", &r.session_id, "", async {
+            super::check_route(&metadata, &r.session_id)?;
             self.auth.require_admin_or_system(&metadata, &r.session_id)?;
             let caller = Caller::named(&r.caller)?;
             if !self.auth.tokens_on() {

@@ -38,7 +38,7 @@ class HostMount(_message.Message):
     def __init__(self, host_path: _Optional[str] = ..., mount_path: _Optional[str] = ..., include_glob: _Optional[_Iterable[str]] = ..., exclude_glob: _Optional[_Iterable[str]] = ..., max_bytes: _Optional[int] = ..., follow_symlinks: bool = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("backend", "root", "mounts", "seed_files", "read_only", "limits", "layout", "labels", "idle_ttl_seconds", "container")
+    __slots__ = ("backend", "root", "mounts", "seed_files", "read_only", "limits", "layout", "labels", "idle_ttl_seconds", "session_id", "container")
     class SeedFilesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +62,7 @@ class CreateSessionRequest(_message.Message):
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     IDLE_TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_FIELD_NUMBER: _ClassVar[int]
     backend: Session.Backend
     root: str
@@ -72,8 +73,9 @@ class CreateSessionRequest(_message.Message):
     layout: Session.Layout
     labels: _containers.ScalarMap[str, str]
     idle_ttl_seconds: int
+    session_id: str
     container: ContainerSpec
-    def __init__(self, backend: _Optional[_Union[Session.Backend, str]] = ..., root: _Optional[str] = ..., mounts: _Optional[_Iterable[_Union[HostMount, _Mapping]]] = ..., seed_files: _Optional[_Mapping[str, bytes]] = ..., read_only: bool = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ..., container: _Optional[_Union[ContainerSpec, _Mapping]] = ...) -> None: ...
+    def __init__(self, backend: _Optional[_Union[Session.Backend, str]] = ..., root: _Optional[str] = ..., mounts: _Optional[_Iterable[_Union[HostMount, _Mapping]]] = ..., seed_files: _Optional[_Mapping[str, bytes]] = ..., read_only: bool = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ..., session_id: _Optional[str] = ..., container: _Optional[_Union[ContainerSpec, _Mapping]] = ...) -> None: ...
 
 class ContainerSpec(_message.Message):
     __slots__ = ("runtime", "name", "workdir")

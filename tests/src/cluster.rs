@@ -1,0 +1,318 @@
+//! Several real `wsfs-server` processes behind a real nginx, configured from
+//! the shipped `deploy/nginx/wsfs.conf` with only its ports and file paths
+//! changed: what the proxy test and the conformance suite's `grpc_proxy`
+//! factory talk to.
+//!
+//! The binaries are the ones cargo built beside the test binary:
+//! `cargo test --workspace` builds them; to run one test binary of this
+//! crate alone, `cargo build -p wsfs-server -p wsfs-client --bins` first.
+//! Every process dies with the test process (`PR_SET_PDEATHSIG`), so that no
+//! replica or proxy outlives a run, even a killed one, and a [`Cluster`]
+//! kept in a static for a whole test binary needs no cleanup.
+
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::{mpsc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The nginx configuration the repository ships.
+pub const SHIPPED_NGINX_CONF: &str = include_str!("../../deploy/nginx/wsfs.conf");
+
+/// How long a process may take to start listening.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// One `wsfs-server` process with its own data directory and port.
+pub struct Replica {
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    child: Child,
+    /// Held so that the server never writes into a closed pipe.
+    _stdout: std::io::BufReader<ChildStdout>,
+}
+
+impl Replica {
+    /// `http://127.0.0.1:PORT`: this replica directly, past the proxy.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+/// Replicas and the nginx in front of them, in a directory of their own.
+pub struct Cluster {
+    pub replicas: Vec<Replica>,
+    /// The proxy's address.
+    pub proxy: SocketAddr,
+    nginx: Child,
+    dir: PathBuf,
+}
+
+impl Cluster {
+    /// `replicas` servers behind nginx; `None` (the caller returns early)
+    /// when nginx is not installed and not required.
+    pub fn start(replicas: usize) -> Option<Cluster> {
+        let nginx = crate::kit::system_tool("nginx")?;
+        Some(Cluster::start_with(&nginx, replicas))
+    }
+
+    fn start_with(nginx: &Path, replicas: usize) -> Cluster {
+        let dir = fresh_dir();
+        let replicas: Vec<Replica> = (0..replicas).map(|i| start_replica(&dir, i)).collect();
+        let addrs: Vec<SocketAddr> = replicas.iter().map(|r| r.addr).collect();
+        let (nginx, proxy) = start_nginx(nginx, &dir, &addrs);
+        Cluster {
+            replicas,
+            proxy,
+            nginx,
+            dir,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT` of the proxy.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.proxy)
+    }
+
+    /// The proxy's error log, for a failing assertion's message.
+    pub fn proxy_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.nginx.kill();
+        let _ = self.nginx.wait();
+        for replica in &mut self.replicas {
+            let _ = replica.child.kill();
+            let _ = replica.child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The binary `name` that cargo built beside this test binary.
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    // target/<profile>/deps/<test>: the binaries are in target/<profile>.
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary sits in target/<profile>/deps");
+    let path = profile_dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: build it first (cargo build -p wsfs-server -p wsfs-client --bins)",
+        path.display()
+    );
+    path
+}
+
+/// A directory for one cluster under the build's temporary directory;
+/// those of test processes that are gone are removed first (a static
+/// cluster is never dropped).
+fn fresh_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let base = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps")
+        .join("tmp")
+        .join("wsfs-clusters");
+    if let Ok(entries) = std::fs::read_dir(&base) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = name.split('-').next().unwrap_or_default();
+            if !Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = base.join(format!("{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("the cluster's directory");
+    dir
+}
+
+fn start_replica(dir: &Path, index: usize) -> Replica {
+    let home = dir.join(format!("replica-{index}"));
+    std::fs::create_dir_all(&home).expect("the replica's directory");
+    let log = std::fs::File::create(home.join("server.log")).expect("the replica's log");
+    let data_dir = home.join("data");
+    let mut command = Command::new(binary("wsfs-server"));
+    command
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data_dir)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log);
+    // The test's own WSFS_* settings (a token, a server URL) are not the
+    // replica's.
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("WSFS_") {
+            command.env_remove(key);
+        }
+    }
+    let mut child = spawn_tied(command);
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut line = String::new();
+    stdout
+        .read_line(&mut line)
+        .expect("the replica's first line");
+    // "wsfs-server listening on 127.0.0.1:PORT (...)"
+    let addr = line
+        .split_whitespace()
+        .nth(3)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("replica {index} did not say where it listens: {line:?}"));
+    Replica {
+        addr,
+        data_dir,
+        child,
+        _stdout: stdout,
+    }
+}
+
+/// The shipped configuration with its replicas, listening port and file
+/// paths replaced, and nothing else. Panics when the shipped file no
+/// longer has the lines it replaces, so that the two cannot drift apart.
+pub fn render_nginx_conf(listen: SocketAddr, replicas: &[SocketAddr], dir: &Path) -> String {
+    const SERVER: &str = "server 127.0.0.1:50051 ";
+    const LISTEN: &str = "listen 8080 ";
+    const ACCESS_LOG: &str = "/var/log/nginx/wsfs-access.log";
+    let mut out = String::new();
+    let mut replaced = (0, 0, 0, 0);
+    for line in SHIPPED_NGINX_CONF.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("server 127.0.0.1:") {
+            // The first shipped replica line is the template of every one.
+            if line.contains(SERVER) {
+                for addr in replicas {
+                    out.push_str(&line.replacen("127.0.0.1:50051", &addr.to_string(), 1));
+                    out.push('\n');
+                }
+                replaced.0 += 1;
+            }
+            continue;
+        }
+        if line.contains(LISTEN) {
+            out.push_str(&line.replacen("8080", &listen.to_string(), 1));
+            replaced.1 += 1;
+        } else if line.contains(ACCESS_LOG) {
+            let path = dir.join("access.log");
+            out.push_str(&line.replacen(ACCESS_LOG, &path.display().to_string(), 1));
+            replaced.2 += 1;
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+        if trimmed == "http {" {
+            // Where nginx keeps request and response bodies it buffers:
+            // inside the cluster's directory rather than the system's.
+            for kind in ["client_body", "proxy", "fastcgi", "uwsgi", "scgi"] {
+                let path = dir.join(format!("{kind}_temp"));
+                out.push_str(&format!("    {kind}_temp_path {};\n", path.display()));
+            }
+            replaced.3 += 1;
+        }
+    }
+    assert_eq!(
+        replaced,
+        (1, 1, 1, 1),
+        "the shipped nginx configuration changed shape: one replica line, one listen, one access log and one http block expected"
+    );
+    out
+}
+
+fn start_nginx(nginx: &Path, dir: &Path, replicas: &[SocketAddr]) -> (Child, SocketAddr) {
+    let listen = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+        probe.local_addr().expect("its address")
+    };
+    let conf = dir.join("nginx.conf");
+    std::fs::write(&conf, render_nginx_conf(listen, replicas, dir)).expect("nginx.conf");
+    let mut command = Command::new(nginx);
+    command
+        .arg("-p")
+        .arg(dir)
+        .arg("-e")
+        .arg(dir.join("error.log"))
+        .arg("-c")
+        .arg(&conf)
+        // One process (no master and workers), so that the signal that
+        // stops it stops all of nginx.
+        .arg("-g")
+        .arg(format!(
+            "daemon off; master_process off; pid {};",
+            dir.join("nginx.pid").display()
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = spawn_tied(command);
+    let started = Instant::now();
+    loop {
+        if std::net::TcpStream::connect(listen).is_ok() {
+            return (child, listen);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+            panic!("nginx exited ({status}) before listening:\n{log}");
+        }
+        assert!(
+            started.elapsed() < START_TIMEOUT,
+            "nginx did not listen on {listen} within {START_TIMEOUT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+/// Spawns `command` so that its process is killed when this test process
+/// ends. `PR_SET_PDEATHSIG` fires when the *thread* that forked the child
+/// ends, and test threads end with their test: every child is therefore
+/// forked by one thread that lives as long as the process.
+fn spawn_tied(mut command: Command) -> Child {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork
+    // and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let spawner = SPAWNER.get_or_init(|| {
+        let (requests, incoming) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("process-spawner".into())
+            .spawn(move || {
+                for (mut command, reply) in incoming {
+                    let _ = reply.send(command.spawn());
+                }
+                // The sender lives in a static: this loop never ends, and
+                // the thread never exits while children depend on it.
+            })
+            .expect("the spawner thread");
+        Mutex::new(requests)
+    });
+    let program = command.get_program().to_string_lossy().into_owned();
+    let (reply, spawned) = mpsc::channel();
+    spawner
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send((command, reply))
+        .expect("the spawner thread is alive");
+    spawned
+        .recv()
+        .expect("the spawner answers")
+        .unwrap_or_else(|e| panic!("cannot start {program}: {e}"))
+}

@@ -1,0 +1,326 @@
+//! Routing by a standard proxy: three real `wsfs-server` processes behind a
+//! real nginx running the shipped `deploy/nginx/wsfs.conf` (ports and file
+//! paths substituted), and clients that know only the proxy's address.
+//! Without nginx on PATH each test says so and passes, unless
+//! `WSFS_REQUIRE_TOOLS=1`.
+
+use futures::StreamExt;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
+use std::time::Duration;
+use tonic::{Code, Request};
+use wsfs::proto;
+use wsfs_client::{ChangeKind, Client, Session, SessionOptions, WriteOptions};
+use wsfs_tests::cluster::{binary, Cluster};
+use wsfs_tests::kit::{reason, Rng};
+
+const REPLICAS: usize = 3;
+
+/// One set of replicas and one nginx for the whole test binary: the
+/// processes outlive each test's runtime and die with the test process.
+fn cluster() -> Option<&'static Cluster> {
+    static CLUSTER: OnceLock<Option<Cluster>> = OnceLock::new();
+    CLUSTER.get_or_init(|| Cluster::start(REPLICAS)).as_ref()
+}
+
+async fn through_proxy(cluster: &Cluster) -> Client {
+    Client::connect(&cluster.url()).await.unwrap()
+}
+
+/// Which replica holds each session carrying `label`, asking every replica
+/// directly (ListSessions through the proxy sees one replica only).
+async fn placement(cluster: &Cluster, label: &str) -> BTreeMap<String, usize> {
+    let mut held = BTreeMap::new();
+    for (index, replica) in cluster.replicas.iter().enumerate() {
+        let direct = Client::connect(&replica.url()).await.unwrap();
+        for s in direct
+            .list_sessions_labelled(&labels(label), false)
+            .await
+            .unwrap()
+        {
+            let before = held.insert(s.id.clone(), index);
+            assert_eq!(before, None, "session {} is on two replicas", s.id);
+        }
+    }
+    held
+}
+
+fn labels(test: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([("test".to_string(), test.to_string())])
+}
+
+/// Creates sessions labelled `label` through the proxy until every replica
+/// holds one; returns one per replica.
+async fn one_session_per_replica(
+    client: &Client,
+    cluster: &Cluster,
+    label: &str,
+) -> Vec<(Session, usize)> {
+    let mut created = Vec::new();
+    for _ in 0..60 {
+        let (session, _) = client
+            .create(SessionOptions::memory().label("test", label))
+            .await
+            .unwrap();
+        created.push(session);
+        let held = placement(cluster, label).await;
+        let replicas: BTreeSet<usize> = held.values().copied().collect();
+        if replicas.len() == REPLICAS {
+            let mut one_each: BTreeMap<usize, Session> = BTreeMap::new();
+            for session in created {
+                one_each.entry(held[session.id()]).or_insert(session);
+            }
+            return one_each.into_iter().map(|(r, s)| (s, r)).collect();
+        }
+    }
+    panic!("60 sessions never reached all {REPLICAS} replicas");
+}
+
+#[tokio::test]
+async fn sessions_created_through_the_proxy_spread_over_the_replicas_each_on_one() {
+    let Some(cluster) = cluster() else { return };
+    let client = through_proxy(cluster).await;
+    let mut ids = BTreeSet::new();
+    for _ in 0..30 {
+        let info = client
+            .create_session(SessionOptions::memory().label("test", "spread"))
+            .await
+            .unwrap();
+        ids.insert(info.id);
+    }
+    let held = placement(cluster, "spread").await;
+    assert_eq!(held.keys().cloned().collect::<BTreeSet<_>>(), ids);
+    let used: BTreeSet<usize> = held.values().copied().collect();
+    assert!(used.len() >= 2, "30 sessions all on one replica: {held:?}");
+    // Every later call of a session reaches the replica that created it.
+    for id in &ids {
+        assert_eq!(&client.get_session(id).await.unwrap().id, id);
+        client.session(id).write_str("a.txt", id).await.unwrap();
+        assert_eq!(
+            client.session(id).read_to_string("a.txt").await.unwrap(),
+            *id
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_kind_of_call_works_through_the_proxy_on_every_replica() {
+    let Some(cluster) = cluster() else { return };
+    let client = through_proxy(cluster).await;
+    for (session, replica) in one_session_per_replica(&client, cluster, "every-call").await {
+        let on = format!("session {} on replica {replica}", session.id());
+        unary_calls(&session).await;
+        byte_streams(&session, replica as u64).await;
+        grep_stream(&session).await;
+        watch_stream(&session).await;
+        archives(&client, &session).await;
+        snapshots(&client, &session).await;
+        let deleted = client.delete_session(session.id()).await;
+        assert!(deleted.is_ok(), "{on}: {deleted:?}");
+        let gone = client.get_session(session.id()).await.unwrap_err();
+        assert_eq!(gone.reason(), "SESSION_NOT_FOUND", "{on}");
+    }
+}
+
+async fn unary_calls(session: &Session) {
+    session
+        .write_str("src/main.rs", "fn main() {}\n")
+        .await
+        .unwrap();
+    let edited = wsfs::EditSpec {
+        old_text: "{}".into(),
+        new_text: "{ run() }".into(),
+        replace_all: false,
+        if_version: None,
+        dry_run: false,
+    };
+    wsfs::Filesystem::edit(session, &wsfs_tests::kit::p("src/main.rs"), edited)
+        .await
+        .unwrap();
+    assert_eq!(
+        session.read_to_string("src/main.rs").await.unwrap(),
+        "fn main() { run() }\n"
+    );
+    let found = session.glob_query("**/*.rs").run().await.unwrap();
+    assert_eq!(found.paths.len(), 1);
+}
+
+async fn byte_streams(session: &Session, seed: u64) {
+    let data = Rng(seed).bytes(4 * 1024 * 1024 + 17);
+    let written = session
+        .upload(
+            "data/blob.bin",
+            std::io::Cursor::new(data.clone()),
+            WriteOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(written.size, data.len() as u64);
+    let mut back = Vec::new();
+    session.download("data/blob.bin", &mut back).await.unwrap();
+    assert!(back == data, "the download differs from the upload");
+}
+
+async fn grep_stream(session: &Session) {
+    let (matches, summary) = session.grep_query("run").collect().await.unwrap();
+    assert_eq!(matches.len(), 1);
+    assert_eq!(matches[0].path.as_str(), "src/main.rs");
+    assert!(summary.files_searched >= 1);
+}
+
+async fn watch_stream(session: &Session) {
+    let mut events = session.watch("").recursive().stream().await.unwrap();
+    let ready = events.next().await.unwrap().unwrap();
+    assert_eq!(ready.kind(), ChangeKind::Ready);
+    session.write_str("watched.txt", "hello").await.unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let event = events.next().await.unwrap().unwrap();
+            if event.kind() != ChangeKind::Keepalive {
+                return event;
+            }
+        }
+    })
+    .await
+    .expect("an event through the proxy within 10 s");
+    assert_eq!(event.kind(), ChangeKind::Created);
+    assert_eq!(event.path, "watched.txt");
+}
+
+async fn archives(client: &Client, session: &Session) {
+    let mut archive = Vec::new();
+    session.export_to_writer(&mut archive, None).await.unwrap();
+    let (copy, info) = client.create(SessionOptions::memory()).await.unwrap();
+    copy.import_from_reader(std::io::Cursor::new(archive))
+        .await
+        .unwrap();
+    assert_eq!(
+        copy.read_to_string("src/main.rs").await.unwrap(),
+        "fn main() { run() }\n"
+    );
+    client.delete_session(&info.id).await.unwrap();
+}
+
+async fn snapshots(client: &Client, session: &Session) {
+    let snapshot = client.snapshot(session.id(), "before").await.unwrap();
+    session.write_str("src/main.rs", "changed\n").await.unwrap();
+    client.restore(session.id(), &snapshot.id).await.unwrap();
+    assert_eq!(
+        session.read_to_string("src/main.rs").await.unwrap(),
+        "fn main() { run() }\n"
+    );
+    assert_eq!(client.list_snapshots(session.id()).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_call_routed_by_another_session_is_refused_through_the_proxy() {
+    let Some(cluster) = cluster() else { return };
+    let client = through_proxy(cluster).await;
+    let sessions = one_session_per_replica(&client, cluster, "misrouted").await;
+    let (a, b) = (&sessions[0].0, &sessions[1].0);
+    let mut request = Request::new(proto::WriteRequest {
+        session_id: a.id().to_string(),
+        path: "a.txt".into(),
+        content: "misrouted".into(),
+        ..Default::default()
+    });
+    request
+        .metadata_mut()
+        .insert(wsfs::SESSION_HEADER, b.id().parse().unwrap());
+    let status = client.raw_filesystem().write(request).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert_eq!(reason(&status), "INVALID_ARGUMENT");
+    assert!(status.message().contains(wsfs::SESSION_HEADER));
+    for (session, _) in &sessions {
+        let exists = wsfs::Filesystem::exists(session, &wsfs_tests::kit::p("a.txt")).await;
+        assert_eq!(exists.unwrap(), None);
+    }
+}
+
+#[tokio::test]
+async fn list_sessions_through_the_proxy_lists_one_replica_every_time() {
+    let Some(cluster) = cluster() else { return };
+    let client = through_proxy(cluster).await;
+    one_session_per_replica(&client, cluster, "listed").await;
+    let held = placement(cluster, "listed").await;
+    let listed = |c: Client| async move {
+        c.list_sessions_labelled(&labels("listed"), false)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect::<BTreeSet<_>>()
+    };
+    let first = listed(client.clone()).await;
+    let replica = held[first.iter().next().expect("one replica's sessions")];
+    let on_that_replica: BTreeSet<String> = held
+        .iter()
+        .filter(|(_, r)| **r == replica)
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert_eq!(first, on_that_replica);
+    assert!(first.len() < held.len(), "the proxy listed every replica");
+    for _ in 0..5 {
+        assert_eq!(listed(through_proxy(cluster).await).await, first);
+    }
+}
+
+#[tokio::test]
+async fn the_cli_works_through_the_proxy() {
+    let Some(cluster) = cluster() else { return };
+    let home = tempfile::tempdir().unwrap();
+    let wsfs = |args: &[&str], session: Option<&str>, stdin: Option<Vec<u8>>| {
+        let mut command = std::process::Command::new(binary("wsfs"));
+        command
+            .args(args)
+            .env_remove("WSFS_TOKEN")
+            .env_remove("WSFS_CA")
+            .env("WSFS_SERVER", cluster.url())
+            .env("WSFS_CONFIG", home.path().join("context.json"))
+            .env("HOME", home.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        match session {
+            Some(id) => command.env("WSFS_SESSION", id),
+            None => command.env_remove("WSFS_SESSION"),
+        };
+        let mut child = command.spawn().unwrap();
+        let mut input = child.stdin.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let _ = input.write_all(&stdin.unwrap_or_default());
+        });
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "wsfs {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        let created = wsfs(&["session", "create", "--label", "test=cli"], None, None);
+        ids.push(String::from_utf8(created).unwrap().trim().to_string());
+    }
+    let data = Rng(9).bytes(2 * 1024 * 1024);
+    for id in &ids {
+        wsfs(&["write", "notes.md", id], Some(id), None);
+        assert_eq!(
+            wsfs(&["cat", "notes.md"], Some(id), None),
+            format!("{id}\n").into_bytes()
+        );
+        wsfs(&["put", "-", "blob.bin"], Some(id), Some(data.clone()));
+        assert!(wsfs(&["get", "blob.bin", "-"], Some(id), None) == data);
+    }
+    let held = placement(cluster, "cli").await;
+    assert_eq!(
+        held.keys().cloned().collect::<BTreeSet<_>>(),
+        ids.iter().cloned().collect()
+    );
+    for id in &ids {
+        wsfs(&["session", "rm", id], None, None);
+    }
+    assert!(placement(cluster, "cli").await.is_empty());
+}
