@@ -6,7 +6,9 @@
 //! value that breaks the protocol (a negative size, an unknown kind, a path
 //! that climbs out of the root) is `INTERNAL`, never a panic.
 
-use crate::sessions::{Backend, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions};
+use crate::sessions::{
+    Backend, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions, SnapshotRef,
+};
 use bytes::Bytes;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -471,6 +473,10 @@ pub(crate) fn create_session_request(o: SessionOptions) -> Result<proto::CreateS
         .into(),
         labels: o.labels.into_iter().collect(),
         idle_ttl_seconds: o.idle_ttl.map(ttl_seconds).unwrap_or(0),
+        from_snapshot: o.from_snapshot.map(|f| proto::SnapshotRef {
+            session_id: f.session_id,
+            snapshot_id: f.snapshot_id,
+        }),
     })
 }
 
@@ -508,6 +514,10 @@ pub(crate) fn session_info(s: proto::Session) -> Result<SessionInfo> {
         token: (!s.token.is_empty()).then_some(s.token),
         last_active_at: s.last_active_at.map(|t| system_time(Some(t))),
         open_streams: s.open_streams,
+        forked_from: s.forked_from.map(|f| SnapshotRef {
+            session_id: f.session_id,
+            snapshot_id: f.snapshot_id,
+        }),
     })
 }
 
@@ -868,11 +878,17 @@ mod tests {
             token: "tok".into(),
             last_active_at: Some((created + Duration::from_secs(5)).into()),
             open_streams: 2,
+            forked_from: Some(proto::SnapshotRef {
+                session_id: "a1".into(),
+                snapshot_id: "b2".into(),
+            }),
         })
         .unwrap();
         assert_eq!(info.id, "0f0e");
         assert_eq!(info.last_active_at, Some(created + Duration::from_secs(5)));
         assert_eq!(info.open_streams, 2);
+        let origin = info.forked_from.as_ref().unwrap();
+        assert_eq!((&*origin.session_id, &*origin.snapshot_id), ("a1", "b2"));
         assert_eq!(info.backend, Backend::Directory);
         assert_eq!(info.root_path, Some(PathBuf::from("/var/lib/wsfs/0f0e")));
         assert_eq!(info.created_at, created);

@@ -68,7 +68,9 @@ mod watch;
 pub use client::{endpoint, Client, IssuedToken, MAX_MESSAGE_BYTES};
 pub use query::{GlobBuilder, GrepBuilder};
 pub use session::{parse_path, Session};
-pub use sessions::{Backend, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions};
+pub use sessions::{
+    Backend, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions, SnapshotRef,
+};
 pub use snapshots::{Restored, SnapshotChange, SnapshotChangeKind, SnapshotDiff, SnapshotInfo};
 pub use watch::{ChangeEvent, ChangeKind, ChangesResponse, WatchBuilder};
 

@@ -23,6 +23,8 @@ use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, Filesystem, Result, WriteMode, WriteOptions};
 
+mod fork;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
@@ -43,6 +45,39 @@ pub struct SessionRecord {
     pub labels: BTreeMap<String, String>,
     pub idle_ttl_seconds: u64,
     pub layout: Layout,
+    /// A fork: the snapshot it was made from.
+    pub forked_from: Option<SnapshotRef>,
+}
+
+/// One snapshot of one session, as a fork names its origin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRef {
+    pub session_id: String,
+    pub snapshot_id: String,
+}
+
+impl SessionRecord {
+    /// The record of a session made now, as `spec` asks.
+    fn new(
+        id: String,
+        backend: BackendKind,
+        root_path: Option<PathBuf>,
+        limits: SessionLimits,
+        spec: SessionSpec,
+    ) -> Self {
+        SessionRecord {
+            id,
+            backend,
+            root_path,
+            created_at: SystemTime::now(),
+            limits,
+            read_only: spec.read_only,
+            labels: spec.labels,
+            idle_ttl_seconds: spec.idle_ttl_seconds,
+            layout: spec.layout,
+            forked_from: None,
+        }
+    }
 }
 
 /// What CreateSession asks for, parsed.
@@ -59,7 +94,16 @@ pub struct SessionSpec {
     pub labels: BTreeMap<String, String>,
     pub idle_ttl_seconds: u64,
     pub layout: Layout,
+    /// A fork of this snapshot ([`fork`]).
+    pub from_snapshot: Option<SnapshotRef>,
 }
+
+/// A workspace as a session holds it: files, archive target, snapshots.
+type Handles = (
+    Arc<dyn Filesystem>,
+    Arc<dyn ArchiveTarget>,
+    Arc<dyn SnapshotStore>,
+);
 
 /// A live session.
 pub struct Session {
@@ -220,6 +264,8 @@ struct PersistedSession {
     /// whatever its path names by then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     root_identity: Option<RootIdentity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    forked_from: Option<SnapshotRef>,
 }
 
 /// A directory's identity: its device and inode.
@@ -249,6 +295,7 @@ impl PersistedSession {
             labels: r.labels.clone(),
             idle_ttl_seconds: r.idle_ttl_seconds,
             layout: r.layout,
+            forked_from: r.forked_from.clone(),
         }
     }
 
@@ -271,6 +318,7 @@ impl PersistedSession {
             labels: self.labels,
             idle_ttl_seconds: self.idle_ttl_seconds,
             layout: self.layout,
+            forked_from: self.forked_from,
         }
     }
 }
@@ -603,6 +651,9 @@ impl SessionRegistry {
     }
 
     pub async fn create(&self, spec: SessionSpec) -> Result<Arc<Session>> {
+        if spec.from_snapshot.is_some() {
+            return self.fork(spec).await;
+        }
         let _slot = self.reserve_slot()?;
         let id = uuid::Uuid::new_v4().to_string();
         let limits = SessionLimits::resolve(spec.limits.as_ref(), self.config.max_write_bytes);
@@ -620,11 +671,6 @@ impl SessionRegistry {
         // host files that grow after the scan.)
         crate::quota::check_initial(&limits, crate::mounts::initial_usage(&mounts, &seeds))?;
         let backend = spec.backend.unwrap_or(BackendKind::Memory);
-        type Handles = (
-            Arc<dyn Filesystem>,
-            Arc<dyn ArchiveTarget>,
-            Arc<dyn SnapshotStore>,
-        );
         let mut root_identity = None;
         let ((fs, archive, snapshots), root_path, owned_dir): (Handles, _, _) = match backend {
             BackendKind::Memory => {
@@ -686,17 +732,7 @@ impl SessionRegistry {
                 ((ws.clone(), ws, snapshots), Some(root), Some(session_dir))
             }
         };
-        let record = SessionRecord {
-            id: id.clone(),
-            backend,
-            root_path,
-            created_at: SystemTime::now(),
-            limits,
-            read_only: spec.read_only,
-            labels: spec.labels,
-            idle_ttl_seconds: spec.idle_ttl_seconds,
-            layout: spec.layout,
-        };
+        let record = SessionRecord::new(id, backend, root_path, limits, spec);
         if let (Some(dir), Some(root)) = (&owned_dir, &record.root_path) {
             let persisted = PersistedSession::from_record(&record, root, root_identity);
             if let Err(e) = write_session_file(dir, &persisted, self.config.durability) {
@@ -704,6 +740,16 @@ impl SessionRegistry {
                 return Err(e);
             }
         }
+        Ok(self.insert(record, (fs, archive, snapshots), owned_dir))
+    }
+
+    /// Makes a session of a workspace that is ready, and lists it.
+    fn insert(
+        &self,
+        record: SessionRecord,
+        (fs, archive, snapshots): Handles,
+        owned_dir: Option<PathBuf>,
+    ) -> Arc<Session> {
         let events = Arc::new(crate::events::EventLog::new(self.config.watch_ring_events));
         let external = record.root_path.as_deref().and_then(|root| {
             crate::events::ExternalWatcher::start(
@@ -728,8 +774,8 @@ impl SessionRegistry {
         self.sessions
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, session.clone());
-        Ok(session)
+            .insert(session.record.id.clone(), session.clone());
+        session
     }
 
     /// Removes a session and everything it owns; returns how many files

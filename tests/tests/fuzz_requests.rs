@@ -241,6 +241,7 @@ fn create_session() -> impl Strategy<Value = CreateSessionRequest> {
                     labels: Default::default(),
                     // Never 1 s or less: a bystander must not expire mid-test.
                     idle_ttl_seconds: idle_ttl_seconds.max(3600),
+                    from_snapshot: None,
                 }
             },
         )

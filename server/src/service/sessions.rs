@@ -73,6 +73,10 @@ fn record_to_proto(r: &SessionRecord) -> proto::Session {
         token: String::new(),
         last_active_at: None,
         open_streams: 0,
+        forked_from: r.forked_from.as_ref().map(|f| proto::SnapshotRef {
+            session_id: f.session_id.clone(),
+            snapshot_id: f.snapshot_id.clone(),
+        }),
     }
 }
 
@@ -131,6 +135,10 @@ fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> 
         labels: r.labels.into_iter().collect(),
         idle_ttl_seconds: r.idle_ttl_seconds,
         layout,
+        from_snapshot: r.from_snapshot.map(|f| crate::registry::SnapshotRef {
+            session_id: f.session_id,
+            snapshot_id: f.snapshot_id,
+        }),
     })
 }
 
