@@ -505,3 +505,52 @@ async fn a_directory_fork_survives_a_restart() {
     client.restore(&fork_id, &snaps[0].id).await.unwrap();
     assert_eq!(state(&fork).await, base);
 }
+
+#[tokio::test]
+async fn a_fork_whose_caller_goes_away_leaves_nothing_behind() {
+    let server = TestServer::start().await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let many = (0..4000).fold(SessionOptions::directory(), |o, i| {
+        o.seed_file(format!("d{}/f{i}.txt", i % 40), format!("file {i}\n"))
+    });
+    let (origin, _) = client.create(many).await.unwrap();
+    let snapshot = client.snapshot(origin.id(), "many").await.unwrap();
+    let mut sessions = SessionsClient::new(server.channel().await);
+    let (ids, dirs) = (session_ids(&mut sessions).await, session_dirs(&server));
+    let mut cut_short = 0;
+    for wait_ms in [2, 5, 10, 20, 40, 80] {
+        let request = proto::CreateSessionRequest {
+            backend: proto::session::Backend::Directory as i32,
+            from_snapshot: Some(proto::SnapshotRef {
+                session_id: origin.id().to_string(),
+                snapshot_id: snapshot.id.clone(),
+            }),
+            ..Default::default()
+        };
+        let mut caller = sessions.clone();
+        let call = caller.create_session(request);
+        let made = tokio::time::timeout(std::time::Duration::from_millis(wait_ms), call).await;
+        if let Ok(made) = made {
+            // Finished before its caller left: a whole fork, kept.
+            let id = made.unwrap().into_inner().session_id;
+            client.delete_session(&id).await.unwrap();
+            continue;
+        }
+        // Whatever the fork had made goes once its task stops.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let now = (session_ids(&mut sessions).await, session_dirs(&server));
+            if now == (ids.clone(), dirs.clone()) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "after {wait_ms} ms: left behind {now:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        cut_short += 1;
+    }
+    assert!(cut_short > 0, "no fork was cut short by its caller");
+    assert_eq!(session_ids(&mut sessions).await, ids);
+}

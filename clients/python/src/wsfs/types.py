@@ -189,6 +189,8 @@ class SessionInfo:
     last_active_at: Optional[datetime] = None
     #: Streams open on the session when it was listed, Watch included.
     open_streams: int = 0
+    #: A fork: the (session_id, snapshot_id) it was made from.
+    forked_from: Optional[tuple[str, str]] = None
 
     @classmethod
     def _from_proto(cls, p: sessions_pb2.Session) -> "SessionInfo":
@@ -205,6 +207,11 @@ class SessionInfo:
             token=p.token or None,
             last_active_at=_time(p.last_active_at) if p.HasField("last_active_at") else None,
             open_streams=p.open_streams,
+            forked_from=(
+                (p.forked_from.session_id, p.forked_from.snapshot_id)
+                if p.HasField("forked_from")
+                else None
+            ),
         )
 
 
