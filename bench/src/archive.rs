@@ -17,7 +17,7 @@ use std::time::Instant;
 use wsfs_client::{Client, HostMount, SessionOptions};
 
 /// Runs a baseline command; its wall time in seconds.
-fn timed(command: &mut Command) -> Result<f64, String> {
+pub fn timed(command: &mut Command) -> Result<f64, String> {
     trees::settle();
     let started = Instant::now();
     let status = command

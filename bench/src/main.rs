@@ -13,6 +13,7 @@
 //!   git;
 //! - [`archive`]: ExportArchive, ImportArchive and host mounts beside
 //!   `zip`, `unzip` and `cp -r`.
+//! - [`fork`]: a fork of a 10,000-file DIRECTORY snapshot beside `cp -r`;
 //! - [`durability`]: small Writes, a Snapshot and a Restore on a server in
 //!   each `--durability` mode, `fsync` beside `none`.
 //!
@@ -28,6 +29,7 @@ mod archive;
 mod bytes;
 mod corpus;
 mod durability;
+mod fork;
 mod grep;
 mod machine;
 mod report;
@@ -51,6 +53,7 @@ enum Which {
     Small,
     Snapshot,
     Archive,
+    Fork,
     Durability,
 }
 
@@ -58,10 +61,11 @@ impl Which {
     /// The baseline programs this choice runs.
     fn tools(self) -> Vec<tools::Tool> {
         match self {
-            Which::All => vec![tools::RG, tools::GIT, tools::ZIP, tools::UNZIP],
+            Which::All => vec![tools::RG, tools::GIT, tools::ZIP, tools::UNZIP, tools::CP],
             Which::Grep => vec![tools::RG],
             Which::Snapshot => vec![tools::GIT],
             Which::Archive => vec![tools::ZIP, tools::UNZIP],
+            Which::Fork => vec![tools::CP],
             Which::Bytes | Which::Small | Which::Durability => Vec::new(),
         }
     }
@@ -69,7 +73,10 @@ impl Which {
     /// Whether it reads the server's data directory (so needs a server
     /// this program starts).
     fn needs_local_server(self) -> bool {
-        matches!(self, Which::All | Which::Snapshot | Which::Archive)
+        matches!(
+            self,
+            Which::All | Which::Snapshot | Which::Archive | Which::Fork
+        )
     }
 }
 
@@ -217,7 +224,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     tools::require(&cli.which.tools())?;
     if cli.server.is_some() && cli.which.needs_local_server() {
         return Err(
-            "the snapshot and archive figures read the server's data directory: \
+            "the snapshot, archive and fork figures read the server's data directory: \
              run them without --server (choose grep, bytes or small for an external server)"
                 .into(),
         );
@@ -317,7 +324,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             .await?,
         );
     }
-    if wants(Which::Snapshot) || wants(Which::Archive) {
+    if wants(Which::Snapshot) || wants(Which::Archive) || wants(Which::Fork) {
         let client = wsfs_client::Client::connect(&server.url)
             .await
             .map_err(|e| e.to_string())?;
@@ -350,6 +357,20 @@ async fn run(cli: Cli) -> Result<(), String> {
                 .await?,
             );
             let _ = std::fs::remove_dir_all(&dir);
+        }
+        if wants(Which::Fork) {
+            rows.extend(
+                fork::run(
+                    &client,
+                    &server_data,
+                    &base,
+                    settings.tree_files,
+                    SNAPSHOT_FILE_BYTES,
+                    settings.runs,
+                    &mut notes,
+                )
+                .await?,
+            );
         }
     }
     if wants(Which::Durability) {

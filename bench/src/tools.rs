@@ -45,6 +45,13 @@ pub const UNZIP: Tool = Tool {
     used_for: "the ImportArchive figure",
 };
 
+pub const CP: Tool = Tool {
+    program: "cp",
+    probe: "--version",
+    package: "coreutils",
+    used_for: "the fork figure",
+};
+
 fn installed(tool: &Tool) -> bool {
     Command::new(tool.program)
         .arg(tool.probe)

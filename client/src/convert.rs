@@ -8,7 +8,7 @@
 
 use crate::sessions::{
     Backend, ContainerSpec, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions,
-    SessionUsage,
+    SessionUsage, SnapshotRef,
 };
 use bytes::Bytes;
 use std::path::{Path, PathBuf};
@@ -483,6 +483,10 @@ pub(crate) fn create_session_request(o: SessionOptions) -> Result<proto::CreateS
         // Chosen here, not by the server, so that the creation carries the
         // id a proxy routes every later call of the session by.
         session_id: o.id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+        from_snapshot: o.from_snapshot.map(|f| proto::SnapshotRef {
+            session_id: f.session_id,
+            snapshot_id: f.snapshot_id,
+        }),
     })
 }
 
@@ -529,6 +533,10 @@ pub(crate) fn session_info(s: proto::Session) -> Result<SessionInfo> {
             runtime: c.runtime,
             name: c.name,
             workdir: c.workdir,
+        }),
+        forked_from: s.forked_from.map(|f| SnapshotRef {
+            session_id: f.session_id,
+            snapshot_id: f.snapshot_id,
         }),
     })
 }
@@ -912,6 +920,10 @@ mod tests {
                 bytes: 40,
             }),
             container: None,
+            forked_from: Some(proto::SnapshotRef {
+                session_id: "a1".into(),
+                snapshot_id: "b2".into(),
+            }),
         })
         .unwrap();
         assert_eq!(info.id, "0f0e");
@@ -924,6 +936,8 @@ mod tests {
         );
         assert_eq!(info.last_active_at, Some(created + Duration::from_secs(5)));
         assert_eq!(info.open_streams, 2);
+        let origin = info.forked_from.as_ref().unwrap();
+        assert_eq!((&*origin.session_id, &*origin.snapshot_id), ("a1", "b2"));
         assert_eq!(info.backend, Backend::Directory);
         assert_eq!(info.root_path, Some(PathBuf::from("/var/lib/wsfs/0f0e")));
         assert_eq!(info.created_at, created);

@@ -70,7 +70,7 @@ pub use query::{GlobBuilder, GrepBuilder};
 pub use session::{parse_path, Session};
 pub use sessions::{
     Backend, ContainerSpec, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions,
-    SessionUsage,
+    SessionUsage, SnapshotRef,
 };
 pub use snapshots::{Restored, SnapshotChange, SnapshotChangeKind, SnapshotDiff, SnapshotInfo};
 pub use watch::{ChangeEvent, ChangeKind, ChangesResponse, WatchBuilder};

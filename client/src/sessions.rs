@@ -127,6 +127,15 @@ pub struct SessionOptions {
     pub(crate) idle_ttl: Option<Duration>,
     pub(crate) container: Option<ContainerSpec>,
     pub(crate) id: Option<String>,
+    pub(crate) from_snapshot: Option<SnapshotRef>,
+}
+
+/// One snapshot of one session: what a fork is made from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotRef {
+    pub session_id: String,
+    /// A snapshot id, as Restore takes it.
+    pub snapshot_id: String,
 }
 
 impl SessionOptions {
@@ -207,6 +216,21 @@ impl SessionOptions {
         self
     }
 
+    /// A fork: the new session's workspace is exactly this snapshot of
+    /// another session (either backend), which it also holds as its first
+    /// snapshot. Not combined with a root, mounts or seed files.
+    pub fn from_snapshot(
+        mut self,
+        session_id: impl Into<String>,
+        snapshot_id: impl Into<String>,
+    ) -> Self {
+        self.from_snapshot = Some(SnapshotRef {
+            session_id: session_id.into(),
+            snapshot_id: snapshot_id.into(),
+        });
+        self
+    }
+
     /// Remove the session after it has been idle this long. Sent in whole
     /// seconds, rounded up.
     pub fn idle_ttl(mut self, ttl: Duration) -> Self {
@@ -253,6 +277,8 @@ pub struct SessionInfo {
     pub usage: Option<SessionUsage>,
     /// Container sessions: the container the files live in.
     pub container: Option<ContainerSpec>,
+    /// A fork: the snapshot it was made from.
+    pub forked_from: Option<SnapshotRef>,
 }
 
 /// A workspace's regular files and their bytes, as its quotas count them.

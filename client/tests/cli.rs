@@ -876,6 +876,55 @@ fn snapshot_create_list_restore_and_rm() {
 }
 
 #[test]
+fn session_create_from_forks_a_snapshot_named_by_tag_or_the_newest() {
+    let ws = Workspace::new();
+    ws.run(&["write", "a.txt", "one"]).ok();
+    let first = ws.run(&["snapshot", "create", "--tag", "first"]).ok();
+    ws.run(&["write", "a.txt", "two"]).ok();
+    ws.run(&["snapshot", "create", "--tag", "second"]).ok();
+    ws.run(&["write", "a.txt", "three"]).ok();
+
+    let from = format!("{}:first", ws.id);
+    let made = ws
+        .run(&[
+            "session",
+            "create",
+            "--directory",
+            "--from",
+            &from,
+            "--json",
+        ])
+        .ok()
+        .json();
+    assert_eq!(made["forked_from"]["session_id"], ws.id.as_str());
+    assert_eq!(made["forked_from"]["snapshot_id"], first.stdout.trim());
+    let fork = Workspace {
+        id: made["session_id"].as_str().unwrap().to_string(),
+    };
+    assert_eq!(fork.cat("a.txt"), "one\n");
+    let shown = fork.run(&["session", "show"]).ok().stdout;
+    assert!(
+        shown.contains(&format!("forked from: {}:", ws.id)),
+        "{shown}"
+    );
+
+    let newest = ws.run(&["session", "create", "--from", &ws.id]).ok();
+    let newest = Workspace {
+        id: newest.stdout.trim().to_string(),
+    };
+    assert_eq!(newest.cat("a.txt"), "two\n");
+    assert_eq!(ws.cat("a.txt"), "three\n", "the origin is untouched");
+
+    let empty = Workspace::new();
+    let refused = ws.run(&["session", "create", "--from", &empty.id]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("no snapshot"), "{}", refused.stderr);
+    let unknown = format!("{}:nosuchtag", ws.id);
+    ws.run(&["session", "create", "--from", &unknown])
+        .fails_with("SNAPSHOT_NOT_FOUND");
+}
+
+#[test]
 fn snapshots_are_named_by_tag_or_the_start_of_their_id() {
     let ws = Workspace::new();
     ws.run(&["write", "a.txt", "one"]).ok();

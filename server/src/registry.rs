@@ -23,6 +23,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, Filesystem, Result, WriteMode, WriteOptions};
 
+mod fork;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
@@ -46,6 +48,40 @@ pub struct SessionRecord {
     pub layout: Layout,
     /// CONTAINER: the container the files live in.
     pub container: Option<crate::container::ContainerTarget>,
+    /// A fork: the snapshot it was made from.
+    pub forked_from: Option<SnapshotRef>,
+}
+
+/// One snapshot of one session, as a fork names its origin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRef {
+    pub session_id: String,
+    pub snapshot_id: String,
+}
+
+impl SessionRecord {
+    /// The record of a session made now, as `spec` asks.
+    fn new(
+        id: String,
+        backend: BackendKind,
+        root_path: Option<PathBuf>,
+        limits: SessionLimits,
+        spec: SessionSpec,
+    ) -> Self {
+        SessionRecord {
+            id,
+            backend,
+            root_path,
+            created_at: SystemTime::now(),
+            limits,
+            read_only: spec.read_only,
+            labels: spec.labels,
+            idle_ttl_seconds: spec.idle_ttl_seconds,
+            layout: spec.layout,
+            forked_from: None,
+            container: spec.container,
+        }
+    }
 }
 
 /// What CreateSession asks for, parsed.
@@ -66,7 +102,16 @@ pub struct SessionSpec {
     pub layout: Layout,
     /// CONTAINER: which container, through which runtime.
     pub container: Option<crate::container::ContainerTarget>,
+    /// A fork of this snapshot ([`fork`]).
+    pub from_snapshot: Option<SnapshotRef>,
 }
+
+/// A workspace as a session holds it: files, archive target, snapshots.
+type Handles = (
+    Arc<dyn Filesystem>,
+    Arc<dyn ArchiveTarget>,
+    Arc<dyn SnapshotStore>,
+);
 
 /// A live session.
 pub struct Session {
@@ -227,6 +272,8 @@ struct PersistedSession {
     /// whatever its path names by then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     root_identity: Option<RootIdentity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    forked_from: Option<SnapshotRef>,
 }
 
 /// A directory's identity: its device and inode.
@@ -256,6 +303,7 @@ impl PersistedSession {
             labels: r.labels.clone(),
             idle_ttl_seconds: r.idle_ttl_seconds,
             layout: r.layout,
+            forked_from: r.forked_from.clone(),
         }
     }
 
@@ -279,6 +327,7 @@ impl PersistedSession {
             idle_ttl_seconds: self.idle_ttl_seconds,
             layout: self.layout,
             container: None,
+            forked_from: self.forked_from,
         }
     }
 }
@@ -628,6 +677,9 @@ impl SessionRegistry {
     }
 
     pub async fn create(&self, spec: SessionSpec) -> Result<Arc<Session>> {
+        if spec.from_snapshot.is_some() {
+            return self.fork(spec).await;
+        }
         let id = spec
             .id
             .clone()
@@ -648,11 +700,6 @@ impl SessionRegistry {
         // host files that grow after the scan.)
         crate::quota::check_initial(&limits, crate::mounts::initial_usage(&mounts, &seeds))?;
         let backend = spec.backend.unwrap_or(BackendKind::Memory);
-        type Handles = (
-            Arc<dyn Filesystem>,
-            Arc<dyn ArchiveTarget>,
-            Arc<dyn SnapshotStore>,
-        );
         let mut root_identity = None;
         let ((fs, archive, snapshots), root_path, owned_dir): (Handles, _, _) = match backend {
             BackendKind::Memory => {
@@ -726,18 +773,7 @@ impl SessionRegistry {
                 (handles, None, Some(dir))
             }
         };
-        let record = SessionRecord {
-            id: id.clone(),
-            backend,
-            root_path,
-            created_at: SystemTime::now(),
-            limits,
-            read_only: spec.read_only,
-            labels: spec.labels,
-            idle_ttl_seconds: spec.idle_ttl_seconds,
-            layout: spec.layout,
-            container: spec.container.clone(),
-        };
+        let record = SessionRecord::new(id, backend, root_path, limits, spec);
         if let (Some(dir), Some(root)) = (&owned_dir, &record.root_path) {
             let persisted = PersistedSession::from_record(&record, root, root_identity);
             if let Err(e) = write_session_file(dir, &persisted, self.config.durability) {
@@ -745,6 +781,16 @@ impl SessionRegistry {
                 return Err(e);
             }
         }
+        Ok(self.insert(record, (fs, archive, snapshots), owned_dir))
+    }
+
+    /// Makes a session of a workspace that is ready, and lists it.
+    fn insert(
+        &self,
+        record: SessionRecord,
+        (fs, archive, snapshots): Handles,
+        owned_dir: Option<PathBuf>,
+    ) -> Arc<Session> {
         let events = Arc::new(crate::events::EventLog::new(self.config.watch_ring_events));
         let external = record.root_path.as_deref().and_then(|root| {
             crate::events::ExternalWatcher::start(
@@ -769,8 +815,8 @@ impl SessionRegistry {
         self.sessions
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, session.clone());
-        Ok(session)
+            .insert(session.record.id.clone(), session.clone());
+        session
     }
 
     /// Removes a session and everything it owns; returns how many files

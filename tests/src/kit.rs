@@ -1,6 +1,6 @@
 //! What the test binaries share besides a server: the contract reason of a
 //! refusal, a Write over the raw stub, a compare-and-swap increment, the
-//! archive of a tree, a path from a literal, environment
+//! archive of a tree, a whole workspace's contents, a path from a literal, environment
 //! knobs, a seeded random generator (a failing run reproduces from its
 //! seed) and latency percentiles.
 
@@ -175,6 +175,34 @@ pub fn system_tool(name: &str) -> Option<std::path::PathBuf> {
         );
     }
     found
+}
+
+/// What a workspace holds: path -> file bytes, or `None` for a directory.
+pub type WorkspaceState = std::collections::BTreeMap<String, Option<Vec<u8>>>;
+
+/// Every entry of `session`'s workspace, each file read whole.
+pub async fn workspace_state(session: &wsfs_client::Session) -> WorkspaceState {
+    let listing = session
+        .list(&wsfs::CanonicalPath::root(), 64)
+        .await
+        .expect("list the workspace");
+    assert!(!listing.truncated, "the workspace is listed whole");
+    let mut state = WorkspaceState::new();
+    for entry in listing.entries {
+        let content = match entry.kind {
+            wsfs::FileKind::Directory => None,
+            _ => {
+                let mut bytes = Vec::new();
+                session
+                    .download(entry.path.as_str(), &mut bytes)
+                    .await
+                    .expect("read a file");
+                Some(bytes)
+            }
+        };
+        state.insert(entry.path.as_str().to_string(), content);
+    }
+    state
 }
 
 #[cfg(test)]

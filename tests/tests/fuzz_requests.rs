@@ -254,6 +254,7 @@ fn create_session() -> impl Strategy<Value = CreateSessionRequest> {
                     idle_ttl_seconds: idle_ttl_seconds.max(3600),
                     container: None,
                     session_id,
+                    from_snapshot: None,
                 }
             },
         )

@@ -9,13 +9,12 @@ use tonic::Code;
 use wsfs::proto;
 use wsfs::proto::sessions_client::SessionsClient;
 use wsfs_client::{
-    Client, DeleteOptions, Error, FileKind, Filesystem, Session, SessionOptions, WriteOptions,
+    Client, DeleteOptions, Error, Filesystem, Session, SessionOptions, WriteOptions,
 };
 use wsfs_tests::harness::TestServer;
 use wsfs_tests::kit::reason;
 
-/// What a workspace holds: path -> file bytes, or `None` for a directory.
-type State = BTreeMap<String, Option<Vec<u8>>>;
+type State = wsfs_tests::kit::WorkspaceState;
 
 struct Setup {
     server: TestServer,
@@ -73,27 +72,7 @@ impl Setup {
     }
 
     async fn state(&self) -> State {
-        let listing = self
-            .session
-            .list(&wsfs_client::CanonicalPath::root(), 64)
-            .await
-            .unwrap();
-        let mut state = State::new();
-        for entry in listing.entries {
-            let content = match entry.kind {
-                FileKind::Directory => None,
-                _ => {
-                    let mut bytes = Vec::new();
-                    self.session
-                        .download(entry.path.as_str(), &mut bytes)
-                        .await
-                        .unwrap();
-                    Some(bytes)
-                }
-            };
-            state.insert(entry.path.as_str().to_string(), content);
-        }
-        state
+        wsfs_tests::kit::workspace_state(&self.session).await
     }
 
     async fn versions(&self) -> BTreeMap<String, u64> {

@@ -212,7 +212,7 @@ const PUSH_HELP: &str = concat!(
 pub enum SessionCommand {
     /// Create a session and print its id.
     #[command(
-        after_help = "Prints the session id alone, for `export WSFS_SESSION=$(wsfs session create)`;\n--json prints the whole session, with its token when the server issues one.\n\nExample:\n  wsfs session create --directory --label owner=ci --ttl 3600"
+        after_help = "Prints the session id alone, for `export WSFS_SESSION=$(wsfs session create)`;\n--json prints the whole session, with its token when the server issues one.\n\nExamples:\n  wsfs session create --directory --label owner=ci --ttl 3600\n  wsfs session create --directory --from 0b5e...:baseline   (a fork of that snapshot)"
     )]
     Create(SessionCreateArgs),
     /// List the server's sessions.
@@ -277,6 +277,11 @@ pub struct SessionCreateArgs {
     /// Remove the session after this many idle seconds.
     #[arg(long, value_name = "SECONDS")]
     pub ttl: Option<u64>,
+    /// A fork: the workspace is exactly this snapshot of another session
+    /// (snapshot by id, id prefix or tag; default: its newest), which the
+    /// new session also holds as its first snapshot.
+    #[arg(long, value_name = "SESSION[:SNAPSHOT]", conflicts_with_all = ["root", "seeds"])]
+    pub from: Option<String>,
 }
 
 #[derive(Debug, Args)]

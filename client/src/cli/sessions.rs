@@ -55,6 +55,15 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
             if let Some(ttl) = args.ttl {
                 options = options.idle_ttl(Duration::from_secs(ttl));
             }
+            if let Some(from) = &args.from {
+                let (session, snapshot) = match from.split_once(':') {
+                    Some((session, snapshot)) => {
+                        (session, resolve_snapshot(ctx, session, snapshot).await?)
+                    }
+                    None => (from.as_str(), newest_snapshot(ctx, from).await?),
+                };
+                options = options.from_snapshot(session, snapshot);
+            }
             let info = ctx.client().await?.create_session(options).await?;
             if ctx.json {
                 print_json(&session_json(&info))
@@ -157,6 +166,12 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
             for (k, v) in &info.labels {
                 lines.push(format!("label:     {k}={v}"));
             }
+            if let Some(origin) = &info.forked_from {
+                lines.push(format!(
+                    "forked from: {}:{}",
+                    origin.session_id, origin.snapshot_id
+                ));
+            }
             println(&lines.join("\n"))
         }
         SessionCommand::Rm { ids } => {
@@ -211,6 +226,10 @@ fn session_json(info: &SessionInfo) -> Value {
             "max_total_bytes": info.limits.max_total_bytes,
         },
         "token": info.token,
+        "forked_from": info.forked_from.as_ref().map(|f| json!({
+            "session_id": f.session_id,
+            "snapshot_id": f.snapshot_id,
+        })),
     })
 }
 
@@ -428,6 +447,17 @@ pub async fn token(ctx: &mut Ctx, command: TokenCommand) -> Outcome {
                 println(&issued.token)
             }
         }
+    }
+}
+
+/// The newest snapshot of `session_id`.
+async fn newest_snapshot(ctx: &mut Ctx, session_id: &str) -> Outcome<String> {
+    let snapshots = ctx.client().await?.list_snapshots(session_id).await?;
+    match snapshots.last() {
+        Some(newest) => Ok(newest.id.clone()),
+        None => Err(Failure::Usage(format!(
+            "session '{session_id}' has no snapshot to fork; take one with `wsfs snapshot create`"
+        ))),
     }
 }
 

@@ -342,6 +342,22 @@ def test_snapshots(client: wsfs.Client, session: wsfs.Session) -> None:
     assert session.list_snapshots() == []
 
 
+def test_fork_holds_the_snapshot_and_diverges(client: wsfs.Client, session: wsfs.Session) -> None:
+    session.write("src/a.py", "a = 1\n")
+    snap = session.snapshot("base")
+    session.write("src/a.py", "a = 2\n")
+    with client.create_session(backend="directory", from_snapshot=(session.id, snap.id)) as fork:
+        assert fork.info.forked_from == (session.id, snap.id)
+        assert client.get_session(fork.id).forked_from == (session.id, snap.id)
+        assert fork.read("src/a.py", limit=-1).content == "a = 1\n"
+        assert [s.tag for s in fork.list_snapshots()] == ["base"]
+        fork.write("src/a.py", "a = 3\n")
+        assert session.read("src/a.py", limit=-1).content == "a = 2\n"
+    with pytest.raises(wsfs.SnapshotNotFound) as refused:
+        client.create_session(from_snapshot=(session.id, "00000000-0000-4000-8000-000000000000"))
+    assert refused.value.reason == "SNAPSHOT_NOT_FOUND"
+
+
 def test_archives(session: wsfs.Session, client: wsfs.Client, tmp_path) -> None:
     session.write("src/a.py", "a = 1\n")
     session.write("data/b.bin", b"\x00" * 300_000)

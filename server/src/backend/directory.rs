@@ -456,7 +456,7 @@ pub(crate) fn next_data(f: &File, offset: u64, end: u64) -> std::io::Result<Opti
 /// only `from`'s data runs are copied, and `to` is then extended to the
 /// full length, so a sparse file costs its data, not its apparent size.
 /// Returns the bytes the copy spans (its apparent size).
-fn copy_data(from: &File, to: &File, to_offset: u64) -> std::io::Result<u64> {
+pub(crate) fn copy_data(from: &File, to: &File, to_offset: u64) -> std::io::Result<u64> {
     let size = from.metadata()?.len();
     let (mut offset, mut len) = (0, size);
     let mut buf = Vec::new();

@@ -455,6 +455,16 @@ impl MemoryImage {
     }
 }
 
+/// An image from its entries: path -> `Some(bytes)` for a file, `None` for
+/// a directory.
+impl FromIterator<(String, Option<Bytes>)> for MemoryImage {
+    fn from_iter<I: IntoIterator<Item = (String, Option<Bytes>)>>(entries: I) -> Self {
+        MemoryImage {
+            entries: entries.into_iter().collect(),
+        }
+    }
+}
+
 impl MemoryBackend {
     /// The whole tree as it is now.
     pub fn image(&self) -> MemoryImage {

@@ -238,6 +238,14 @@ impl SnapshotStore for ContainerSnapshots {
         Ok(())
     }
 
+    async fn fork_origin(&self, id: &str) -> Result<crate::snapshots::fork::Origin> {
+        let id = parse_id(id)?;
+        self.read_record(&id)?;
+        Err(Error::invalid_argument(
+            "a CONTAINER session's snapshots cannot be forked yet: export the snapshot (ExportArchive with its id) and import it into a new session",
+        ))
+    }
+
     async fn files(&self, id: &str) -> Result<SnapshotFiles> {
         let id = parse_id(id)?;
         self.read_record(&id)?;

@@ -72,6 +72,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, PathLimits, Result};
 
+mod fork;
+pub use fork::{first_snapshot, ForkSource};
+
 const COPY_BUFFER: usize = 1024 * 1024;
 /// Zeros hashed at a time for a hole.
 static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
@@ -173,6 +176,18 @@ impl SnapshotStore for DirectorySnapshots {
     async fn delete(&self, id: &str) -> Result<()> {
         let key = parse_id(id)?;
         self.blocking(move |s| s.delete(&key)).await
+    }
+
+    async fn fork_origin(&self, id: &str) -> Result<super::fork::Origin> {
+        let key = parse_id(id)?;
+        let store = self.store.clone();
+        self.blocking(move |s| {
+            Ok(super::fork::Origin::Directory {
+                info: s.read_info(&key)?.info(),
+                source: ForkSource::new(store, s.read_info(&key)?),
+            })
+        })
+        .await
     }
 
     async fn files(&self, id: &str) -> Result<SnapshotFiles> {

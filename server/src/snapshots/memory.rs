@@ -91,6 +91,19 @@ impl SnapshotStore for MemorySnapshots {
         Ok(())
     }
 
+    async fn fork_origin(&self, id: &str) -> Result<super::fork::Origin> {
+        let key = parse_id(id)?;
+        let snapshots = self.snapshots();
+        let (info, image) = snapshots
+            .iter()
+            .find(|(info, _)| info.id == key)
+            .ok_or_else(|| not_found(id))?;
+        Ok(super::fork::Origin::Memory {
+            info: info.clone(),
+            image: image.clone(),
+        })
+    }
+
     async fn files(&self, id: &str) -> Result<SnapshotFiles> {
         let image = self.image(id)?;
         let entries: Vec<SnapshotEntry> = image

@@ -20,9 +20,10 @@
 
 pub mod diff;
 mod directory;
+pub mod fork;
 mod memory;
 
-pub use directory::DirectorySnapshots;
+pub use directory::{first_snapshot, DirectorySnapshots};
 pub use memory::MemorySnapshots;
 
 use crate::backend::{check_name, Content};
@@ -97,6 +98,10 @@ pub trait SnapshotStore: Send + Sync {
 
     /// Snapshot `id`'s entries, for archive export. See [`SnapshotFiles`].
     async fn files(&self, id: &str) -> Result<SnapshotFiles>;
+
+    /// Snapshot `id` as the origin of a new session ([`fork`]). Unknown
+    /// id: `SnapshotNotFound`.
+    async fn fork_origin(&self, id: &str) -> Result<fork::Origin>;
 }
 
 /// The canonical form of a snapshot id; anything that is not a UUID
@@ -127,10 +132,7 @@ pub(crate) fn check_restore<P: std::borrow::Borrow<CanonicalPath>>(
 ) -> Result<()> {
     let (mut files, mut bytes) = (0u64, 0u64);
     for (path, size) in entries {
-        let path = path.borrow();
-        let reparsed =
-            CanonicalPath::parse(path.as_str(), &limits.path).map_err(|e| refuse_entry(path, e))?;
-        check_name(&reparsed).map_err(|e| refuse_entry(path, e))?;
+        check_restore_entry(limits, path.borrow())?;
         if let Some(size) = size {
             files += 1;
             bytes = bytes.saturating_add(size);
@@ -138,6 +140,13 @@ pub(crate) fn check_restore<P: std::borrow::Borrow<CanonicalPath>>(
     }
     let holds = crate::quota::Usage { files, bytes };
     crate::quota::check_usage(limits, holds, "cannot restore the snapshot: it holds")
+}
+
+/// [`check_restore`]'s rule for one entry's path.
+pub(crate) fn check_restore_entry(limits: &SessionLimits, path: &CanonicalPath) -> Result<()> {
+    let reparsed =
+        CanonicalPath::parse(path.as_str(), &limits.path).map_err(|e| refuse_entry(path, e))?;
+    check_name(&reparsed).map_err(|e| refuse_entry(path, e))
 }
 
 fn refuse_entry(path: &CanonicalPath, e: Error) -> Error {

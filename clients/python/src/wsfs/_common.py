@@ -123,6 +123,7 @@ def create_session_request(
     layout: Union[Layout, str],
     labels: Optional[Mapping[str, str]],
     idle_ttl: Any,
+    from_snapshot: Optional[tuple[str, str]] = None,
 ) -> sessions_pb2.CreateSessionRequest:
     seeds = {
         path: (content.encode("utf-8") if isinstance(content, str) else bytes(content))
@@ -140,6 +141,10 @@ def create_session_request(
     )
     if limits is not None:
         request.limits.CopyFrom(limits._to_proto())
+    if from_snapshot is not None:
+        session_id, snapshot_id = from_snapshot
+        request.from_snapshot.session_id = session_id
+        request.from_snapshot.snapshot_id = snapshot_id
     return request
 
 

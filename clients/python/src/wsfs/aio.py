@@ -131,6 +131,7 @@ class AsyncClient:
         layout: Union[Layout, str] = Layout.FLAT,
         labels: Optional[Mapping[str, str]] = None,
         idle_ttl: Any = None,
+        from_snapshot: Optional[tuple[str, str]] = None,
     ) -> "_Creating":
         """Creates a session: ``session = await client.create_session()``,
         or ``async with client.create_session() as session:`` to delete it
@@ -145,6 +146,7 @@ class AsyncClient:
             layout=layout,
             labels=labels,
             idle_ttl=idle_ttl,
+            from_snapshot=from_snapshot,
         )
         return _Creating(self, request)
 

@@ -142,11 +142,14 @@ class Client:
         layout: Union[Layout, str] = Layout.FLAT,
         labels: Optional[Mapping[str, str]] = None,
         idle_ttl: Any = None,
+        from_snapshot: Optional[tuple[str, str]] = None,
     ) -> "Session":
         """Creates a session and returns its handle (``session.info`` says
         what the server made). Used as a context manager, the session is
         deleted when the block ends. ``idle_ttl`` is seconds or a
-        ``timedelta``; ``seed_files`` maps paths to text or bytes."""
+        ``timedelta``; ``seed_files`` maps paths to text or bytes.
+        ``from_snapshot=(session_id, snapshot_id)`` makes a fork: the
+        workspace is exactly that snapshot of another session."""
         request = c.create_session_request(
             backend=backend,
             root=root,
@@ -157,6 +160,7 @@ class Client:
             layout=layout,
             labels=labels,
             idle_ttl=idle_ttl,
+            from_snapshot=from_snapshot,
         )
         response = _call(self._sessions.CreateSession, request, metadata=self._metadata)
         info = SessionInfo._from_proto(response)

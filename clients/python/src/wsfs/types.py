@@ -201,6 +201,8 @@ class SessionInfo:
     #: What the workspace held when counted: always from ``get_session``,
     #: from ``list_sessions`` only with ``include_usage``.
     usage: Optional[SessionUsage] = None
+    #: A fork: the (session_id, snapshot_id) it was made from.
+    forked_from: Optional[tuple[str, str]] = None
 
     @classmethod
     def _from_proto(cls, p: sessions_pb2.Session) -> "SessionInfo":
@@ -218,6 +220,11 @@ class SessionInfo:
             last_active_at=_time(p.last_active_at) if p.HasField("last_active_at") else None,
             open_streams=p.open_streams,
             usage=SessionUsage(p.usage.files, p.usage.bytes) if p.HasField("usage") else None,
+            forked_from=(
+                (p.forked_from.session_id, p.forked_from.snapshot_id)
+                if p.HasField("forked_from")
+                else None
+            ),
         )
 
 

@@ -1,0 +1,191 @@
+//! A DIRECTORY snapshot as a fork's origin, and a DIRECTORY fork's first
+//! snapshot.
+
+use super::{
+    hex, new_id, storage_error, write_json, ContentStore, Hash, InfoFile, Node, State, Store,
+    MAX_TREE_DEPTH,
+};
+use crate::backend::DirectoryBackend;
+use crate::snapshots::fork::{abandoned, FileSource, Visit};
+use crate::snapshots::SnapshotInfo;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+use wsfs::{CanonicalPath, Error, Result};
+
+/// One snapshot of a DIRECTORY session, read for a fork.
+pub struct ForkSource {
+    store: Arc<Store>,
+    info: InfoFile,
+}
+
+impl ForkSource {
+    pub(super) fn new(store: Arc<Store>, info: InfoFile) -> Self {
+        ForkSource { store, info }
+    }
+
+    /// Calls `f` with every entry, parents before their children: a
+    /// directory with `None`, a file with its size and stored object. Walks
+    /// the manifests one directory at a time, under the origin store's lock
+    /// (so that no object goes while the fork reads it). Blocking.
+    pub fn for_each(&self, f: &mut Visit<'_>) -> Result<()> {
+        let state = self.store.lock();
+        let objects = self.store.objects();
+        match Store::root_of(&self.info)? {
+            Some(root) => self.walk(&state, &objects, &root, &CanonicalPath::root(), 0, f),
+            None => {
+                // Written by an earlier version: a flat list of entries.
+                for e in self.store.flatten(&self.info, &state)? {
+                    let object = e.file.as_ref().map(|file| objects.path(&file.hash));
+                    let file = e
+                        .file
+                        .as_ref()
+                        .zip(object.as_deref())
+                        .map(|(file, object)| (file.size, FileSource::Object(object)));
+                    f(&e.path, file)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn walk(
+        &self,
+        state: &State,
+        objects: &ContentStore,
+        hash: &Hash,
+        path: &CanonicalPath,
+        depth: usize,
+        f: &mut Visit<'_>,
+    ) -> Result<()> {
+        if depth > MAX_TREE_DEPTH {
+            return Err(Error::internal(
+                "the snapshot store's manifests nest too deep",
+            ));
+        }
+        let tree = self.store.tree(state, hash)?;
+        for item in &tree.items {
+            let child = path.join(&item.name)?;
+            match &item.node {
+                Node::File { size, hash, .. } => f(
+                    &child,
+                    Some((*size, FileSource::Object(&objects.path(hash)))),
+                )?,
+                Node::Dir { tree } => {
+                    f(&child, None)?;
+                    self.walk(state, objects, tree, &child, depth + 1, f)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Gives the fork whose workspace `b` was just made from `origin` its
+/// first snapshot, in its store at `session_dir`: the origin's tag, a new
+/// id. From a DIRECTORY origin the snapshot's objects and manifests are
+/// hard-linked from the origin's store (immutable and named by hash, so
+/// both stores share them; copied across filesystems); otherwise the
+/// workspace is snapshotted as usual, within `budget`. Blocking.
+pub fn first_snapshot(
+    session_dir: &Path,
+    b: &DirectoryBackend,
+    origin: &crate::snapshots::fork::Origin,
+    budget: u64,
+    cancel: &AtomicBool,
+) -> Result<SnapshotInfo> {
+    let store = Store {
+        dir: session_dir.to_path_buf(),
+        state: Mutex::new(State::default()),
+    };
+    let info = origin.info();
+    let linked = match origin {
+        crate::snapshots::fork::Origin::Directory { source, .. } => {
+            Store::root_of(&source.info)?.map(|root| (source, root))
+        }
+        crate::snapshots::fork::Origin::Memory { .. } => None,
+    };
+    let Some((source, root)) = linked else {
+        let taken = store.take(b, info.tag.clone(), budget, cancel)?;
+        store.settle(b.durability())?;
+        return Ok(taken);
+    };
+    {
+        let origin_state = source.store.lock();
+        link_tree(&source.store, &origin_state, &store, &root, 0, cancel)?;
+    }
+    let adopted = InfoFile {
+        id: new_id(),
+        tag: info.tag.clone(),
+        created_at: SystemTime::now(),
+        file_count: info.file_count,
+        total_bytes: info.total_bytes,
+        root: Some(hex(&root)),
+    };
+    std::fs::create_dir_all(store.manifests()).map_err(storage_error)?;
+    write_json(&store.info_path(&adopted.id), &adopted)?;
+    // The fork's files are new inodes, so the next snapshot hashes them
+    // again against this head (their identities differ): never wrong.
+    store.set_head(&mut store.lock(), Some(root))?;
+    store.settle(b.durability())?;
+    Ok(adopted.info())
+}
+
+/// Links manifest `hash`, and everything it names, from `from`'s store into
+/// `to`'s. A manifest already linked was linked with all it names.
+fn link_tree(
+    from: &Store,
+    state: &State,
+    to: &Store,
+    hash: &Hash,
+    depth: usize,
+    cancel: &AtomicBool,
+) -> Result<()> {
+    if depth > MAX_TREE_DEPTH {
+        return Err(Error::internal(
+            "the snapshot store's manifests nest too deep",
+        ));
+    }
+    if cancel.load(Ordering::Relaxed) {
+        return Err(abandoned());
+    }
+    let tree = from.tree(state, hash)?;
+    for item in &tree.items {
+        match &item.node {
+            Node::File { hash, .. } => {
+                link_object(&from.objects(), &to.objects(), hash)?;
+            }
+            Node::Dir { tree } => {
+                if !to.trees().path(tree).exists() {
+                    link_tree(from, state, to, tree, depth + 1, cancel)?;
+                }
+            }
+        }
+    }
+    // Last, so that a manifest present means all it names is present.
+    link_object(&from.trees(), &to.trees(), hash)?;
+    Ok(())
+}
+
+/// Puts `from`'s object `hash` into `to` as a hard link (a copy across
+/// filesystems); `false` when `to` holds it already.
+fn link_object(from: &ContentStore, to: &ContentStore, hash: &Hash) -> Result<bool> {
+    let (source, target) = (from.path(hash), to.path(hash));
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent).map_err(storage_error)?;
+    }
+    match std::fs::hard_link(&source, &target) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => {
+            let (tmp, _) = to.temp_file()?;
+            let copied = std::fs::copy(&source, &tmp)
+                .map_err(storage_error)
+                .and_then(|_| to.publish(&tmp, hash));
+            let _ = std::fs::remove_file(&tmp);
+            copied.map(|made| made.is_some())
+        }
+        Err(e) => Err(storage_error(e)),
+    }
+}
