@@ -15,3 +15,7 @@ mod grpc_memory {
 mod grpc_directory {
     wsfs_tests::conformance_suite!(wsfs_tests::harness::grpc_directory());
 }
+
+mod grpc_proxy {
+    wsfs_tests::conformance_suite!(wsfs_tests::harness::grpc_proxy());
+}
