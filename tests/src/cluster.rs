@@ -74,6 +74,13 @@ impl Cluster {
         format!("http://{}", self.proxy)
     }
 
+    /// Kills replica `index` at once, as a lost machine would vanish.
+    pub fn kill_replica(&mut self, index: usize) {
+        let child = &mut self.replicas[index].child;
+        child.kill().expect("kill the replica");
+        child.wait().expect("reap the replica");
+    }
+
     /// The proxy's error log, for a failing assertion's message.
     pub fn proxy_log(&self) -> String {
         std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
