@@ -324,10 +324,18 @@ async fn the_cli_works_through_the_proxy() {
         out.stdout
     };
     let mut ids = Vec::new();
-    for _ in 0..6 {
+    for _ in 0..5 {
         let created = wsfs(&["session", "create", "--label", "test=cli"], None, None);
         ids.push(String::from_utf8(created).unwrap().trim().to_string());
     }
+    let chosen = "0d4f6a1e-57b2-4c3e-9a61-2f0c8b7d9e15";
+    let created = wsfs(
+        &["session", "create", "--label", "test=cli", "--id", chosen],
+        None,
+        None,
+    );
+    assert_eq!(String::from_utf8(created).unwrap().trim(), chosen);
+    ids.push(chosen.to_string());
     let data = Rng(9).bytes(2 * 1024 * 1024);
     for id in &ids {
         wsfs(&["write", "notes.md", id], Some(id), None);

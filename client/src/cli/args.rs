@@ -273,6 +273,9 @@ pub struct SessionCreateArgs {
     /// Remove the session after this many idle seconds.
     #[arg(long, value_name = "SECONDS")]
     pub ttl: Option<u64>,
+    /// The new session's id, a lowercase UUID (default: a random one).
+    #[arg(long, value_name = "UUID")]
+    pub id: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -55,6 +55,9 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
             if let Some(ttl) = args.ttl {
                 options = options.idle_ttl(Duration::from_secs(ttl));
             }
+            if let Some(id) = args.id {
+                options = options.id(id);
+            }
             let info = ctx.client().await?.create_session(options).await?;
             if ctx.json {
                 print_json(&session_json(&info))
