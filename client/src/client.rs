@@ -146,6 +146,9 @@ impl Client {
         convert::session_info(response.into_inner())
     }
 
+    /// Every session of the server. Through a proxy in front of several
+    /// servers, the sessions of the one server that calls naming no session
+    /// reach (see the README's "Running several servers").
     pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
         self.list_sessions_labelled(&BTreeMap::new(), false).await
     }

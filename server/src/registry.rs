@@ -648,11 +648,11 @@ impl SessionRegistry {
         all
     }
 
-    /// Reserves a place for one more session, or refuses when the server
-    /// is full. Checked under the write lock that inserts sessions, so
-    /// concurrent creations cannot overshoot.
-    /// Reserves a place for session `id`, which no live, unavailable or
-    /// in-flight session may hold (a client may choose the id).
+    /// Reserves a place for one more session under `id`, or refuses when
+    /// the server is full or a live, unavailable or in-flight session holds
+    /// the id (a client may choose it). Checked under the write lock that
+    /// inserts sessions, so concurrent creations cannot overshoot or share
+    /// an id.
     fn reserve_slot(&self, id: &str) -> Result<SessionSlot<'_>> {
         let max = self.config.max_sessions;
         let sessions = self.sessions.write().unwrap_or_else(|e| e.into_inner());

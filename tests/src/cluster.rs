@@ -74,6 +74,13 @@ impl Cluster {
         format!("http://{}", self.proxy)
     }
 
+    /// Kills replica `index` at once, as a lost machine would vanish.
+    pub fn kill_replica(&mut self, index: usize) {
+        let child = &mut self.replicas[index].child;
+        child.kill().expect("kill the replica");
+        child.wait().expect("reap the replica");
+    }
+
     /// The proxy's error log, for a failing assertion's message.
     pub fn proxy_log(&self) -> String {
         std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
@@ -229,7 +236,25 @@ pub fn render_nginx_conf(listen: SocketAddr, replicas: &[SocketAddr], dir: &Path
     out
 }
 
+/// nginx on a free loopback port. The port is found free, released, then
+/// bound by nginx: another process may take it in between, so a start that
+/// fails is tried again on a fresh port.
 fn start_nginx(nginx: &Path, dir: &Path, replicas: &[SocketAddr]) -> (Child, SocketAddr) {
+    const ATTEMPTS: usize = 3;
+    for _ in 0..ATTEMPTS {
+        if let Some(started) = try_start_nginx(nginx, dir, replicas) {
+            return started;
+        }
+    }
+    let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+    panic!("nginx did not start in {ATTEMPTS} attempts:\n{log}");
+}
+
+fn try_start_nginx(
+    nginx: &Path,
+    dir: &Path,
+    replicas: &[SocketAddr],
+) -> Option<(Child, SocketAddr)> {
     let listen = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
         probe.local_addr().expect("its address")
@@ -257,12 +282,16 @@ fn start_nginx(nginx: &Path, dir: &Path, replicas: &[SocketAddr]) -> (Child, Soc
     let mut child = spawn_tied(command);
     let started = Instant::now();
     loop {
+        // Listening, and nginx (not a process that took the port) is the
+        // one listening: it is still running.
         if std::net::TcpStream::connect(listen).is_ok() {
-            return (child, listen);
+            std::thread::sleep(Duration::from_millis(50));
+            if matches!(child.try_wait(), Ok(None)) {
+                return Some((child, listen));
+            }
         }
-        if let Ok(Some(status)) = child.try_wait() {
-            let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
-            panic!("nginx exited ({status}) before listening:\n{log}");
+        if let Ok(Some(_)) = child.try_wait() {
+            return None;
         }
         assert!(
             started.elapsed() < START_TIMEOUT,

@@ -10,6 +10,7 @@
 //! | [`grpc_memory`] | the client's session handle, MEMORY session on a live server |
 //! | [`grpc_directory`] | the same, DIRECTORY session |
 //! | [`grpc_container`] | the same, CONTAINER session in a [`Sandbox`] |
+//! | [`grpc_proxy`] | the same, MEMORY session on one of three server processes behind nginx |
 
 use crate::fixture::Fixture;
 use std::net::SocketAddr;
@@ -50,6 +51,56 @@ pub async fn grpc_memory() -> Fixture {
 /// A DIRECTORY session on a live server, through the typed client.
 pub async fn grpc_directory() -> Fixture {
     through_client(SessionOptions::directory()).await
+}
+
+/// A MEMORY session through nginx (running the shipped configuration) in
+/// front of three real server processes, through the typed client: every
+/// call must reach the replica that holds its session. One set of
+/// processes serves the whole test binary (they outlive each test's
+/// runtime and die with the process); each test makes its own session and
+/// deletes it when done. Without nginx (and not required) the suite runs
+/// against one in-process server instead, and says so.
+pub async fn grpc_proxy() -> Fixture {
+    static CLUSTER: std::sync::OnceLock<Option<crate::cluster::Cluster>> =
+        std::sync::OnceLock::new();
+    let Some(cluster) = CLUSTER.get_or_init(|| crate::cluster::Cluster::start(3)) else {
+        eprintln!("no nginx: the grpc_proxy suite runs against one server directly");
+        return grpc_memory().await;
+    };
+    let url = cluster.url();
+    let client = Client::connect(&url).await.expect("connect to the proxy");
+    let info = client
+        .create_session(SessionOptions::memory())
+        .await
+        .expect("create a session through the proxy");
+    let session = client.session(&info.id);
+    Fixture::new(session, ProxiedSession { url, id: info.id })
+}
+
+/// Deletes its session, through the proxy, when the test is done with it,
+/// so that the shared replicas do not accumulate every test's files.
+struct ProxiedSession {
+    url: String,
+    id: String,
+}
+
+impl Drop for ProxiedSession {
+    fn drop(&mut self) {
+        let (url, id) = (self.url.clone(), self.id.clone());
+        // Dropped inside the test's runtime, which cannot be blocked on:
+        // the deletion runs on a thread and runtime of its own.
+        let deleted = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the deletion")
+                .block_on(async { Client::connect(&url).await?.delete_session(&id).await })
+        })
+        .join();
+        if !matches!(deleted, Ok(Ok(_))) && !std::thread::panicking() {
+            panic!("the test's session could not be deleted: {deleted:?}");
+        }
+    }
 }
 
 async fn through_client(options: SessionOptions) -> Fixture {

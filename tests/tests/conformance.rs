@@ -21,3 +21,7 @@ mod grpc_container {
         "CARGO_BIN_EXE_wsfs-stdio"
     )));
 }
+
+mod grpc_proxy {
+    wsfs_tests::conformance_suite!(wsfs_tests::harness::grpc_proxy());
+}

@@ -238,6 +238,34 @@ async fn a_call_routed_by_another_session_is_refused_through_the_proxy() {
 }
 
 #[tokio::test]
+async fn a_lost_replica_fails_its_own_sessions_with_unavailable_and_spares_the_others() {
+    // A cluster of its own: this test kills one of its replicas.
+    let Some(mut cluster) = Cluster::start(REPLICAS) else {
+        return;
+    };
+    let client = through_proxy(&cluster).await;
+    let sessions: Vec<(String, usize)> = one_session_per_replica(&client, &cluster, "lost")
+        .await
+        .into_iter()
+        .map(|(s, r)| (s.id().to_string(), r))
+        .collect();
+    for (id, _) in &sessions {
+        client.session(id).write_str("a.txt", id).await.unwrap();
+    }
+    cluster.kill_replica(0);
+    for (id, replica) in &sessions {
+        let read = client.session(id).read_to_string("a.txt").await;
+        if *replica == 0 {
+            let err = read.unwrap_err();
+            assert_eq!(err.code(), Code::Unavailable, "{err}");
+            assert!(err.to_string().contains("unavailable"), "{err}");
+        } else {
+            assert_eq!(read.unwrap(), *id, "{}", cluster.proxy_log());
+        }
+    }
+}
+
+#[tokio::test]
 async fn list_sessions_through_the_proxy_lists_one_replica_every_time() {
     let Some(cluster) = cluster() else { return };
     let client = through_proxy(cluster).await;
@@ -300,10 +328,18 @@ async fn the_cli_works_through_the_proxy() {
         out.stdout
     };
     let mut ids = Vec::new();
-    for _ in 0..6 {
+    for _ in 0..5 {
         let created = wsfs(&["session", "create", "--label", "test=cli"], None, None);
         ids.push(String::from_utf8(created).unwrap().trim().to_string());
     }
+    let chosen = "0d4f6a1e-57b2-4c3e-9a61-2f0c8b7d9e15";
+    let created = wsfs(
+        &["session", "create", "--label", "test=cli", "--id", chosen],
+        None,
+        None,
+    );
+    assert_eq!(String::from_utf8(created).unwrap().trim(), chosen);
+    ids.push(chosen.to_string());
     let data = Rng(9).bytes(2 * 1024 * 1024);
     for id in &ids {
         wsfs(&["write", "notes.md", id], Some(id), None);
@@ -323,4 +359,51 @@ async fn the_cli_works_through_the_proxy() {
         wsfs(&["session", "rm", id], None, None);
     }
     assert!(placement(cluster, "cli").await.is_empty());
+}
+
+/// The Kubernetes sketch is not run, but its proxy configuration must stay
+/// the tested one: the same directives as `deploy/nginx/wsfs.conf`, but for
+/// the replicas' addresses and the access log's path.
+#[test]
+fn the_kubernetes_proxy_config_is_the_shipped_one_but_for_addresses() {
+    let manifest = include_str!("../../deploy/kubernetes/proxy.yaml");
+    let embedded: String = manifest
+        .lines()
+        .skip_while(|l| l.trim() != "nginx.conf: |")
+        .skip(1)
+        .take_while(|l| l.starts_with("    ") || l.trim().is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(
+        embedded.contains("grpc_pass"),
+        "no nginx.conf in the ConfigMap"
+    );
+    let shipped = directives(wsfs_tests::cluster::SHIPPED_NGINX_CONF);
+    assert_eq!(directives(&embedded), shipped);
+    assert_eq!(
+        shipped
+            .iter()
+            .filter(|d| d.starts_with("server <replica>"))
+            .count(),
+        3
+    );
+}
+
+/// A configuration's directives, one a line, without comments, with each
+/// replica's address and the access log's path replaced by a placeholder.
+fn directives(conf: &str) -> Vec<String> {
+    conf.lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            match words.as_slice() {
+                ["server", _address, rest @ ..] if rest.contains(&"max_fails=0;") => {
+                    format!("server <replica> {}", rest.join(" "))
+                }
+                ["access_log", _path, rest @ ..] => format!("access_log <path> {}", rest.join(" ")),
+                _ => words.join(" "),
+            }
+        })
+        .collect()
 }

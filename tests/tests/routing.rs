@@ -105,6 +105,24 @@ async fn a_taken_id_is_already_exists_and_leaves_the_session_as_it_was() {
 }
 
 #[tokio::test]
+async fn a_chosen_id_naming_a_leftover_directory_is_already_exists_and_leaves_it_alone() {
+    let server = TestServer::start().await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let leftover = server.data_dir().join("sessions").join(CHOSEN);
+    std::fs::create_dir_all(leftover.join("root")).unwrap();
+    std::fs::write(leftover.join("root").join("kept.txt"), "kept").unwrap();
+    let err = client
+        .create_session(SessionOptions::directory().id(CHOSEN))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists, "{err}");
+    assert_eq!(err.reason(), "ALREADY_EXISTS");
+    let kept = std::fs::read_to_string(leftover.join("root").join("kept.txt")).unwrap();
+    assert_eq!(kept, "kept");
+    assert!(session_ids(&client).await.is_empty());
+}
+
+#[tokio::test]
 async fn concurrent_creations_under_one_id_make_exactly_one_session() {
     let server = TestServer::start().await;
     let client = Client::connect(&server.url()).await.unwrap();

@@ -282,6 +282,9 @@ pub struct SessionCreateArgs {
     /// new session also holds as its first snapshot.
     #[arg(long, value_name = "SESSION[:SNAPSHOT]", conflicts_with_all = ["root", "seeds"])]
     pub from: Option<String>,
+    /// The new session's id, a lowercase UUID (default: a random one).
+    #[arg(long, value_name = "UUID")]
+    pub id: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -64,6 +64,9 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
                 };
                 options = options.from_snapshot(session, snapshot);
             }
+            if let Some(id) = args.id {
+                options = options.id(id);
+            }
             let info = ctx.client().await?.create_session(options).await?;
             if ctx.json {
                 print_json(&session_json(&info))

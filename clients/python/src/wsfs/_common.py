@@ -4,6 +4,7 @@ credentials and request construction."""
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
@@ -55,6 +56,17 @@ def parse_url(url: str) -> tuple[str, bool]:
     if parts.path not in ("", "/"):
         raise ValueError(f"'{url}' has a path; a server address is http(s)://HOST:PORT")
     return parts.netloc, parts.scheme == "https"
+
+
+#: The metadata naming the session a call is about: a proxy in front of
+#: several servers routes each call by it, and a server refuses a call
+#: whose metadata names another session than its body.
+SESSION_HEADER = "x-wsfs-session"
+
+
+def routed(metadata: tuple[tuple[str, str], ...], session_id: str) -> tuple[tuple[str, str], ...]:
+    """``metadata`` plus the session a call is about, for the proxy."""
+    return metadata + ((SESSION_HEADER, session_id),)
 
 
 def credentials(token: Optional[str], caller: Optional[str]) -> tuple[tuple[str, str], ...]:
@@ -124,7 +136,11 @@ def create_session_request(
     labels: Optional[Mapping[str, str]],
     idle_ttl: Any,
     from_snapshot: Optional[tuple[str, str]] = None,
+    session_id: Optional[str] = None,
 ) -> sessions_pb2.CreateSessionRequest:
+    """The request, with the new session's id chosen here (a random UUID
+    unless ``session_id`` names one), so that the creation carries the id a
+    proxy routes every later call of the session by."""
     seeds = {
         path: (content.encode("utf-8") if isinstance(content, str) else bytes(content))
         for path, content in (seed_files or {}).items()
@@ -138,12 +154,13 @@ def create_session_request(
         layout=_layout(layout),
         labels=dict(labels or {}),
         idle_ttl_seconds=_seconds(idle_ttl),
+        session_id=session_id if session_id is not None else str(uuid.uuid4()),
     )
     if limits is not None:
         request.limits.CopyFrom(limits._to_proto())
     if from_snapshot is not None:
-        session_id, snapshot_id = from_snapshot
-        request.from_snapshot.session_id = session_id
+        origin, snapshot_id = from_snapshot
+        request.from_snapshot.session_id = origin
         request.from_snapshot.snapshot_id = snapshot_id
     return request
 

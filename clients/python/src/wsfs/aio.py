@@ -132,6 +132,7 @@ class AsyncClient:
         labels: Optional[Mapping[str, str]] = None,
         idle_ttl: Any = None,
         from_snapshot: Optional[tuple[str, str]] = None,
+        session_id: Optional[str] = None,
     ) -> "_Creating":
         """Creates a session: ``session = await client.create_session()``,
         or ``async with client.create_session() as session:`` to delete it
@@ -147,11 +148,14 @@ class AsyncClient:
             labels=labels,
             idle_ttl=idle_ttl,
             from_snapshot=from_snapshot,
+            session_id=session_id,
         )
         return _Creating(self, request)
 
     async def _create(self, request: sessions_pb2.CreateSessionRequest) -> "AsyncSession":
-        response = await _call(self._sessions.CreateSession(request, metadata=self._metadata))
+        response = await _call(self._sessions.CreateSession(
+                request, metadata=c.routed(self._metadata, request.session_id)
+            ))
         info = SessionInfo._from_proto(response)
         session = self.session(info.id, token=info.token)
         session.info = info
@@ -167,7 +171,9 @@ class AsyncClient:
     async def get_session(self, session_id: str) -> SessionInfo:
         request = sessions_pb2.GetSessionRequest(session_id=session_id)
         return SessionInfo._from_proto(
-            await _call(self._sessions.GetSession(request, metadata=self._metadata))
+            await _call(
+                self._sessions.GetSession(request, metadata=c.routed(self._metadata, session_id))
+            )
         )
 
     async def list_sessions(
@@ -196,12 +202,14 @@ class AsyncClient:
 
     async def delete_session(self, session_id: str) -> int:
         request = sessions_pb2.DeleteSessionRequest(session_id=session_id)
-        response = await _call(self._sessions.DeleteSession(request, metadata=self._metadata))
+        metadata = c.routed(self._metadata, session_id)
+        response = await _call(self._sessions.DeleteSession(request, metadata=metadata))
         return response.files_deleted
 
     async def issue_token(self, session_id: str, caller: str) -> IssuedToken:
         request = sessions_pb2.IssueTokenRequest(session_id=session_id, caller=caller)
-        response = await _call(self._sessions.IssueToken(request, metadata=self._metadata))
+        metadata = c.routed(self._metadata, session_id)
+        response = await _call(self._sessions.IssueToken(request, metadata=metadata))
         return IssuedToken(response.token, response.caller)
 
     async def snapshot(self, session_id: str, tag: str = "") -> SnapshotInfo:
@@ -439,10 +447,11 @@ class AsyncSession:
         self.client = client
         self.id = session_id
         self.info: Optional[SessionInfo] = None
-        self._metadata = metadata
+        # Every call names its session for the proxy (see c.SESSION_HEADER).
+        self._metadata = c.routed(metadata, session_id)
         # The Sessions service (snapshots, archives) wants the client's own
         # credentials: on a server with tokens, the admin token.
-        self._admin_metadata = client._metadata
+        self._admin_metadata = c.routed(client._metadata, session_id)
         self._fs = client._filesystem
         self._sessions = client._sessions
         self._owned = False

@@ -143,13 +143,17 @@ class Client:
         labels: Optional[Mapping[str, str]] = None,
         idle_ttl: Any = None,
         from_snapshot: Optional[tuple[str, str]] = None,
+        session_id: Optional[str] = None,
     ) -> "Session":
         """Creates a session and returns its handle (``session.info`` says
         what the server made). Used as a context manager, the session is
         deleted when the block ends. ``idle_ttl`` is seconds or a
         ``timedelta``; ``seed_files`` maps paths to text or bytes.
         ``from_snapshot=(session_id, snapshot_id)`` makes a fork: the
-        workspace is exactly that snapshot of another session."""
+        workspace is exactly that snapshot of another session.
+
+        ``session_id`` chooses the new session's id (a lowercase UUID);
+        by default the client picks a random one."""
         request = c.create_session_request(
             backend=backend,
             root=root,
@@ -161,8 +165,13 @@ class Client:
             labels=labels,
             idle_ttl=idle_ttl,
             from_snapshot=from_snapshot,
+            session_id=session_id,
         )
-        response = _call(self._sessions.CreateSession, request, metadata=self._metadata)
+        response = _call(
+            self._sessions.CreateSession,
+            request,
+            metadata=c.routed(self._metadata, request.session_id),
+        )
         info = SessionInfo._from_proto(response)
         session = self.session(info.id, token=info.token)
         session.info = info
@@ -181,7 +190,9 @@ class Client:
     def get_session(self, session_id: str) -> SessionInfo:
         request = sessions_pb2.GetSessionRequest(session_id=session_id)
         return SessionInfo._from_proto(
-            _call(self._sessions.GetSession, request, metadata=self._metadata)
+            _call(
+                self._sessions.GetSession, request, metadata=c.routed(self._metadata, session_id)
+            )
         )
 
     def list_sessions(
@@ -210,13 +221,15 @@ class Client:
         """Removes the session and everything it owns; returns how many
         files went with it."""
         request = sessions_pb2.DeleteSessionRequest(session_id=session_id)
-        return _call(self._sessions.DeleteSession, request, metadata=self._metadata).files_deleted
+        metadata = c.routed(self._metadata, session_id)
+        return _call(self._sessions.DeleteSession, request, metadata=metadata).files_deleted
 
     def issue_token(self, session_id: str, caller: str) -> IssuedToken:
         """A bearer token for ``caller`` in the session (tokens on; this
         client must hold the admin token or the session's system token)."""
         request = sessions_pb2.IssueTokenRequest(session_id=session_id, caller=caller)
-        response = _call(self._sessions.IssueToken, request, metadata=self._metadata)
+        metadata = c.routed(self._metadata, session_id)
+        response = _call(self._sessions.IssueToken, request, metadata=metadata)
         return IssuedToken(response.token, response.caller)
 
     # -- snapshots (by session id; the Session has the same calls) --------
@@ -445,10 +458,11 @@ class Session:
         #: What the server said at creation; None for a handle made by
         #: :meth:`Client.session` (see :meth:`get_info`).
         self.info: Optional[SessionInfo] = None
-        self._metadata = metadata
+        # Every call names its session for the proxy (see c.SESSION_HEADER).
+        self._metadata = c.routed(metadata, session_id)
         # The Sessions service (snapshots, archives) wants the client's own
         # credentials: on a server with tokens, the admin token.
-        self._admin_metadata = client._metadata
+        self._admin_metadata = c.routed(client._metadata, session_id)
         self._fs = client._filesystem
         self._sessions = client._sessions
         self._owned = False
