@@ -255,3 +255,60 @@ async fn only_the_admin_creates_container_sessions() {
     let info = admin.create_session(sandbox.options()).await.unwrap();
     assert_eq!(info.backend, Backend::Container);
 }
+
+#[tokio::test]
+async fn a_read_only_container_session_holds_its_seeds_and_refuses_writes() {
+    let sandbox = Sandbox::new(INNER, "box");
+    let server = server_for(&sandbox).await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let info = client
+        .create_session(
+            sandbox
+                .options()
+                .read_only(true)
+                .seed_file("seed.txt", "seeded\n"),
+        )
+        .await
+        .unwrap();
+    assert!(info.read_only);
+    let session = client.session(&info.id);
+    assert_eq!(
+        session.read_to_string("seed.txt").await.unwrap(),
+        "seeded\n"
+    );
+    let err = session
+        .write_str("seed.txt", "changed\n")
+        .await
+        .unwrap_err();
+    assert_refused(&err, Code::PermissionDenied, "READ_ONLY");
+    let archive = tempfile::tempdir().unwrap();
+    let zip = archive.path().join("ws.zip");
+    session.export_to(&zip).await.unwrap();
+    let err = session.import_from(&zip).await.unwrap_err();
+    assert_refused(&err, Code::PermissionDenied, "READ_ONLY");
+    assert_eq!(
+        stdout(sandbox.run("cat seed.txt; ls")),
+        "seeded\nseed.txt\n"
+    );
+}
+
+#[tokio::test]
+async fn watch_reports_changes_made_through_a_container_session() {
+    let sandbox = Sandbox::new(INNER, "box");
+    let (_server, client, info) = open(&sandbox).await;
+    let session = client.session(&info.id);
+    let mut events = session.watch("").recursive().stream().await.unwrap();
+    session.write_str("notes/a.md", "hello\n").await.unwrap();
+    let wanted = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while let Some(event) = events.next().await {
+            let event = event.unwrap();
+            if event.path == "notes/a.md" {
+                return event;
+            }
+        }
+        panic!("the watch ended");
+    })
+    .await
+    .expect("an event for notes/a.md within 5 s");
+    assert_eq!(wanted.kind(), wsfs_client::ChangeKind::Created);
+}
