@@ -312,3 +312,31 @@ async fn watch_reports_changes_made_through_a_container_session() {
     .expect("an event for notes/a.md within 5 s");
     assert_eq!(wanted.kind(), wsfs_client::ChangeKind::Created);
 }
+
+#[tokio::test]
+async fn a_restarted_server_forgets_container_sessions_but_not_their_files() {
+    let sandbox = Sandbox::new(INNER, "box");
+    let data = tempfile::tempdir().unwrap();
+    let runtime = sandbox.runtime();
+    let server = TestServer::start_at(data.path(), |c| {
+        c.container_runtimes = vec![runtime.clone()]
+    })
+    .await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let info = client.create_session(sandbox.options()).await.unwrap();
+    client
+        .session(&info.id)
+        .write_str("kept.txt", "kept\n")
+        .await
+        .unwrap();
+    client.snapshot(&info.id, "t").await.unwrap();
+    assert!(data.path().join("containers").join(&info.id).exists());
+    drop(client);
+    server.stop().await.unwrap();
+
+    let server = TestServer::start_at(data.path(), |c| c.container_runtimes = vec![runtime]).await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    assert!(client.list_sessions().await.unwrap().is_empty());
+    assert!(!data.path().join("containers").exists());
+    assert_eq!(stdout(sandbox.run("cat kept.txt")), "kept\n");
+}
