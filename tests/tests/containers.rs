@@ -206,6 +206,16 @@ async fn snapshots_and_archives_round_trip() {
 
     session.write_str("src/lib.rs", "v2\n").await.unwrap();
     stdout(sandbox.run("echo junk > junk.txt && rmdir empty"));
+    let diff = client.diff_snapshot(&info.id, &snap.id).await.unwrap();
+    let changed: Vec<(&str, bool)> = diff
+        .changes
+        .iter()
+        .map(|c| (c.path.as_str(), c.directory))
+        .collect();
+    assert_eq!(
+        changed,
+        [("empty", true), ("junk.txt", false), ("src/lib.rs", false)]
+    );
     client.restore(&info.id, &snap.id).await.unwrap();
     assert_eq!(session.read_to_string("src/lib.rs").await.unwrap(), "v1\n");
     assert_eq!(session.exists(&p("junk.txt")).await.unwrap(), None);
