@@ -128,6 +128,7 @@ async fn bad_container_requests_are_refused_and_create_nothing() {
             SessionOptions::container(SANDBOX_RUNTIME, "box", "/workspace/../etc"),
             "canonical",
         ),
+        (sandbox.options().root("/srv"), "neither root nor mounts"),
     ];
     for (options, says) in cases {
         let err = client.create_session(options).await.unwrap_err();

@@ -495,7 +495,7 @@ pub(crate) async fn open(
     };
     if spec.root.is_some() || !spec.mounts.is_empty() {
         return Err(Error::invalid_argument(
-            "root and mounts apply only to DIRECTORY and MEMORY sessions; a CONTAINER session's files are the container's workdir",
+            "a CONTAINER session takes neither root nor mounts: its files are the container's workdir",
         ));
     }
     let runtime = runtime::lookup(&config.container_runtimes, &target.runtime)?.clone();
