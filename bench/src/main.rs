@@ -14,6 +14,8 @@
 //! - [`archive`]: ExportArchive, ImportArchive and host mounts beside
 //!   `zip`, `unzip` and `cp -r`.
 //! - [`fork`]: a fork of a 10,000-file DIRECTORY snapshot beside `cp -r`;
+//! - [`container`]: small calls and Grep on a CONTAINER session beside a
+//!   DIRECTORY session on the same tree (only when asked for by name).
 //! - [`durability`]: small Writes, a Snapshot and a Restore on a server in
 //!   each `--durability` mode, `fsync` beside `none`.
 //!
@@ -27,6 +29,7 @@
 
 mod archive;
 mod bytes;
+mod container;
 mod corpus;
 mod durability;
 mod fork;
@@ -55,6 +58,9 @@ enum Which {
     Archive,
     Fork,
     Durability,
+    /// Not part of `all`: it needs the `wsfs-server` binary for the inner
+    /// end.
+    Container,
 }
 
 impl Which {
@@ -66,7 +72,7 @@ impl Which {
             Which::Snapshot => vec![tools::GIT],
             Which::Archive => vec![tools::ZIP, tools::UNZIP],
             Which::Fork => vec![tools::CP],
-            Which::Bytes | Which::Small | Which::Durability => Vec::new(),
+            Which::Bytes | Which::Small | Which::Durability | Which::Container => Vec::new(),
         }
     }
 
@@ -390,6 +396,29 @@ async fn run(cli: Cli) -> Result<(), String> {
                 machine::filesystem_of(&base)
             ));
         }
+    }
+    if cli.which == Which::Container {
+        let inner = cli
+            .server_bin
+            .clone()
+            .or_else(server::sibling_server_binary)
+            .ok_or(
+                "the container figures run wsfs-server --stdio: build it \
+                    (`cargo build --release -p wsfs-server`) or pass --server-bin",
+            )?;
+        let dir = base.join("container");
+        rows.extend(
+            container::run(
+                &dir,
+                &inner,
+                settings.tree_files,
+                settings.small_ops,
+                settings.runs,
+                &mut notes,
+            )
+            .await?,
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
     let server_description = server.description.clone();
     drop(channel);

@@ -420,6 +420,30 @@ fn session_limits_take_size_suffixes_and_a_too_large_write_says_how_to_raise_the
 }
 
 #[test]
+fn container_sessions_are_asked_for_by_runtime_name_and_workdir() {
+    let args = [
+        "session",
+        "create",
+        "--container",
+        "box",
+        "--runtime",
+        "podman",
+        "--workdir",
+        "/srv",
+    ];
+    // The test server configures no runtime: the request reaches it whole
+    // and is refused there.
+    let refused = wsfs_with(None, &args, b"", server_url()).fails_with("FAILED_PRECONDITION");
+    assert!(
+        refused.stderr.contains("--container-runtime"),
+        "{}",
+        refused.stderr
+    );
+    let half = wsfs_with(None, &args[..4], b"", server_url());
+    assert_eq!(half.code, 2, "{}", half.stderr);
+}
+
+#[test]
 fn put_of_a_local_directory_points_to_push() {
     let ws = Workspace::new();
     let dir = tempfile::tempdir().unwrap();

@@ -80,6 +80,7 @@ pub async fn serve(
         ))
     })?;
     archive::import::clear_spool(&config.data_dir);
+    container::clear_abandoned(&config.data_dir);
     let data_dir = config.data_dir.clone();
     let auth = auth::Auth::new(config.admin_token.as_ref().map(config::Secret::expose));
     let max_connections = connections::max_connections(config.max_connections);

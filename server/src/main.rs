@@ -9,8 +9,14 @@ async fn main() -> std::process::ExitCode {
     let config = ServerConfig::parse();
     // The filesystem watcher's own warnings (a watch descriptor already
     // gone with its directory) are routine here: errors only.
+    // Inside a container (--stdio) every line on stderr is relayed to the
+    // outer server's log: problems only, unless RUST_LOG asks for more.
+    let default_filter = match config.stdio {
+        Some(_) => "warn,notify=error",
+        None => "info,notify=error",
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,notify=error"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

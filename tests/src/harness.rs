@@ -217,6 +217,33 @@ impl Sandbox {
         SessionOptions::container(SANDBOX_RUNTIME, &self.name, self.workdir())
     }
 
+    /// Stops the container: every process running in it is killed and its
+    /// directory moved away, so that entering it fails until [`start`].
+    ///
+    /// [`start`]: Sandbox::start
+    pub fn stop(&self) {
+        let files = self.files();
+        std::fs::rename(&files, files.with_extension("stopped")).expect("move the container away");
+        let marker = files.display().to_string();
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&marker) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
+        }
+    }
+
+    /// Starts the container [`stop`](Sandbox::stop) stopped.
+    pub fn start(&self) {
+        let files = self.files();
+        std::fs::rename(files.with_extension("stopped"), &files).expect("move the container back");
+    }
+
     /// Runs `script` with `sh` inside the container, in its workdir.
     pub fn run(&self, script: &str) -> std::process::Output {
         let mut command = match &self.bwrap {

@@ -214,7 +214,7 @@ pub enum SessionCommand {
     #[command(
         after_help = "Prints the session id alone, for `export WSFS_SESSION=$(wsfs session create)`;\n--json prints the whole session, with its token when the server issues one.\n\nExamples:\n  wsfs session create --directory --label owner=ci --ttl 3600\n  wsfs session create --directory --from 0b5e...:baseline   (a fork of that snapshot)"
     )]
-    Create(SessionCreateArgs),
+    Create(Box<SessionCreateArgs>),
     /// List the server's sessions.
     #[command(
         after_help = "Examples:\n  wsfs session list --label owner=ci\n  wsfs session list --json"
@@ -252,6 +252,16 @@ pub struct SessionCreateArgs {
     /// Swarm layout: shared/, home/<caller>/, sys/.
     #[arg(long)]
     pub swarm: bool,
+    /// Keep the files in this running container, through one of the
+    /// server's container runtimes (--runtime) in its directory --workdir.
+    #[arg(long, value_name = "NAME", conflicts_with = "directory", requires_all = ["runtime", "workdir"])]
+    pub container: Option<String>,
+    /// With --container: the server's runtime to reach it through.
+    #[arg(long, requires = "container")]
+    pub runtime: Option<String>,
+    /// With --container: the absolute directory inside it.
+    #[arg(long, requires = "container")]
+    pub workdir: Option<String>,
     /// A label KEY=VALUE (repeatable).
     #[arg(long = "label", value_name = "KEY=VALUE")]
     pub labels: Vec<String>,

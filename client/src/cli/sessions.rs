@@ -13,10 +13,14 @@ use wsfs_client::{
 pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
     match command {
         SessionCommand::Create(args) => {
-            let mut options = if args.directory {
-                SessionOptions::directory()
-            } else {
-                SessionOptions::memory()
+            let mut options = match (&args.container, args.directory) {
+                (Some(name), _) => SessionOptions::container(
+                    args.runtime.clone().unwrap_or_default(),
+                    name,
+                    args.workdir.clone().unwrap_or_default(),
+                ),
+                (None, true) => SessionOptions::directory(),
+                (None, false) => SessionOptions::memory(),
             };
             if let Some(root) = args.root {
                 options = options.root(root);

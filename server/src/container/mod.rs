@@ -453,6 +453,22 @@ impl ArchiveTarget for Container {
     }
 }
 
+/// Where CONTAINER sessions keep their snapshots, under the data directory.
+fn sessions_dir(data_dir: &std::path::Path) -> std::path::PathBuf {
+    data_dir.join("containers")
+}
+
+/// Removes what the CONTAINER sessions of a stopped server left: they do
+/// not outlive it, and neither do their snapshots.
+pub fn clear_abandoned(data_dir: &std::path::Path) {
+    let dir = sessions_dir(data_dir);
+    if let Err(e) = std::fs::remove_dir_all(&dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot clear abandoned container sessions");
+        }
+    }
+}
+
 /// What a CONTAINER session's registry entry holds.
 pub(crate) type Handles = (
     Arc<dyn Filesystem>,
@@ -479,7 +495,7 @@ pub(crate) async fn open(
     };
     if spec.root.is_some() || !spec.mounts.is_empty() {
         return Err(Error::invalid_argument(
-            "root and mounts apply only to DIRECTORY and MEMORY sessions; a CONTAINER session's files are the container's workdir",
+            "a CONTAINER session takes neither root nor mounts: its files are the container's workdir",
         ));
     }
     let runtime = runtime::lookup(&config.container_runtimes, &target.runtime)?.clone();
@@ -513,7 +529,7 @@ pub(crate) async fn open(
     } else {
         fs
     };
-    let dir = config.data_dir.join("containers").join(id);
+    let dir = sessions_dir(&config.data_dir).join(id);
     let budget = crate::quota::with_budget(&limits, config.default_max_total_bytes);
     let snapshots = Arc::new(ContainerSnapshots::new(
         fs.clone(),

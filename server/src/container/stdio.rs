@@ -20,10 +20,43 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use wsfs::proto::{filesystem_server::FilesystemServer, sessions_server::SessionsServer};
 use wsfs::{Error, Result};
 
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
 /// stdin and stdout as one connection; `closed` fires when stdin ends.
 struct StdioConnection {
-    io: tokio::io::Join<tokio::io::Stdin, tokio::io::Stdout>,
+    io: tokio::io::Join<Reader, Writer>,
     closed: Arc<tokio::sync::Notify>,
+}
+
+/// stdin, read through the reactor when it is a pipe (what an exec
+/// gives): tokio's own stdin hands every read to a blocking thread, which
+/// costs each small call a thread hop each way.
+fn stdin_reader() -> Reader {
+    use std::os::fd::AsFd;
+    let pipe = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .and_then(tokio::net::unix::pipe::Receiver::from_file);
+    match pipe {
+        Ok(pipe) => Box::new(pipe),
+        Err(_) => Box::new(tokio::io::stdin()),
+    }
+}
+
+/// stdout, as [`stdin_reader`] reads stdin.
+fn stdout_writer() -> Writer {
+    use std::os::fd::AsFd;
+    let pipe = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .and_then(tokio::net::unix::pipe::Sender::from_file);
+    match pipe {
+        Ok(pipe) => Box::new(pipe),
+        Err(_) => Box::new(tokio::io::stdout()),
+    }
 }
 
 impl tonic::transport::server::Connected for StdioConnection {
@@ -107,7 +140,7 @@ pub async fn serve_stdio(config: ServerConfig, dir: PathBuf) -> Result<()> {
 
     let closed = Arc::new(tokio::sync::Notify::new());
     let connection = StdioConnection {
-        io: tokio::io::join(tokio::io::stdin(), tokio::io::stdout()),
+        io: tokio::io::join(stdin_reader(), stdout_writer()),
         closed: closed.clone(),
     };
     // The one connection, then nothing: the server must not stop accepting

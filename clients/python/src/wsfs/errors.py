@@ -44,6 +44,7 @@ __all__ = [
     "Unauthenticated",
     "QuotaExceeded",
     "Unimplemented",
+    "FailedPrecondition",
     "Cancelled",
     "Unavailable",
     "Internal",
@@ -288,6 +289,14 @@ class Unimplemented(WsfsError):
     CODE = grpc.StatusCode.UNIMPLEMENTED
 
 
+class FailedPrecondition(WsfsError):
+    """The server is not set up for this (a CONTAINER session on a server
+    with no container runtime)."""
+
+    REASON = "FAILED_PRECONDITION"
+    CODE = grpc.StatusCode.FAILED_PRECONDITION
+
+
 class Cancelled(WsfsError):
     REASON = "CANCELLED"
     CODE = grpc.StatusCode.CANCELLED
@@ -330,6 +339,7 @@ _BY_REASON: dict[str, type[WsfsError]] = {
         Unauthenticated,
         QuotaExceeded,
         Unimplemented,
+        FailedPrecondition,
         Cancelled,
         Unavailable,
         Internal,

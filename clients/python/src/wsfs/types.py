@@ -90,6 +90,8 @@ class Backend(_ProtoEnum):
     MEMORY = "memory"
     #: A directory on the server's disk (bind-mountable; survives restarts).
     DIRECTORY = "directory"
+    #: A running container's own filesystem, through a server-side runtime.
+    CONTAINER = "container"
     UNKNOWN = "unknown"
 
 
