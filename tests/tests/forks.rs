@@ -453,6 +453,24 @@ async fn every_refused_fork_says_why_and_creates_nothing() {
                     "INVALID_ARGUMENT",
                 ),
             ];
+            let mut cases = cases;
+            if target == proto::session::Backend::Memory {
+                // A CONTAINER session's files belong to its container: a
+                // fork is never made as one.
+                cases.push((
+                    "into a container",
+                    proto::CreateSessionRequest {
+                        container: Some(proto::ContainerSpec {
+                            runtime: "bwrap".into(),
+                            name: "c1".into(),
+                            workdir: "/workspace".into(),
+                        }),
+                        ..fork(proto::session::Backend::Container, origin.id(), &snapshot)
+                    },
+                    Code::InvalidArgument,
+                    "INVALID_ARGUMENT",
+                ));
+            }
             for (case, request, code, why) in cases {
                 let (ids, dirs) = (session_ids(&mut sessions).await, session_dirs(&server));
                 let status = sessions.create_session(request).await.unwrap_err();
