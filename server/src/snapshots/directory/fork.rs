@@ -172,10 +172,19 @@ fn link_tree(
 /// filesystems); `false` when `to` holds it already.
 fn link_object(from: &ContentStore, to: &ContentStore, hash: &Hash) -> Result<bool> {
     let (source, target) = (from.path(hash), to.path(hash));
-    if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent).map_err(storage_error)?;
+    let mut linked = std::fs::hard_link(&source, &target);
+    if linked
+        .as_ref()
+        .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    {
+        // The first object under its two-hex-digit directory (or the
+        // source is gone, which the second try reports).
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(storage_error)?;
+        }
+        linked = std::fs::hard_link(&source, &target);
     }
-    match std::fs::hard_link(&source, &target) {
+    match linked {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => {
