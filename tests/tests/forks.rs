@@ -554,3 +554,42 @@ async fn a_fork_whose_caller_goes_away_leaves_nothing_behind() {
     assert!(cut_short > 0, "no fork was cut short by its caller");
     assert_eq!(session_ids(&mut sessions).await, ids);
 }
+
+#[tokio::test]
+async fn only_the_admin_token_forks_and_the_fork_has_a_token_of_its_own() {
+    const ADMIN: &str = "admin-token-for-fork-tests-012345";
+    let server = TestServer::start_with(|c| c.admin_token = Some(ADMIN.into())).await;
+    let anonymous = Client::connect(&server.url()).await.unwrap();
+    let admin = anonymous.clone().with_token(ADMIN).unwrap();
+    let (origin, info) = admin
+        .create(SessionOptions::directory().seed_file("a.txt", "origin\n"))
+        .await
+        .unwrap();
+    let snapshot = admin.snapshot(origin.id(), "base").await.unwrap();
+    let origin_token = info.token.clone().expect("a token with tokens on");
+    let before = admin.list_sessions().await.unwrap().len();
+
+    // The origin's own token opens the origin, not the Sessions service.
+    let with_origin_token = anonymous.clone().with_token(&origin_token).unwrap();
+    let fork = SessionOptions::directory().from_snapshot(origin.id(), &snapshot.id);
+    for client in [&anonymous, &with_origin_token] {
+        let err = client.create_session(fork.clone()).await.unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated, "{err}");
+        assert_eq!(err.reason(), "UNAUTHENTICATED", "{err}");
+    }
+    assert_eq!(admin.list_sessions().await.unwrap().len(), before);
+
+    let (forked, made) = admin.create(fork).await.unwrap();
+    let fork_token = made.token.clone().expect("the fork's own token");
+    assert_ne!(fork_token, origin_token);
+    let mine = anonymous
+        .session(forked.id())
+        .with_token(&fork_token)
+        .unwrap();
+    assert_eq!(mine.read_to_string("a.txt").await.unwrap(), "origin\n");
+    let theirs = anonymous
+        .session(forked.id())
+        .with_token(&origin_token)
+        .unwrap();
+    assert!(theirs.read_to_string("a.txt").await.is_err());
+}
