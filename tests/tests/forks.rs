@@ -16,7 +16,9 @@ use wsfs_client::{
 use wsfs_tests::harness::TestServer;
 use wsfs_tests::kit::{p, reason};
 
-use wsfs_tests::kit::{workspace_state as state, WorkspaceState as State};
+use wsfs_tests::kit::{
+    workspace_state as state, workspace_versions as versions, WorkspaceState as State,
+};
 
 async fn write(session: &Session, path: &str, data: &[u8]) {
     let options = WriteOptions {
@@ -103,6 +105,7 @@ async fn a_fork_holds_its_snapshot_exactly_and_diverges_independently_on_every_b
                 None
             );
             assert_eq!(state(&fork).await, base, "{pair}: the fork is the snapshot");
+            let first_versions = versions(&fork).await;
 
             // Its own first snapshot: same tag and contents, its own id.
             let snaps = client.list_snapshots(fork.id()).await.unwrap();
@@ -144,6 +147,15 @@ async fn a_fork_holds_its_snapshot_exactly_and_diverges_independently_on_every_b
             // The fork can go back to where it started.
             client.restore(fork.id(), &snaps[0].id).await.unwrap();
             assert_eq!(state(&fork).await, base, "{pair}: restored fork");
+            // What the fork never changed is not rewritten by the restore.
+            let restored_versions = versions(&fork).await;
+            for untouched in ["a.bin", "src/lib/deep.rs", "empty"] {
+                assert_eq!(
+                    restored_versions[untouched], first_versions[untouched],
+                    "{pair}: {untouched} kept its version"
+                );
+            }
+            assert_ne!(restored_versions["b.txt"], first_versions["b.txt"]);
             assert_eq!(
                 state(&origin).await,
                 want_origin,
@@ -278,7 +290,9 @@ async fn a_directory_fork_shares_its_origins_stored_objects() {
             "stored objects are shared, not copied: {nlink} links"
         );
     }
-    let trees = inodes(&sessions.join(fork.id()).join("trees"));
+    // The snapshot's manifests too (the fork adds its own, small, that
+    // record its files' identities).
+    let trees = inodes(&sessions.join(origin.id()).join("trees"));
     assert!(!trees.is_empty() && trees.values().all(|(nlink, _)| *nlink >= 2));
     // The store adds nothing; the workspace is a copy unless the
     // filesystem shares blocks (then it adds almost nothing either).
