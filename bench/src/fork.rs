@@ -28,13 +28,8 @@ pub async fn run(
     runs: usize,
     notes: &mut Vec<String>,
 ) -> Result<Vec<Row>, String> {
-    let info = client
-        .create_session(SessionOptions::directory())
-        .await
-        .map_err(failed("cannot create a DIRECTORY session"))?;
-    let root = info.root_path.clone().ok_or("no root path")?;
-    eprintln!("fork: writing {files} files of {file_bytes} bytes...");
-    trees::incompressible(&root, files, file_bytes)?;
+    let (info, root) =
+        crate::snapshot::incompressible_session(client, "fork", files, file_bytes).await?;
     let shape = format!("{files} files, {:.0} MB", (files * file_bytes) as f64 / 1e6);
     let snapshot = client
         .snapshot(&info.id, "fork point")

@@ -80,6 +80,27 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// A DIRECTORY session holding `files` incompressible files of
+/// `file_bytes` each, and its root; `figure` names it in the progress.
+pub async fn incompressible_session(
+    client: &Client,
+    figure: &str,
+    files: usize,
+    file_bytes: usize,
+) -> Result<(wsfs_client::SessionInfo, std::path::PathBuf), String> {
+    let info = client
+        .create_session(SessionOptions::directory())
+        .await
+        .map_err(failed("cannot create a DIRECTORY session"))?;
+    let root = info
+        .root_path
+        .clone()
+        .ok_or("the server did not say where the session's root is")?;
+    eprintln!("{figure}: writing {files} files of {file_bytes} bytes...");
+    trees::incompressible(&root, files, file_bytes)?;
+    Ok((info, root))
+}
+
 /// The snapshot figures; `server_data` is the server's `--data-dir`.
 pub async fn run(
     client: &Client,
@@ -90,16 +111,7 @@ pub async fn run(
     runs: usize,
     notes: &mut Vec<String>,
 ) -> Result<Vec<Row>, String> {
-    let info = client
-        .create_session(SessionOptions::directory())
-        .await
-        .map_err(failed("cannot create a DIRECTORY session"))?;
-    let root = info
-        .root_path
-        .clone()
-        .ok_or("the server did not say where the session's root is")?;
-    eprintln!("snapshot: writing {files} files of {file_bytes} bytes...");
-    trees::incompressible(&root, files, file_bytes)?;
+    let (info, root) = incompressible_session(client, "snapshot", files, file_bytes).await?;
     let workspace_bytes = (files * file_bytes) as u64;
     let shape = format!("{files} files, {:.0} MB", workspace_bytes as f64 / 1e6);
 

@@ -205,6 +205,21 @@ pub async fn workspace_state(session: &wsfs_client::Session) -> WorkspaceState {
     state
 }
 
+/// Every entry's version, by path.
+pub async fn workspace_versions(
+    session: &wsfs_client::Session,
+) -> std::collections::BTreeMap<String, u64> {
+    let listing = session
+        .list(&wsfs::CanonicalPath::root(), 64)
+        .await
+        .expect("list the workspace");
+    listing
+        .entries
+        .into_iter()
+        .map(|e| (e.path.as_str().to_string(), e.version))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

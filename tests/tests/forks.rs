@@ -16,7 +16,9 @@ use wsfs_client::{
 use wsfs_tests::harness::TestServer;
 use wsfs_tests::kit::{p, reason};
 
-use wsfs_tests::kit::{workspace_state as state, WorkspaceState as State};
+use wsfs_tests::kit::{
+    workspace_state as state, workspace_versions as versions, WorkspaceState as State,
+};
 
 async fn write(session: &Session, path: &str, data: &[u8]) {
     let options = WriteOptions {
@@ -104,6 +106,7 @@ async fn a_fork_holds_its_snapshot_exactly_and_diverges_independently_on_every_b
                 None
             );
             assert_eq!(state(&fork).await, base, "{pair}: the fork is the snapshot");
+            let first_versions = versions(&fork).await;
 
             // Its own first snapshot: same tag and contents, its own id.
             let snaps = client.list_snapshots(fork.id()).await.unwrap();
@@ -145,6 +148,15 @@ async fn a_fork_holds_its_snapshot_exactly_and_diverges_independently_on_every_b
             // The fork can go back to where it started.
             client.restore(fork.id(), &snaps[0].id).await.unwrap();
             assert_eq!(state(&fork).await, base, "{pair}: restored fork");
+            // What the fork never changed is not rewritten by the restore.
+            let restored_versions = versions(&fork).await;
+            for untouched in ["a.bin", "src/lib/deep.rs", "empty"] {
+                assert_eq!(
+                    restored_versions[untouched], first_versions[untouched],
+                    "{pair}: {untouched} kept its version"
+                );
+            }
+            assert_ne!(restored_versions["b.txt"], first_versions["b.txt"]);
             assert_eq!(
                 state(&origin).await,
                 want_origin,
@@ -279,7 +291,9 @@ async fn a_directory_fork_shares_its_origins_stored_objects() {
             "stored objects are shared, not copied: {nlink} links"
         );
     }
-    let trees = inodes(&sessions.join(fork.id()).join("trees"));
+    // The snapshot's manifests too (the fork adds its own, small, that
+    // record its files' identities).
+    let trees = inodes(&sessions.join(origin.id()).join("trees"));
     assert!(!trees.is_empty() && trees.values().all(|(nlink, _)| *nlink >= 2));
     // The store adds nothing; the workspace is a copy unless the
     // filesystem shares blocks (then it adds almost nothing either).
@@ -572,4 +586,43 @@ async fn a_fork_whose_caller_goes_away_leaves_nothing_behind() {
     }
     assert!(cut_short > 0, "no fork was cut short by its caller");
     assert_eq!(session_ids(&mut sessions).await, ids);
+}
+
+#[tokio::test]
+async fn only_the_admin_token_forks_and_the_fork_has_a_token_of_its_own() {
+    const ADMIN: &str = "admin-token-for-fork-tests-012345";
+    let server = TestServer::start_with(|c| c.admin_token = Some(ADMIN.into())).await;
+    let anonymous = Client::connect(&server.url()).await.unwrap();
+    let admin = anonymous.clone().with_token(ADMIN).unwrap();
+    let (origin, info) = admin
+        .create(SessionOptions::directory().seed_file("a.txt", "origin\n"))
+        .await
+        .unwrap();
+    let snapshot = admin.snapshot(origin.id(), "base").await.unwrap();
+    let origin_token = info.token.clone().expect("a token with tokens on");
+    let before = admin.list_sessions().await.unwrap().len();
+
+    // The origin's own token opens the origin, not the Sessions service.
+    let with_origin_token = anonymous.clone().with_token(&origin_token).unwrap();
+    let fork = SessionOptions::directory().from_snapshot(origin.id(), &snapshot.id);
+    for client in [&anonymous, &with_origin_token] {
+        let err = client.create_session(fork.clone()).await.unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated, "{err}");
+        assert_eq!(err.reason(), "UNAUTHENTICATED", "{err}");
+    }
+    assert_eq!(admin.list_sessions().await.unwrap().len(), before);
+
+    let (forked, made) = admin.create(fork).await.unwrap();
+    let fork_token = made.token.clone().expect("the fork's own token");
+    assert_ne!(fork_token, origin_token);
+    let mine = anonymous
+        .session(forked.id())
+        .with_token(&fork_token)
+        .unwrap();
+    assert_eq!(mine.read_to_string("a.txt").await.unwrap(), "origin\n");
+    let theirs = anonymous
+        .session(forked.id())
+        .with_token(&origin_token)
+        .unwrap();
+    assert!(theirs.read_to_string("a.txt").await.is_err());
 }

@@ -76,16 +76,7 @@ impl Setup {
     }
 
     async fn versions(&self) -> BTreeMap<String, u64> {
-        let listing = self
-            .session
-            .list(&wsfs_client::CanonicalPath::root(), 64)
-            .await
-            .unwrap();
-        listing
-            .entries
-            .into_iter()
-            .map(|e| (e.path.as_str().to_string(), e.version))
-            .collect()
+        wsfs_tests::kit::workspace_versions(&self.session).await
     }
 
     /// The DIRECTORY session's directory under the data directory.

@@ -101,6 +101,7 @@ impl SessionRegistry {
                             b.settle()?;
                             crate::snapshots::first_snapshot(
                                 &session_dir,
+                                &root,
                                 &b,
                                 &origin,
                                 budget,

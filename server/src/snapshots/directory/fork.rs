@@ -2,12 +2,14 @@
 //! snapshot.
 
 use super::{
-    hex, new_id, storage_error, write_json, ContentStore, Hash, InfoFile, Node, State, Store,
-    MAX_TREE_DEPTH,
+    hex, new_id, storage_error, write_json, ContentStore, Hash, InfoFile, Node, State, Store, Tree,
+    TreeItem, MAX_TREE_DEPTH,
 };
+use crate::backend::directory::FileIdentity;
 use crate::backend::DirectoryBackend;
 use crate::snapshots::fork::{abandoned, FileSource, Visit};
 use crate::snapshots::SnapshotInfo;
+use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -88,8 +90,14 @@ impl ForkSource {
 /// hard-linked from the origin's store (immutable and named by hash, so
 /// both stores share them; copied across filesystems); otherwise the
 /// workspace is snapshotted as usual, within `budget`. Blocking.
+///
+/// The head (what the next snapshot compares against) is the snapshot's
+/// manifests with the identities of the fork's own files, read from
+/// `workspace_root`, which only this fork has touched yet: the fork's next
+/// snapshot, or a restore, then reads only what changed since.
 pub fn first_snapshot(
     session_dir: &Path,
+    workspace_root: &Path,
     b: &DirectoryBackend,
     origin: &crate::snapshots::fork::Origin,
     budget: u64,
@@ -111,10 +119,17 @@ pub fn first_snapshot(
         store.settle(b.durability())?;
         return Ok(taken);
     };
-    {
+    let head = {
         let origin_state = source.store.lock();
         link_tree(&source.store, &origin_state, &store, &root, 0, cancel)?;
-    }
+        let walk = Reidentify {
+            from: &source.store,
+            state: &origin_state,
+            to: &store,
+            workspace: workspace_root,
+        };
+        walk.tree(&root, &CanonicalPath::root(), 0)?
+    };
     let adopted = InfoFile {
         id: new_id(),
         tag: info.tag.clone(),
@@ -125,9 +140,7 @@ pub fn first_snapshot(
     };
     std::fs::create_dir_all(store.manifests()).map_err(storage_error)?;
     write_json(&store.info_path(&adopted.id), &adopted)?;
-    // The fork's files are new inodes, so the next snapshot hashes them
-    // again against this head (their identities differ): never wrong.
-    store.set_head(&mut store.lock(), Some(root))?;
+    store.set_head(&mut store.lock(), Some(head))?;
     store.settle(b.durability())?;
     Ok(adopted.info())
 }
@@ -172,10 +185,19 @@ fn link_tree(
 /// filesystems); `false` when `to` holds it already.
 fn link_object(from: &ContentStore, to: &ContentStore, hash: &Hash) -> Result<bool> {
     let (source, target) = (from.path(hash), to.path(hash));
-    if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent).map_err(storage_error)?;
+    let mut linked = std::fs::hard_link(&source, &target);
+    if linked
+        .as_ref()
+        .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    {
+        // The first object under its two-hex-digit directory (or the
+        // source is gone, which the second try reports).
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(storage_error)?;
+        }
+        linked = std::fs::hard_link(&source, &target);
     }
-    match std::fs::hard_link(&source, &target) {
+    match linked {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => {
@@ -187,5 +209,63 @@ fn link_object(from: &ContentStore, to: &ContentStore, hash: &Hash) -> Result<bo
             copied.map(|made| made.is_some())
         }
         Err(e) => Err(storage_error(e)),
+    }
+}
+
+/// Rewrites a snapshot's manifests with the identities of the fork's own
+/// files, storing them in the fork's store.
+struct Reidentify<'a> {
+    from: &'a Store,
+    state: &'a State,
+    to: &'a Store,
+    workspace: &'a Path,
+}
+
+impl Reidentify<'_> {
+    /// The fork's manifest for the origin's manifest `hash` at `path`.
+    fn tree(&self, hash: &Hash, path: &CanonicalPath, depth: usize) -> Result<Hash> {
+        if depth > MAX_TREE_DEPTH {
+            return Err(Error::internal(
+                "the snapshot store's manifests nest too deep",
+            ));
+        }
+        let tree = self.from.tree(self.state, hash)?;
+        let mut items = Vec::with_capacity(tree.items.len());
+        for item in &tree.items {
+            let child = path.join(&item.name)?;
+            let node = match &item.node {
+                Node::File { size, hash, .. } => Node::File {
+                    size: *size,
+                    hash: *hash,
+                    identity: self.identity(&child)?,
+                },
+                Node::Dir { tree } => Node::Dir {
+                    tree: self.tree(tree, &child, depth + 1)?,
+                },
+            };
+            items.push(TreeItem {
+                name: item.name.clone(),
+                node,
+            });
+        }
+        let bytes = Tree { items }.encode();
+        let hash: Hash = Sha256::digest(&bytes).into();
+        self.to.trees().store_bytes(&hash, &bytes)?;
+        Ok(hash)
+    }
+
+    /// What a snapshot's walk records of the fork's file at `path` (a
+    /// different reading would only make the next snapshot hash it).
+    fn identity(&self, path: &CanonicalPath) -> Result<FileIdentity> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(self.workspace.join(path.as_str()))
+            .map_err(|e| Error::internal(format!("cannot stat the fork's '{path}': {e}")))?;
+        let ns = |sec: i64, nsec: i64| sec.saturating_mul(1_000_000_000).saturating_add(nsec);
+        Ok(FileIdentity {
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        })
     }
 }
