@@ -701,6 +701,8 @@ impl SessionRegistry {
         crate::quota::check_initial(&limits, crate::mounts::initial_usage(&mounts, &seeds))?;
         let backend = spec.backend.unwrap_or(BackendKind::Memory);
         let mut root_identity = None;
+        // A CONTAINER session relays the changes made inside its container.
+        let mut relay = None;
         let ((fs, archive, snapshots), root_path, owned_dir): (Handles, _, _) = match backend {
             BackendKind::Memory => {
                 if spec.root.is_some() {
@@ -768,8 +770,9 @@ impl SessionRegistry {
                 ((ws.clone(), ws, snapshots), Some(root), Some(session_dir))
             }
             BackendKind::Container => {
-                let (handles, dir) =
+                let (handles, dir, container) =
                     crate::container::open(&self.config, &id, &spec, limits, &seeds).await?;
+                relay = Some(container);
                 (handles, None, Some(dir))
             }
         };
@@ -781,7 +784,11 @@ impl SessionRegistry {
                 return Err(e);
             }
         }
-        Ok(self.insert(record, (fs, archive, snapshots), owned_dir))
+        let session = self.insert(record, (fs, archive, snapshots), owned_dir);
+        if let Some(container) = relay {
+            container.0.relay_external(session.events.clone()).await;
+        }
+        Ok(session)
     }
 
     /// Makes a session of a workspace that is ready, and lists it.

@@ -324,6 +324,42 @@ async fn watch_reports_changes_made_through_a_container_session() {
     assert_eq!(wanted.kind(), wsfs_client::ChangeKind::Created);
 }
 
+/// A program inside the container changes the workdir: the session's
+/// Watch reports it, caller `external`, as it does for a DIRECTORY
+/// session's bind-mounted root; and once, not twice, for a change made
+/// through the session.
+#[tokio::test]
+async fn watch_reports_changes_made_inside_the_container_as_external() {
+    let sandbox = Sandbox::new(INNER, "box");
+    let (_server, client, info) = open(&sandbox).await;
+    let session = client.session(&info.id);
+    let mut events = session.watch("").recursive().stream().await.unwrap();
+    session.write_str("through.txt", "one\n").await.unwrap();
+    stdout(sandbox.run("mkdir -p out && echo made-inside > out/inside.txt"));
+    let seen = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        let mut seen = Vec::new();
+        while let Some(event) = events.next().await {
+            let event = event.unwrap();
+            if event.path.is_empty() {
+                continue; // READY, keep-alives
+            }
+            let done = event.path == "out/inside.txt";
+            seen.push((event.path.clone(), event.caller.clone()));
+            if done {
+                return seen;
+            }
+        }
+        panic!("the watch ended");
+    })
+    .await
+    .expect("an event for out/inside.txt within 10 s");
+    let inside = seen.iter().find(|(p, _)| p == "out/inside.txt").unwrap();
+    assert_eq!(inside.1, "external", "{seen:?}");
+    let through: Vec<_> = seen.iter().filter(|(p, _)| p == "through.txt").collect();
+    assert_eq!(through.len(), 1, "{seen:?}");
+    assert_eq!(through[0].1, "system", "{seen:?}");
+}
+
 #[tokio::test]
 async fn a_restarted_server_forgets_container_sessions_but_not_their_files() {
     let sandbox = Sandbox::new(INNER, "box");

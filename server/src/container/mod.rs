@@ -70,6 +70,9 @@ pub struct ContainerFs {
     link: tokio::sync::Mutex<Option<Arc<Link>>>,
     /// The end of the child's stderr, for error messages.
     stderr_tail: Arc<Mutex<String>>,
+    /// The session's change log, once it has one: changes made inside the
+    /// container by other programs are relayed into it ([`ContainerFs::relay_external`]).
+    relay: Mutex<Option<Arc<crate::events::EventLog>>>,
 }
 
 impl ContainerFs {
@@ -88,7 +91,62 @@ impl ContainerFs {
             read_only,
             link: tokio::sync::Mutex::new(None),
             stderr_tail: Arc::new(Mutex::new(String::new())),
+            relay: Mutex::new(None),
         }
+    }
+
+    /// From now on, changes that programs inside the container make to the
+    /// workdir reach `events` as `external` changes, as they do for a
+    /// DIRECTORY session's bind-mounted root: the inner server's own
+    /// watcher sees them, and each link relays its inner session's
+    /// `external` events (changes made through this session are recorded
+    /// by the service already, under their callers). Changes made while no
+    /// child runs (the container stopped) are not seen.
+    pub async fn relay_external(&self, events: Arc<crate::events::EventLog>) {
+        *self.relay.lock().unwrap_or_else(|e| e.into_inner()) = Some(events);
+        let slot = self.link.lock().await;
+        if let Some(link) = slot.as_ref().filter(|l| l.alive()) {
+            self.start_relay(link);
+        }
+    }
+
+    /// Relays `link`'s external changes into the session's change log, for
+    /// as long as the link lives (its Watch ends with its child).
+    fn start_relay(&self, link: &Link) {
+        let Some(events) = self.relay.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+            return;
+        };
+        let session = link.session.clone();
+        let path_limits = self.limits.path;
+        tokio::spawn(async move {
+            let Ok(mut stream) = session.watch("").recursive().stream().await else {
+                return;
+            };
+            while let Some(Ok(event)) = stream.next().await {
+                if event.caller != crate::auth::EXTERNAL_CALLER {
+                    continue;
+                }
+                let kind = match event.kind() {
+                    wsfs_client::ChangeKind::Created => crate::events::ChangeKind::Created,
+                    wsfs_client::ChangeKind::Modified => crate::events::ChangeKind::Modified,
+                    wsfs_client::ChangeKind::Deleted => crate::events::ChangeKind::Deleted,
+                    wsfs_client::ChangeKind::Moved => crate::events::ChangeKind::Moved,
+                    _ => continue,
+                };
+                let Ok(path) = CanonicalPath::parse(&event.path, &path_limits) else {
+                    continue;
+                };
+                let to = CanonicalPath::parse(&event.to_path, &path_limits).ok();
+                let to = to.filter(|_| !event.to_path.is_empty());
+                events.append(
+                    kind,
+                    &path,
+                    to.as_ref(),
+                    event.version,
+                    crate::auth::EXTERNAL_CALLER,
+                );
+            }
+        });
     }
 
     pub fn target(&self) -> &ContainerTarget {
@@ -129,6 +187,7 @@ impl ContainerFs {
         }
         *slot = None;
         let link = Arc::new(self.spawn().await?);
+        self.start_relay(&link);
         *slot = Some(link.clone());
         Ok(link)
     }
@@ -487,7 +546,7 @@ pub(crate) async fn open(
     spec: &crate::registry::SessionSpec,
     limits: SessionLimits,
     seeds: &[(CanonicalPath, bytes::Bytes)],
-) -> Result<(Handles, std::path::PathBuf)> {
+) -> Result<(Handles, std::path::PathBuf, Arc<Container>)> {
     let Some(target) = spec.container.clone() else {
         return Err(Error::invalid_argument(
             "a CONTAINER session needs container {runtime, name, workdir}",
@@ -537,5 +596,5 @@ pub(crate) async fn open(
         &budget,
     ));
     let handle = Arc::new(Container(fs));
-    Ok(((handle.clone(), handle, snapshots), dir))
+    Ok(((handle.clone(), handle.clone(), snapshots), dir, handle))
 }
