@@ -36,7 +36,7 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
-use wsfs::{CanonicalPath, Error, FileKind, Result};
+use wsfs::{CanonicalPath, Error, FileKind, Permissions, Result};
 
 /// A whole-workspace replacement, recorded before its first change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -171,11 +171,12 @@ fn replay(b: &DirectoryBackend, staging: &Path, intent: &Intent) -> Result<()> {
         removed.push(path);
     }
     for d in &intent.dirs {
-        b.mkdir(&parse(d)?, true)?;
+        b.mkdir(&parse(d)?, true, Permissions::DIRECTORY_DEFAULT)?;
     }
     let put = CommitMode {
         append: false,
         create_parents: true,
+        ..CommitMode::default()
     };
     for f in &intent.files {
         let Some(name) = &f.staged else { continue };
@@ -219,6 +220,7 @@ fn holds(path: &Path, expected: Option<&str>) -> Result<bool> {
 
 #[cfg(test)]
 mod tests {
+    const DIR: wsfs::Permissions = wsfs::Permissions::DIRECTORY_DEFAULT;
     use super::*;
     use std::path::PathBuf;
 
@@ -384,10 +386,11 @@ mod tests {
         // committed; `keep.txt` still old.
         b.remove(&p("gone.txt"), true).unwrap();
         b.remove(&p("flip"), true).unwrap();
-        b.mkdir(&p("new"), true).unwrap();
+        b.mkdir(&p("new"), true, DIR).unwrap();
         let put = CommitMode {
             append: false,
             create_parents: true,
+            ..CommitMode::default()
         };
         b.commit(staged.pop().unwrap(), &p("new/a.txt"), put)
             .unwrap();
@@ -408,6 +411,7 @@ mod tests {
         let put = CommitMode {
             append: false,
             create_parents: true,
+            ..CommitMode::default()
         };
         let keep = staged.remove(0);
         let (_, displaced) = b.commit_aside(keep, &p("keep.txt"), put).unwrap();

@@ -161,6 +161,7 @@ fn upload() -> impl Strategy<Value = Vec<WriteBytesRequest>> {
                     mode,
                     create_parents,
                     if_version,
+                    ..Default::default()
                 })),
             },
         )
@@ -282,6 +283,7 @@ fn call() -> impl Strategy<Value = Call> {
                         mode,
                         create_parents,
                         if_version,
+                        ..Default::default()
                     })
                 }
             ),
@@ -329,7 +331,8 @@ fn call() -> impl Strategy<Value = Call> {
                 session_id,
                 path,
                 parents,
-                exist_ok
+                exist_ok,
+                ..Default::default()
             })
         ),
         (

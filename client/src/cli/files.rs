@@ -265,6 +265,7 @@ pub async fn put(ctx: &mut Ctx, args: PutArgs) -> Outcome {
         },
         create_parents: true,
         if_version: args.if_version,
+        ..WriteOptions::default()
     };
     let quiet = ctx.quiet || ctx.json;
     let outcome = if args.local == "-" {
@@ -363,6 +364,7 @@ pub async fn write(ctx: &mut Ctx, args: WriteArgs, append: bool) -> Outcome {
         },
         create_parents: !args.no_parents,
         if_version: args.if_version,
+        ..WriteOptions::default()
     };
     let outcome = session.write(&path, &text, options).await?;
     ctx.done(|| wrote(&outcome), write_json(&outcome))
@@ -431,6 +433,7 @@ pub async fn mkdir(ctx: &mut Ctx, args: MkdirArgs) -> Outcome {
     let options = MkdirOptions {
         parents: args.parents,
         exist_ok: args.parents,
+        ..MkdirOptions::default()
     };
     let mut results = Vec::new();
     for raw in &args.paths {

@@ -394,6 +394,7 @@ impl Workspace {
                     mode: write_mode(a.mode.as_deref())?,
                     create_parents: true,
                     if_version: a.if_version,
+                    ..WriteOptions::default()
                 };
                 let w = self.session.write(&path, &a.content, options).await?;
                 Ok(format!(
@@ -481,6 +482,7 @@ impl Workspace {
                     mode: WriteMode::Overwrite,
                     create_parents: false,
                     if_version: Some(page.version),
+                    ..WriteOptions::default()
                 };
                 let w = self.session.write(&path, &new, options).await?;
                 Ok(format!(
@@ -665,6 +667,7 @@ impl Workspace {
                 let options = MkdirOptions {
                     parents: true,
                     exist_ok: true,
+                    ..MkdirOptions::default()
                 };
                 let created = self.session.mkdir(&parse_path(&a.path)?, options).await?;
                 Ok(if created {

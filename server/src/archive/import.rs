@@ -35,7 +35,7 @@ use crate::limits::SessionLimits;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
-use wsfs::{CanonicalPath, Error, Result};
+use wsfs::{CanonicalPath, Error, Permissions, Result};
 
 /// Largest `manifest.json` read.
 const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
@@ -382,11 +382,12 @@ fn replace_all<B: Backend>(backend: &B, plan: &ImportPlan, staged: Vec<B::Staged
     crate::journal::apply(backend, &intent, || {
         backend.remove(&CanonicalPath::root(), true)?;
         for dir in &plan.dirs {
-            backend.mkdir(dir, true)?;
+            backend.mkdir(dir, true, Permissions::DIRECTORY_DEFAULT)?;
         }
         let put = CommitMode {
             append: false,
             create_parents: true,
+            ..CommitMode::default()
         };
         for ((_, path, _), file) in plan.files.iter().zip(staged) {
             backend.commit(file, path, put)?;

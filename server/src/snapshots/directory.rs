@@ -70,7 +70,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
-use wsfs::{CanonicalPath, Error, PathLimits, Result};
+use wsfs::{CanonicalPath, Error, PathLimits, Permissions, Result};
 
 const COPY_BUFFER: usize = 1024 * 1024;
 /// Zeros hashed at a time for a hole.
@@ -1295,11 +1295,12 @@ fn apply_restore(
         }
         // Directories in path order, so parents come before children.
         for e in dirs() {
-            b.mkdir(&e.path, true)?;
+            b.mkdir(&e.path, true, Permissions::DIRECTORY_DEFAULT)?;
         }
         let put = CommitMode {
             append: false,
             create_parents: true,
+            ..CommitMode::default()
         };
         let mut displaced = Vec::new();
         for ((path, _), content) in to_write.iter().zip(staged) {

@@ -61,7 +61,7 @@ impl SnapshotStore for MemorySnapshots {
             self.workspace.limits(),
             image
                 .entries()
-                .map(|(path, data)| (path, data.map(|d| d.len() as u64))),
+                .map(|(path, entry)| (path, entry.data.as_ref().map(|d| d.len() as u64))),
         )?;
         let restored = Restored {
             file_count: image.file_count(),
@@ -95,7 +95,7 @@ impl SnapshotStore for MemorySnapshots {
         let image = self.image(id)?;
         let entries: Vec<SnapshotEntry> = image
             .entries()
-            .map(|(path, data)| match data {
+            .map(|(path, entry)| match &entry.data {
                 None => SnapshotEntry::Directory { path },
                 Some(bytes) => SnapshotEntry::File {
                     path,

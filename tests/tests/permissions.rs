@@ -1,0 +1,221 @@
+//! Permission bits end to end: the wire refuses bits above 0o777 on every
+//! call that takes them, changing nothing; a script written over gRPC with
+//! 0o755 into a DIRECTORY session runs in a sandbox that shares the
+//! session's directory, and keeps running after the workspace goes through
+//! snapshot/restore, export/import and the CLI's push/pull.
+
+use tonic::transport::Channel;
+use tonic::Code;
+use wsfs::proto::filesystem_client::FilesystemClient;
+use wsfs::proto::sessions_client::SessionsClient;
+use wsfs::proto::*;
+use wsfs_tests::harness::TestServer;
+use wsfs_tests::kit::reason;
+
+const BACKENDS: [session::Backend; 2] = [session::Backend::Memory, session::Backend::Directory];
+
+/// setuid, sticky, setgid, and a bit no mode has.
+const REFUSED: [u32; 4] = [0o4755, 0o1000, 0o2755, 0o10000];
+
+struct Wire {
+    _server: TestServer,
+    fs: FilesystemClient<Channel>,
+    _sessions: SessionsClient<Channel>,
+    session: String,
+}
+
+async fn wire(backend: session::Backend) -> Wire {
+    wire_with(CreateSessionRequest {
+        backend: backend as i32,
+        ..Default::default()
+    })
+    .await
+}
+
+async fn wire_with(create: CreateSessionRequest) -> Wire {
+    let server = TestServer::start().await;
+    let channel = server.channel().await;
+    let mut sessions = SessionsClient::new(channel.clone());
+    let session = sessions
+        .create_session(create)
+        .await
+        .expect("create a session")
+        .into_inner()
+        .session_id;
+    Wire {
+        _server: server,
+        fs: FilesystemClient::new(channel),
+        _sessions: sessions,
+        session,
+    }
+}
+
+impl Wire {
+    /// Every entry with its kind, size, version and bits: what "nothing
+    /// changed" is checked against.
+    async fn state(&mut self) -> Vec<(String, i32, i64, u64, u32)> {
+        let listing = self
+            .fs
+            .list(ListRequest {
+                session_id: self.session.clone(),
+                path: String::new(),
+                depth: 64,
+            })
+            .await
+            .expect("list")
+            .into_inner();
+        listing
+            .entries
+            .into_iter()
+            .map(|e| (e.path, e.kind, e.size_bytes, e.version, e.permissions))
+            .collect()
+    }
+
+    async fn write(
+        &mut self,
+        path: &str,
+        permissions: Option<u32>,
+    ) -> Result<WriteResponse, tonic::Status> {
+        self.fs
+            .write(WriteRequest {
+                session_id: self.session.clone(),
+                path: path.to_string(),
+                content: "#!/bin/sh\necho ok\n".to_string(),
+                permissions,
+                ..Default::default()
+            })
+            .await
+            .map(tonic::Response::into_inner)
+    }
+}
+
+#[track_caller]
+fn assert_refused<T: std::fmt::Debug>(result: Result<T, tonic::Status>, bits: u32) {
+    let status = result.expect_err("bits above 0o777 must be refused");
+    assert_eq!(status.code(), Code::InvalidArgument, "{bits:o}: {status:?}");
+    assert_eq!(reason(&status), "INVALID_ARGUMENT", "{bits:o}");
+    assert!(
+        status.message().contains("setuid, setgid and sticky"),
+        "{bits:o}: {}",
+        status.message()
+    );
+}
+
+#[tokio::test]
+async fn bits_above_0o777_are_refused_by_every_call_and_change_nothing() {
+    for backend in BACKENDS {
+        let mut w = wire(backend).await;
+        w.write("run.sh", Some(0o750)).await.unwrap();
+        let before = w.state().await;
+        for bits in REFUSED {
+            assert_refused(w.write("run.sh", Some(bits)).await, bits);
+            assert_refused(w.write("new.sh", Some(bits)).await, bits);
+
+            let header = WriteBytesRequest {
+                payload: Some(write_bytes_request::Payload::Header(WriteBytesHeader {
+                    session_id: w.session.clone(),
+                    path: "run.sh".into(),
+                    permissions: Some(bits),
+                    ..Default::default()
+                })),
+            };
+            let data = WriteBytesRequest {
+                payload: Some(write_bytes_request::Payload::Data(b"x".to_vec().into())),
+            };
+            let upload = futures::stream::iter([header, data]);
+            assert_refused(w.fs.write_bytes(upload).await, bits);
+
+            let mkdir = MkdirRequest {
+                session_id: w.session.clone(),
+                path: "d".into(),
+                permissions: Some(bits),
+                ..Default::default()
+            };
+            assert_refused(w.fs.mkdir(mkdir).await, bits);
+
+            let set = SetAttributesRequest {
+                session_id: w.session.clone(),
+                path: "run.sh".into(),
+                permissions: Some(bits),
+                ..Default::default()
+            };
+            assert_refused(w.fs.set_attributes(set).await, bits);
+        }
+        assert_eq!(w.state().await, before, "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn set_attributes_on_a_read_only_session_is_read_only_and_changes_nothing() {
+    for backend in BACKENDS {
+        let mut w = wire_with(CreateSessionRequest {
+            backend: backend as i32,
+            read_only: true,
+            seed_files: [(
+                "run.sh".to_string(),
+                bytes::Bytes::from_static(b"echo ok\n"),
+            )]
+            .into(),
+            ..Default::default()
+        })
+        .await;
+        let before = w.state().await;
+        assert_eq!(before.len(), 1);
+
+        let set = SetAttributesRequest {
+            session_id: w.session.clone(),
+            path: "run.sh".into(),
+            permissions: Some(0o755),
+            ..Default::default()
+        };
+        let status = w.fs.set_attributes(set).await.unwrap_err();
+
+        assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+        assert_eq!(reason(&status), "READ_ONLY");
+        assert_eq!(w.state().await, before, "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn set_attributes_is_a_modified_event() {
+    let mut w = wire(session::Backend::Directory).await;
+    w.write("run.sh", None).await.unwrap();
+    let since =
+        w.fs.changes(ChangesRequest {
+            session_id: w.session.clone(),
+            since_seq: 0,
+            max: 100,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .next_seq;
+
+    let set = SetAttributesRequest {
+        session_id: w.session.clone(),
+        path: "run.sh".into(),
+        permissions: Some(0o755),
+        ..Default::default()
+    };
+    let done = w.fs.set_attributes(set).await.unwrap().into_inner();
+
+    let events =
+        w.fs.changes(ChangesRequest {
+            session_id: w.session.clone(),
+            since_seq: since,
+            max: 100,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .events;
+    let seen: Vec<(i32, &str, u64)> = events
+        .iter()
+        .map(|e| (e.kind, e.path.as_str(), e.version))
+        .collect();
+    assert_eq!(
+        seen,
+        [(ChangeKind::Modified as i32, "run.sh", done.version)]
+    );
+    assert_eq!(done.permissions, 0o755);
+}
