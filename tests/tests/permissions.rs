@@ -219,3 +219,148 @@ async fn set_attributes_is_a_modified_event() {
     );
     assert_eq!(done.permissions, 0o755);
 }
+
+// ------------------------------------------------- snapshots and archives
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use wsfs::{Attributes, Filesystem, MkdirOptions, Permissions, WriteOptions};
+use wsfs_client::{Client, SessionOptions, SnapshotChangeKind};
+use wsfs_tests::kit::p;
+
+fn typed_backends() -> [SessionOptions; 2] {
+    [SessionOptions::memory(), SessionOptions::directory()]
+}
+
+/// A time ZIP entries hold exactly (even seconds, UTC) and files too.
+fn an_old_time() -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_600_000_000)
+}
+
+/// A script at 0o755 with an old time, a private file, a private directory.
+async fn seed(s: &wsfs_client::Session) {
+    let script = WriteOptions {
+        permissions: Some(Permissions::new(0o755).unwrap()),
+        modified: Some(an_old_time()),
+        ..WriteOptions::default()
+    };
+    s.write(&p("bin/run.sh"), "#!/bin/sh\necho ok\n", script)
+        .await
+        .unwrap();
+    let private = WriteOptions {
+        permissions: Some(Permissions::new(0o600).unwrap()),
+        ..WriteOptions::default()
+    };
+    s.write(&p("secret"), "k", private).await.unwrap();
+    let dir = MkdirOptions {
+        permissions: Some(Permissions::new(0o700).unwrap()),
+        ..MkdirOptions::default()
+    };
+    s.mkdir(&p("private"), dir).await.unwrap();
+}
+
+async fn bits(s: &wsfs_client::Session, path: &str) -> u32 {
+    s.stat(&p(path)).await.unwrap().permissions.bits()
+}
+
+async fn assert_seeded(s: &wsfs_client::Session, what: &str) {
+    for (path, want) in [
+        ("bin", 0o755),
+        ("bin/run.sh", 0o755),
+        ("secret", 0o600),
+        ("private", 0o700),
+    ] {
+        assert_eq!(bits(s, path).await, want, "{what}: {path}");
+    }
+    let script = s.stat(&p("bin/run.sh")).await.unwrap();
+    assert_eq!(script.modified, an_old_time(), "{what}: the script's time");
+}
+
+async fn chmod(s: &wsfs_client::Session, path: &str, value: u32) {
+    let attributes = Attributes {
+        permissions: Some(Permissions::new(value).unwrap()),
+        ..Attributes::default()
+    };
+    s.set_attributes(&p(path), attributes).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_puts_bits_and_times_back_and_diff_reports_a_bits_only_change() {
+    let server = TestServer::start().await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    for options in typed_backends() {
+        let (s, info) = client.create(options).await.unwrap();
+        seed(&s).await;
+        let taken = client.snapshot(&info.id, "seeded").await.unwrap();
+
+        chmod(&s, "bin/run.sh", 0o644).await;
+        chmod(&s, "private", 0o755).await;
+        let diff = client.diff_snapshot(&info.id, &taken.id).await.unwrap();
+        let changed: Vec<(SnapshotChangeKind, &str)> = diff
+            .changes
+            .iter()
+            .map(|c| (c.kind, c.path.as_str()))
+            .collect();
+        assert_eq!(
+            changed,
+            [
+                (SnapshotChangeKind::Modified, "bin/run.sh"),
+                (SnapshotChangeKind::Modified, "private"),
+            ],
+            "{:?}",
+            info.backend
+        );
+
+        client.restore(&info.id, &taken.id).await.unwrap();
+        assert_seeded(&s, "after restore").await;
+        let diff = client.diff_snapshot(&info.id, &taken.id).await.unwrap();
+        assert!(diff.changes.is_empty(), "{:?}", diff.changes);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_and_import_keep_bits_and_times_on_every_backend() {
+    let server = TestServer::start().await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    for from in typed_backends() {
+        let (source, _) = client.create(from).await.unwrap();
+        seed(&source).await;
+        let mut zip = Vec::new();
+        source.export_to_writer(&mut zip, None).await.unwrap();
+        for to in typed_backends() {
+            let (target, _) = client.create(to).await.unwrap();
+            target
+                .import_from_reader(std::io::Cursor::new(zip.clone()))
+                .await
+                .unwrap();
+            assert_seeded(&target, "after import").await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_masks_setuid_and_gives_archives_without_bits_the_defaults() {
+    use std::io::Write;
+    let server = TestServer::start().await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let plain = zip::write::SimpleFileOptions::default();
+    zip.add_directory("files/dir/", plain).unwrap();
+    zip.start_file("files/dir/plain.txt", plain).unwrap();
+    zip.write_all(b"x").unwrap();
+    zip.start_file("files/suid", plain.unix_permissions(0o4755))
+        .unwrap();
+    zip.write_all(b"y").unwrap();
+    zip.start_file("manifest.json", plain).unwrap();
+    zip.write_all(br#"{"version":"1","created_at":"","file_count":2,"total_bytes":2}"#)
+        .unwrap();
+    let zip = zip.finish().unwrap().into_inner();
+    for options in typed_backends() {
+        let (s, _) = client.create(options).await.unwrap();
+        s.import_from_reader(std::io::Cursor::new(zip.clone()))
+            .await
+            .unwrap();
+        assert_eq!(bits(&s, "dir").await, 0o755);
+        assert_eq!(bits(&s, "dir/plain.txt").await, 0o644);
+        assert_eq!(bits(&s, "suid").await, 0o755);
+    }
+}

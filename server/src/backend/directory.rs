@@ -1850,6 +1850,7 @@ pub struct TreeEntry {
     /// Inode, size, mtime and ctime (ns): equal identities mean an
     /// unchanged file, short of a writer that restores all four.
     pub identity: FileIdentity,
+    pub permissions: Permissions,
 }
 
 /// What a [`TreeEntry`] is.
@@ -1868,6 +1869,17 @@ pub struct FileIdentity {
     pub size: u64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
+}
+
+impl FileIdentity {
+    /// The modification time this identity saw.
+    pub fn modified(&self) -> SystemTime {
+        let (sec, nsec) = (
+            self.mtime_ns.div_euclid(1_000_000_000),
+            self.mtime_ns.rem_euclid(1_000_000_000),
+        );
+        system_time((sec, nsec as u32))
+    }
 }
 
 /// Most threads that walk a tree at once.
@@ -1995,6 +2007,7 @@ fn tree_entry(dir: &OwnedFd, name: &str, path: &CanonicalPath) -> Result<Option<
             mtime_ns: ns(st.mtime),
             ctime_ns: ns(st.ctime),
         },
+        permissions: st.permissions(),
     }))
 }
 

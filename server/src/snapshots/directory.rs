@@ -259,6 +259,7 @@ enum Node {
 struct TreeItem {
     name: String,
     node: Node,
+    permissions: Permissions,
 }
 
 /// A directory manifest: its children, sorted by name bytewise.
@@ -267,7 +268,10 @@ struct Tree {
     items: Vec<TreeItem>,
 }
 
-const TREE_MAGIC: &[u8] = b"wsfs-tree 1\n";
+/// Manifests with each child's permission bits; [`TREE_MAGIC_V1`] ones,
+/// written before bits were kept, still load, with the defaults.
+const TREE_MAGIC: &[u8] = b"wsfs-tree 2\n";
+const TREE_MAGIC_V1: &[u8] = b"wsfs-tree 1\n";
 const FILE_TAG: u8 = 1;
 const DIR_TAG: u8 = 2;
 
@@ -282,7 +286,7 @@ impl Tree {
     /// The manifest's bytes: a magic line, then per child a tag byte, the
     /// name (u16 length, bytes), and for a file its size, hash, inode,
     /// identity size, mtime and ctime (ns); for a directory its manifest's
-    /// hash. Integers little-endian.
+    /// hash; then its permission bits (u32). Integers little-endian.
     fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(TREE_MAGIC.len() + self.items.len() * 100);
         out.extend_from_slice(TREE_MAGIC);
@@ -310,12 +314,16 @@ impl Tree {
                 }
                 Node::Dir { tree } => out.extend_from_slice(tree),
             }
+            out.extend_from_slice(&item.permissions.bits().to_le_bytes());
         }
         out
     }
 
     fn decode(raw: &[u8]) -> Option<Tree> {
-        let mut r = raw.strip_prefix(TREE_MAGIC)?;
+        let (mut r, with_bits) = match raw.strip_prefix(TREE_MAGIC) {
+            Some(r) => (r, true),
+            None => (raw.strip_prefix(TREE_MAGIC_V1)?, false),
+        };
         fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
             let (head, rest) = r.split_at_checked(n)?;
             *r = rest;
@@ -348,12 +356,20 @@ impl Tree {
                 },
                 _ => return None,
             };
+            let permissions = if with_bits {
+                Permissions::masked(u32::from_le_bytes(take(&mut r, 4)?.try_into().ok()?))
+            } else if tag == DIR_TAG {
+                Permissions::DIRECTORY_DEFAULT
+            } else {
+                Permissions::FILE_DEFAULT
+            };
             if items.last().is_some_and(|last| last.name.as_str() >= name) {
                 return None;
             }
             items.push(TreeItem {
                 name: name.to_string(),
                 node,
+                permissions,
             });
         }
         Some(Tree { items })
@@ -365,6 +381,7 @@ struct FlatEntry {
     path: CanonicalPath,
     /// `None` for a directory.
     file: Option<FlatFile>,
+    permissions: Permissions,
 }
 
 struct FlatFile {
@@ -374,13 +391,31 @@ struct FlatFile {
     identity: Option<FileIdentity>,
 }
 
+impl FlatFile {
+    /// The file's modification time when it was taken; `None` when the
+    /// snapshot does not know it (the time of the restore then).
+    fn modified_at(&self) -> Option<SystemTime> {
+        self.identity.map(|i| i.modified())
+    }
+
+    /// [`Self::modified_at`], the epoch ("unknown") when not known.
+    fn modified(&self) -> SystemTime {
+        self.modified_at().unwrap_or(std::time::UNIX_EPOCH)
+    }
+}
+
 impl FlatEntry {
     fn open(self, objects: &ContentStore) -> Result<SnapshotEntry> {
         Ok(match self.file {
-            None => SnapshotEntry::Directory { path: self.path },
+            None => SnapshotEntry::Directory {
+                path: self.path,
+                permissions: self.permissions,
+            },
             Some(file) => SnapshotEntry::File {
                 path: self.path,
                 size: file.size,
+                permissions: self.permissions,
+                modified: file.modified(),
                 content: Content::Disk(objects.open(&file.hash)?),
             },
         })
@@ -708,7 +743,15 @@ impl Store {
                             identity: None,
                         }),
                     };
-                    out.push(FlatEntry { path, file });
+                    let permissions = match file {
+                        None => Permissions::DIRECTORY_DEFAULT,
+                        Some(_) => Permissions::FILE_DEFAULT,
+                    };
+                    out.push(FlatEntry {
+                        path,
+                        file,
+                        permissions,
+                    });
                 }
             }
         }
@@ -744,11 +787,13 @@ impl Store {
                         hash: *hash,
                         identity: Some(*identity),
                     }),
+                    permissions: item.permissions,
                 }),
                 Node::Dir { tree } => {
                     out.push(FlatEntry {
                         path: child.clone(),
                         file: None,
+                        permissions: item.permissions,
                     });
                     self.flatten_tree(state, tree, &child, depth + 1, out)?;
                 }
@@ -922,18 +967,17 @@ impl Store {
             while target.get(next).is_some_and(|t| t.path.as_str() < key) {
                 next += 1;
             }
-            let wanted = target
-                .get(next)
-                .filter(|t| t.path.as_str() == key)
-                .map(|t| &t.file);
-            let keep = match (e.kind, wanted) {
+            let wanted = target.get(next).filter(|t| t.path.as_str() == key);
+            let same_bits = wanted.is_some_and(|t| t.permissions == e.permissions);
+            let keep = match (e.kind, wanted.map(|t| &t.file)) {
+                // Its bits, when they differ, are put back by the apply.
                 (TreeKind::Directory, Some(None)) => true,
                 (TreeKind::File, Some(Some(file))) => {
-                    let same = file.identity == Some(e.identity)
+                    let same = same_bits && file.identity == Some(e.identity)
                         || self
                             .head_file(&state, head.as_ref(), e.path.as_str())?
                             .is_some_and(|(identity, hash)| {
-                                identity == e.identity && hash == file.hash
+                                same_bits && identity == e.identity && hash == file.hash
                             });
                     unchanged[next] = same;
                     true
@@ -946,11 +990,11 @@ impl Store {
         }
         // Stage every file to write: a missing or damaged content fails
         // here, with the workspace untouched.
-        let to_write: Vec<(&CanonicalPath, &FlatFile)> = target
+        let to_write: Vec<(&CanonicalPath, &FlatFile, Permissions)> = target
             .iter()
             .zip(&unchanged)
             .filter(|(_, same)| !**same)
-            .filter_map(|(e, _)| Some((&e.path, e.file.as_ref()?)))
+            .filter_map(|(e, _)| Some((&e.path, e.file.as_ref()?, e.permissions)))
             .collect();
         let staged = stage_objects(b, &self.objects(), &to_write)?;
         drop(state);
@@ -1125,6 +1169,7 @@ impl SnapshotWalk<'_> {
             items.push(TreeItem {
                 name: name.to_string(),
                 node,
+                permissions: e.permissions,
             });
         }
         let tree = Tree { items };
@@ -1271,7 +1316,7 @@ fn apply_restore(
     id: &str,
     doomed: &[&CanonicalPath],
     target: &[FlatEntry],
-    to_write: &[(&CanonicalPath, &FlatFile)],
+    to_write: &[(&CanonicalPath, &FlatFile, Permissions)],
     staged: Vec<<DirectoryBackend as Backend>::Staged>,
 ) -> Result<Vec<Displaced>> {
     let dirs = || target.iter().filter(|e| e.file.is_none());
@@ -1282,7 +1327,7 @@ fn apply_restore(
         files: to_write
             .iter()
             .zip(&staged)
-            .map(|((path, file), s)| IntentFile::new(path, s, Some(&file.hash)))
+            .map(|((path, file, _), s)| IntentFile::new(path, s, Some(&file.hash)))
             .collect(),
     };
     journal::apply(b, &intent, || {
@@ -1293,17 +1338,24 @@ fn apply_restore(
                 Err(err) => return Err(err),
             }
         }
-        // Directories in path order, so parents come before children.
+        // Directories in path order, so parents come before children; one
+        // that stayed gets the snapshot's bits back when they differ.
         for e in dirs() {
-            b.mkdir(&e.path, true, Permissions::DIRECTORY_DEFAULT)?;
+            if !b.mkdir(&e.path, true, e.permissions)?
+                && b.metadata(&e.path)?
+                    .is_some_and(|m| m.permissions != e.permissions)
+            {
+                b.set_attributes(&e.path, Some(e.permissions), None)?;
+            }
         }
-        let put = CommitMode {
-            append: false,
-            create_parents: true,
-            ..CommitMode::default()
-        };
         let mut displaced = Vec::new();
-        for ((path, _), content) in to_write.iter().zip(staged) {
+        for ((path, file, permissions), content) in to_write.iter().zip(staged) {
+            let put = CommitMode {
+                append: false,
+                create_parents: true,
+                permissions: Some(*permissions),
+                modified: file.modified_at(),
+            };
             displaced.extend(b.commit_aside(content, path, put)?.1);
         }
         Ok(displaced)
@@ -1319,16 +1371,16 @@ const MAX_STAGING_THREADS: usize = 4;
 fn stage_objects(
     b: &DirectoryBackend,
     objects: &ContentStore,
-    files: &[(&CanonicalPath, &FlatFile)],
+    files: &[(&CanonicalPath, &FlatFile, Permissions)],
 ) -> Result<Vec<<DirectoryBackend as Backend>::Staged>> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, MAX_STAGING_THREADS);
     let chunk = files.len().div_ceil(threads).max(1);
-    let stage_chunk = |part: &[(&CanonicalPath, &FlatFile)]| {
+    let stage_chunk = |part: &[(&CanonicalPath, &FlatFile, Permissions)]| {
         let mut buf = vec![0u8; COPY_BUFFER];
         part.iter()
-            .map(|(path, file)| stage_object(b, objects, file, path, &mut buf))
+            .map(|(path, file, _)| stage_object(b, objects, file, path, &mut buf))
             .collect::<Result<Vec<_>>>()
     };
     if files.len() <= chunk {

@@ -96,10 +96,15 @@ impl SnapshotStore for MemorySnapshots {
         let entries: Vec<SnapshotEntry> = image
             .entries()
             .map(|(path, entry)| match &entry.data {
-                None => SnapshotEntry::Directory { path },
+                None => SnapshotEntry::Directory {
+                    path,
+                    permissions: entry.permissions,
+                },
                 Some(bytes) => SnapshotEntry::File {
                     path,
                     size: bytes.len() as u64,
+                    permissions: entry.permissions,
+                    modified: entry.modified,
                     content: Content::Memory(bytes.clone()),
                 },
             })
