@@ -364,3 +364,127 @@ async fn import_masks_setuid_and_gives_archives_without_bits_the_defaults() {
         assert_eq!(bits(&s, "suid").await, 0o755);
     }
 }
+
+// ------------------------------------------------- the proof, in a sandbox
+
+const SCRIPT: &str = "#!/bin/sh\necho \"ran as $(id -u) in $(pwd)\"\n";
+
+/// Runs `/workspace/run.sh` in a bwrap sandbox whose `/workspace` is
+/// `root`, with no network and its own namespaces; its stdout, or why it
+/// did not run.
+fn run_in_sandbox(bwrap: &std::path::Path, root: &std::path::Path) -> Result<String, String> {
+    let out = std::process::Command::new(bwrap)
+        .args(["--ro-bind", "/usr", "/usr"])
+        .args(["--symlink", "usr/bin", "/bin"])
+        .args(["--symlink", "usr/lib", "/lib"])
+        .args(["--symlink", "usr/lib64", "/lib64"])
+        .args(["--proc", "/proc", "--dev", "/dev"])
+        .arg("--bind")
+        .arg(root)
+        .arg("/workspace")
+        .args([
+            "--chdir",
+            "/workspace",
+            "--unshare-all",
+            "--die-with-parent",
+        ])
+        .arg("/workspace/run.sh")
+        .output()
+        .map_err(|e| format!("bwrap did not start: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+#[track_caller]
+fn assert_runs(bwrap: &std::path::Path, root: &std::path::Path, when: &str) {
+    let out = run_in_sandbox(bwrap, root).unwrap_or_else(|e| panic!("{when}: {e}"));
+    assert!(out.contains("in /workspace"), "{when}: {out}");
+}
+
+/// The `wsfs` binary this build made, beside the test binaries; `None`
+/// (said on stderr) when only this test target was built.
+fn cli_binary() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let found = exe.parent()?.parent()?.join("wsfs");
+    if found.is_file() {
+        return Some(found);
+    }
+    assert!(
+        std::env::var("WSFS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+        "WSFS_REQUIRE_TOOLS=1 and the wsfs binary is not built at {}",
+        found.display()
+    );
+    eprintln!("skipping push/pull: build the wsfs binary (cargo build -p wsfs-client)");
+    None
+}
+
+fn root_of(info: &wsfs_client::SessionInfo) -> std::path::PathBuf {
+    info.root_path
+        .clone()
+        .expect("a DIRECTORY session has a root")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_written_with_0755_runs_in_a_sandbox_and_keeps_running_through_every_round_trip() {
+    let Some(bwrap) = wsfs_tests::kit::system_tool("bwrap") else {
+        return;
+    };
+    let server = TestServer::start().await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let (s, info) = client.create(SessionOptions::directory()).await.unwrap();
+    let executable = WriteOptions {
+        permissions: Some(Permissions::new(0o755).unwrap()),
+        ..WriteOptions::default()
+    };
+    s.write(&p("run.sh"), SCRIPT, executable).await.unwrap();
+    assert_runs(&bwrap, &root_of(&info), "written over gRPC");
+
+    // Without the bit the sandbox refuses it: the bit is what runs it.
+    let taken = client.snapshot(&info.id, "runnable").await.unwrap();
+    chmod(&s, "run.sh", 0o644).await;
+    run_in_sandbox(&bwrap, &root_of(&info)).expect_err("a 0644 script must not run");
+    client.restore(&info.id, &taken.id).await.unwrap();
+    assert_runs(&bwrap, &root_of(&info), "after snapshot and restore");
+
+    let mut zip = Vec::new();
+    s.export_to_writer(&mut zip, None).await.unwrap();
+    let (imported, imported_info) = client.create(SessionOptions::directory()).await.unwrap();
+    imported
+        .import_from_reader(std::io::Cursor::new(zip))
+        .await
+        .unwrap();
+    assert_runs(&bwrap, &root_of(&imported_info), "after export and import");
+
+    let Some(wsfs) = cli_binary() else {
+        return;
+    };
+    let local = tempfile::tempdir().unwrap();
+    let cli = |args: &[&str], session: &str| {
+        let out = std::process::Command::new(&wsfs)
+            .args(["--server", &server.url(), "--session", session])
+            .args(args)
+            .env("WSFS_CONFIG", local.path().join("config.json"))
+            .output()
+            .expect("the wsfs binary runs");
+        assert!(
+            out.status.success(),
+            "wsfs {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let pulled = local.path().join("pulled");
+    let pulled_str = pulled.to_str().unwrap().to_string();
+    cli(&["pull", "/", &pulled_str], &imported_info.id);
+    assert_runs(&bwrap, &pulled, "after pull");
+    let (pushed, pushed_info) = client.create(SessionOptions::directory()).await.unwrap();
+    cli(&["push", &pulled_str, "/"], &pushed_info.id);
+    assert_eq!(bits(&pushed, "run.sh").await, 0o755);
+    assert_runs(&bwrap, &root_of(&pushed_info), "after pull and push");
+}
