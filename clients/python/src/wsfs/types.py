@@ -28,6 +28,7 @@ __all__ = [
     "Entry",
     "Listing",
     "FileInfo",
+    "AttributesResult",
     "GlobResult",
     "ContextLine",
     "GrepMatch",
@@ -280,6 +281,8 @@ class Entry:
     modified_at: Optional[datetime]
     version: int
     created_at: Optional[datetime]
+    #: Permission bits, 0 to 0o777.
+    permissions: int = 0
 
     @classmethod
     def _from_proto(cls, p: fs_pb2.Entry) -> "Entry":
@@ -291,6 +294,7 @@ class Entry:
             modified_at=_opt_time(p, "modified_at"),
             version=p.version,
             created_at=_opt_time(p, "created_at"),
+            permissions=p.permissions,
         )
 
 
@@ -320,6 +324,8 @@ class FileInfo:
     created_at: Optional[datetime]
     modified_at: Optional[datetime]
     version: int
+    #: Permission bits, 0 to 0o777.
+    permissions: int = 0
 
     @classmethod
     def _from_proto(cls, p: fs_pb2.StatResponse) -> "FileInfo":
@@ -330,7 +336,22 @@ class FileInfo:
             created_at=_opt_time(p, "created_at"),
             modified_at=_opt_time(p, "modified_at"),
             version=p.version,
+            permissions=p.permissions,
         )
+
+
+@dataclass(frozen=True)
+class AttributesResult:
+    """What ``set_attributes`` left: the bits, the time and the new version."""
+
+    path: str
+    permissions: int
+    modified_at: Optional[datetime]
+    version: int
+
+    @classmethod
+    def _from_proto(cls, p: fs_pb2.SetAttributesResponse) -> "AttributesResult":
+        return cls(p.path, p.permissions, _opt_time(p, "modified_at"), p.version)
 
 
 @dataclass(frozen=True)
