@@ -30,6 +30,18 @@ impl Permissions {
         Ok(Permissions(bits))
     }
 
+    /// Octal bits as people write them: `755`, `0644`, `0o700`; above
+    /// `0o777`, or not octal, is `INVALID_ARGUMENT`.
+    pub fn parse_octal(text: &str) -> Result<Permissions> {
+        let digits = text.strip_prefix("0o").unwrap_or(text);
+        let bits = u32::from_str_radix(digits, 8).map_err(|_| {
+            Error::invalid_argument(format!(
+                "'{text}' is not a mode: give octal permission bits such as 755"
+            ))
+        })?;
+        Permissions::new(bits)
+    }
+
     /// The permission bits of a full mode from storage or an archive,
     /// keeping `0o777` and dropping the rest (setuid, setgid, sticky, type).
     pub fn masked(mode: u32) -> Permissions {
@@ -77,6 +89,17 @@ mod tests {
         }
         assert_eq!(Permissions::new(0o777).unwrap().bits(), 0o777);
         assert_eq!(Permissions::new(0).unwrap().bits(), 0);
+    }
+
+    #[test]
+    fn octal_text_parses_as_people_write_it() {
+        for text in ["755", "0755", "0o755"] {
+            assert_eq!(Permissions::parse_octal(text).unwrap().bits(), 0o755);
+        }
+        for text in ["", "9", "rwx", "4755", "+x"] {
+            let err = Permissions::parse_octal(text).unwrap_err();
+            assert_eq!(err.reason(), "INVALID_ARGUMENT", "{text}");
+        }
     }
 
     #[test]

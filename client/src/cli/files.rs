@@ -461,15 +461,9 @@ fn parse_mode(raw: &str) -> Outcome<ModeChange> {
         "-x" | "a-x" => return Ok(ModeChange::Execute(false)),
         _ => {}
     }
-    let digits = raw.strip_prefix("0o").unwrap_or(raw);
-    let bits = u32::from_str_radix(digits, 8).map_err(|_| {
-        Failure::Usage(format!(
-            "'{raw}' is not a mode: give octal bits (755) or +x / -x"
-        ))
-    })?;
-    Permissions::new(bits)
+    Permissions::parse_octal(raw)
         .map(ModeChange::Set)
-        .map_err(|e| Failure::Usage(e.to_string()))
+        .map_err(|e| Failure::Usage(format!("{e}; or +x / -x")))
 }
 
 pub async fn chmod(ctx: &mut Ctx, args: ChmodArgs) -> Outcome {
