@@ -400,15 +400,22 @@ fn replace_all<B: Backend>(backend: &B, plan: &ImportPlan, staged: Vec<B::Staged
             .files
             .iter()
             .zip(&staged)
-            .map(|((_, path, _), file)| crate::journal::IntentFile::new(path, file, None))
+            .map(|((_, path, _), file)| {
+                let modified = plan.attributes.get(path).and_then(|a| a.modified);
+                crate::journal::IntentFile::new(path, file, None).modified(modified)
+            })
+            .collect(),
+        permissions: plan
+            .attributes
+            .iter()
+            .map(|(path, a)| (path.as_str().to_string(), a.permissions.bits()))
             .collect(),
     };
     crate::journal::apply(backend, &intent, || {
         backend.remove(&CanonicalPath::root(), true)?;
         let attributes = |path: &CanonicalPath| plan.attributes.get(path).copied();
         for dir in &plan.dirs {
-            let bits = attributes(dir).map_or(Permissions::DIRECTORY_DEFAULT, |a| a.permissions);
-            backend.mkdir(dir, true, bits)?;
+            backend.mkdir(dir, true, Permissions::DIRECTORY_DEFAULT)?;
         }
         for ((_, path, _), file) in plan.files.iter().zip(staged) {
             let put = CommitMode {
@@ -419,6 +426,11 @@ fn replace_all<B: Backend>(backend: &B, plan: &ImportPlan, staged: Vec<B::Staged
             };
             backend.commit(file, path, put)?;
         }
+        let bits = plan.dirs.iter().map(|dir| {
+            let bits = attributes(dir).map_or(Permissions::DIRECTORY_DEFAULT, |a| a.permissions);
+            (dir, bits)
+        });
+        crate::backend::finish_directories(backend, bits)?;
         Ok(())
     })
 }

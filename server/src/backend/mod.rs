@@ -228,6 +228,26 @@ pub trait Backend: Send + Sync + 'static {
     }
 }
 
+/// Gives directories made by a whole-workspace replacement (a restore, an
+/// import, their replay) their final bits, after their files are in: a
+/// directory without write permission can only be filled before. `dirs`
+/// is in path order (parents first); they are set deepest first, and only
+/// where the bits differ.
+pub fn finish_directories<'a, B: Backend>(
+    backend: &B,
+    dirs: impl DoubleEndedIterator<Item = (&'a CanonicalPath, Permissions)>,
+) -> Result<()> {
+    for (path, bits) in dirs.rev() {
+        if backend
+            .metadata(path)?
+            .is_some_and(|m| m.permissions != bits)
+        {
+            backend.set_attributes(path, Some(bits), None)?;
+        }
+    }
+    Ok(())
+}
+
 /// The preconditions of Move and Copy, shared by every backend. Given the
 /// metadata of both ends (`None`: missing), returns `Ok(true)` when the
 /// destination exists and must be replaced, `Ok(false)` when it is free.

@@ -1327,7 +1327,13 @@ fn apply_restore(
         files: to_write
             .iter()
             .zip(&staged)
-            .map(|((path, file, _), s)| IntentFile::new(path, s, Some(&file.hash)))
+            .map(|((path, file, _), s)| {
+                IntentFile::new(path, s, Some(&file.hash)).modified(file.modified_at())
+            })
+            .collect(),
+        permissions: target
+            .iter()
+            .map(|e| (e.path.as_str().to_string(), e.permissions.bits()))
             .collect(),
     };
     journal::apply(b, &intent, || {
@@ -1338,15 +1344,10 @@ fn apply_restore(
                 Err(err) => return Err(err),
             }
         }
-        // Directories in path order, so parents come before children; one
-        // that stayed gets the snapshot's bits back when they differ.
+        // Directories in path order, so parents come before children;
+        // their bits once their files are in.
         for e in dirs() {
-            if !b.mkdir(&e.path, true, e.permissions)?
-                && b.metadata(&e.path)?
-                    .is_some_and(|m| m.permissions != e.permissions)
-            {
-                b.set_attributes(&e.path, Some(e.permissions), None)?;
-            }
+            b.mkdir(&e.path, true, Permissions::DIRECTORY_DEFAULT)?;
         }
         let mut displaced = Vec::new();
         for ((path, file, permissions), content) in to_write.iter().zip(staged) {
@@ -1358,6 +1359,8 @@ fn apply_restore(
             };
             displaced.extend(b.commit_aside(content, path, put)?.1);
         }
+        let bits: Vec<_> = dirs().map(|e| (&e.path, e.permissions)).collect();
+        crate::backend::finish_directories(b, bits.into_iter())?;
         Ok(displaced)
     })
 }
