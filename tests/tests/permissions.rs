@@ -488,3 +488,31 @@ async fn a_script_written_with_0755_runs_in_a_sandbox_and_keeps_running_through_
     assert_eq!(bits(&pushed, "run.sh").await, 0o755);
     assert_runs(&bwrap, &root_of(&pushed_info), "after pull and push");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_attributes_never_goes_through_a_symlink() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = TestServer::start().await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let (s, info) = client.create(SessionOptions::directory()).await.unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret");
+    std::fs::write(&secret, "x").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let root = root_of(&info);
+    std::os::unix::fs::symlink(&secret, root.join("link")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), root.join("dirlink")).unwrap();
+
+    for path in ["link", "dirlink", "dirlink/secret"] {
+        let attributes = Attributes {
+            permissions: Some(Permissions::new(0o777).unwrap()),
+            modified: Some(an_old_time()),
+            if_version: None,
+        };
+        let err = s.set_attributes(&p(path), attributes).await.unwrap_err();
+        assert_eq!(err.reason(), "PERMISSION_DENIED", "{path}: {err}");
+    }
+    let meta = std::fs::metadata(&secret).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_ne!(meta.modified().unwrap(), an_old_time());
+}
