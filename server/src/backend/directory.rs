@@ -702,6 +702,8 @@ fn copy_tree(src: &OwnedFd, dst: &OwnedFd, path: &CanonicalPath, depth: usize) -
                 .map(File::from)
                 .map_err(|e| io(e, &child))?;
                 copy_data(&from, &to, 0).map_err(|e| Error::from_io(e, &child))?;
+                // The umask trimmed the bits it was created with.
+                set_attributes_fd(&to, Some(st.permissions()), None).map_err(|e| io(e, &child))?;
                 1
             }
             Kind::Dir => {

@@ -271,6 +271,9 @@ pub async fn copy_and_move_keep_the_bits_and_move_keeps_the_time(fs: &dyn Filesy
     fs.write(&p("src/run.sh"), "x", with_bits(0o751))
         .await
         .unwrap();
+    fs.write(&p("src/open"), "x", with_bits(0o777))
+        .await
+        .unwrap();
     let private = Attributes {
         permissions: Some(bits(0o700)),
         modified: Some(past()),
@@ -294,6 +297,7 @@ pub async fn copy_and_move_keep_the_bits_and_move_keeps_the_time(fs: &dyn Filesy
         ("copy.sh", 0o751),
         ("tree", 0o700),
         ("tree/run.sh", 0o751),
+        ("tree/open", 0o777),
         ("moved", 0o700),
         ("moved/run.sh", 0o751),
     ] {
