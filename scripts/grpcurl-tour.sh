@@ -82,12 +82,15 @@ step "List (depth 2)" '"path": "docs/notes"' -- -d "{\"session_id\": \"$S\", \"p
 step "Glob" '"docs/moved.rs"' -- -d "{\"session_id\": \"$S\", \"pattern\": \"**/*.rs\"}" "$addr" wsfs.v1.Filesystem/Glob
 step "Grep (server stream)" '"matches": "2"' -- -d "{\"session_id\": \"$S\", \"pattern\": \"println\", \"context_lines\": 1}" "$addr" wsfs.v1.Filesystem/Grep
 step "Stat" '"kind": "FILE"' -- -d "{\"session_id\": \"$S\", \"path\": \"src/main.rs\"}" "$addr" wsfs.v1.Filesystem/Stat
+# Permission bits are numbers on the wire: 493 is 0o755 (rwxr-xr-x).
+step "SetAttributes (chmod 755)" '"permissions": 493' -- -d "{\"session_id\": \"$S\", \"path\": \"src/main.rs\", \"permissions\": 493}" "$addr" wsfs.v1.Filesystem/SetAttributes
 step "Exists" '"exists": true' -- -d "{\"session_id\": \"$S\", \"path\": \"docs\"}" "$addr" wsfs.v1.Filesystem/Exists
 step "Delete (recursive)" '"deleted": "3"' -- -d "{\"session_id\": \"$S\", \"path\": \"docs\", \"recursive\": true}" "$addr" wsfs.v1.Filesystem/Delete
 
 echo "== errors carry google.rpc.ErrorInfo"
 refused "Stat of a removed path: FILE_NOT_FOUND" FILE_NOT_FOUND -- -d "{\"session_id\": \"$S\", \"path\": \"docs\"}" "$addr" wsfs.v1.Filesystem/Stat
 refused "Read above the root: PATH_ESCAPES_ROOT" PATH_ESCAPES_ROOT -- -d "{\"session_id\": \"$S\", \"path\": \"../etc/passwd\"}" "$addr" wsfs.v1.Filesystem/Read
+refused "SetAttributes with setuid (0o4755): INVALID_ARGUMENT" INVALID_ARGUMENT -- -d "{\"session_id\": \"$S\", \"path\": \"src/main.rs\", \"permissions\": 2541}" "$addr" wsfs.v1.Filesystem/SetAttributes
 refused "Edit without a match: NO_MATCH" NO_MATCH -- -d "{\"session_id\": \"$S\", \"path\": \"src/main.rs\", \"old_text\": \"zzz\", \"new_text\": \"y\"}" "$addr" wsfs.v1.Filesystem/Edit
 
 echo "== change events"

@@ -6,7 +6,7 @@
 //! gRPC. Paths arrive already canonical; options arrive with the contract's
 //! defaults filled in (see each `Default`).
 
-use crate::{CanonicalPath, Result};
+use crate::{CanonicalPath, Permissions, Result};
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use std::time::SystemTime;
@@ -30,6 +30,8 @@ pub struct Metadata {
     pub modified: SystemTime,
     /// Grows with every change to this path in the session.
     pub version: u64,
+    /// Symlinks report what the link itself holds (usually `rwxrwxrwx`).
+    pub permissions: Permissions,
 }
 
 impl Metadata {
@@ -157,6 +159,12 @@ pub struct WriteOptions {
     pub create_parents: bool,
     /// `Some(0)`: the path must not exist yet.
     pub if_version: Option<u64>,
+    /// `None`: a new file gets [`Permissions::FILE_DEFAULT`], an existing
+    /// one keeps its bits (overwrite and append alike).
+    pub permissions: Option<Permissions>,
+    /// The file's modification time once written; `None`: the time of the
+    /// write.
+    pub modified: Option<SystemTime>,
 }
 
 impl Default for WriteOptions {
@@ -165,6 +173,8 @@ impl Default for WriteOptions {
             mode: WriteMode::Overwrite,
             create_parents: true,
             if_version: None,
+            permissions: None,
+            modified: None,
         }
     }
 }
@@ -209,6 +219,10 @@ pub struct DeleteOptions {
 pub struct MkdirOptions {
     pub parents: bool,
     pub exist_ok: bool,
+    /// Bits of the new directory; `None`: [`Permissions::DIRECTORY_DEFAULT`].
+    /// Parents made on the way get the default; an existing directory
+    /// keeps its bits.
+    pub permissions: Option<Permissions>,
 }
 
 impl Default for MkdirOptions {
@@ -216,7 +230,47 @@ impl Default for MkdirOptions {
         MkdirOptions {
             parents: true,
             exist_ok: true,
+            permissions: None,
         }
+    }
+}
+
+/// What SetAttributes changes: at least one of the two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Attributes {
+    pub permissions: Option<Permissions>,
+    pub modified: Option<SystemTime>,
+    /// The path's expected current version.
+    pub if_version: Option<u64>,
+}
+
+/// What SetAttributes leaves: the path's bits, time and version after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttributesOutcome {
+    pub permissions: Permissions,
+    pub modified: SystemTime,
+    pub version: u64,
+}
+
+impl From<&Metadata> for AttributesOutcome {
+    fn from(m: &Metadata) -> Self {
+        AttributesOutcome {
+            permissions: m.permissions,
+            modified: m.modified,
+            version: m.version,
+        }
+    }
+}
+
+impl Attributes {
+    /// Refuses a change that names nothing to change.
+    pub fn check(&self) -> Result<()> {
+        if self.permissions.is_none() && self.modified.is_none() {
+            return Err(crate::Error::invalid_argument(
+                "SetAttributes needs permissions, modified_at or both; nothing to change",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -404,4 +458,12 @@ pub trait Filesystem: Send + Sync {
 
     /// The kind of what `path` names, `None` when nothing is there.
     async fn exists(&self, path: &CanonicalPath) -> Result<Option<FileKind>>;
+
+    /// Changes the permission bits and/or modification time of a file or
+    /// directory (never through a symlink); a change with a new version.
+    async fn set_attributes(
+        &self,
+        path: &CanonicalPath,
+        attributes: Attributes,
+    ) -> Result<AttributesOutcome>;
 }

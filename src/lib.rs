@@ -23,10 +23,12 @@
 pub mod error;
 pub mod fs;
 pub mod path;
+pub mod permissions;
 
 pub use error::{Error, Result};
 pub use fs::*;
 pub use path::{CanonicalPath, PathLimits};
+pub use permissions::Permissions;
 
 /// Generated gRPC types and service stubs for package `wsfs.v1`.
 pub mod proto {

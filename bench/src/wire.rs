@@ -246,6 +246,7 @@ pub async fn write_file(
             mode: proto::WriteMode::Overwrite as i32,
             create_parents: Some(true),
             if_version: None,
+            ..Default::default()
         })),
     };
     // A read error ends the stream early, and the short count below says so.

@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wsfs::proto;
 use wsfs::{
-    ByteRange, ByteStream, CanonicalPath, ContextLine, DeleteOptions, EditOutcome, EditSpec, Error,
-    FileKind, GlobOutcome, GlobQuery, GrepEvent, GrepMatch, GrepQuery, GrepSummary, LineRange,
-    Listing, Metadata, MkdirOptions, PathLimits, Result, TextPage, TransferOptions, WriteMode,
-    WriteOptions, WriteOutcome,
+    Attributes, AttributesOutcome, ByteRange, ByteStream, CanonicalPath, ContextLine,
+    DeleteOptions, EditOutcome, EditSpec, Error, FileKind, GlobOutcome, GlobQuery, GrepEvent,
+    GrepMatch, GrepQuery, GrepSummary, LineRange, Listing, Metadata, MkdirOptions, PathLimits,
+    Permissions, Result, TextPage, TransferOptions, WriteMode, WriteOptions, WriteOutcome,
 };
 
 // ---------------------------------------------------------------- scalars
@@ -56,6 +56,15 @@ fn saturate_u32(value: u64) -> u32 {
 pub(crate) fn system_time(ts: Option<prost_types::Timestamp>) -> SystemTime {
     ts.and_then(|ts| SystemTime::try_from(ts).ok())
         .unwrap_or(UNIX_EPOCH)
+}
+
+/// Permission bits the server sent.
+pub(crate) fn server_permissions(bits: u32) -> Result<Permissions> {
+    Permissions::new(bits).map_err(|_| {
+        Error::internal(format!(
+            "the server sent permissions {bits:#o}, above 0o777"
+        ))
+    })
 }
 
 pub(crate) fn file_kind(value: i32) -> Result<FileKind> {
@@ -140,6 +149,7 @@ pub(crate) fn write_request(
         mode: write_mode(options.mode).into(),
         create_parents: Some(options.create_parents),
         if_version: options.if_version,
+        permissions: options.permissions.map(Permissions::bits),
     }
 }
 
@@ -156,6 +166,8 @@ pub(crate) fn write_bytes_header(
                 mode: write_mode(options.mode).into(),
                 create_parents: Some(options.create_parents),
                 if_version: options.if_version,
+                permissions: options.permissions.map(Permissions::bits),
+                modified_at: options.modified.map(prost_types::Timestamp::from),
             },
         )),
     }
@@ -207,7 +219,30 @@ pub(crate) fn mkdir_request(
         path: path.as_str().to_string(),
         parents: Some(options.parents),
         exist_ok: Some(options.exist_ok),
+        permissions: options.permissions.map(Permissions::bits),
     }
+}
+
+pub(crate) fn set_attributes_request(
+    session_id: &str,
+    path: &CanonicalPath,
+    attributes: Attributes,
+) -> proto::SetAttributesRequest {
+    proto::SetAttributesRequest {
+        session_id: session_id.to_string(),
+        path: path.as_str().to_string(),
+        permissions: attributes.permissions.map(Permissions::bits),
+        modified_at: attributes.modified.map(prost_types::Timestamp::from),
+        if_version: attributes.if_version,
+    }
+}
+
+pub(crate) fn set_attributes_outcome(r: proto::SetAttributesResponse) -> Result<AttributesOutcome> {
+    Ok(AttributesOutcome {
+        permissions: server_permissions(r.permissions)?,
+        modified: system_time(r.modified_at),
+        version: r.version,
+    })
 }
 
 pub(crate) fn transfer_request(
@@ -335,6 +370,7 @@ pub(crate) fn entry_metadata(e: proto::Entry) -> Result<Metadata> {
         created: system_time(e.created_at),
         modified: system_time(e.modified_at),
         version: e.version,
+        permissions: server_permissions(e.permissions)?,
     })
 }
 
@@ -399,6 +435,7 @@ pub(crate) fn stat_metadata(r: proto::StatResponse) -> Result<Metadata> {
         created: system_time(r.created_at),
         modified: system_time(r.modified_at),
         version: r.version,
+        permissions: server_permissions(r.permissions)?,
     })
 }
 
@@ -608,6 +645,7 @@ mod tests {
             mode: WriteMode::Append,
             create_parents: false,
             if_version: Some(0),
+            ..Default::default()
         };
         let r = write_request("s", &path("/x//y.txt"), "hi", options);
         assert_eq!(r.path, "x/y.txt");
@@ -710,6 +748,7 @@ mod tests {
             modified_at: Some(at.into()),
             created_at: Some(at.into()),
             version: 3,
+            ..Default::default()
         })
         .unwrap();
         assert_eq!(m.name(), "lib.rs");
@@ -747,6 +786,7 @@ mod tests {
             created_at: Some(created.into()),
             modified_at: Some(modified.into()),
             version: 1,
+            ..Default::default()
         })
         .unwrap();
         assert_eq!(

@@ -78,4 +78,4 @@ pub use watch::{ChangeEvent, ChangeKind, ChangesResponse, WatchBuilder};
 /// The protocol crate, and the types every [`Filesystem`] call uses.
 pub use wsfs;
 pub use wsfs::fs::*;
-pub use wsfs::{CanonicalPath, Error, PathLimits, Result};
+pub use wsfs::{CanonicalPath, Error, PathLimits, Permissions, Result};

@@ -6,6 +6,7 @@ use crate::credentials::Credentials;
 use crate::query::{GlobBuilder, GrepBuilder};
 use crate::stream::{self, UploadAbort};
 use async_trait::async_trait;
+use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -14,10 +15,10 @@ use tonic::transport::Channel;
 use wsfs::proto::filesystem_client::FilesystemClient;
 use wsfs::proto::sessions_client::SessionsClient;
 use wsfs::{
-    ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions, EditOutcome, EditSpec, Error,
-    FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent, GrepQuery, LineRange, Listing,
-    Metadata, MkdirOptions, PathLimits, Result, TextPage, TransferOptions, WriteOptions,
-    WriteOutcome, DEFAULT_CHUNK_SIZE,
+    Attributes, AttributesOutcome, ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
+    EditOutcome, EditSpec, Error, FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent,
+    GrepQuery, LineRange, Listing, Metadata, MkdirOptions, PathLimits, Result, TextPage,
+    TransferOptions, WriteOptions, WriteOutcome, DEFAULT_CHUNK_SIZE,
 };
 
 /// Lines per Read in [`Session::read_to_string`].
@@ -230,6 +231,12 @@ impl Filesystem for Session {
         content: &str,
         options: WriteOptions,
     ) -> Result<WriteOutcome> {
+        if options.modified.is_some() {
+            // Only the byte upload carries a modification time.
+            let data = Bytes::copy_from_slice(content.as_bytes());
+            let chunks = futures::stream::iter([Ok(data)]).boxed();
+            return self.write_bytes(path, options, chunks).await;
+        }
         let request = convert::write_request(&self.id, path, content, options);
         let response = self.stub().write(self.request(request)).await?;
         convert::write_outcome(response.into_inner())
@@ -321,6 +328,16 @@ impl Filesystem for Session {
         let request = convert::exists_request(&self.id, path);
         let response = self.stub().exists(self.request(request)).await?;
         convert::exists_kind(response.into_inner())
+    }
+
+    async fn set_attributes(
+        &self,
+        path: &CanonicalPath,
+        attributes: Attributes,
+    ) -> Result<AttributesOutcome> {
+        let request = convert::set_attributes_request(&self.id, path, attributes);
+        let response = self.stub().set_attributes(self.request(request)).await?;
+        convert::set_attributes_outcome(response.into_inner())
     }
 }
 

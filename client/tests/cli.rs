@@ -715,7 +715,7 @@ fn ls_short_long_recursive_and_json() {
     assert_eq!(ws.run(&["ls", "src"]).ok().stdout, "main.rs\n");
     let long = ws.run(&["ls", "-l", "src"]).ok().stdout;
     assert!(
-        long.starts_with("- ") && long.contains(" 13 ") && long.ends_with(" main.rs\n"),
+        long.starts_with("-rw-r--r-- ") && long.contains(" 13 ") && long.ends_with(" main.rs\n"),
         "{long}"
     );
     let json = ws.run(&["ls", "--depth", "2", "--json"]).ok().json();
@@ -1544,4 +1544,87 @@ fn an_https_server_is_reached_with_wsfs_ca() {
         String::from_utf8_lossy(&trusted.stderr)
     );
     assert!(String::from_utf8_lossy(&trusted.stdout).contains(&id));
+}
+
+// --- modes ------------------------------------------------------------
+
+#[test]
+fn chmod_sets_octal_bits_and_toggles_execute_and_ls_and_stat_show_them() {
+    let ws = Workspace::new();
+    ws.run(&["write", "bin/run.sh", "#!/bin/sh\n"]).ok();
+    assert!(ws
+        .run(&["stat", "bin/run.sh"])
+        .ok()
+        .stdout
+        .contains("mode:     rw-r--r-- (0644)"));
+
+    let set = ws.run(&["chmod", "750", "bin/run.sh"]).ok();
+    assert_eq!(set.stdout, "rwxr-x--- bin/run.sh\n");
+    ws.run(&["chmod", "-x", "bin/run.sh"]).ok();
+    let listed = ws.run(&["ls", "-l", "bin"]).ok().stdout;
+    assert!(listed.starts_with("-rw-r----- "), "{listed}");
+    ws.run(&["chmod", "+x", "bin/run.sh"]).ok();
+    let stat = ws.run(&["stat", "bin/run.sh", "--json"]).ok().json();
+    assert_eq!(stat["permissions"], 0o751);
+    assert_eq!(stat["mode"], "rwxr-x--x");
+    let dir = ws.run(&["ls", "-l"]).ok().stdout;
+    assert!(dir.starts_with("drwxr-xr-x "), "{dir}");
+
+    // setuid is refused before anything is sent, and nothing changed.
+    let refused = ws.run(&["chmod", "4755", "bin/run.sh"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("setuid"), "{}", refused.stderr);
+    let stat = ws.run(&["stat", "bin/run.sh", "--json"]).ok().json();
+    assert_eq!(stat["permissions"], 0o751);
+}
+
+#[test]
+fn push_and_pull_keep_modes_and_times_and_name_each_skipped_symlink() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Workspace::new();
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("local");
+    write_tree(&local, &[("run.sh", "#!/bin/sh\n"), ("notes.txt", "n")]);
+    let then = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+    let script = local.join("run.sh");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&script)
+        .unwrap()
+        .set_modified(then)
+        .unwrap();
+    std::os::unix::fs::symlink("notes.txt", local.join("link")).unwrap();
+
+    let pushed = ws.run(&["push", local.to_str().unwrap(), "p"]).ok();
+    assert!(
+        pushed.stdout.contains("skipped symlink link\n"),
+        "{}",
+        pushed.stdout
+    );
+    assert!(
+        pushed.stdout.contains("1 symlinks skipped"),
+        "{}",
+        pushed.stdout
+    );
+    let stat = ws.run(&["stat", "p/run.sh", "--json"]).ok().json();
+    assert_eq!(stat["permissions"], 0o755);
+
+    // Only the bits changed: the next push sends the file again.
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let again = ws
+        .run(&["push", local.to_str().unwrap(), "p", "--json"])
+        .ok()
+        .json();
+    assert_eq!(again["transferred"], 1, "{again}");
+    let stat = ws.run(&["stat", "p/run.sh", "--json"]).ok().json();
+    assert_eq!(stat["permissions"], 0o700);
+
+    let back = dir.path().join("back");
+    ws.run(&["pull", "p", back.to_str().unwrap()]).ok();
+    let meta = std::fs::metadata(back.join("run.sh")).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+    assert_eq!(meta.modified().unwrap(), then);
+    let notes = std::fs::metadata(back.join("notes.txt")).unwrap();
+    assert_eq!(notes.permissions().mode() & 0o777, 0o644);
 }

@@ -33,10 +33,11 @@ use crate::backend::{Backend, CommitMode, DirectoryBackend, StagedFile};
 use crate::durability::Durability;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::path::Path;
-use wsfs::{CanonicalPath, Error, FileKind, Result};
+use std::time::SystemTime;
+use wsfs::{CanonicalPath, Error, FileKind, Permissions, Result};
 
 /// A whole-workspace replacement, recorded before its first change.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +49,11 @@ pub struct Intent {
     pub dirs: Vec<String>,
     /// Every file the replacement writes.
     pub files: Vec<IntentFile>,
+    /// The permission bits of each directory and file of the target that
+    /// has them (records written before bits were kept have none: the
+    /// defaults).
+    #[serde(default)]
+    pub permissions: BTreeMap<String, u32>,
 }
 
 /// What may have to go for the workspace to become the target.
@@ -70,6 +76,9 @@ pub struct IntentFile {
     /// The content's SHA-256 (hex), when a staged name may come to hold an
     /// old file swapped out by the commit.
     pub sha256: Option<String>,
+    /// The file's modification time, when the replacement sets one.
+    #[serde(default)]
+    pub modified: Option<SystemTime>,
 }
 
 impl IntentFile {
@@ -79,7 +88,19 @@ impl IntentFile {
             staged: staged.journal_name(),
             size: staged.len(),
             sha256: sha256.map(hex),
+            modified: None,
         }
+    }
+
+    pub fn modified(self, modified: Option<SystemTime>) -> Self {
+        IntentFile { modified, ..self }
+    }
+}
+
+impl Intent {
+    /// The bits the record gives `path`, if any.
+    fn bits(&self, path: &str) -> Option<Permissions> {
+        self.permissions.get(path).map(|&b| Permissions::masked(b))
     }
 }
 
@@ -170,14 +191,21 @@ fn replay(b: &DirectoryBackend, staging: &Path, intent: &Intent) -> Result<()> {
         }
         removed.push(path);
     }
-    for d in &intent.dirs {
-        b.mkdir(&parse(d)?, true)?;
+    let dirs = intent
+        .dirs
+        .iter()
+        .map(|d| parse(d))
+        .collect::<Result<Vec<_>>>()?;
+    for d in &dirs {
+        b.mkdir(d, true, Permissions::DIRECTORY_DEFAULT)?;
     }
-    let put = CommitMode {
-        append: false,
-        create_parents: true,
-    };
     for f in &intent.files {
+        let put = CommitMode {
+            append: false,
+            create_parents: true,
+            permissions: intent.bits(&f.path),
+            modified: f.modified,
+        };
         let Some(name) = &f.staged else { continue };
         let Some(staged) = b.staged(name)? else {
             continue;
@@ -189,6 +217,13 @@ fn replay(b: &DirectoryBackend, staging: &Path, intent: &Intent) -> Result<()> {
         }
         b.commit(staged, &parse(&f.path)?, put)?;
     }
+    let bits = dirs.iter().map(|d| {
+        let bits = intent
+            .bits(d.as_str())
+            .unwrap_or(Permissions::DIRECTORY_DEFAULT);
+        (d, bits)
+    });
+    crate::backend::finish_directories(b, bits)?;
     Ok(())
 }
 
@@ -219,6 +254,7 @@ fn holds(path: &Path, expected: Option<&str>) -> Result<bool> {
 
 #[cfg(test)]
 mod tests {
+    const DIR: wsfs::Permissions = wsfs::Permissions::DIRECTORY_DEFAULT;
     use super::*;
     use std::path::PathBuf;
 
@@ -318,6 +354,7 @@ mod tests {
                     IntentFile::new(&p(path), s, hashed.then(|| sha(data)).as_deref())
                 })
                 .collect(),
+            permissions: BTreeMap::new(),
         };
         (intent, staged)
     }
@@ -374,6 +411,39 @@ mod tests {
     }
 
     #[test]
+    fn a_replayed_replacement_gives_its_entries_their_recorded_bits_and_times() {
+        use std::os::unix::fs::PermissionsExt;
+        let s = Session::new();
+        old_tree(&s);
+        let b = s.backend();
+        let (mut intent, staged) = intent(&b, Prune::Everything, false);
+        let then = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+        intent.files[2].modified = Some(then);
+        intent.permissions = [("new", 0o700), ("new/a.txt", 0o755), ("keep.txt", 0o600)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        killed_after(&b, &intent, staged);
+        assert!(recover(&s.dir, &s.root, Durability::None).unwrap());
+        assert_eq!(s.tree(), target());
+        let mode = |path: &str| {
+            std::fs::metadata(s.root.join(path))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!(mode("new"), 0o700);
+        assert_eq!(mode("new/a.txt"), 0o755);
+        assert_eq!(mode("keep.txt"), 0o600);
+        assert_eq!(mode("flip/in.txt"), 0o644, "no record: the default");
+        let modified = std::fs::metadata(s.root.join("new/a.txt"))
+            .unwrap()
+            .modified();
+        assert_eq!(modified.unwrap(), then);
+    }
+
+    #[test]
     fn replay_after_part_of_the_steps_reaches_the_same_tree() {
         let s = Session::new();
         old_tree(&s);
@@ -384,10 +454,11 @@ mod tests {
         // committed; `keep.txt` still old.
         b.remove(&p("gone.txt"), true).unwrap();
         b.remove(&p("flip"), true).unwrap();
-        b.mkdir(&p("new"), true).unwrap();
+        b.mkdir(&p("new"), true, DIR).unwrap();
         let put = CommitMode {
             append: false,
             create_parents: true,
+            ..CommitMode::default()
         };
         b.commit(staged.pop().unwrap(), &p("new/a.txt"), put)
             .unwrap();
@@ -408,6 +479,7 @@ mod tests {
         let put = CommitMode {
             append: false,
             create_parents: true,
+            ..CommitMode::default()
         };
         let keep = staged.remove(0);
         let (_, displaced) = b.commit_aside(keep, &p("keep.txt"), put).unwrap();

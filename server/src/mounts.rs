@@ -34,10 +34,11 @@ use crate::quota::Usage;
 use futures::stream::StreamExt;
 use globset::GlobSet;
 use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use wsfs::{CanonicalPath, Error, Filesystem, PathLimits, Result, WriteOptions};
+use wsfs::{CanonicalPath, Error, Filesystem, PathLimits, Permissions, Result, WriteOptions};
 
 /// A host mount as CreateSession asks for it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -235,7 +236,8 @@ fn over_budget(mount: &PreparedMount) -> Error {
 
 /// Opens a planned file and checks what was opened: a regular file whose
 /// real path lies inside the mount (or, following links, an allowed root).
-fn open_checked(mount: &PreparedMount, host: &Path) -> Result<std::fs::File> {
+/// Its metadata, taken from the descriptor, comes with it.
+fn open_checked(mount: &PreparedMount, host: &Path) -> Result<(std::fs::File, std::fs::Metadata)> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut flags = rustix::fs::OFlags::NONBLOCK;
     if !mount.follow_symlinks {
@@ -266,7 +268,7 @@ fn open_checked(mount: &PreparedMount, host: &Path) -> Result<std::fs::File> {
             ),
         ));
     }
-    Ok(file)
+    Ok((file, meta))
 }
 
 /// Copies the planned files into `fs` through `write_bytes`, streamed.
@@ -277,7 +279,7 @@ pub async fn copy(fs: &dyn Filesystem, plan: MountPlan) -> Result<()> {
     for file in plan.files {
         let m = mount.clone();
         let host = file.host.clone();
-        let opened = tokio::task::spawn_blocking(move || open_checked(&m, &host))
+        let (opened, meta) = tokio::task::spawn_blocking(move || open_checked(&m, &host))
             .await
             .map_err(|e| Error::internal(format!("opening a host file failed: {e}")))??;
         let (m, copied, host) = (mount.clone(), copied.clone(), file.host.clone());
@@ -295,8 +297,13 @@ pub async fn copy(fs: &dyn Filesystem, plan: MountPlan) -> Result<()> {
             Ok(chunk)
         })
         .boxed();
-        fs.write_bytes(&file.dest, WriteOptions::default(), data)
-            .await?;
+        // The host file's bits (never setuid, setgid or sticky) and time.
+        let options = WriteOptions {
+            permissions: Some(Permissions::masked(meta.permissions().mode())),
+            modified: meta.modified().ok(),
+            ..WriteOptions::default()
+        };
+        fs.write_bytes(&file.dest, options, data).await?;
     }
     Ok(())
 }

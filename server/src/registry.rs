@@ -1031,7 +1031,7 @@ async fn seed<B: Backend>(
             WriteOptions {
                 mode: WriteMode::Overwrite,
                 create_parents: true,
-                if_version: None,
+                ..WriteOptions::default()
             },
             Box::pin(chunks),
         )

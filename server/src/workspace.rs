@@ -38,10 +38,10 @@ use futures::stream::{BoxStream, StreamExt};
 use std::io::{BufRead, BufReader, Read};
 use std::sync::Arc;
 use wsfs::{
-    ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions, EditOutcome, EditSpec, Error,
-    FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent, GrepQuery, LineRange, Listing,
-    Metadata, MkdirOptions, Result, TextPage, TransferOptions, WriteMode, WriteOptions,
-    WriteOutcome, MAX_CHUNK_SIZE,
+    Attributes, AttributesOutcome, ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
+    EditOutcome, EditSpec, Error, FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent,
+    GrepQuery, LineRange, Listing, Metadata, MkdirOptions, Permissions, Result, TextPage,
+    TransferOptions, WriteMode, WriteOptions, WriteOutcome, MAX_CHUNK_SIZE,
 };
 
 /// Most bytes one text Read page carries; longer pages are cut at a line
@@ -258,6 +258,8 @@ impl<B: Backend> Workspace<B> {
             let mode = CommitMode {
                 append: options.mode == WriteMode::Append,
                 create_parents: options.create_parents,
+                permissions: options.permissions,
+                modified: options.modified,
             };
             if quota::limited(&limits) {
                 let old = current.as_ref().map_or(0, |m| m.size);
@@ -723,6 +725,7 @@ impl<B: Backend> Filesystem for Workspace<B> {
                 let mode = CommitMode {
                     append: false,
                     create_parents: false,
+                    ..CommitMode::default()
                 };
                 let m = b.commit(staged, &path, mode)?;
                 (m.version, m.size)
@@ -762,7 +765,12 @@ impl<B: Backend> Filesystem for Workspace<B> {
     async fn mkdir(&self, path: &CanonicalPath, options: MkdirOptions) -> Result<bool> {
         self.writable(path)?;
         let p = path.clone();
-        let created = self.locked(move |b| b.mkdir(&p, options.parents)).await?;
+        let permissions = options
+            .permissions
+            .unwrap_or(Permissions::DIRECTORY_DEFAULT);
+        let created = self
+            .locked(move |b| b.mkdir(&p, options.parents, permissions))
+            .await?;
         if !created && !options.exist_ok {
             return Err(Error::AlreadyExists {
                 path: path.as_str().to_string(),
@@ -873,6 +881,28 @@ impl<B: Backend> Filesystem for Workspace<B> {
             Err(Error::NotADirectory { .. }) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    async fn set_attributes(
+        &self,
+        path: &CanonicalPath,
+        attributes: Attributes,
+    ) -> Result<AttributesOutcome> {
+        attributes.check()?;
+        self.writable(path)?;
+        let path = path.clone();
+        self.locked(move |b| {
+            let current = b.metadata(&path)?;
+            check_version(&path, current.as_ref(), attributes.if_version)?;
+            if current.is_none() {
+                return Err(Error::FileNotFound {
+                    path: path.as_str().to_string(),
+                });
+            }
+            let m = b.set_attributes(&path, attributes.permissions, attributes.modified)?;
+            Ok(AttributesOutcome::from(&m))
+        })
+        .await
     }
 }
 

@@ -78,6 +78,7 @@ pub async fn archive_of(
     let mkdir = wsfs::MkdirOptions {
         parents: true,
         exist_ok: false,
+        ..Default::default()
     };
     for dir in dirs {
         donor

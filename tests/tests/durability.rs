@@ -41,6 +41,7 @@ async fn every_change_answers_and_lands_with_durability_fsync() {
         MkdirOptions {
             parents: true,
             exist_ok: false,
+            ..Default::default()
         },
     )
     .await

@@ -626,3 +626,44 @@ async fn only_the_admin_token_forks_and_the_fork_has_a_token_of_its_own() {
         .unwrap();
     assert!(theirs.read_to_string("a.txt").await.is_err());
 }
+
+/// A fork keeps every file's and directory's permission bits, and files'
+/// modification times, on every backend pair.
+#[tokio::test]
+async fn a_fork_keeps_bits_and_times_on_every_backend_pair() {
+    use wsfs_client::{MkdirOptions, Permissions};
+    let server = TestServer::start().await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let bits = |b: u32| Some(Permissions::new(b).unwrap());
+    let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+    for from in [Backend::Memory, Backend::Directory] {
+        let (origin, _) = client.create(options(from)).await.unwrap();
+        let private = MkdirOptions {
+            permissions: bits(0o700),
+            ..MkdirOptions::default()
+        };
+        origin.mkdir(&p("bin"), private).await.unwrap();
+        let script = WriteOptions {
+            permissions: bits(0o755),
+            modified: Some(when),
+            ..WriteOptions::default()
+        };
+        origin
+            .write(&p("bin/run.sh"), "echo hi\n", script)
+            .await
+            .unwrap();
+        let snapshot = client.snapshot(origin.id(), "bits").await.unwrap().id;
+        for to in [Backend::Memory, Backend::Directory] {
+            let pair = format!("{from:?} -> {to:?}");
+            let (fork, _) = client
+                .create(options(to).from_snapshot(origin.id(), &snapshot))
+                .await
+                .unwrap();
+            let dir = fork.stat(&p("bin")).await.unwrap();
+            assert_eq!(dir.permissions.bits(), 0o700, "{pair}");
+            let file = fork.stat(&p("bin/run.sh")).await.unwrap();
+            assert_eq!(file.permissions.bits(), 0o755, "{pair}");
+            assert_eq!(file.modified, when, "{pair}");
+        }
+    }
+}

@@ -163,6 +163,7 @@ fn upload() -> impl Strategy<Value = Vec<WriteBytesRequest>> {
                     mode,
                     create_parents,
                     if_version,
+                    ..Default::default()
                 })),
             },
         )
@@ -298,6 +299,7 @@ fn call() -> impl Strategy<Value = Call> {
                         mode,
                         create_parents,
                         if_version,
+                        ..Default::default()
                     })
                 }
             ),
@@ -345,7 +347,8 @@ fn call() -> impl Strategy<Value = Call> {
                 session_id,
                 path,
                 parents,
-                exist_ok
+                exist_ok,
+                ..Default::default()
             })
         ),
         (

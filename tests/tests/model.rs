@@ -1165,6 +1165,7 @@ impl Subject {
                     mode: *mode,
                     create_parents: *create_parents,
                     if_version,
+                    ..Default::default()
                 };
                 fs.write(&cp(path), content, options)
                     .await
@@ -1219,6 +1220,7 @@ impl Subject {
                 let options = MkdirOptions {
                     parents: *parents,
                     exist_ok: *exist_ok,
+                    ..Default::default()
                 };
                 fs.mkdir(&cp(path), options).await.map(Seen::Made)
             }

@@ -93,6 +93,36 @@ async fn a_mount_copies_the_tree_byte_for_byte() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_keeps_each_files_bits_and_time_but_never_setuid() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new().await;
+    let src = w.allowed().join("project");
+    let then = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000);
+    for (name, mode) in [("run.sh", 0o755), ("secret", 0o600), ("suid", 0o4750)] {
+        let path = src.join(name);
+        put(&path, b"x");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(then)
+            .unwrap();
+    }
+    for options in [SessionOptions::memory(), SessionOptions::directory()] {
+        let s = w
+            .create(options.mount(HostMount::new(&src, "")))
+            .await
+            .unwrap();
+        for (name, want) in [("run.sh", 0o755), ("secret", 0o600), ("suid", 0o750)] {
+            let stat = s.stat(&parse_path(name).unwrap()).await.unwrap();
+            assert_eq!(stat.permissions.bits(), want, "{name}");
+            assert_eq!(stat.modified, then, "{name}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mount_path_places_the_files_under_it() {
     let w = World::new().await;
     put(&w.allowed().join("lib/a.rs"), b"a");

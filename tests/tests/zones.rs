@@ -178,6 +178,34 @@ async fn writes_outside_ones_zones_are_refused_and_change_nothing() {
 }
 
 #[tokio::test]
+async fn set_attributes_is_a_write_and_keeps_to_the_callers_zones() {
+    for options in [SessionOptions::memory(), SessionOptions::directory()] {
+        let s = swarm(options).await;
+        let bits = |value| wsfs_client::Attributes {
+            permissions: Some(wsfs::Permissions::new(value).unwrap()),
+            ..wsfs_client::Attributes::default()
+        };
+        let before = s.system.stat(&p("home/bob/plan.md")).await.unwrap();
+        for path in ["home/bob/plan.md", "sys/rules.md", "top.md"] {
+            let err = s.alice.set_attributes(&p(path), bits(0o777)).await;
+            assert_eq!(err.unwrap_err().code(), Code::PermissionDenied, "{path}");
+        }
+        assert_eq!(s.system.stat(&p("home/bob/plan.md")).await.unwrap(), before);
+
+        s.bob
+            .set_attributes(&p("home/bob/plan.md"), bits(0o600))
+            .await
+            .unwrap();
+        s.alice
+            .set_attributes(&p("shared/board.md"), bits(0o664))
+            .await
+            .unwrap();
+        let plan = s.system.stat(&p("home/bob/plan.md")).await.unwrap();
+        assert_eq!(plan.permissions.bits(), 0o600);
+    }
+}
+
+#[tokio::test]
 async fn recursive_delete_touching_others_files_is_refused_whole() {
     let s = swarm(SessionOptions::directory()).await;
     s.alice

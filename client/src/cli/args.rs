@@ -129,9 +129,14 @@ pub enum Command {
     /// Copy a file or directory.
     #[command(after_help = "Example:\n  wsfs cp -f src/lib.rs backup/lib.rs")]
     Cp(TransferArgs),
-    /// Show a path's kind, size, times and version.
+    /// Show a path's kind, size, mode, times and version.
     #[command(after_help = "Example:\n  wsfs stat src/main.rs")]
     Stat(StatArgs),
+    /// Change the permission bits of files and directories.
+    #[command(
+        after_help = "MODE is octal (755, 0644; at most 777: setuid, setgid and sticky are never\napplied), or +x / -x to add or remove every execute bit.\n\nExamples:\n  wsfs chmod 755 scripts/build.sh\n  wsfs chmod +x bin/run bin/test"
+    )]
+    Chmod(ChmodArgs),
     /// List files matching a glob (`*`, `**`, `{a,b}`, `[ab]`).
     #[command(after_help = "Example:\n  wsfs glob '**/*.rs'")]
     Glob(GlobArgs),
@@ -434,6 +439,15 @@ pub struct TransferArgs {
 #[derive(Debug, Args)]
 pub struct StatArgs {
     pub path: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ChmodArgs {
+    /// Octal bits (755) or +x / -x.
+    #[arg(allow_hyphen_values = true)]
+    pub mode: String,
+    #[arg(required = true)]
+    pub paths: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -1,9 +1,9 @@
 //! File commands: ls, cat, get, put, write, append, edit, rm, mkdir, mv,
-//! cp, stat.
+//! cp, stat, chmod.
 
 use super::args::{
-    CatArgs, EditArgs, GetArgs, LsArgs, MkdirArgs, PutArgs, RmArgs, StatArgs, TransferArgs,
-    WriteArgs,
+    CatArgs, ChmodArgs, EditArgs, GetArgs, LsArgs, MkdirArgs, PutArgs, RmArgs, StatArgs,
+    TransferArgs, WriteArgs,
 };
 use super::output::{self, print_json, println};
 use super::{local, Ctx, Failure, Outcome};
@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::io::ReaderStream;
 use wsfs_client::{
-    parse_path, ByteRange, CanonicalPath, DeleteOptions, EditSpec, Error, FileKind, Filesystem,
-    LineRange, MkdirOptions, Session, TransferOptions, WriteMode, WriteOptions, WriteOutcome,
-    MAX_CHUNK_SIZE,
+    parse_path, Attributes, ByteRange, CanonicalPath, DeleteOptions, EditSpec, Error, FileKind,
+    Filesystem, LineRange, MkdirOptions, Permissions, Session, TransferOptions, WriteMode,
+    WriteOptions, WriteOutcome, MAX_CHUNK_SIZE,
 };
 
 pub async fn ls(ctx: &mut Ctx, args: LsArgs) -> Outcome {
@@ -54,7 +54,8 @@ pub async fn ls(ctx: &mut Ctx, args: LsArgs) -> Outcome {
                 FileKind::Symlink => 'l',
             };
             println(&format!(
-                "{kind} {:>12} {} v{:<6} {shown}{suffix}",
+                "{kind}{} {:>12} {} v{:<6} {shown}{suffix}",
+                entry.permissions,
                 entry.size,
                 output::time(entry.modified),
                 entry.version,
@@ -265,6 +266,7 @@ pub async fn put(ctx: &mut Ctx, args: PutArgs) -> Outcome {
         },
         create_parents: true,
         if_version: args.if_version,
+        ..WriteOptions::default()
     };
     let quiet = ctx.quiet || ctx.json;
     let outcome = if args.local == "-" {
@@ -363,6 +365,7 @@ pub async fn write(ctx: &mut Ctx, args: WriteArgs, append: bool) -> Outcome {
         },
         create_parents: !args.no_parents,
         if_version: args.if_version,
+        ..WriteOptions::default()
     };
     let outcome = session.write(&path, &text, options).await?;
     ctx.done(|| wrote(&outcome), write_json(&outcome))
@@ -431,12 +434,72 @@ pub async fn mkdir(ctx: &mut Ctx, args: MkdirArgs) -> Outcome {
     let options = MkdirOptions {
         parents: args.parents,
         exist_ok: args.parents,
+        ..MkdirOptions::default()
     };
     let mut results = Vec::new();
     for raw in &args.paths {
         let path = parse_path(raw)?;
         let created = session.mkdir(&path, options).await?;
         results.push(json!({"path": path.as_str(), "created": created}));
+    }
+    if ctx.json {
+        print_json(&json!({ "paths": results }))?;
+    }
+    Ok(())
+}
+
+/// What `wsfs chmod` asks for.
+enum ModeChange {
+    Set(Permissions),
+    /// Add (true) or remove every execute bit.
+    Execute(bool),
+}
+
+fn parse_mode(raw: &str) -> Outcome<ModeChange> {
+    match raw {
+        "+x" | "a+x" => return Ok(ModeChange::Execute(true)),
+        "-x" | "a-x" => return Ok(ModeChange::Execute(false)),
+        _ => {}
+    }
+    Permissions::parse_octal(raw)
+        .map(ModeChange::Set)
+        .map_err(|e| Failure::Usage(format!("{e}; or +x / -x")))
+}
+
+pub async fn chmod(ctx: &mut Ctx, args: ChmodArgs) -> Outcome {
+    let change = parse_mode(&args.mode)?;
+    let session = ctx.session().await?;
+    let mut results = Vec::new();
+    for raw in &args.paths {
+        let path = parse_path(raw)?;
+        let attributes = match change {
+            ModeChange::Set(bits) => Attributes {
+                permissions: Some(bits),
+                ..Attributes::default()
+            },
+            ModeChange::Execute(add) => {
+                // Against the bits just read: a change made meanwhile is
+                // VERSION_MISMATCH, not overwritten.
+                let now = session.stat(&path).await?;
+                let bits = now.permissions.bits();
+                let bits = if add { bits | 0o111 } else { bits & !0o111 };
+                Attributes {
+                    permissions: Some(Permissions::masked(bits)),
+                    if_version: Some(now.version),
+                    ..Attributes::default()
+                }
+            }
+        };
+        let done = session.set_attributes(&path, attributes).await?;
+        if !ctx.json && !ctx.quiet {
+            println(&format!("{} {}", done.permissions, path.display()))?;
+        }
+        results.push(json!({
+            "path": path.as_str(),
+            "permissions": done.permissions.bits(),
+            "mode": done.permissions.to_string(),
+            "version": done.version,
+        }));
     }
     if ctx.json {
         print_json(&json!({ "paths": results }))?;
@@ -495,11 +558,13 @@ pub async fn stat(ctx: &mut Ctx, args: StatArgs) -> Outcome {
         return print_json(&output::metadata(&meta));
     }
     println(&format!(
-        "path:     {}\nkind:     {}\nsize:     {} ({})\ncreated:  {}\nmodified: {}\nversion:  {}",
+        "path:     {}\nkind:     {}\nsize:     {} ({})\nmode:     {} ({:04o})\ncreated:  {}\nmodified: {}\nversion:  {}",
         meta.path.display(),
         output::kind(meta.kind),
         meta.size,
         output::human_size(meta.size),
+        meta.permissions,
+        meta.permissions,
         output::time(meta.created),
         output::time(meta.modified),
         meta.version

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use std::fmt::Write as _;
 use wsfs_client::{
     parse_path, Client, DeleteOptions, EditSpec, Error, FileKind, Filesystem, GlobQuery, GrepEvent,
-    GrepQuery, LineRange, Metadata, MkdirOptions, Session, TransferOptions, WriteMode,
+    GrepQuery, LineRange, Metadata, MkdirOptions, Permissions, Session, TransferOptions, WriteMode,
     WriteOptions,
 };
 
@@ -150,6 +150,10 @@ struct WriteArgs {
     mode: Option<String>,
     /// Only write if the file is still at this version (from read or stat).
     if_version: Option<u64>,
+    /// Permission bits in octal, e.g. "755" for a script to run; at most
+    /// "777". Default: a new file gets "644", an existing one keeps its own.
+    #[serde(default)]
+    permissions: Option<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -394,6 +398,12 @@ impl Workspace {
                     mode: write_mode(a.mode.as_deref())?,
                     create_parents: true,
                     if_version: a.if_version,
+                    permissions: a
+                        .permissions
+                        .as_deref()
+                        .map(Permissions::parse_octal)
+                        .transpose()?,
+                    ..WriteOptions::default()
                 };
                 let w = self.session.write(&path, &a.content, options).await?;
                 Ok(format!(
@@ -481,6 +491,7 @@ impl Workspace {
                     mode: WriteMode::Overwrite,
                     create_parents: false,
                     if_version: Some(page.version),
+                    ..WriteOptions::default()
                 };
                 let w = self.session.write(&path, &new, options).await?;
                 Ok(format!(
@@ -665,6 +676,7 @@ impl Workspace {
                 let options = MkdirOptions {
                     parents: true,
                     exist_ok: true,
+                    ..MkdirOptions::default()
                 };
                 let created = self.session.mkdir(&parse_path(&a.path)?, options).await?;
                 Ok(if created {

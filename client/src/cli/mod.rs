@@ -196,6 +196,7 @@ async fn dispatch(ctx: &mut Ctx, command: Command) -> Outcome {
         Command::Mv(a) => files::transfer(ctx, a, true).await,
         Command::Cp(a) => files::transfer(ctx, a, false).await,
         Command::Stat(a) => files::stat(ctx, a).await,
+        Command::Chmod(a) => files::chmod(ctx, a).await,
         Command::Glob(a) => search::glob(ctx, a).await,
         Command::Grep(a) => search::grep(ctx, a).await.map_err(|f| match f {
             Failure::Silent(code) => Failure::Silent(code),

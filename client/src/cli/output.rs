@@ -57,6 +57,8 @@ pub fn metadata(m: &Metadata) -> Value {
         "created_at": time(m.created),
         "modified_at": time(m.modified),
         "version": m.version,
+        "permissions": m.permissions.bits(),
+        "mode": m.permissions.to_string(),
     })
 }
 

@@ -6,8 +6,10 @@
 //! destination or of another size means transfer; the same size means
 //! compare SHA-256 digests, the local one read from disk and the remote one
 //! computed here from a ReadBytes stream, so only same-size files are ever
-//! read twice. Symbolic links are skipped on both sides (and counted in
-//! the summary). `--include` / `--exclude` filter both sides the same way,
+//! read twice. A file whose permission bits differ is transferred again,
+//! and every transferred file (and made directory) takes its source's bits
+//! and modification time. Symbolic links are skipped on both sides: each is
+//! named on a line of its own and counted in the summary. `--include` / `--exclude` filter both sides the same way,
 //! so an excluded path is neither copied nor deleted. The plan is then
 //! carried out: removals, then directories, then transfers, `--jobs` at a
 //! time. A transfer that fails does not stop the others: every failure is
@@ -23,9 +25,10 @@ use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 use wsfs_client::{
     parse_path, ByteRange, CanonicalPath, DeleteOptions, Error, FileKind, Filesystem, MkdirOptions,
-    Session, WriteOptions, MAX_CHUNK_SIZE,
+    Permissions, Session, WriteOptions, MAX_CHUNK_SIZE,
 };
 
 /// One side of a mirror, by path relative to its base (`/`-separated).
@@ -33,6 +36,8 @@ use wsfs_client::{
 struct Tree {
     files: BTreeMap<String, u64>,
     dirs: BTreeSet<String>,
+    /// Bits and modification time of each file and directory.
+    attributes: BTreeMap<String, (Permissions, SystemTime)>,
     /// Symbolic links met (never followed, never copied).
     links: Vec<String>,
     /// Directories holding something the filter left out: never removed
@@ -127,6 +132,7 @@ impl Filter {
         Tree {
             files,
             dirs,
+            attributes: tree.attributes,
             links,
             held,
         }
@@ -164,10 +170,14 @@ pub async fn push(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
         other => other?,
     });
     let plan = plan(&source, &destination, args.delete, args.jobs, |rel| {
+        let same_bits = source.bits(&rel) == destination.bits(&rel);
         let local = local_root.join(&rel);
         let remote = remote_path(&base, &rel);
         let session = session.clone();
         async move {
+            if !same_bits {
+                return Ok(false);
+            }
             let remote = remote?;
             let (a, b) = futures::join!(local_sha256(local), remote_sha256(&session, &remote));
             Ok(a? == b?)
@@ -189,9 +199,11 @@ pub async fn push(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
         session.mkdir(&base, MkdirOptions::default()).await?;
     }
     for rel in &plan.mkdir {
-        session
-            .mkdir(&remote_path(&base, rel)?, MkdirOptions::default())
-            .await?;
+        let options = MkdirOptions {
+            permissions: source.bits(rel),
+            ..MkdirOptions::default()
+        };
+        session.mkdir(&remote_path(&base, rel)?, options).await?;
     }
     let bar = byte_progress(&plan, ctx, "push");
     let uploads = stream::iter(plan.copy.iter().cloned())
@@ -199,13 +211,18 @@ pub async fn push(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
             let session = session.clone();
             let file = local_root.join(&rel);
             let remote = remote_path(&base, &rel);
+            let attributes = source.attributes.get(&rel).copied();
             async move {
                 let done = async {
                     let remote = remote?;
                     let reader = tokio::fs::File::open(&file)
                         .await
                         .map_err(local(format!("cannot open '{}'", file.display())))?;
-                    let options = WriteOptions::default();
+                    let options = WriteOptions {
+                        permissions: attributes.map(|(bits, _)| bits),
+                        modified: attributes.map(|(_, time)| time),
+                        ..WriteOptions::default()
+                    };
                     upload(&session, &remote, reader, Some(size), options, true).await?;
                     Ok::<u64, Failure>(size)
                 }
@@ -236,10 +253,14 @@ pub async fn pull(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
         Tree::default()
     });
     let plan = plan(&source, &destination, args.delete, args.jobs, |rel| {
+        let same_bits = source.bits(&rel) == destination.bits(&rel);
         let local = local_root.join(&rel);
         let remote = remote_path(&base, &rel);
         let session = session.clone();
         async move {
+            if !same_bits {
+                return Ok(false);
+            }
             let remote = remote?;
             let (a, b) = futures::join!(local_sha256(local), remote_sha256(&session, &remote));
             Ok(a? == b?)
@@ -271,14 +292,45 @@ pub async fn pull(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
             let session = session.clone();
             let file = local_root.join(&rel);
             let remote = remote_path(&base, &rel);
+            let attributes = source.attributes.get(&rel).copied();
             async move {
-                let done = async { download_to_file(&session, &remote?, &file, true).await }.await;
+                let done = async {
+                    let bytes = download_to_file(&session, &remote?, &file, true).await?;
+                    set_local_attributes(&file, attributes)?;
+                    Ok(bytes)
+                }
+                .await;
                 (rel, done)
             }
         })
         .buffer_unordered(args.jobs.max(1));
     let (bytes, failed) = settle(downloads, &bar).await;
+    // Directories last, deepest first, so a read-only one is filled first.
+    for rel in plan.mkdir.iter().rev() {
+        set_local_attributes(&local_root.join(rel), source.attributes.get(rel).copied())?;
+    }
     report(ctx, &args, &plan, &source.links, bytes, failed, false)
+}
+
+impl Tree {
+    fn bits(&self, rel: &str) -> Option<Permissions> {
+        self.attributes.get(rel).map(|(bits, _)| *bits)
+    }
+}
+
+/// Gives a pulled file or directory its remote bits and time.
+fn set_local_attributes(path: &Path, attributes: Option<(Permissions, SystemTime)>) -> Outcome {
+    use std::os::unix::fs::PermissionsExt;
+    let Some((bits, modified)) = attributes else {
+        return Ok(());
+    };
+    std::fs::File::open(path)
+        .and_then(|f| f.set_modified(modified))
+        .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(bits.bits())))
+        .map_err(local(format!(
+            "cannot set the mode and time of '{}'",
+            path.display()
+        )))
 }
 
 /// A bar over the bytes to transfer, with rate and ETA.
@@ -363,6 +415,11 @@ fn report(
         }
         for (path, reason, message) in &failures {
             eprintln!("wsfs: {path}: {reason}: {message}");
+        }
+        if !ctx.quiet {
+            for link in links {
+                println(&format!("skipped symlink {link}"))?;
+            }
         }
         if !ctx.quiet {
             let verb = if dry_run {
@@ -501,6 +558,7 @@ async fn remote_tree(session: &Session, base: &CanonicalPath) -> wsfs_client::Re
         let Some(rel) = entry.path.strip_prefix(base) else {
             continue;
         };
+        let attributes = (entry.permissions, entry.modified);
         match entry.kind {
             FileKind::File => {
                 tree.files.insert(rel.as_str().to_string(), entry.size);
@@ -508,8 +566,12 @@ async fn remote_tree(session: &Session, base: &CanonicalPath) -> wsfs_client::Re
             FileKind::Directory => {
                 tree.dirs.insert(rel.as_str().to_string());
             }
-            FileKind::Symlink => tree.links.push(rel.as_str().to_string()),
+            FileKind::Symlink => {
+                tree.links.push(rel.as_str().to_string());
+                continue;
+            }
         }
+        tree.attributes.insert(rel.as_str().to_string(), attributes);
     }
     Ok(tree)
 }
@@ -544,17 +606,25 @@ fn walk(dir: &Path, prefix: &str, tree: &mut Tree) -> Outcome {
         let kind = entry
             .file_type()
             .map_err(local(format!("cannot stat '{}'", entry.path().display())))?;
+        if kind.is_symlink() {
+            tree.links.push(rel);
+            continue;
+        }
+        if !kind.is_dir() && !kind.is_file() {
+            continue;
+        }
+        let meta = entry
+            .metadata()
+            .map_err(local(format!("cannot stat '{}'", entry.path().display())))?;
+        let bits =
+            Permissions::masked(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()));
+        let modified = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+        tree.attributes.insert(rel.clone(), (bits, modified));
         if kind.is_dir() {
             walk(&entry.path(), &rel, tree)?;
             tree.dirs.insert(rel);
-        } else if kind.is_file() {
-            let size = entry
-                .metadata()
-                .map_err(local(format!("cannot stat '{}'", entry.path().display())))?
-                .len();
-            tree.files.insert(rel, size);
-        } else if kind.is_symlink() {
-            tree.links.push(rel);
+        } else {
+            tree.files.insert(rel, meta.len());
         }
     }
     Ok(())
@@ -592,6 +662,7 @@ mod tests {
         Tree {
             files: files.iter().map(|(p, s)| (p.to_string(), *s)).collect(),
             dirs: dirs.iter().map(|d| d.to_string()).collect(),
+            attributes: BTreeMap::new(),
             links: Vec::new(),
             held: BTreeSet::new(),
         }

@@ -100,6 +100,29 @@ async fn mcp_lists_every_tool_with_a_description_and_schema() {
 }
 
 #[tokio::test]
+async fn mcp_write_takes_octal_permissions_and_refuses_setuid() {
+    let ws = Workspace::new();
+    let client = connect(&ws.id).await;
+    ok(
+        &client,
+        "write",
+        json!({"path": "run.sh", "content": "#!/bin/sh\n", "permissions": "755"}),
+    )
+    .await;
+    let stat = ws.run(&["stat", "run.sh", "--json"]).ok().json();
+    assert_eq!(stat["permissions"], 0o755);
+    refused(
+        &client,
+        "write",
+        json!({"path": "run.sh", "content": "x", "permissions": "4755"}),
+        "INVALID_ARGUMENT",
+    )
+    .await;
+    assert_eq!(ws.cat("run.sh"), "#!/bin/sh\n");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
 async fn mcp_files_read_write_edit_and_versions() {
     let ws = Workspace::new();
     let client = connect(&ws.id).await;

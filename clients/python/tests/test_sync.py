@@ -486,3 +486,25 @@ def test_diff_snapshot_names_what_changed(session: wsfs.Session) -> None:
     assert not diff.truncated
     with pytest.raises(wsfs.SnapshotNotFound):
         session.diff_snapshot("00000000-0000-0000-0000-000000000000")
+
+
+def test_permissions_on_write_and_mkdir_and_set_attributes(session: wsfs.Session) -> None:
+    session.write("run.sh", "#!/bin/sh\n", permissions=0o755)
+    session.write("blob", b"\x00\x01", permissions=0o600)
+    session.mkdir("private", permissions=0o700)
+    assert session.stat("run.sh").permissions == 0o755
+    assert session.stat("blob").permissions == 0o600
+    listed = {e.path: e.permissions for e in session.list("")}
+    assert listed == {"blob": 0o600, "private": 0o700, "run.sh": 0o755}
+
+    before = session.stat("run.sh").version
+    then = datetime(2020, 9, 13, 12, 26, 40, tzinfo=timezone.utc)
+    done = session.set_attributes("run.sh", permissions=0o700, modified_at=then)
+    assert (done.permissions, done.modified_at) == (0o700, then)
+    assert done.version > before
+
+    with pytest.raises(wsfs.InvalidArgument):
+        session.set_attributes("run.sh", permissions=0o4755)
+    with pytest.raises(wsfs.VersionMismatch):
+        session.set_attributes("run.sh", permissions=0o755, if_version=before)
+    assert session.stat("run.sh").permissions == 0o700

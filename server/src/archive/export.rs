@@ -16,7 +16,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::SystemTime;
 use tokio::sync::mpsc;
-use wsfs::{ByteRange, CanonicalPath, Error, FileKind, Filesystem, Metadata, Result};
+use wsfs::{ByteRange, CanonicalPath, Error, FileKind, Filesystem, Metadata, Permissions, Result};
 use zip::write::SimpleFileOptions;
 
 /// Bytes per chunk the export sends.
@@ -29,10 +29,12 @@ pub enum ExportEntry {
     Directory {
         path: CanonicalPath,
         modified: SystemTime,
+        permissions: Permissions,
     },
     File {
         path: CanonicalPath,
         modified: SystemTime,
+        permissions: Permissions,
         /// The size the content is expected to have (ZIP64 is used above 4 GiB).
         size: u64,
         content: BoxStream<'static, Result<Bytes>>,
@@ -103,6 +105,7 @@ impl ExportSource for LiveWorkspace {
                     return Ok(Some(ExportEntry::Directory {
                         path: meta.path,
                         modified: meta.modified,
+                        permissions: meta.permissions,
                     }));
                 }
                 FileKind::File => {
@@ -118,6 +121,7 @@ impl ExportSource for LiveWorkspace {
                     return Ok(Some(ExportEntry::File {
                         path: meta.path,
                         modified: meta.modified,
+                        permissions: meta.permissions,
                         size: stream.length,
                         content: stream.chunks,
                     }));
@@ -129,8 +133,9 @@ impl ExportSource for LiveWorkspace {
 }
 
 /// One snapshot of a session, read back through its snapshot store. The
-/// entries come in path order with their stored bytes; their time is the
-/// snapshot's.
+/// entries come in path order with their stored bytes and bits; a file's
+/// time is the one the snapshot kept, a directory's (or a file's the
+/// snapshot does not know) the snapshot's.
 pub struct SnapshotSource {
     files: Option<crate::snapshots::SnapshotFiles>,
     taken: SystemTime,
@@ -160,16 +165,20 @@ impl ExportSource for SnapshotSource {
         .await
         .map_err(|e| Error::internal(format!("snapshot read failed: {e}")))?;
         self.files = Some(files);
-        let modified = self.taken;
+        let taken = self.taken;
         Ok(match next.transpose()? {
             None => None,
-            Some(SnapshotEntry::Directory { path }) => {
-                Some(ExportEntry::Directory { path, modified })
-            }
+            Some(SnapshotEntry::Directory { path, permissions }) => Some(ExportEntry::Directory {
+                path,
+                modified: taken,
+                permissions,
+            }),
             Some(SnapshotEntry::File {
                 path,
                 size,
                 content,
+                permissions,
+                modified,
             }) => Some(ExportEntry::File {
                 content: crate::workspace::byte_chunks(
                     content,
@@ -179,7 +188,12 @@ impl ExportSource for SnapshotSource {
                     EXPORT_CHUNK_BYTES,
                 ),
                 path,
-                modified,
+                modified: if modified == std::time::UNIX_EPOCH {
+                    taken
+                } else {
+                    modified
+                },
+                permissions,
                 size,
             }),
         })
@@ -222,18 +236,26 @@ fn write_zip(
     let (mut file_count, mut total_bytes) = (0u64, 0u64);
     while let Some(entry) = runtime.block_on(source.next_entry())? {
         match entry {
-            ExportEntry::Directory { path, modified } => {
-                zip.add_directory(format!("{FILES_PREFIX}{path}/"), options(modified))
-                    .map_err(zip_error)?;
+            ExportEntry::Directory {
+                path,
+                modified,
+                permissions,
+            } => {
+                zip.add_directory(
+                    format!("{FILES_PREFIX}{path}/"),
+                    options(modified, permissions),
+                )
+                .map_err(zip_error)?;
             }
             ExportEntry::File {
                 path,
                 modified,
+                permissions,
                 size,
                 mut content,
             } => {
                 crate::faults::check_stream(path.as_str());
-                let options = options(modified).large_file(size >= u32::MAX as u64);
+                let options = options(modified, permissions).large_file(size >= u32::MAX as u64);
                 zip.start_file(format!("{FILES_PREFIX}{path}"), options)
                     .map_err(zip_error)?;
                 while let Some(chunk) = runtime.block_on(content.next()) {
@@ -253,17 +275,20 @@ fn write_zip(
     };
     let json = serde_json::to_vec_pretty(&manifest)
         .map_err(|e| Error::internal(format!("cannot encode the manifest: {e}")))?;
-    zip.start_file(MANIFEST_NAME, options(SystemTime::now()))
-        .map_err(zip_error)?;
+    zip.start_file(
+        MANIFEST_NAME,
+        options(SystemTime::now(), Permissions::FILE_DEFAULT),
+    )
+    .map_err(zip_error)?;
     zip.write_all(&json).map_err(io_error)?;
     let mut out = zip.finish().map_err(zip_error)?.into_inner();
     out.flush().map_err(io_error)
 }
 
-fn options(modified: SystemTime) -> SimpleFileOptions {
+fn options(modified: SystemTime, permissions: Permissions) -> SimpleFileOptions {
     let options = SimpleFileOptions::default()
         .compression_method(zip::CompressionMethod::Deflated)
-        .unix_permissions(0o644);
+        .unix_permissions(permissions.bits());
     match zip_time(modified) {
         Some(t) => options.last_modified_time(t),
         None => options,

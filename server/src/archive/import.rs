@@ -35,7 +35,8 @@ use crate::limits::SessionLimits;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
-use wsfs::{CanonicalPath, Error, Result};
+use std::time::SystemTime;
+use wsfs::{CanonicalPath, Error, Permissions, Result};
 
 /// Largest `manifest.json` read.
 const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
@@ -64,8 +65,19 @@ pub struct ImportPlan {
     pub dirs: Vec<CanonicalPath>,
     /// Files: (entry index in the archive, path, size).
     pub files: Vec<(usize, CanonicalPath, u64)>,
+    /// Each entry's bits and time, as the archive gives them.
+    pub attributes: BTreeMap<CanonicalPath, EntryAttributes>,
     pub file_count: u64,
     pub total_bytes: u64,
+}
+
+/// The bits an entry gets (the archive's, masked to `0o777`, or the
+/// defaults when it has none) and its time (the archive's, when it has one
+/// a file can hold).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryAttributes {
+    pub permissions: Permissions,
+    pub modified: Option<SystemTime>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +102,7 @@ fn open(path: &Path) -> Result<zip::ZipArchive<std::fs::File>> {
 /// [`apply`] stages it. Blocking.
 pub fn check(path: &Path, limits: &SessionLimits) -> Result<ImportPlan> {
     let mut archive = open(path)?;
-    let mut entries: BTreeMap<CanonicalPath, (Kind, usize, u64)> = BTreeMap::new();
+    let mut entries: BTreeMap<CanonicalPath, (Kind, usize, u64, EntryAttributes)> = BTreeMap::new();
     let mut manifest_index = None;
     for index in 0..archive.len() {
         let entry = archive
@@ -164,6 +176,14 @@ pub fn check(path: &Path, limits: &SessionLimits) -> Result<ImportPlan> {
             return Err(refused(format!("archive entry '{name}' names no file")));
         }
         let size = if kind == Kind::File { entry.size() } else { 0 };
+        let attributes = EntryAttributes {
+            permissions: match (entry.unix_mode(), kind) {
+                (Some(mode), _) => Permissions::masked(mode),
+                (None, Kind::Directory) => Permissions::DIRECTORY_DEFAULT,
+                (None, Kind::File) => Permissions::FILE_DEFAULT,
+            },
+            modified: entry.last_modified().and_then(zip_time_to_system),
+        };
         if size > limits.max_write_bytes {
             return Err(Error::TooLarge {
                 path: path.as_str().to_string(),
@@ -171,14 +191,18 @@ pub fn check(path: &Path, limits: &SessionLimits) -> Result<ImportPlan> {
                 limit: limits.max_write_bytes,
             });
         }
-        if entries.insert(path.clone(), (kind, index, size)).is_some() {
+        if entries
+            .insert(path.clone(), (kind, index, size, attributes))
+            .is_some()
+        {
             return Err(refused(format!(
                 "archive entry '{name}' names '{path}', which another entry names too"
             )));
         }
     }
     let mut plan = ImportPlan::default();
-    for (path, (kind, index, size)) in &entries {
+    for (path, (kind, index, size, attributes)) in &entries {
+        plan.attributes.insert(path.clone(), *attributes);
         let mut parent = path.parent();
         while let Some(p) = parent.filter(|p| !p.is_root()) {
             if let Some((Kind::File, ..)) = entries.get(&p) {
@@ -376,23 +400,65 @@ fn replace_all<B: Backend>(backend: &B, plan: &ImportPlan, staged: Vec<B::Staged
             .files
             .iter()
             .zip(&staged)
-            .map(|((_, path, _), file)| crate::journal::IntentFile::new(path, file, None))
+            .map(|((_, path, _), file)| {
+                let modified = plan.attributes.get(path).and_then(|a| a.modified);
+                crate::journal::IntentFile::new(path, file, None).modified(modified)
+            })
+            .collect(),
+        permissions: plan
+            .attributes
+            .iter()
+            .map(|(path, a)| (path.as_str().to_string(), a.permissions.bits()))
             .collect(),
     };
     crate::journal::apply(backend, &intent, || {
         backend.remove(&CanonicalPath::root(), true)?;
+        let attributes = |path: &CanonicalPath| plan.attributes.get(path).copied();
         for dir in &plan.dirs {
-            backend.mkdir(dir, true)?;
+            backend.mkdir(dir, true, Permissions::DIRECTORY_DEFAULT)?;
         }
-        let put = CommitMode {
-            append: false,
-            create_parents: true,
-        };
         for ((_, path, _), file) in plan.files.iter().zip(staged) {
+            let put = CommitMode {
+                append: false,
+                create_parents: true,
+                permissions: attributes(path).map(|a| a.permissions),
+                modified: attributes(path).and_then(|a| a.modified),
+            };
             backend.commit(file, path, put)?;
         }
+        let bits = plan.dirs.iter().map(|dir| {
+            let bits = attributes(dir).map_or(Permissions::DIRECTORY_DEFAULT, |a| a.permissions);
+            (dir, bits)
+        });
+        crate::backend::finish_directories(backend, bits)?;
         Ok(())
     })
+}
+
+/// A ZIP entry's time (the export writes UTC) as a system time; `None`
+/// when it names no real day.
+pub(crate) fn zip_time_to_system(t: zip::DateTime) -> Option<SystemTime> {
+    let (y, m, d) = (
+        i64::from(t.year()),
+        i64::from(t.month()),
+        i64::from(t.day()),
+    );
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return None;
+    }
+    // Days since 1970-01-01 from a civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400
+        + i64::from(t.hour()) * 3600
+        + i64::from(t.minute()) * 60
+        + i64::from(t.second());
+    let secs = u64::try_from(secs).ok()?;
+    std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(secs))
 }
 
 /// A workspace as a whole: what an archive is imported into, and what the

@@ -23,9 +23,10 @@ use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use wsfs::{
-    ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions, EditOutcome, EditSpec, Error,
-    FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent, GrepQuery, LineRange, Listing,
-    Metadata, MkdirOptions, Result, TextPage, TransferOptions, WriteOptions, WriteOutcome,
+    Attributes, AttributesOutcome, ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
+    EditOutcome, EditSpec, Error, FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent,
+    GrepQuery, LineRange, Listing, Metadata, MkdirOptions, Result, TextPage, TransferOptions,
+    WriteOptions, WriteOutcome,
 };
 
 /// How a session's workspace is divided between callers.
@@ -244,6 +245,15 @@ impl Filesystem for Guarded {
 
     async fn exists(&self, path: &CanonicalPath) -> Result<Option<FileKind>> {
         self.inner.exists(path).await
+    }
+
+    async fn set_attributes(
+        &self,
+        path: &CanonicalPath,
+        attributes: Attributes,
+    ) -> Result<AttributesOutcome> {
+        self.check(Operation::Write, &[path])?;
+        self.inner.set_attributes(path, attributes).await
     }
 }
 

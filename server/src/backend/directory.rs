@@ -85,7 +85,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use wsfs::{CanonicalPath, Error, FileKind, Metadata, Result};
+use wsfs::{CanonicalPath, Error, FileKind, Metadata, Permissions, Result};
 
 /// Deepest directory tree that recursive operations descend (each level
 /// holds a descriptor open).
@@ -223,7 +223,12 @@ impl Stat {
             created: system_time(self.btime.unwrap_or(self.mtime)),
             modified: system_time(self.mtime),
             version,
+            permissions: self.permissions(),
         }
+    }
+
+    fn permissions(&self) -> Permissions {
+        Permissions::masked(self.mode)
     }
 }
 
@@ -235,6 +240,52 @@ fn system_time((sec, nsec): Timestamp) -> SystemTime {
     };
     t.and_then(|t| t.checked_add(Duration::from_nanos(u64::from(nsec))))
         .unwrap_or(UNIX_EPOCH)
+}
+
+/// `t` as the kernel takes it, saturated to what a `time_t` holds.
+fn timespec(t: SystemTime) -> rustix::fs::Timespec {
+    let (sec, nsec) = match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => (
+            i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            d.subsec_nanos(),
+        ),
+        Err(before) => {
+            let d = before.duration();
+            let sec = i64::try_from(d.as_secs()).map_or(i64::MIN, |s| -s);
+            match d.subsec_nanos() {
+                0 => (sec, 0),
+                n => (sec.saturating_sub(1), 1_000_000_000 - n),
+            }
+        }
+    };
+    rustix::fs::Timespec {
+        tv_sec: sec,
+        tv_nsec: nsec.into(),
+    }
+}
+
+/// Applies bits and/or a modification time to an open file or directory:
+/// by descriptor, so nothing swapped in at its path is touched.
+fn set_attributes_fd(
+    fd: impl AsFd,
+    permissions: Option<Permissions>,
+    modified: Option<SystemTime>,
+) -> std::result::Result<(), Errno> {
+    if let Some(permissions) = permissions {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(permissions.bits()))?;
+    }
+    if let Some(modified) = modified {
+        let omit = rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        };
+        let times = rustix::fs::Timestamps {
+            last_access: omit,
+            last_modification: timespec(modified),
+        };
+        rustix::fs::futimens(&fd, &times)?;
+    }
+    Ok(())
 }
 
 const STATX_MASK: StatxFlags = StatxFlags::BASIC_STATS.union(StatxFlags::BTIME);
@@ -651,6 +702,8 @@ fn copy_tree(src: &OwnedFd, dst: &OwnedFd, path: &CanonicalPath, depth: usize) -
                 .map(File::from)
                 .map_err(|e| io(e, &child))?;
                 copy_data(&from, &to, 0).map_err(|e| Error::from_io(e, &child))?;
+                // The umask trimmed the bits it was created with.
+                set_attributes_fd(&to, Some(st.permissions()), None).map_err(|e| io(e, &child))?;
                 1
             }
             Kind::Dir => {
@@ -987,6 +1040,11 @@ impl DirectoryBackend {
     /// Remembers a change we made: a fresh version for what is at `path`.
     fn record(&self, dir: impl AsFd, name: &CStr, path: &CanonicalPath) -> Result<Metadata> {
         let st = stat_at(dir, name).map_err(|e| io(e, path))?;
+        Ok(self.record_stat(&st, path))
+    }
+
+    /// [`Self::record`] of an entry already stated.
+    fn record_stat(&self, st: &Stat, path: &CanonicalPath) -> Metadata {
         let version = self.next_version.fetch_add(1, Ordering::SeqCst);
         self.versions().insert(
             path.as_str().to_string(),
@@ -995,7 +1053,7 @@ impl DirectoryBackend {
                 fingerprint: st.fingerprint(),
             },
         );
-        Ok(st.metadata(path, version))
+        st.metadata(path, version)
     }
 
     /// Forgets `path` and everything beneath it (the root itself is kept).
@@ -1085,6 +1143,9 @@ impl DirectoryBackend {
                 }
             };
             if created {
+                // Not left to the server's umask.
+                set_attributes_fd(&next, Some(Permissions::DIRECTORY_DEFAULT), None)
+                    .map_err(|e| io(e, &walked))?;
                 let name = cname(seg, &walked)?;
                 self.record(&fd, &name, &walked)?;
             }
@@ -1445,7 +1506,7 @@ impl Backend for DirectoryBackend {
         }
     }
 
-    fn mkdir(&self, path: &CanonicalPath, parents: bool) -> Result<bool> {
+    fn mkdir(&self, path: &CanonicalPath, parents: bool, permissions: Permissions) -> Result<bool> {
         check_path(path)?;
         if path.is_root() {
             return Ok(false);
@@ -1453,8 +1514,13 @@ impl Backend for DirectoryBackend {
         let parent = path.parent().unwrap_or_default();
         let (dir, name) = self.parent_dir(path, parents, &parent)?;
         let name = cname(name, path)?;
-        match rustix::fs::mkdirat(&dir, &name, Mode::from_raw_mode(0o777)) {
+        // Made owner-only, then given its bits by descriptor: the umask
+        // never decides, and nobody else can use it in between.
+        match rustix::fs::mkdirat(&dir, &name, Mode::RWXU) {
             Ok(()) => {
+                let made = rustix::fs::openat(&dir, &name, DIR_FLAGS, Mode::empty())
+                    .map_err(|e| io(e, path))?;
+                set_attributes_fd(&made, Some(permissions), None).map_err(|e| io(e, path))?;
                 self.record(&dir, &name, path)?;
                 Ok(true)
             }
@@ -1466,6 +1532,38 @@ impl Backend for DirectoryBackend {
             },
             Err(e) => Err(io(e, path)),
         }
+    }
+
+    fn set_attributes(
+        &self,
+        path: &CanonicalPath,
+        permissions: Option<Permissions>,
+        modified: Option<SystemTime>,
+    ) -> Result<Metadata> {
+        check_path(path)?;
+        // The entry is opened without following links and changed through
+        // its descriptor; its parent is re-stated by name only to record
+        // the new version.
+        let fd: OwnedFd = if path.is_root() {
+            reopen(&self.root).map_err(|e| io(e, path))?
+        } else {
+            let (dir, name) = self.parent_dir(path, false, path)?;
+            let name = cname(name, path)?;
+            match stat_at(&dir, &name).map_err(|e| io(e, path))?.kind {
+                Kind::Dir => rustix::fs::openat(&dir, &name, DIR_FLAGS, Mode::empty()).map_err(
+                    |e| match e {
+                        Errno::LOOP | Errno::NOTDIR => symlink_denied(path, true),
+                        e => io(e, path),
+                    },
+                )?,
+                Kind::File => open_regular(&dir, &name, path)?.0.into(),
+                Kind::Symlink => return Err(symlink_denied(path, true)),
+                Kind::Special => return Err(not_regular(path)),
+            }
+        };
+        set_attributes_fd(&fd, permissions, modified).map_err(|e| io(e, path))?;
+        let st = stat_fd(&fd).map_err(|e| io(e, path))?;
+        Ok(self.record_stat(&st, path))
     }
 
     fn rename(
@@ -1651,7 +1749,7 @@ impl DirectoryBackend {
             },
             _ => None,
         };
-        let perms = existing.map(|st| st.mode & 0o777);
+        let perms = mode.permissions_over(existing.map(|st| st.permissions()));
         let (staged_file, temp) = staged.into_parts()?;
         let mut staged_temp = Some(temp);
         let displaced = self.install(&dir, &name, path, replace, |home, in_staging| {
@@ -1671,10 +1769,9 @@ impl DirectoryBackend {
                 }
             };
             let target = file.as_ref().unwrap_or(&staged_file);
-            if let Some(perms) = perms {
-                rustix::fs::fchmod(target, Mode::from_raw_mode(perms))
-                    .map_err(|e| fail(e.into()))?;
-            }
+            // The staged file was made with the umask's bits; the new
+            // file gets the asked, kept or default ones.
+            set_attributes_fd(target, Some(perms), mode.modified).map_err(|e| fail(e.into()))?;
             self.durability().settle_file(target)?;
             Ok(temp)
         })?;
@@ -1755,6 +1852,7 @@ pub struct TreeEntry {
     /// Inode, size, mtime and ctime (ns): equal identities mean an
     /// unchanged file, short of a writer that restores all four.
     pub identity: FileIdentity,
+    pub permissions: Permissions,
 }
 
 /// What a [`TreeEntry`] is.
@@ -1773,6 +1871,17 @@ pub struct FileIdentity {
     pub size: u64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
+}
+
+impl FileIdentity {
+    /// The modification time this identity saw.
+    pub fn modified(&self) -> SystemTime {
+        let (sec, nsec) = (
+            self.mtime_ns.div_euclid(1_000_000_000),
+            self.mtime_ns.rem_euclid(1_000_000_000),
+        );
+        system_time((sec, nsec as u32))
+    }
 }
 
 /// Most threads that walk a tree at once.
@@ -1900,6 +2009,7 @@ fn tree_entry(dir: &OwnedFd, name: &str, path: &CanonicalPath) -> Result<Option<
             mtime_ns: ns(st.mtime),
             ctime_ns: ns(st.ctime),
         },
+        permissions: st.permissions(),
     }))
 }
 
@@ -2140,6 +2250,7 @@ impl DirectoryBackend {
 
 #[cfg(test)]
 mod tests {
+    const DIR: wsfs::Permissions = wsfs::Permissions::DIRECTORY_DEFAULT;
     use super::*;
     use std::collections::BTreeSet;
     use std::io::Read;
@@ -2238,6 +2349,7 @@ mod tests {
         let mode = CommitMode {
             append,
             create_parents: true,
+            ..CommitMode::default()
         };
         b.commit(staged, &p(path), mode)
     }
@@ -2335,12 +2447,13 @@ mod tests {
         let fx = fixture();
         let b = &fx.backend;
         write(b, "file", b"x").unwrap();
-        b.mkdir(&p("dir"), false).unwrap();
+        b.mkdir(&p("dir"), false, DIR).unwrap();
         let mut staged = b.stage().unwrap();
         staged.write_chunk(b"data").unwrap();
         let no_parents = CommitMode {
             append: false,
             create_parents: false,
+            ..CommitMode::default()
         };
         match b.commit(staged, &p("missing/deeper/f"), no_parents) {
             Err(Error::FileNotFound { path }) => assert_eq!(path, "missing/deeper"),
@@ -2409,7 +2522,7 @@ mod tests {
         for f in ["a/b", "a/c/d", "a.txt", "a-b", "z"] {
             write(b, f, b"x").unwrap();
         }
-        b.mkdir(&p("empty"), false).unwrap();
+        b.mkdir(&p("empty"), false, DIR).unwrap();
         symlink(fx.root.join("z"), fx.root.join("link")).unwrap();
         assert_eq!(walk(b, ""), ["a-b", "a.txt", "a/b", "a/c/d", "z"]);
         assert_eq!(walk(b, "a"), ["a/b", "a/c/d"]);
@@ -2438,7 +2551,7 @@ mod tests {
         let v4 = write(b, "f", b"again").unwrap().version;
         assert!(v4 > v3);
 
-        b.mkdir(&p("d"), false).unwrap();
+        b.mkdir(&p("d"), false, DIR).unwrap();
         let d1 = b.metadata(&p("d")).unwrap().unwrap().version;
         std::fs::write(fx.root.join("d/new"), b"x").unwrap();
         let d2 = b.metadata(&p("d")).unwrap().unwrap().version;
@@ -2454,7 +2567,7 @@ mod tests {
         for f in ["f", "d/x", "d/e/y"] {
             write(b, f, b"x").unwrap();
         }
-        b.mkdir(&p("empty"), false).unwrap();
+        b.mkdir(&p("empty"), false, DIR).unwrap();
         assert_eq!(b.remove(&p("f"), false).unwrap(), 1);
         assert_eq!(b.remove(&p("empty"), false).unwrap(), 1);
         assert!(matches!(
@@ -2482,18 +2595,18 @@ mod tests {
     fn mkdir_follows_the_rules() {
         let fx = fixture();
         let b = &fx.backend;
-        assert!(b.mkdir(&p("d"), false).unwrap());
-        assert!(!b.mkdir(&p("d"), false).unwrap());
-        assert!(!b.mkdir(&CanonicalPath::root(), false).unwrap());
+        assert!(b.mkdir(&p("d"), false, DIR).unwrap());
+        assert!(!b.mkdir(&p("d"), false, DIR).unwrap());
+        assert!(!b.mkdir(&CanonicalPath::root(), false, DIR).unwrap());
         write(b, "f", b"x").unwrap();
         assert!(matches!(
-            b.mkdir(&p("f"), false),
+            b.mkdir(&p("f"), false, DIR),
             Err(Error::AlreadyExists { .. })
         ));
         assert!(
-            matches!(b.mkdir(&p("x/y"), false), Err(Error::FileNotFound { path }) if path == "x")
+            matches!(b.mkdir(&p("x/y"), false, DIR), Err(Error::FileNotFound { path }) if path == "x")
         );
-        assert!(b.mkdir(&p("x/y/z"), true).unwrap());
+        assert!(b.mkdir(&p("x/y/z"), true, DIR).unwrap());
         assert_eq!(
             b.metadata(&p("x/y")).unwrap().unwrap().kind,
             FileKind::Directory
@@ -2583,7 +2696,7 @@ mod tests {
             Err(Error::NotADirectory { .. })
         ));
         assert!(matches!(
-            b.mkdir(&p("f/x"), true),
+            b.mkdir(&p("f/x"), true, DIR),
             Err(Error::NotADirectory { .. })
         ));
     }
@@ -2643,6 +2756,7 @@ mod tests {
         let put = CommitMode {
             append: false,
             create_parents: true,
+            ..CommitMode::default()
         };
         let mut staged = b.stage().unwrap();
         staged.write_chunk(b"new").unwrap();
@@ -2825,7 +2939,7 @@ mod tests {
             assert_denied(write(b, &format!("{link}/new.txt"), b"pwned"));
             assert_denied(b.list(&p(link), 1, 10));
             assert_denied(b.list(&p(&format!("{link}/{inner}")), 1, 10));
-            assert_denied(b.mkdir(&p(&format!("{link}/d")), true));
+            assert_denied(b.mkdir(&p(&format!("{link}/d")), true, DIR));
             assert_denied(b.remove(&p(&target), true));
             assert_denied(b.rename(&p(&target), &p("stolen"), false, false));
             assert_denied(b.copy(&p(&target), &p("stolen"), false, false));
@@ -3022,7 +3136,7 @@ mod tests {
             let _ = write(b, "box/sub/secret.txt", b"overwritten");
             let _ = commit(b, "box/sub/secret.txt", b"+appended", true);
             let _ = write(b, "box/sub/deep/new.txt", b"new");
-            let _ = b.mkdir(&p("box/sub/made"), true);
+            let _ = b.mkdir(&p("box/sub/made"), true, DIR);
             let _ = b.rename(&p("box/sub/f"), &p("box/sub/g"), true, false);
             let _ = b.copy(&p("box/file"), &p("copied-file"), true, false);
             assert_inside(read(b, "copied-file"));

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Mutex;
 use std::time::SystemTime;
-use wsfs::{CanonicalPath, Error, FileKind, Metadata, Result};
+use wsfs::{CanonicalPath, Error, FileKind, Metadata, Permissions, Result};
 
 #[derive(Clone)]
 struct Node {
@@ -19,6 +19,7 @@ struct Node {
     created: SystemTime,
     modified: SystemTime,
     version: u64,
+    permissions: Permissions,
 }
 
 impl Node {
@@ -38,6 +39,7 @@ impl Node {
             created: self.created,
             modified: self.modified,
             version: self.version,
+            permissions: self.permissions,
         }
     }
 }
@@ -55,13 +57,14 @@ impl Tree {
         self.clock
     }
 
-    fn new_node(&mut self, data: Option<Bytes>) -> Node {
+    fn new_node(&mut self, data: Option<Bytes>, permissions: Permissions) -> Node {
         let now = SystemTime::now();
         Node {
             data,
             created: now,
             modified: now,
             version: self.tick(),
+            permissions,
         }
     }
 
@@ -127,7 +130,7 @@ impl Tree {
             to_make.push(dir);
         }
         for dir in to_make.into_iter().rev() {
-            let node = self.new_node(None);
+            let node = self.new_node(None, Permissions::DIRECTORY_DEFAULT);
             self.nodes.insert(dir.as_str().to_string(), node);
         }
         Ok(())
@@ -213,6 +216,7 @@ impl MemoryBackend {
                 created: now,
                 modified: now,
                 version: 1,
+                permissions: Permissions::DIRECTORY_DEFAULT,
             },
         );
         MemoryBackend {
@@ -334,9 +338,13 @@ impl Backend for MemoryBackend {
             }
             _ => staged.0.freeze(),
         };
-        let mut node = tree.new_node(Some(data));
+        let permissions = mode.permissions_over(existing.as_ref().map(|n| n.permissions));
+        let mut node = tree.new_node(Some(data), permissions);
         if let Some(old) = existing {
             node.created = old.created;
+        }
+        if let Some(modified) = mode.modified {
+            node.modified = modified;
         }
         let meta = node.meta(path.as_str());
         tree.nodes.insert(path.as_str().to_string(), node);
@@ -354,7 +362,7 @@ impl Backend for MemoryBackend {
         Ok(tree.remove_subtree(path.as_str()))
     }
 
-    fn mkdir(&self, path: &CanonicalPath, parents: bool) -> Result<bool> {
+    fn mkdir(&self, path: &CanonicalPath, parents: bool, permissions: Permissions) -> Result<bool> {
         let mut tree = self.tree();
         match tree.lookup(path)? {
             Some(n) if n.is_dir() => return Ok(false),
@@ -366,9 +374,32 @@ impl Backend for MemoryBackend {
             None => {}
         }
         tree.ensure_parent(path, parents)?;
-        let node = tree.new_node(None);
+        let node = tree.new_node(None, permissions);
         tree.nodes.insert(path.as_str().to_string(), node);
         Ok(true)
+    }
+
+    fn set_attributes(
+        &self,
+        path: &CanonicalPath,
+        permissions: Option<Permissions>,
+        modified: Option<SystemTime>,
+    ) -> Result<Metadata> {
+        let mut tree = self.tree();
+        tree.lookup(path)?.ok_or_else(|| not_found(path))?;
+        let version = tree.tick();
+        let node = tree
+            .nodes
+            .get_mut(path.as_str())
+            .ok_or_else(|| not_found(path))?;
+        node.version = version;
+        if let Some(permissions) = permissions {
+            node.permissions = permissions;
+        }
+        if let Some(modified) = modified {
+            node.modified = modified;
+        }
+        Ok(node.meta(path.as_str()))
     }
 
     fn rename(
@@ -426,39 +457,56 @@ impl Backend for MemoryBackend {
     }
 }
 
-/// A frozen copy of a memory workspace: path -> `Some(bytes)` for a file,
-/// `None` for a directory (the root is implied). Contents are `Bytes`, so an
-/// image shares every file's bytes with the live tree and with other images.
+/// A frozen copy of a memory workspace: every file and directory with its
+/// bits and modification time (the root is implied). Contents are `Bytes`,
+/// so an image shares every file's bytes with the live tree and with other
+/// images.
 #[derive(Clone, Default)]
 pub struct MemoryImage {
-    entries: BTreeMap<String, Option<Bytes>>,
+    entries: BTreeMap<String, ImageEntry>,
+}
+
+/// One entry of a [`MemoryImage`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct ImageEntry {
+    /// `None`: a directory.
+    pub data: Option<Bytes>,
+    pub permissions: Permissions,
+    pub modified: SystemTime,
+}
+
+impl ImageEntry {
+    /// The same content and bits: what Restore and DiffSnapshot treat as
+    /// unchanged (a modification time alone is not a change).
+    fn same_as(&self, node: &Node) -> bool {
+        self.data == node.data && self.permissions == node.permissions
+    }
 }
 
 impl MemoryImage {
     /// Every file and directory, in path order.
-    pub fn entries(&self) -> impl Iterator<Item = (CanonicalPath, Option<&Bytes>)> + '_ {
+    pub fn entries(&self) -> impl Iterator<Item = (CanonicalPath, &ImageEntry)> + '_ {
         self.entries
             .iter()
-            .map(|(k, v)| (CanonicalPath::from_canonical(k.as_str()), v.as_ref()))
+            .map(|(k, v)| (CanonicalPath::from_canonical(k.as_str()), v))
     }
 
     pub fn file_count(&self) -> u64 {
-        self.entries.values().filter(|v| v.is_some()).count() as u64
+        self.entries.values().filter(|v| v.data.is_some()).count() as u64
     }
 
     pub fn total_bytes(&self) -> u64 {
         self.entries
             .values()
-            .flatten()
+            .filter_map(|e| e.data.as_ref())
             .map(|b| b.len() as u64)
             .sum()
     }
 }
 
-/// An image from its entries: path -> `Some(bytes)` for a file, `None` for
-/// a directory.
-impl FromIterator<(String, Option<Bytes>)> for MemoryImage {
-    fn from_iter<I: IntoIterator<Item = (String, Option<Bytes>)>>(entries: I) -> Self {
+/// An image from its entries, by path.
+impl FromIterator<(String, ImageEntry)> for MemoryImage {
+    fn from_iter<I: IntoIterator<Item = (String, ImageEntry)>>(entries: I) -> Self {
         MemoryImage {
             entries: entries.into_iter().collect(),
         }
@@ -472,28 +520,39 @@ impl MemoryBackend {
         MemoryImage {
             entries: tree
                 .descendants("")
-                .map(|(k, n)| (k.clone(), n.data.clone()))
+                .map(|(k, n)| {
+                    let entry = ImageEntry {
+                        data: n.data.clone(),
+                        permissions: n.permissions,
+                        modified: n.modified,
+                    };
+                    (k.clone(), entry)
+                })
                 .collect(),
         }
     }
 
     /// Makes the tree exactly `image`, in one step. Entries already equal
-    /// to the image (same kind, same bytes) keep their node and version;
-    /// every other restored entry is a change and takes a fresh version.
+    /// to the image (same kind, same bytes, same bits) keep their node and
+    /// version; every other restored entry is a change and takes a fresh
+    /// version, with the image's bits and modification time.
     pub fn restore_image(&self, image: &MemoryImage) {
         let mut tree = self.tree();
         let mut nodes = BTreeMap::new();
-        let root = tree.nodes.remove("").unwrap_or_else(|| tree.new_node(None));
+        let root = match tree.nodes.remove("") {
+            Some(root) => root,
+            None => tree.new_node(None, Permissions::DIRECTORY_DEFAULT),
+        };
         nodes.insert(String::new(), root);
-        for (path, data) in &image.entries {
-            let kept = tree.nodes.remove(path).filter(|n| match (&n.data, data) {
-                (None, None) => true,
-                (Some(a), Some(b)) => a == b,
-                _ => false,
-            });
+        for (path, entry) in &image.entries {
+            let kept = tree.nodes.remove(path).filter(|n| entry.same_as(n));
             let node = match kept {
                 Some(node) => node,
-                None => tree.new_node(data.clone()),
+                None => {
+                    let mut node = tree.new_node(entry.data.clone(), entry.permissions);
+                    node.modified = entry.modified;
+                    node
+                }
             };
             nodes.insert(path.clone(), node);
         }

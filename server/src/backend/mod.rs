@@ -21,13 +21,14 @@
 //!   `PermissionDenied`.
 
 use bytes::Bytes;
-use wsfs::{CanonicalPath, Error, Metadata, Result};
+use std::time::SystemTime;
+use wsfs::{CanonicalPath, Error, Metadata, Permissions, Result};
 
 pub mod directory;
 pub mod memory;
 
 pub use directory::DirectoryBackend;
-pub use memory::{MemoryBackend, MemoryImage};
+pub use memory::{ImageEntry, MemoryBackend, MemoryImage};
 
 /// Names starting with this are the server's temporary files (the
 /// directory backend stages writes under such names beside their
@@ -88,12 +89,27 @@ pub trait StagedFile: Send + 'static {
 }
 
 /// Where a commit puts the staged bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CommitMode {
     /// The new content is the current content followed by the staged bytes.
     pub append: bool,
     /// Create missing parent directories.
     pub create_parents: bool,
+    /// The file's bits; `None`: an existing file keeps its own, a new one
+    /// gets [`Permissions::FILE_DEFAULT`].
+    pub permissions: Option<Permissions>,
+    /// The file's modification time; `None`: the time of the commit.
+    pub modified: Option<SystemTime>,
+}
+
+impl CommitMode {
+    /// The bits a commit gives the file, given the bits of the file it
+    /// replaces (`None`: there is none).
+    pub fn permissions_over(&self, existing: Option<Permissions>) -> Permissions {
+        self.permissions
+            .or(existing)
+            .unwrap_or(Permissions::FILE_DEFAULT)
+    }
 }
 
 /// Storage for one workspace.
@@ -146,9 +162,22 @@ pub trait Backend: Send + Sync + 'static {
     /// directories and links went. Missing: `FileNotFound`.
     fn remove(&self, path: &CanonicalPath, recursive: bool) -> Result<u64>;
 
-    /// Creates a directory. Already a directory: `Ok(false)`; a file there:
-    /// `AlreadyExists`; parent missing and not `parents`: `FileNotFound`.
-    fn mkdir(&self, path: &CanonicalPath, parents: bool) -> Result<bool>;
+    /// Creates a directory with `permissions` (parents made on the way get
+    /// [`Permissions::DIRECTORY_DEFAULT`]). Already a directory: `Ok(false)`,
+    /// its bits unchanged; a file there: `AlreadyExists`; parent missing
+    /// and not `parents`: `FileNotFound`.
+    fn mkdir(&self, path: &CanonicalPath, parents: bool, permissions: Permissions) -> Result<bool>;
+
+    /// Sets the bits and/or modification time of the file or directory at
+    /// `path` (the root included) and returns its new metadata, with a new
+    /// version. Missing: `FileNotFound`; a symlink (or a pipe, socket or
+    /// device): `PermissionDenied`.
+    fn set_attributes(
+        &self,
+        path: &CanonicalPath,
+        permissions: Option<Permissions>,
+        modified: Option<SystemTime>,
+    ) -> Result<Metadata>;
 
     /// Moves a file or a whole directory; returns how many entries moved.
     /// Preconditions: [`check_transfer`].
@@ -197,6 +226,26 @@ pub trait Backend: Send + Sync + 'static {
     fn end_intent(&self) -> Result<()> {
         Ok(())
     }
+}
+
+/// Gives directories made by a whole-workspace replacement (a restore, an
+/// import, their replay) their final bits, after their files are in: a
+/// directory without write permission can only be filled before. `dirs`
+/// is in path order (parents first); they are set deepest first, and only
+/// where the bits differ.
+pub fn finish_directories<'a, B: Backend>(
+    backend: &B,
+    dirs: impl DoubleEndedIterator<Item = (&'a CanonicalPath, Permissions)>,
+) -> Result<()> {
+    for (path, bits) in dirs.rev() {
+        if backend
+            .metadata(path)?
+            .is_some_and(|m| m.permissions != bits)
+        {
+            backend.set_attributes(path, Some(bits), None)?;
+        }
+    }
+    Ok(())
 }
 
 /// The preconditions of Move and Copy, shared by every backend. Given the

@@ -485,6 +485,16 @@ impl Filesystem for Container {
             .await
     }
 
+    async fn set_attributes(
+        &self,
+        path: &CanonicalPath,
+        attributes: wsfs::Attributes,
+    ) -> Result<wsfs::AttributesOutcome> {
+        self.0
+            .forward(|l| async move { l.session.set_attributes(path, attributes).await })
+            .await
+    }
+
     async fn exists(&self, path: &CanonicalPath) -> Result<Option<FileKind>> {
         self.0
             .forward(|l| async move { l.session.exists(path).await })

@@ -20,7 +20,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
-use wsfs::{CanonicalPath, Error, PathLimits, Result};
+use wsfs::{CanonicalPath, Error, PathLimits, Permissions, Result};
 
 /// Room for ZIP headers and data that does not compress, beyond the bytes
 /// a snapshot may hold.
@@ -262,7 +262,9 @@ impl SnapshotStore for ContainerSnapshots {
 fn entries(archive: &Path, dir: PathBuf) -> Result<SnapshotFiles> {
     let file = std::fs::File::open(archive).map_err(|e| io("cannot open the snapshot", e))?;
     let mut zip = zip::ZipArchive::new(file).map_err(|e| io("the snapshot is unreadable", e))?;
-    let mut listed: Vec<(CanonicalPath, Option<usize>)> = Vec::new();
+    // Each entry's path, its index for a file, its bits and its time.
+    type Listed = (CanonicalPath, Option<usize>, Permissions, SystemTime);
+    let mut listed: Vec<Listed> = Vec::new();
     for i in 0..zip.len() {
         let entry = zip
             .by_index_raw(i)
@@ -278,28 +280,42 @@ fn entries(archive: &Path, dir: PathBuf) -> Result<SnapshotFiles> {
             continue;
         }
         let path = CanonicalPath::parse(rest, &PathLimits::UNLIMITED)?;
-        listed.push((path, (!is_dir).then_some(i)));
+        let permissions = match (entry.unix_mode(), is_dir) {
+            (Some(mode), _) => Permissions::masked(mode),
+            (None, true) => Permissions::DIRECTORY_DEFAULT,
+            (None, false) => Permissions::FILE_DEFAULT,
+        };
+        let modified = entry
+            .last_modified()
+            .and_then(crate::archive::import::zip_time_to_system)
+            .unwrap_or(std::time::UNIX_EPOCH);
+        listed.push((path, (!is_dir).then_some(i), permissions, modified));
     }
     listed.sort_by(|a, b| a.0.as_str().as_bytes().cmp(b.0.as_str().as_bytes()));
     let mut zip = zip;
-    let iter = listed.into_iter().map(move |(path, index)| {
-        let Some(index) = index else {
-            return Ok(SnapshotEntry::Directory { path });
-        };
-        let mut entry = zip
-            .by_index(index)
-            .map_err(|e| io("the snapshot is unreadable", e))?;
-        let size = entry.size();
-        let mut out = tempfile::tempfile_in(&dir).map_err(|e| io("cannot read the snapshot", e))?;
-        std::io::copy(&mut entry, &mut out).map_err(|e| io("cannot read the snapshot", e))?;
-        out.flush().map_err(|e| io("cannot read the snapshot", e))?;
-        out.rewind()
-            .map_err(|e| io("cannot read the snapshot", e))?;
-        Ok(SnapshotEntry::File {
-            path,
-            size,
-            content: Content::Disk(out),
-        })
-    });
+    let iter = listed
+        .into_iter()
+        .map(move |(path, index, permissions, modified)| {
+            let Some(index) = index else {
+                return Ok(SnapshotEntry::Directory { path, permissions });
+            };
+            let mut entry = zip
+                .by_index(index)
+                .map_err(|e| io("the snapshot is unreadable", e))?;
+            let size = entry.size();
+            let mut out =
+                tempfile::tempfile_in(&dir).map_err(|e| io("cannot read the snapshot", e))?;
+            std::io::copy(&mut entry, &mut out).map_err(|e| io("cannot read the snapshot", e))?;
+            out.flush().map_err(|e| io("cannot read the snapshot", e))?;
+            out.rewind()
+                .map_err(|e| io("cannot read the snapshot", e))?;
+            Ok(SnapshotEntry::File {
+                path,
+                size,
+                permissions,
+                modified,
+                content: Content::Disk(out),
+            })
+        });
     Ok(Box::new(iter))
 }

@@ -12,9 +12,9 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 use wsfs::proto::{self, filesystem_server};
 use wsfs::{
-    ByteRange, CanonicalPath, DeleteOptions, EditSpec, Error, FileKind, Filesystem, GlobQuery,
-    GrepEvent, GrepQuery, LineRange, Metadata, MkdirOptions, Result, TransferOptions, WriteMode,
-    WriteOptions, WriteOutcome,
+    Attributes, ByteRange, CanonicalPath, DeleteOptions, EditSpec, Error, FileKind, Filesystem,
+    GlobQuery, GrepEvent, GrepQuery, LineRange, Metadata, MkdirOptions, Permissions, Result,
+    TransferOptions, WriteMode, WriteOptions, WriteOutcome,
 };
 
 pub struct FilesystemService {
@@ -140,7 +140,26 @@ fn entry(m: Metadata) -> proto::Entry {
         modified_at: timestamp(m.modified),
         version: m.version,
         created_at: timestamp(m.created),
+        permissions: m.permissions.bits(),
     }
+}
+
+/// Bits a request names, refused above `0o777`.
+fn permissions(bits: Option<u32>) -> Result<Option<Permissions>> {
+    bits.map(Permissions::new).transpose()
+}
+
+/// A time a request names; one the system cannot hold is refused.
+fn request_time(
+    field: &str,
+    ts: Option<prost_types::Timestamp>,
+) -> Result<Option<std::time::SystemTime>> {
+    ts.map(|ts| {
+        std::time::SystemTime::try_from(ts).map_err(|e| {
+            Error::invalid_argument(format!("{field} is not a valid point in time: {e}"))
+        })
+    })
+    .transpose()
 }
 
 fn write_response(w: WriteOutcome) -> proto::WriteResponse {
@@ -253,6 +272,8 @@ impl filesystem_server::Filesystem for FilesystemService {
                 mode: mode_from_proto(r.mode)?,
                 create_parents: r.create_parents.unwrap_or(true),
                 if_version: r.if_version,
+                permissions: permissions(r.permissions)?,
+                modified: None,
             };
             let content = r.content;
             to_the_end(async move {
@@ -292,6 +313,8 @@ impl filesystem_server::Filesystem for FilesystemService {
                 mode: mode_from_proto(header.mode)?,
                 create_parents: header.create_parents.unwrap_or(true),
                 if_version: header.if_version,
+                permissions: permissions(header.permissions)?,
+                modified: request_time("modified_at", header.modified_at)?,
             };
             let chunks = incoming
                 .map(|m| match m {
@@ -396,6 +419,7 @@ impl filesystem_server::Filesystem for FilesystemService {
             let options = MkdirOptions {
                 parents: r.parents.unwrap_or(true),
                 exist_ok: r.exist_ok.unwrap_or(true),
+                permissions: permissions(r.permissions)?,
             };
             to_the_end(async move {
                 let created = s.fs.mkdir(&path, options).await?;
@@ -540,7 +564,36 @@ impl filesystem_server::Filesystem for FilesystemService {
                 created_at: timestamp(m.created),
                 modified_at: timestamp(m.modified),
                 version: m.version,
+                permissions: m.permissions.bits(),
             })
+        })
+        .await
+    }
+
+    async fn set_attributes(
+        &self,
+        request: Request<proto::SetAttributesRequest>,
+    ) -> std::result::Result<Response<proto::SetAttributesResponse>, Status> {
+        let (metadata, _, r) = request.into_parts();
+        traced("SetAttributes", &r.session_id, &r.path, async {
+            let s = self.session(&metadata, &r.session_id)?;
+            let path = s.path(&r.path)?;
+            let attributes = Attributes {
+                permissions: permissions(r.permissions)?,
+                modified: request_time("modified_at", r.modified_at)?,
+                if_version: r.if_version,
+            };
+            to_the_end(async move {
+                let m = s.fs.set_attributes(&path, attributes).await?;
+                s.record(ChangeKind::Modified, &path, None, m.version);
+                Ok(proto::SetAttributesResponse {
+                    path: path.as_str().to_string(),
+                    permissions: m.permissions.bits(),
+                    modified_at: timestamp(m.modified),
+                    version: m.version,
+                })
+            })
+            .await
         })
         .await
     }

@@ -15,7 +15,7 @@ use futures::stream::{BoxStream, StreamExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use wsfs::{ByteRange, CanonicalPath, Error, FileKind, Filesystem, Result};
+use wsfs::{ByteRange, CanonicalPath, Error, FileKind, Filesystem, Permissions, Result};
 
 /// Changes one answer holds at most.
 pub const MAX_DIFF_CHANGES: usize = 10_000;
@@ -28,7 +28,8 @@ pub enum DiffKind {
     Deleted,
     /// In the live workspace, not in the snapshot.
     Added,
-    /// A file on both sides with other contents.
+    /// A file on both sides with other contents or other permission bits,
+    /// or a directory with other bits.
     Modified,
 }
 
@@ -39,8 +40,9 @@ pub struct Difference {
     pub directory: bool,
 }
 
-/// One side's entries: a file's size, or `None` for a directory.
-type Entries = BTreeMap<CanonicalPath, Option<u64>>;
+/// One side's entries: a file's size (`None` for a directory), and the
+/// entry's bits.
+type Entries = BTreeMap<CanonicalPath, (Option<u64>, Permissions)>;
 
 /// The differences between snapshot `id` and the workspace `fs` holds now,
 /// in path order, and whether there were more than [`MAX_DIFF_CHANGES`].
@@ -53,22 +55,27 @@ pub async fn diff(
     let now = live_entries(fs).await?;
     let mut found: Vec<Difference> = Vec::new();
     let mut same_size = BTreeSet::new();
-    for (path, was) in &before {
-        match (was, now.get(path)) {
-            (_, None) => found.push(change(DiffKind::Deleted, path, was.is_none())),
-            (Some(a), Some(Some(b))) if a == b => {
+    for (path, (was, was_bits)) in &before {
+        let Some((is, is_bits)) = now.get(path) else {
+            found.push(change(DiffKind::Deleted, path, was.is_none()));
+            continue;
+        };
+        let same_bits = was_bits == is_bits;
+        match (was, is) {
+            (Some(a), Some(b)) if a == b && same_bits => {
                 same_size.insert(path.clone());
             }
-            (Some(_), Some(Some(_))) => found.push(change(DiffKind::Modified, path, false)),
-            (None, Some(None)) => {}
+            (Some(_), Some(_)) => found.push(change(DiffKind::Modified, path, false)),
+            (None, None) if same_bits => {}
+            (None, None) => found.push(change(DiffKind::Modified, path, true)),
             // A file that became a directory, or the other way round.
-            (was, Some(is)) => {
+            (was, is) => {
                 found.push(change(DiffKind::Deleted, path, was.is_none()));
                 found.push(change(DiffKind::Added, path, is.is_none()));
             }
         }
     }
-    for (path, is) in &now {
+    for (path, (is, _)) in &now {
         if !before.contains_key(path) {
             found.push(change(DiffKind::Added, path, is.is_none()));
         }
@@ -119,9 +126,10 @@ where
 
 async fn snapshot_entries(store: &Arc<dyn SnapshotStore>, id: &str) -> Result<Entries> {
     let mut entries = walk_snapshot(store, id, Entries::new(), |entries, entry| {
+        let bits = entry.permissions();
         match entry {
-            SnapshotEntry::Directory { path } => entries.insert(path, None),
-            SnapshotEntry::File { path, size, .. } => entries.insert(path, Some(size)),
+            SnapshotEntry::Directory { path, .. } => entries.insert(path, (None, bits)),
+            SnapshotEntry::File { path, size, .. } => entries.insert(path, (Some(size), bits)),
         };
         Ok(ControlFlow::Continue(()))
     })
@@ -144,8 +152,8 @@ async fn live_entries(fs: &Arc<dyn Filesystem>) -> Result<Entries> {
         .entries
         .into_iter()
         .filter_map(|m| match m.kind {
-            FileKind::File => Some((m.path, Some(m.size))),
-            FileKind::Directory => Some((m.path, None)),
+            FileKind::File => Some((m.path, (Some(m.size), m.permissions))),
+            FileKind::Directory => Some((m.path, (None, m.permissions))),
             // Snapshots keep no symlinks: neither does the comparison.
             FileKind::Symlink => None,
         })
@@ -172,6 +180,7 @@ async fn differing_contents(
                     path,
                     size,
                     content,
+                    ..
                 } = entry
                 {
                     if wanted.contains(&path) {
@@ -243,11 +252,12 @@ pub async fn read_file(
             path,
             size,
             content,
+            ..
         }) => Ok((
             size,
             crate::workspace::byte_chunks(content, path, 0, size, wsfs::DEFAULT_CHUNK_SIZE),
         )),
-        Some(SnapshotEntry::Directory { path }) => Err(Error::IsADirectory {
+        Some(SnapshotEntry::Directory { path, .. }) => Err(Error::IsADirectory {
             path: path.as_str().to_string(),
         }),
         None => Err(Error::FileNotFound {

@@ -70,7 +70,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
-use wsfs::{CanonicalPath, Error, PathLimits, Result};
+use wsfs::{CanonicalPath, Error, PathLimits, Permissions, Result};
 
 mod fork;
 pub use fork::{first_snapshot, ForkSource};
@@ -274,6 +274,7 @@ enum Node {
 struct TreeItem {
     name: String,
     node: Node,
+    permissions: Permissions,
 }
 
 /// A directory manifest: its children, sorted by name bytewise.
@@ -282,7 +283,10 @@ struct Tree {
     items: Vec<TreeItem>,
 }
 
-const TREE_MAGIC: &[u8] = b"wsfs-tree 1\n";
+/// Manifests with each child's permission bits; [`TREE_MAGIC_V1`] ones,
+/// written before bits were kept, still load, with the defaults.
+const TREE_MAGIC: &[u8] = b"wsfs-tree 2\n";
+const TREE_MAGIC_V1: &[u8] = b"wsfs-tree 1\n";
 const FILE_TAG: u8 = 1;
 const DIR_TAG: u8 = 2;
 
@@ -297,7 +301,7 @@ impl Tree {
     /// The manifest's bytes: a magic line, then per child a tag byte, the
     /// name (u16 length, bytes), and for a file its size, hash, inode,
     /// identity size, mtime and ctime (ns); for a directory its manifest's
-    /// hash. Integers little-endian.
+    /// hash; then its permission bits (u32). Integers little-endian.
     fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(TREE_MAGIC.len() + self.items.len() * 100);
         out.extend_from_slice(TREE_MAGIC);
@@ -325,12 +329,16 @@ impl Tree {
                 }
                 Node::Dir { tree } => out.extend_from_slice(tree),
             }
+            out.extend_from_slice(&item.permissions.bits().to_le_bytes());
         }
         out
     }
 
     fn decode(raw: &[u8]) -> Option<Tree> {
-        let mut r = raw.strip_prefix(TREE_MAGIC)?;
+        let (mut r, with_bits) = match raw.strip_prefix(TREE_MAGIC) {
+            Some(r) => (r, true),
+            None => (raw.strip_prefix(TREE_MAGIC_V1)?, false),
+        };
         fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
             let (head, rest) = r.split_at_checked(n)?;
             *r = rest;
@@ -363,12 +371,20 @@ impl Tree {
                 },
                 _ => return None,
             };
+            let permissions = if with_bits {
+                Permissions::masked(u32::from_le_bytes(take(&mut r, 4)?.try_into().ok()?))
+            } else if tag == DIR_TAG {
+                Permissions::DIRECTORY_DEFAULT
+            } else {
+                Permissions::FILE_DEFAULT
+            };
             if items.last().is_some_and(|last| last.name.as_str() >= name) {
                 return None;
             }
             items.push(TreeItem {
                 name: name.to_string(),
                 node,
+                permissions,
             });
         }
         Some(Tree { items })
@@ -380,6 +396,7 @@ struct FlatEntry {
     path: CanonicalPath,
     /// `None` for a directory.
     file: Option<FlatFile>,
+    permissions: Permissions,
 }
 
 struct FlatFile {
@@ -389,13 +406,31 @@ struct FlatFile {
     identity: Option<FileIdentity>,
 }
 
+impl FlatFile {
+    /// The file's modification time when it was taken; `None` when the
+    /// snapshot does not know it (the time of the restore then).
+    fn modified_at(&self) -> Option<SystemTime> {
+        self.identity.map(|i| i.modified())
+    }
+
+    /// [`Self::modified_at`], the epoch ("unknown") when not known.
+    fn modified(&self) -> SystemTime {
+        self.modified_at().unwrap_or(std::time::UNIX_EPOCH)
+    }
+}
+
 impl FlatEntry {
     fn open(self, objects: &ContentStore) -> Result<SnapshotEntry> {
         Ok(match self.file {
-            None => SnapshotEntry::Directory { path: self.path },
+            None => SnapshotEntry::Directory {
+                path: self.path,
+                permissions: self.permissions,
+            },
             Some(file) => SnapshotEntry::File {
                 path: self.path,
                 size: file.size,
+                permissions: self.permissions,
+                modified: file.modified(),
                 content: Content::Disk(objects.open(&file.hash)?),
             },
         })
@@ -723,7 +758,15 @@ impl Store {
                             identity: None,
                         }),
                     };
-                    out.push(FlatEntry { path, file });
+                    let permissions = match file {
+                        None => Permissions::DIRECTORY_DEFAULT,
+                        Some(_) => Permissions::FILE_DEFAULT,
+                    };
+                    out.push(FlatEntry {
+                        path,
+                        file,
+                        permissions,
+                    });
                 }
             }
         }
@@ -759,11 +802,13 @@ impl Store {
                         hash: *hash,
                         identity: Some(*identity),
                     }),
+                    permissions: item.permissions,
                 }),
                 Node::Dir { tree } => {
                     out.push(FlatEntry {
                         path: child.clone(),
                         file: None,
+                        permissions: item.permissions,
                     });
                     self.flatten_tree(state, tree, &child, depth + 1, out)?;
                 }
@@ -937,18 +982,17 @@ impl Store {
             while target.get(next).is_some_and(|t| t.path.as_str() < key) {
                 next += 1;
             }
-            let wanted = target
-                .get(next)
-                .filter(|t| t.path.as_str() == key)
-                .map(|t| &t.file);
-            let keep = match (e.kind, wanted) {
+            let wanted = target.get(next).filter(|t| t.path.as_str() == key);
+            let same_bits = wanted.is_some_and(|t| t.permissions == e.permissions);
+            let keep = match (e.kind, wanted.map(|t| &t.file)) {
+                // Its bits, when they differ, are put back by the apply.
                 (TreeKind::Directory, Some(None)) => true,
                 (TreeKind::File, Some(Some(file))) => {
-                    let same = file.identity == Some(e.identity)
+                    let same = same_bits && file.identity == Some(e.identity)
                         || self
                             .head_file(&state, head.as_ref(), e.path.as_str())?
                             .is_some_and(|(identity, hash)| {
-                                identity == e.identity && hash == file.hash
+                                same_bits && identity == e.identity && hash == file.hash
                             });
                     unchanged[next] = same;
                     true
@@ -961,11 +1005,11 @@ impl Store {
         }
         // Stage every file to write: a missing or damaged content fails
         // here, with the workspace untouched.
-        let to_write: Vec<(&CanonicalPath, &FlatFile)> = target
+        let to_write: Vec<(&CanonicalPath, &FlatFile, Permissions)> = target
             .iter()
             .zip(&unchanged)
             .filter(|(_, same)| !**same)
-            .filter_map(|(e, _)| Some((&e.path, e.file.as_ref()?)))
+            .filter_map(|(e, _)| Some((&e.path, e.file.as_ref()?, e.permissions)))
             .collect();
         let staged = stage_objects(b, &self.objects(), &to_write)?;
         drop(state);
@@ -1140,6 +1184,7 @@ impl SnapshotWalk<'_> {
             items.push(TreeItem {
                 name: name.to_string(),
                 node,
+                permissions: e.permissions,
             });
         }
         let tree = Tree { items };
@@ -1286,7 +1331,7 @@ fn apply_restore(
     id: &str,
     doomed: &[&CanonicalPath],
     target: &[FlatEntry],
-    to_write: &[(&CanonicalPath, &FlatFile)],
+    to_write: &[(&CanonicalPath, &FlatFile, Permissions)],
     staged: Vec<<DirectoryBackend as Backend>::Staged>,
 ) -> Result<Vec<Displaced>> {
     let dirs = || target.iter().filter(|e| e.file.is_none());
@@ -1297,7 +1342,13 @@ fn apply_restore(
         files: to_write
             .iter()
             .zip(&staged)
-            .map(|((path, file), s)| IntentFile::new(path, s, Some(&file.hash)))
+            .map(|((path, file, _), s)| {
+                IntentFile::new(path, s, Some(&file.hash)).modified(file.modified_at())
+            })
+            .collect(),
+        permissions: target
+            .iter()
+            .map(|e| (e.path.as_str().to_string(), e.permissions.bits()))
             .collect(),
     };
     journal::apply(b, &intent, || {
@@ -1308,18 +1359,23 @@ fn apply_restore(
                 Err(err) => return Err(err),
             }
         }
-        // Directories in path order, so parents come before children.
+        // Directories in path order, so parents come before children;
+        // their bits once their files are in.
         for e in dirs() {
-            b.mkdir(&e.path, true)?;
+            b.mkdir(&e.path, true, Permissions::DIRECTORY_DEFAULT)?;
         }
-        let put = CommitMode {
-            append: false,
-            create_parents: true,
-        };
         let mut displaced = Vec::new();
-        for ((path, _), content) in to_write.iter().zip(staged) {
+        for ((path, file, permissions), content) in to_write.iter().zip(staged) {
+            let put = CommitMode {
+                append: false,
+                create_parents: true,
+                permissions: Some(*permissions),
+                modified: file.modified_at(),
+            };
             displaced.extend(b.commit_aside(content, path, put)?.1);
         }
+        let bits: Vec<_> = dirs().map(|e| (&e.path, e.permissions)).collect();
+        crate::backend::finish_directories(b, bits.into_iter())?;
         Ok(displaced)
     })
 }
@@ -1333,16 +1389,16 @@ const MAX_STAGING_THREADS: usize = 4;
 fn stage_objects(
     b: &DirectoryBackend,
     objects: &ContentStore,
-    files: &[(&CanonicalPath, &FlatFile)],
+    files: &[(&CanonicalPath, &FlatFile, Permissions)],
 ) -> Result<Vec<<DirectoryBackend as Backend>::Staged>> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, MAX_STAGING_THREADS);
     let chunk = files.len().div_ceil(threads).max(1);
-    let stage_chunk = |part: &[(&CanonicalPath, &FlatFile)]| {
+    let stage_chunk = |part: &[(&CanonicalPath, &FlatFile, Permissions)]| {
         let mut buf = vec![0u8; COPY_BUFFER];
         part.iter()
-            .map(|(path, file)| stage_object(b, objects, file, path, &mut buf))
+            .map(|(path, file, _)| stage_object(b, objects, file, path, &mut buf))
             .collect::<Result<Vec<_>>>()
     };
     if files.len() <= chunk {
@@ -1412,4 +1468,60 @@ fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
     let json = serde_json::to_vec(value)
         .map_err(|e| Error::internal(format!("cannot encode a snapshot record: {e}")))?;
     write_atomic(path, &json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, permissions: u32) -> TreeItem {
+        TreeItem {
+            name: name.to_string(),
+            node: Node::File {
+                size: 3,
+                hash: [7; 32],
+                identity: FileIdentity {
+                    ino: 1,
+                    size: 3,
+                    mtime_ns: 1_600_000_000_000_000_000,
+                    ctime_ns: 2,
+                },
+            },
+            permissions: Permissions::masked(permissions),
+        }
+    }
+
+    #[test]
+    fn manifests_round_trip_each_entrys_bits() {
+        let tree = Tree {
+            items: vec![
+                file("run.sh", 0o755),
+                TreeItem {
+                    name: "secret".into(),
+                    node: Node::Dir { tree: [9; 32] },
+                    permissions: Permissions::masked(0o700),
+                },
+            ],
+        };
+        assert_eq!(Tree::decode(&tree.encode()), Some(tree));
+    }
+
+    /// A manifest written before bits were kept: the same layout without
+    /// the bits, under the first magic line. It loads with the defaults.
+    #[test]
+    fn manifests_without_bits_load_with_the_defaults() {
+        let tree = Tree {
+            items: vec![file("a", 0o600)],
+        };
+        let v2 = tree.encode();
+        let body = &v2[TREE_MAGIC.len()..v2.len() - 4];
+        let v1 = [TREE_MAGIC_V1, body].concat();
+        let loaded = Tree::decode(&v1).expect("an old manifest loads");
+        assert_eq!(loaded.items[0].permissions, Permissions::FILE_DEFAULT);
+        assert_eq!(loaded.items[0].node, tree.items[0].node);
+        assert_eq!(
+            Tree::decode(&[TREE_MAGIC_V1, &v2[TREE_MAGIC.len()..]].concat()),
+            None
+        );
+    }
 }

@@ -16,6 +16,7 @@
 
 use super::directory::ForkSource;
 use super::{check_restore_entry, SnapshotInfo};
+use crate::backend::memory::ImageEntry;
 use crate::backend::MemoryImage;
 use crate::limits::SessionLimits;
 use crate::quota::Usage;
@@ -23,7 +24,8 @@ use bytes::Bytes;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use wsfs::{CanonicalPath, Error, Result};
+use std::time::SystemTime;
+use wsfs::{CanonicalPath, Error, Permissions, Result};
 
 /// A snapshot that a new session is forked from.
 pub enum Origin {
@@ -37,9 +39,32 @@ pub enum Origin {
     },
 }
 
-/// What [`Origin::for_each`] calls with each entry: its path, and for a
-/// file its size and bytes.
-pub type Visit<'a> = dyn FnMut(&CanonicalPath, Option<(u64, FileSource<'_>)>) -> Result<()> + 'a;
+/// What [`Origin::for_each`] calls with each entry: its path, its bits and
+/// time, and for a file its size and bytes.
+pub type Visit<'a> =
+    dyn FnMut(&CanonicalPath, EntryAttributes, Option<(u64, FileSource<'_>)>) -> Result<()> + 'a;
+
+/// An entry's permission bits and, where the snapshot knows it (files),
+/// its modification time.
+#[derive(Debug, Clone, Copy)]
+pub struct EntryAttributes {
+    pub permissions: Permissions,
+    pub modified: Option<SystemTime>,
+}
+
+impl EntryAttributes {
+    /// What a snapshot that kept no bits (an earlier version's) gives.
+    pub fn defaults(directory: bool) -> Self {
+        EntryAttributes {
+            permissions: if directory {
+                Permissions::DIRECTORY_DEFAULT
+            } else {
+                Permissions::FILE_DEFAULT
+            },
+            modified: None,
+        }
+    }
+}
 
 /// Where one file's bytes come from.
 pub enum FileSource<'a> {
@@ -60,8 +85,16 @@ impl Origin {
     pub fn for_each(&self, f: &mut Visit<'_>) -> Result<()> {
         match self {
             Origin::Memory { image, .. } => {
-                for (path, data) in image.entries() {
-                    f(&path, data.map(|d| (d.len() as u64, FileSource::Bytes(d))))?;
+                for (path, entry) in image.entries() {
+                    let attributes = EntryAttributes {
+                        permissions: entry.permissions,
+                        modified: entry.data.is_some().then_some(entry.modified),
+                    };
+                    let file = entry
+                        .data
+                        .as_ref()
+                        .map(|d| (d.len() as u64, FileSource::Bytes(d)));
+                    f(&path, attributes, file)?;
                 }
                 Ok(())
             }
@@ -74,7 +107,7 @@ impl Origin {
     /// fork's `limits` with its byte budget. Blocking.
     pub fn check(&self, limits: &SessionLimits) -> Result<()> {
         let mut usage = Usage::default();
-        self.for_each(&mut |path, file| {
+        self.for_each(&mut |path, _, file| {
             check_restore_entry(limits, path)?;
             if let Some((size, _)) = file {
                 usage.files += 1;
@@ -93,7 +126,8 @@ impl Origin {
             return Ok(image.clone());
         }
         let mut entries = Vec::new();
-        self.for_each(&mut |path, file| {
+        let now = SystemTime::now();
+        self.for_each(&mut |path, attributes, file| {
             if cancel.load(Ordering::Relaxed) {
                 return Err(abandoned());
             }
@@ -104,7 +138,12 @@ impl Origin {
                     Some(Bytes::from(std::fs::read(p).map_err(store_error)?))
                 }
             };
-            entries.push((path.as_str().to_string(), data));
+            let entry = ImageEntry {
+                data,
+                permissions: attributes.permissions,
+                modified: attributes.modified.unwrap_or(now),
+            };
+            entries.push((path.as_str().to_string(), entry));
             Ok(())
         })?;
         Ok(Arc::new(entries.into_iter().collect()))
@@ -114,31 +153,55 @@ impl Origin {
     /// just made and nobody else can reach yet (so plain paths are safe:
     /// every entry was checked by [`Origin::check`]). Stops at the next
     /// entry once `cancel` is set. Blocking.
+    ///
+    /// Files get their bits and time as they are made; directories get
+    /// their bits last, deepest first, so that one without the owner's
+    /// write bit is filled before it is closed.
     pub fn materialise(&self, root: &Path, cancel: &AtomicBool) -> Result<()> {
-        self.for_each(&mut |path, file| {
+        use std::os::unix::fs::PermissionsExt;
+        let made = |path: &CanonicalPath, e: std::io::Error| {
+            Error::internal(format!("cannot make the fork's '{path}': {e}"))
+        };
+        let mut directories = Vec::new();
+        self.for_each(&mut |path, attributes, file| {
             if cancel.load(Ordering::Relaxed) {
                 return Err(abandoned());
             }
             let target = root.join(path.as_str());
-            match file {
-                None => std::fs::create_dir(&target),
-                Some((_, FileSource::Bytes(b))) => std::fs::write(&target, b),
-                Some((_, FileSource::Object(p))) => clone_file(p, &target),
+            let bits = std::fs::Permissions::from_mode(attributes.permissions.bits());
+            let Some((_, source)) = file else {
+                std::fs::create_dir(&target).map_err(|e| made(path, e))?;
+                directories.push((path.clone(), target, bits));
+                return Ok(());
+            };
+            let out = match source {
+                FileSource::Bytes(b) => std::fs::File::create_new(&target)
+                    .and_then(|mut out| std::io::Write::write_all(&mut out, b).map(|()| out)),
+                FileSource::Object(p) => clone_file(p, &target),
             }
-            .map_err(|e| Error::internal(format!("cannot make the fork's '{path}': {e}")))
-        })
+            .map_err(|e| made(path, e))?;
+            out.set_permissions(bits).map_err(|e| made(path, e))?;
+            if let Some(modified) = attributes.modified {
+                out.set_modified(modified).map_err(|e| made(path, e))?;
+            }
+            Ok(())
+        })?;
+        for (path, target, bits) in directories.into_iter().rev() {
+            std::fs::set_permissions(&target, bits).map_err(|e| made(&path, e))?;
+        }
+        Ok(())
     }
 }
 
 /// Makes `to` a copy of `from`: sharing its blocks where the filesystem
 /// can (`FICLONE`), else copying its data runs (holes stay holes).
-fn clone_file(from: &Path, to: &Path) -> std::io::Result<()> {
+fn clone_file(from: &Path, to: &Path) -> std::io::Result<std::fs::File> {
     let src = std::fs::File::open(from)?;
     let dst = std::fs::File::create_new(to)?;
     if rustix::fs::ioctl_ficlone(&dst, &src).is_ok() {
-        return Ok(());
+        return Ok(dst);
     }
-    crate::backend::directory::copy_data(&src, &dst, 0).map(|_| ())
+    crate::backend::directory::copy_data(&src, &dst, 0).map(|_| dst)
 }
 
 pub(crate) fn abandoned() -> Error {

@@ -61,7 +61,7 @@ impl SnapshotStore for MemorySnapshots {
             self.workspace.limits(),
             image
                 .entries()
-                .map(|(path, data)| (path, data.map(|d| d.len() as u64))),
+                .map(|(path, entry)| (path, entry.data.as_ref().map(|d| d.len() as u64))),
         )?;
         let restored = Restored {
             file_count: image.file_count(),
@@ -108,11 +108,16 @@ impl SnapshotStore for MemorySnapshots {
         let image = self.image(id)?;
         let entries: Vec<SnapshotEntry> = image
             .entries()
-            .map(|(path, data)| match data {
-                None => SnapshotEntry::Directory { path },
+            .map(|(path, entry)| match &entry.data {
+                None => SnapshotEntry::Directory {
+                    path,
+                    permissions: entry.permissions,
+                },
                 Some(bytes) => SnapshotEntry::File {
                     path,
                     size: bytes.len() as u64,
+                    permissions: entry.permissions,
+                    modified: entry.modified,
                     content: Content::Memory(bytes.clone()),
                 },
             })

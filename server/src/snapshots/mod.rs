@@ -30,7 +30,7 @@ use crate::backend::{check_name, Content};
 use crate::limits::SessionLimits;
 use async_trait::async_trait;
 use std::time::SystemTime;
-use wsfs::{CanonicalPath, Error, Result};
+use wsfs::{CanonicalPath, Error, Permissions, Result};
 
 /// What the server says about one snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,10 +56,14 @@ pub struct Restored {
 pub enum SnapshotEntry {
     Directory {
         path: CanonicalPath,
+        permissions: Permissions,
     },
     File {
         path: CanonicalPath,
         size: u64,
+        permissions: Permissions,
+        /// The epoch when the snapshot does not know it.
+        modified: SystemTime,
         /// The snapshot's bytes: shared `Bytes` (memory) or an open object
         /// file (directory), read from its start.
         content: Content,
@@ -69,7 +73,14 @@ pub enum SnapshotEntry {
 impl SnapshotEntry {
     pub fn path(&self) -> &CanonicalPath {
         match self {
-            SnapshotEntry::Directory { path } | SnapshotEntry::File { path, .. } => path,
+            SnapshotEntry::Directory { path, .. } | SnapshotEntry::File { path, .. } => path,
+        }
+    }
+
+    pub fn permissions(&self) -> Permissions {
+        match self {
+            SnapshotEntry::Directory { permissions, .. }
+            | SnapshotEntry::File { permissions, .. } => *permissions,
         }
     }
 }

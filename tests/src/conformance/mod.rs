@@ -17,6 +17,7 @@
 
 pub mod support;
 
+pub mod attributes;
 pub mod concurrency;
 pub mod delete;
 pub mod edit;
@@ -228,6 +229,23 @@ macro_rules! conformance_suite {
             concurrency {
                 concurrent_overwrites_are_read_whole,
             }
+            attributes {
+                new_files_and_directories_get_the_defaults,
+                write_write_bytes_and_mkdir_set_the_bits_asked_for,
+                overwrite_append_and_edit_keep_the_bits,
+                overwrite_with_bits_changes_them,
+                an_existing_directory_keeps_its_bits,
+                listing_reports_the_bits,
+                set_attributes_changes_the_bits_with_a_new_version,
+                set_attributes_sets_the_modification_time,
+                set_attributes_works_on_directories,
+                set_attributes_with_matching_if_version_applies,
+                set_attributes_with_stale_if_version_is_version_mismatch,
+                set_attributes_of_a_missing_path_is_file_not_found,
+                set_attributes_with_nothing_to_set_is_invalid_argument,
+                write_bytes_sets_the_modification_time_asked_for,
+                copy_and_move_keep_the_bits_and_move_keeps_the_time,
+            }
         }
     };
     (@names () $($module:ident { $($case:ident),* $(,)? })*) => {
@@ -262,6 +280,7 @@ mod tests {
 
     /// The sources of the case modules, to find their `pub async fn`s.
     const SOURCES: &[(&str, &str)] = &[
+        ("attributes", include_str!("attributes.rs")),
         ("concurrency", include_str!("concurrency.rs")),
         ("delete", include_str!("delete.rs")),
         ("edit", include_str!("edit.rs")),

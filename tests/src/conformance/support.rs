@@ -99,14 +99,15 @@ pub fn expect_err<T: Debug>(result: Result<T>, reason: &str) -> Error {
     }
 }
 
-/// One entry of a [`snapshot`]: path, kind, size, version, and the bytes of
-/// a file.
+/// One entry of a [`snapshot`]: path, kind, size, version, permission bits,
+/// and the bytes of a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotEntry {
     pub path: String,
     pub kind: FileKind,
     pub size: u64,
     pub version: u64,
+    pub permissions: u32,
     pub content: Option<Vec<u8>>,
 }
 
@@ -134,6 +135,7 @@ pub async fn snapshot(fs: &dyn Filesystem) -> Vec<SnapshotEntry> {
                 kind: entry.kind,
                 size: entry.size,
                 version: entry.version,
+                permissions: entry.permissions.bits(),
                 content,
             });
         }

@@ -187,13 +187,34 @@ def write_bytes_header(
     mode: Union[WriteMode, str],
     create_parents: bool,
     if_version: Optional[int],
+    permissions: Optional[int] = None,
 ) -> fs_pb2.WriteBytesRequest:
     header = fs_pb2.WriteBytesHeader(
         session_id=session_id, path=path, mode=write_mode(mode), create_parents=create_parents
     )
     if if_version is not None:
         header.if_version = if_version
+    if permissions is not None:
+        header.permissions = permissions
     return fs_pb2.WriteBytesRequest(header=header)
+
+
+def set_attributes_request(
+    session_id: str,
+    path: str,
+    permissions: Optional[int],
+    modified_at: Optional[Any],
+    if_version: Optional[int],
+) -> fs_pb2.SetAttributesRequest:
+    """``modified_at`` is a timezone-aware ``datetime``."""
+    request = fs_pb2.SetAttributesRequest(session_id=session_id, path=check_path_type(path))
+    if permissions is not None:
+        request.permissions = permissions
+    if modified_at is not None:
+        request.modified_at.FromDatetime(modified_at)
+    if if_version is not None:
+        request.if_version = if_version
+    return request
 
 
 def split(data: bytes, size: int = CHUNK_SIZE) -> Iterator[bytes]:

@@ -30,12 +30,15 @@ from typing import (
     cast,
 )
 
+from datetime import datetime
+
 import grpc
 import grpc.aio
 
 from . import _common as c
 from .errors import Internal, VersionMismatch, WsfsError, from_rpc_error
 from .types import (
+    AttributesResult,
     Backend,
     ChangeEvent,
     ChangeKind,
@@ -547,6 +550,7 @@ class AsyncSession:
         mode: Union[WriteMode, str] = WriteMode.OVERWRITE,
         create_parents: bool = True,
         if_version: Optional[int] = None,
+        permissions: Optional[int] = None,
     ) -> WriteResult:
         c.check_path_type(path)
         if isinstance(data, str):
@@ -559,10 +563,14 @@ class AsyncSession:
             )
             if if_version is not None:
                 request.if_version = if_version
+            if permissions is not None:
+                request.permissions = permissions
             return WriteResult._from_proto(
                 await _call(self._fs.Write(request, metadata=self._metadata))
             )
-        header = c.write_bytes_header(self.id, path, mode, create_parents, if_version)
+        header = c.write_bytes_header(
+            self.id, path, mode, create_parents, if_version, permissions
+        )
         failure: list[BaseException] = []
 
         async def requests() -> AsyncIterator[fs_pb2.WriteBytesRequest]:
@@ -640,11 +648,33 @@ class AsyncSession:
             request.if_version = if_version
         return (await _call(self._fs.Delete(request, metadata=self._metadata))).deleted
 
-    async def mkdir(self, path: str, *, parents: bool = True, exist_ok: bool = True) -> bool:
+    async def mkdir(
+        self,
+        path: str,
+        *,
+        parents: bool = True,
+        exist_ok: bool = True,
+        permissions: Optional[int] = None,
+    ) -> bool:
         request = fs_pb2.MkdirRequest(
             session_id=self.id, path=c.check_path_type(path), parents=parents, exist_ok=exist_ok
         )
+        if permissions is not None:
+            request.permissions = permissions
         return (await _call(self._fs.Mkdir(request, metadata=self._metadata))).created
+
+    async def set_attributes(
+        self,
+        path: str,
+        *,
+        permissions: Optional[int] = None,
+        modified_at: Optional[datetime] = None,
+        if_version: Optional[int] = None,
+    ) -> AttributesResult:
+        request = c.set_attributes_request(self.id, path, permissions, modified_at, if_version)
+        return AttributesResult._from_proto(
+            await _call(self._fs.SetAttributes(request, metadata=self._metadata))
+        )
 
     async def move(
         self,

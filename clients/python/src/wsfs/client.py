@@ -19,11 +19,14 @@ from typing import (
     cast,
 )
 
+from datetime import datetime
+
 import grpc
 
 from . import _common as c
 from .errors import Internal, VersionMismatch, WsfsError, from_rpc_error
 from .types import (
+    AttributesResult,
     Backend,
     ChangeEvent,
     ChangeKind,
@@ -571,11 +574,14 @@ class Session:
         mode: Union[WriteMode, str] = WriteMode.OVERWRITE,
         create_parents: bool = True,
         if_version: Optional[int] = None,
+        permissions: Optional[int] = None,
     ) -> WriteResult:
         """Writes text (``str``: one Write call), bytes, a readable file
         object, or an iterable of ``bytes`` chunks (streamed with
         WriteBytes; the file appears whole or not at all). ``if_version=0``
-        means the path must not exist yet."""
+        means the path must not exist yet. ``permissions`` (0 to 0o777) are
+        the file's bits; unset, a new file gets 0o644 and an existing one
+        keeps its own."""
         c.check_path_type(path)
         if isinstance(data, str):
             request = fs_pb2.WriteRequest(
@@ -587,9 +593,13 @@ class Session:
             )
             if if_version is not None:
                 request.if_version = if_version
+            if permissions is not None:
+                request.permissions = permissions
             return WriteResult._from_proto(_call(self._fs.Write, request, metadata=self._metadata))
         chunks = c.file_chunks(data) if c.is_file(data) else c.bytes_chunks(data)
-        header = c.write_bytes_header(self.id, path, mode, create_parents, if_version)
+        header = c.write_bytes_header(
+            self.id, path, mode, create_parents, if_version, permissions
+        )
         return self._write_bytes(header, chunks)
 
     def _write_bytes(
@@ -684,12 +694,37 @@ class Session:
             request.if_version = if_version
         return _call(self._fs.Delete, request, metadata=self._metadata).deleted
 
-    def mkdir(self, path: str, *, parents: bool = True, exist_ok: bool = True) -> bool:
-        """Creates a directory; returns False when it already existed."""
+    def mkdir(
+        self,
+        path: str,
+        *,
+        parents: bool = True,
+        exist_ok: bool = True,
+        permissions: Optional[int] = None,
+    ) -> bool:
+        """Creates a directory (with ``permissions``, default 0o755);
+        returns False when it already existed."""
         request = fs_pb2.MkdirRequest(
             session_id=self.id, path=c.check_path_type(path), parents=parents, exist_ok=exist_ok
         )
+        if permissions is not None:
+            request.permissions = permissions
         return _call(self._fs.Mkdir, request, metadata=self._metadata).created
+
+    def set_attributes(
+        self,
+        path: str,
+        *,
+        permissions: Optional[int] = None,
+        modified_at: Optional[datetime] = None,
+        if_version: Optional[int] = None,
+    ) -> AttributesResult:
+        """Sets the permission bits (0 to 0o777) and/or the modification
+        time (a timezone-aware ``datetime``) of a file or directory."""
+        request = c.set_attributes_request(self.id, path, permissions, modified_at, if_version)
+        return AttributesResult._from_proto(
+            _call(self._fs.SetAttributes, request, metadata=self._metadata)
+        )
 
     def move(
         self,

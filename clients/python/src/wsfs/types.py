@@ -29,6 +29,7 @@ __all__ = [
     "Entry",
     "Listing",
     "FileInfo",
+    "AttributesResult",
     "GlobResult",
     "ContextLine",
     "GrepMatch",
@@ -302,6 +303,8 @@ class Entry:
     modified_at: Optional[datetime]
     version: int
     created_at: Optional[datetime]
+    #: Permission bits, 0 to 0o777.
+    permissions: int = 0
 
     @classmethod
     def _from_proto(cls, p: fs_pb2.Entry) -> "Entry":
@@ -313,6 +316,7 @@ class Entry:
             modified_at=_opt_time(p, "modified_at"),
             version=p.version,
             created_at=_opt_time(p, "created_at"),
+            permissions=p.permissions,
         )
 
 
@@ -342,6 +346,8 @@ class FileInfo:
     created_at: Optional[datetime]
     modified_at: Optional[datetime]
     version: int
+    #: Permission bits, 0 to 0o777.
+    permissions: int = 0
 
     @classmethod
     def _from_proto(cls, p: fs_pb2.StatResponse) -> "FileInfo":
@@ -352,7 +358,22 @@ class FileInfo:
             created_at=_opt_time(p, "created_at"),
             modified_at=_opt_time(p, "modified_at"),
             version=p.version,
+            permissions=p.permissions,
         )
+
+
+@dataclass(frozen=True)
+class AttributesResult:
+    """What ``set_attributes`` left: the bits, the time and the new version."""
+
+    path: str
+    permissions: int
+    modified_at: Optional[datetime]
+    version: int
+
+    @classmethod
+    def _from_proto(cls, p: fs_pb2.SetAttributesResponse) -> "AttributesResult":
+        return cls(p.path, p.permissions, _opt_time(p, "modified_at"), p.version)
 
 
 @dataclass(frozen=True)

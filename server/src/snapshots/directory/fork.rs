@@ -7,7 +7,7 @@ use super::{
 };
 use crate::backend::directory::FileIdentity;
 use crate::backend::DirectoryBackend;
-use crate::snapshots::fork::{abandoned, FileSource, Visit};
+use crate::snapshots::fork::{abandoned, EntryAttributes, FileSource, Visit};
 use crate::snapshots::SnapshotInfo;
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -45,7 +45,8 @@ impl ForkSource {
                         .as_ref()
                         .zip(object.as_deref())
                         .map(|(file, object)| (file.size, FileSource::Object(object)));
-                    f(&e.path, file)?;
+                    let attributes = EntryAttributes::defaults(file.is_none());
+                    f(&e.path, attributes, file)?;
                 }
                 Ok(())
             }
@@ -70,12 +71,24 @@ impl ForkSource {
         for item in &tree.items {
             let child = path.join(&item.name)?;
             match &item.node {
-                Node::File { size, hash, .. } => f(
+                Node::File {
+                    size,
+                    hash,
+                    identity,
+                } => f(
                     &child,
+                    EntryAttributes {
+                        permissions: item.permissions,
+                        modified: Some(identity.modified()),
+                    },
                     Some((*size, FileSource::Object(&objects.path(hash)))),
                 )?,
                 Node::Dir { tree } => {
-                    f(&child, None)?;
+                    let attributes = EntryAttributes {
+                        permissions: item.permissions,
+                        modified: None,
+                    };
+                    f(&child, attributes, None)?;
                     self.walk(state, objects, tree, &child, depth + 1, f)?;
                 }
             }
@@ -246,6 +259,7 @@ impl Reidentify<'_> {
             items.push(TreeItem {
                 name: item.name.clone(),
                 node,
+                permissions: item.permissions,
             });
         }
         let bytes = Tree { items }.encode();

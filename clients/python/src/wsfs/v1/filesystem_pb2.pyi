@@ -115,20 +115,22 @@ class ReadBytesHeader(_message.Message):
     def __init__(self, path: _Optional[str] = ..., size_bytes: _Optional[int] = ..., version: _Optional[int] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
 
 class WriteRequest(_message.Message):
-    __slots__ = ("session_id", "path", "content", "mode", "create_parents", "if_version")
+    __slots__ = ("session_id", "path", "content", "mode", "create_parents", "if_version", "permissions")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     CREATE_PARENTS_FIELD_NUMBER: _ClassVar[int]
     IF_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     path: str
     content: str
     mode: WriteMode
     create_parents: bool
     if_version: int
-    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., content: _Optional[str] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., create_parents: bool = ..., if_version: _Optional[int] = ...) -> None: ...
+    permissions: int
+    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., content: _Optional[str] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., create_parents: bool = ..., if_version: _Optional[int] = ..., permissions: _Optional[int] = ...) -> None: ...
 
 class WriteBytesRequest(_message.Message):
     __slots__ = ("header", "data")
@@ -139,18 +141,22 @@ class WriteBytesRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[WriteBytesHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class WriteBytesHeader(_message.Message):
-    __slots__ = ("session_id", "path", "mode", "create_parents", "if_version")
+    __slots__ = ("session_id", "path", "mode", "create_parents", "if_version", "permissions", "modified_at")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     CREATE_PARENTS_FIELD_NUMBER: _ClassVar[int]
     IF_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    MODIFIED_AT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     path: str
     mode: WriteMode
     create_parents: bool
     if_version: int
-    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., create_parents: bool = ..., if_version: _Optional[int] = ...) -> None: ...
+    permissions: int
+    modified_at: _timestamp_pb2.Timestamp
+    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., create_parents: bool = ..., if_version: _Optional[int] = ..., permissions: _Optional[int] = ..., modified_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class WriteResponse(_message.Message):
     __slots__ = ("path", "bytes_written", "size_bytes", "version", "created")
@@ -221,16 +227,18 @@ class DeleteResponse(_message.Message):
     def __init__(self, deleted: _Optional[int] = ...) -> None: ...
 
 class MkdirRequest(_message.Message):
-    __slots__ = ("session_id", "path", "parents", "exist_ok")
+    __slots__ = ("session_id", "path", "parents", "exist_ok", "permissions")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     PARENTS_FIELD_NUMBER: _ClassVar[int]
     EXIST_OK_FIELD_NUMBER: _ClassVar[int]
+    PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     path: str
     parents: bool
     exist_ok: bool
-    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., parents: bool = ..., exist_ok: bool = ...) -> None: ...
+    permissions: int
+    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., parents: bool = ..., exist_ok: bool = ..., permissions: _Optional[int] = ...) -> None: ...
 
 class MkdirResponse(_message.Message):
     __slots__ = ("path", "created")
@@ -277,7 +285,7 @@ class ListRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., depth: _Optional[int] = ...) -> None: ...
 
 class Entry(_message.Message):
-    __slots__ = ("name", "path", "kind", "size_bytes", "modified_at", "version", "created_at")
+    __slots__ = ("name", "path", "kind", "size_bytes", "modified_at", "version", "created_at", "permissions")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -285,6 +293,7 @@ class Entry(_message.Message):
     MODIFIED_AT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
     name: str
     path: str
     kind: FileKind
@@ -292,7 +301,8 @@ class Entry(_message.Message):
     modified_at: _timestamp_pb2.Timestamp
     version: int
     created_at: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ..., kind: _Optional[_Union[FileKind, str]] = ..., size_bytes: _Optional[int] = ..., modified_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    permissions: int
+    def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ..., kind: _Optional[_Union[FileKind, str]] = ..., size_bytes: _Optional[int] = ..., modified_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., permissions: _Optional[int] = ...) -> None: ...
 
 class ListResponse(_message.Message):
     __slots__ = ("path", "entries", "truncated")
@@ -397,20 +407,22 @@ class StatRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
 
 class StatResponse(_message.Message):
-    __slots__ = ("path", "kind", "size_bytes", "created_at", "modified_at", "version")
+    __slots__ = ("path", "kind", "size_bytes", "created_at", "modified_at", "version", "permissions")
     PATH_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     MODIFIED_AT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
     path: str
     kind: FileKind
     size_bytes: int
     created_at: _timestamp_pb2.Timestamp
     modified_at: _timestamp_pb2.Timestamp
     version: int
-    def __init__(self, path: _Optional[str] = ..., kind: _Optional[_Union[FileKind, str]] = ..., size_bytes: _Optional[int] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., modified_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
+    permissions: int
+    def __init__(self, path: _Optional[str] = ..., kind: _Optional[_Union[FileKind, str]] = ..., size_bytes: _Optional[int] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., modified_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., permissions: _Optional[int] = ...) -> None: ...
 
 class ExistsRequest(_message.Message):
     __slots__ = ("session_id", "path")
@@ -479,3 +491,29 @@ class ChangesResponse(_message.Message):
     next_seq: int
     resync: bool
     def __init__(self, events: _Optional[_Iterable[_Union[ChangeEvent, _Mapping]]] = ..., next_seq: _Optional[int] = ..., resync: bool = ...) -> None: ...
+
+class SetAttributesRequest(_message.Message):
+    __slots__ = ("session_id", "path", "permissions", "modified_at", "if_version")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    MODIFIED_AT_FIELD_NUMBER: _ClassVar[int]
+    IF_VERSION_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    path: str
+    permissions: int
+    modified_at: _timestamp_pb2.Timestamp
+    if_version: int
+    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., permissions: _Optional[int] = ..., modified_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., if_version: _Optional[int] = ...) -> None: ...
+
+class SetAttributesResponse(_message.Message):
+    __slots__ = ("path", "permissions", "modified_at", "version")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    MODIFIED_AT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    permissions: int
+    modified_at: _timestamp_pb2.Timestamp
+    version: int
+    def __init__(self, path: _Optional[str] = ..., permissions: _Optional[int] = ..., modified_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...

@@ -116,6 +116,11 @@ class FilesystemStub(object):
                 request_serializer=wsfs_dot_v1_dot_filesystem__pb2.ChangesRequest.SerializeToString,
                 response_deserializer=wsfs_dot_v1_dot_filesystem__pb2.ChangesResponse.FromString,
                 _registered_method=True)
+        self.SetAttributes = channel.unary_unary(
+                '/wsfs.v1.Filesystem/SetAttributes',
+                request_serializer=wsfs_dot_v1_dot_filesystem__pb2.SetAttributesRequest.SerializeToString,
+                response_deserializer=wsfs_dot_v1_dot_filesystem__pb2.SetAttributesResponse.FromString,
+                _registered_method=True)
 
 
 class FilesystemServicer(object):
@@ -227,6 +232,13 @@ class FilesystemServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetAttributes(self, request, context):
+        """Changes a file's or directory's permission bits and/or modification time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FilesystemServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -309,6 +321,11 @@ def add_FilesystemServicer_to_server(servicer, server):
                     servicer.Changes,
                     request_deserializer=wsfs_dot_v1_dot_filesystem__pb2.ChangesRequest.FromString,
                     response_serializer=wsfs_dot_v1_dot_filesystem__pb2.ChangesResponse.SerializeToString,
+            ),
+            'SetAttributes': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetAttributes,
+                    request_deserializer=wsfs_dot_v1_dot_filesystem__pb2.SetAttributesRequest.FromString,
+                    response_serializer=wsfs_dot_v1_dot_filesystem__pb2.SetAttributesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -745,6 +762,33 @@ class Filesystem(object):
             '/wsfs.v1.Filesystem/Changes',
             wsfs_dot_v1_dot_filesystem__pb2.ChangesRequest.SerializeToString,
             wsfs_dot_v1_dot_filesystem__pb2.ChangesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetAttributes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wsfs.v1.Filesystem/SetAttributes',
+            wsfs_dot_v1_dot_filesystem__pb2.SetAttributesRequest.SerializeToString,
+            wsfs_dot_v1_dot_filesystem__pb2.SetAttributesResponse.FromString,
             options,
             channel_credentials,
             insecure,
