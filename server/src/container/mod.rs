@@ -254,8 +254,11 @@ impl ContainerFs {
         };
         match tokio::time::timeout(CONNECT_TIMEOUT, handshake).await {
             Ok(Ok(link)) => Ok(link),
+            // A runtime that exits during the handshake breaks the
+            // connection; the client sees that as unavailable, internal or
+            // cancelled ("operation was canceled"), depending on when.
             Ok(Err(e)) => Err(match e {
-                Error::Unavailable { .. } | Error::Internal { .. } => {
+                Error::Unavailable { .. } | Error::Internal { .. } | Error::Cancelled { .. } => {
                     self.unavailable(e.to_string())
                 }
                 other => other,

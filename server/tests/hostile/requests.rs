@@ -202,7 +202,7 @@ fn build_tree(root: &std::path::Path, files: usize, file_bytes: usize) -> u64 {
 /// Streams that read one message and stop: whole batches of results used
 /// to be materialised ahead of them (11 GB for 32 such streams over an
 /// 80 MB tree). Each now holds at most its batches' buffers and no thread;
-/// the memory returns when they go away, and is reused.
+/// the memory is given back when they go away, and reused.
 #[tokio::test]
 async fn stalled_grep_readers_hold_a_bounded_amount_each() {
     const STREAMS: usize = 32;
