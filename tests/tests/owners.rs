@@ -445,3 +445,72 @@ async fn a_server_that_cannot_chown_refuses_an_owner_naming_cap_chown_and_leaves
     // The same server still makes sessions without an owner.
     client.create(SessionOptions::directory()).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_creates_an_owned_session_with_its_modes_and_refuses_a_malformed_owner() {
+    if !is_root() {
+        eprintln!("skipping: changing owners needs root");
+        return;
+    }
+    let server = TestServer::start().await;
+    let local = tempfile::tempdir().unwrap();
+    let wsfs = |args: &[&str]| {
+        Command::new(wsfs_tests::cluster::binary("wsfs"))
+            .args(["--server", &server.url()])
+            .args(args)
+            .env("WSFS_CONFIG", local.path().join("config.json"))
+            .env_remove("WSFS_SESSION")
+            .output()
+            .expect("wsfs runs")
+    };
+    let create = ["session", "create", "--directory", "--owner"];
+    let out = wsfs(
+        &[
+            &create[..],
+            &["1000:1001", "--file-mode", "640", "--dir-mode", "750"],
+        ]
+        .concat(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let info = client.get_session(&id).await.unwrap();
+    let owner = info.owner.expect("the owner was sent");
+    assert_eq!((owner.uid, owner.gid), (1000, 1001));
+    assert_eq!(owner.file_permissions.map(Permissions::bits), Some(0o640));
+    assert_eq!(
+        owner.directory_permissions.map(Permissions::bits),
+        Some(0o750)
+    );
+    let root = root_of(&info);
+    let meta = std::fs::metadata(&root).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (1000, 1001));
+
+    let shown = wsfs(&["session", "show", &id]);
+    assert!(
+        String::from_utf8_lossy(&shown.stdout)
+            .contains("owner:     1000:1001 (files 640, directories 750)"),
+        "{}",
+        String::from_utf8_lossy(&shown.stdout)
+    );
+
+    // Refused by the CLI before any call: nothing is made.
+    for bad in [
+        &["1000"][..],
+        &["x:1"],
+        &["1000:1000", "--file-mode", "4755"],
+    ] {
+        let out = wsfs(&[&create[..], bad].concat());
+        assert!(!out.status.success(), "{bad:?} was accepted");
+    }
+    let out = wsfs(&["session", "create", "--owner", "1000:1000"]);
+    assert!(
+        !out.status.success(),
+        "an owner without --directory was accepted"
+    );
+    assert_eq!(client.list_sessions().await.unwrap().len(), 1);
+}
