@@ -26,6 +26,15 @@ fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
+/// Whether this test process may give files away; says so when not.
+fn can_chown() -> bool {
+    let root = is_root();
+    if !root {
+        eprintln!("skipping: changing owners needs root");
+    }
+    root
+}
+
 fn root_of(info: &SessionInfo) -> PathBuf {
     info.root_path
         .clone()
@@ -73,8 +82,7 @@ fn bits(path: &Path) -> u32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn everything_the_service_creates_belongs_to_the_owner_through_copy_restore_and_import() {
-    if !is_root() {
-        eprintln!("skipping: changing owners needs root");
+    if !can_chown() {
         return;
     }
     let server = TestServer::start().await;
@@ -180,8 +188,7 @@ async fn everything_the_service_creates_belongs_to_the_owner_through_copy_restor
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_owner_survives_a_restart() {
-    if !is_root() {
-        eprintln!("skipping: changing owners needs root");
+    if !can_chown() {
         return;
     }
     let data = tempfile::tempdir().unwrap();
@@ -240,8 +247,7 @@ async fn a_program_running_as_the_owner_edits_a_file_the_service_wrote_with_0644
     let Some(setpriv) = wsfs_tests::kit::system_tool("setpriv") else {
         return;
     };
-    if !is_root() {
-        eprintln!("skipping: changing owners needs root");
+    if !can_chown() {
         return;
     }
     let server = TestServer::start().await;
@@ -448,8 +454,7 @@ async fn a_server_that_cannot_chown_refuses_an_owner_naming_cap_chown_and_leaves
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_creates_an_owned_session_with_its_modes_and_refuses_a_malformed_owner() {
-    if !is_root() {
-        eprintln!("skipping: changing owners needs root");
+    if !can_chown() {
         return;
     }
     let server = TestServer::start().await;
