@@ -569,7 +569,12 @@ impl SessionRegistry {
         let open_root = held.as_ref().map_or_else(|| root.clone(), fd_path);
         // Before staging is emptied: a Restore or Import cut short needs
         // the files it staged there.
-        crate::journal::recover(session_dir, &open_root, self.config.durability)?;
+        crate::journal::recover(
+            session_dir,
+            &open_root,
+            self.config.durability,
+            record.owner,
+        )?;
         // Uploads in flight when the server stopped are abandoned.
         let staging = session_dir.join("staging");
         let _ = std::fs::remove_dir_all(&staging);
