@@ -15,7 +15,7 @@ use tonic::Code;
 use wsfs::proto::sessions_client::SessionsClient;
 use wsfs::proto::*;
 use wsfs::{Filesystem, MkdirOptions, Permissions, TransferOptions, WriteOptions};
-use wsfs_client::{Client, FileOwner, SessionInfo, SessionOptions};
+use wsfs_client::{Client, FileOwner, HostMount, SessionInfo, SessionOptions};
 use wsfs_tests::harness::TestServer;
 use wsfs_tests::kit::{p, reason};
 
@@ -85,7 +85,11 @@ async fn everything_the_service_creates_belongs_to_the_owner_through_copy_restor
     if !can_chown() {
         return;
     }
-    let server = TestServer::start().await;
+    let host = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(host.path().join("lib/deep")).unwrap();
+    std::fs::write(host.path().join("lib/deep/m.txt"), "mounted\n").unwrap();
+    let allowed = host.path().to_path_buf();
+    let server = TestServer::start_with(|c| c.allow_roots = vec![allowed]).await;
     let client = Client::connect(&server.url()).await.unwrap();
     let owner = FileOwner {
         file_permissions: Some(Permissions::new(0o640).unwrap()),
@@ -96,6 +100,7 @@ async fn everything_the_service_creates_belongs_to_the_owner_through_copy_restor
         .create(
             SessionOptions::directory()
                 .owner(owner)
+                .mount(HostMount::new(host.path().join("lib"), "mounted"))
                 .seed_file("seeded/s.txt", "seed\n"),
         )
         .await
@@ -104,6 +109,9 @@ async fn everything_the_service_creates_belongs_to_the_owner_through_copy_restor
     let got = client.get_session(&info.id).await.unwrap();
     assert_eq!(got.owner, Some(owner));
     let root = root_of(&info);
+    assert!(root.join("mounted/deep/m.txt").is_file());
+    assert!(root.join("seeded/s.txt").is_file());
+    assert_all_owned(&root, "after mounts and seeds");
     let root_meta = std::fs::metadata(&root).unwrap();
     assert_eq!((root_meta.uid(), root_meta.gid()), (UID, GID));
 
