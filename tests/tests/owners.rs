@@ -160,6 +160,27 @@ async fn everything_the_service_creates_belongs_to_the_owner_through_copy_restor
     )
     .await
     .unwrap();
+    // A link a program made: the service's copies of it are the owner's.
+    std::fs::create_dir(root.join("links")).unwrap();
+    std::os::unix::fs::symlink("../a/b/c.txt", root.join("links/l")).unwrap();
+    s.copy(&p("links"), &p("links-copy"), TransferOptions::default())
+        .await
+        .unwrap();
+    s.copy(&p("links/l"), &p("l-copy"), TransferOptions::default())
+        .await
+        .unwrap();
+    s.delete(
+        &p("links"),
+        wsfs::DeleteOptions {
+            recursive: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(std::fs::symlink_metadata(root.join("l-copy"))
+        .unwrap()
+        .is_symlink());
     assert_all_owned(&root, "after copies");
 
     let snap = client.snapshot(&info.id, "before").await.unwrap();
