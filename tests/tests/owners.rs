@@ -115,6 +115,10 @@ async fn everything_the_service_creates_belongs_to_the_owner_through_copy_restor
     let root_meta = std::fs::metadata(&root).unwrap();
     assert_eq!((root_meta.uid(), root_meta.gid()), (UID, GID));
 
+    let recursive = wsfs::DeleteOptions {
+        recursive: true,
+        ..Default::default()
+    };
     let parents = WriteOptions {
         create_parents: true,
         ..WriteOptions::default()
@@ -169,15 +173,7 @@ async fn everything_the_service_creates_belongs_to_the_owner_through_copy_restor
     s.copy(&p("links/l"), &p("l-copy"), TransferOptions::default())
         .await
         .unwrap();
-    s.delete(
-        &p("links"),
-        wsfs::DeleteOptions {
-            recursive: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    s.delete(&p("links"), recursive).await.unwrap();
     assert!(std::fs::symlink_metadata(root.join("l-copy"))
         .unwrap()
         .is_symlink());
@@ -186,28 +182,12 @@ async fn everything_the_service_creates_belongs_to_the_owner_through_copy_restor
     let snap = client.snapshot(&info.id, "before").await.unwrap();
     let mut zip = Vec::new();
     s.export_to_writer(&mut zip, None).await.unwrap();
-    s.delete(
-        &p("a"),
-        wsfs::DeleteOptions {
-            recursive: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    s.delete(&p("a"), recursive).await.unwrap();
     client.restore(&info.id, &snap.id).await.unwrap();
     assert!(root.join("a/b/c.txt").is_file());
     assert_all_owned(&root, "after restore");
 
-    s.delete(
-        &p("copied"),
-        wsfs::DeleteOptions {
-            recursive: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    s.delete(&p("copied"), recursive).await.unwrap();
     s.import_from_reader(std::io::Cursor::new(zip))
         .await
         .unwrap();
