@@ -102,6 +102,7 @@ step "ListSnapshots" '"tag": "tour"' -- -d "{\"session_id\": \"$S\"}" "$addr" ws
 SNAP=$(grpcurl -plaintext -d "{\"session_id\": \"$S\", \"tag\": \"fork-point\"}" "$addr" wsfs.v1.Sessions/Snapshot | field '["snapshotId"]')
 step "CreateSession from a snapshot (a fork)" '"forkedFrom"' -- -d "{\"backend\": \"DIRECTORY\", \"from_snapshot\": {\"session_id\": \"$S\", \"snapshot_id\": \"$SNAP\"}}" "$addr" wsfs.v1.Sessions/CreateSession
 refused "a fork of an unknown snapshot: SNAPSHOT_NOT_FOUND" SNAPSHOT_NOT_FOUND -- -d "{\"from_snapshot\": {\"session_id\": \"$S\", \"snapshot_id\": \"00000000-0000-0000-0000-000000000000\"}}" "$addr" wsfs.v1.Sessions/CreateSession
+refused "an owner on a MEMORY session: INVALID_ARGUMENT" INVALID_ARGUMENT -- -d '{"owner": {"uid": 1000, "gid": 1000}}' "$addr" wsfs.v1.Sessions/CreateSession
 refused "DiffSnapshot of an unknown snapshot: SNAPSHOT_NOT_FOUND" SNAPSHOT_NOT_FOUND -- -d "{\"session_id\": \"$S\", \"snapshot_id\": \"00000000-0000-0000-0000-000000000000\"}" "$addr" wsfs.v1.Sessions/DiffSnapshot
 refused "ReadSnapshotFile of an unknown snapshot: SNAPSHOT_NOT_FOUND" SNAPSHOT_NOT_FOUND -- -d "{\"session_id\": \"$S\", \"snapshot_id\": \"00000000-0000-0000-0000-000000000000\", \"path\": \"a.txt\"}" "$addr" wsfs.v1.Sessions/ReadSnapshotFile
 refused "Restore of an unknown snapshot: SNAPSHOT_NOT_FOUND" SNAPSHOT_NOT_FOUND -- -d "{\"session_id\": \"$S\", \"snapshot_id\": \"00000000-0000-0000-0000-000000000000\"}" "$addr" wsfs.v1.Sessions/Restore

@@ -7,8 +7,8 @@
 //! that climbs out of the root) is `INTERNAL`, never a panic.
 
 use crate::sessions::{
-    Backend, ContainerSpec, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions,
-    SessionUsage, SnapshotRef,
+    Backend, ContainerSpec, FileOwner, HostMount, Layout, SessionInfo, SessionLimits,
+    SessionOptions, SessionUsage, SnapshotRef,
 };
 use bytes::Bytes;
 use std::path::{Path, PathBuf};
@@ -524,6 +524,12 @@ pub(crate) fn create_session_request(o: SessionOptions) -> Result<proto::CreateS
             session_id: f.session_id,
             snapshot_id: f.snapshot_id,
         }),
+        owner: o.owner.map(|o| proto::FileOwner {
+            uid: o.uid,
+            gid: o.gid,
+            file_permissions: o.file_permissions.map_or(0, Permissions::bits),
+            directory_permissions: o.directory_permissions.map_or(0, Permissions::bits),
+        }),
     })
 }
 
@@ -575,6 +581,15 @@ pub(crate) fn session_info(s: proto::Session) -> Result<SessionInfo> {
             session_id: f.session_id,
             snapshot_id: f.snapshot_id,
         }),
+        owner: match s.owner {
+            Some(o) => Some(FileOwner {
+                uid: o.uid,
+                gid: o.gid,
+                file_permissions: Some(server_permissions(o.file_permissions)?),
+                directory_permissions: Some(server_permissions(o.directory_permissions)?),
+            }),
+            None => None,
+        },
     })
 }
 
@@ -964,6 +979,12 @@ mod tests {
                 session_id: "a1".into(),
                 snapshot_id: "b2".into(),
             }),
+            owner: Some(proto::FileOwner {
+                uid: 1000,
+                gid: 1001,
+                file_permissions: 0o640,
+                directory_permissions: 0o750,
+            }),
         })
         .unwrap();
         assert_eq!(info.id, "0f0e");
@@ -986,6 +1007,13 @@ mod tests {
         assert_eq!(info.labels["k"], "v");
         assert_eq!(info.idle_ttl, Some(Duration::from_secs(60)));
         assert_eq!(info.token.as_deref(), Some("tok"));
+        let owner = info.owner.unwrap();
+        assert_eq!((owner.uid, owner.gid), (1000, 1001));
+        assert_eq!(owner.file_permissions.map(Permissions::bits), Some(0o640));
+        assert_eq!(
+            owner.directory_permissions.map(Permissions::bits),
+            Some(0o750)
+        );
     }
 
     #[test]

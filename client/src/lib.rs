@@ -69,8 +69,8 @@ pub use client::{endpoint, Client, IssuedToken, MAX_MESSAGE_BYTES};
 pub use query::{GlobBuilder, GrepBuilder};
 pub use session::{parse_path, Session};
 pub use sessions::{
-    Backend, ContainerSpec, HostMount, Layout, SessionInfo, SessionLimits, SessionOptions,
-    SessionUsage, SnapshotRef,
+    Backend, ContainerSpec, FileOwner, HostMount, Layout, SessionInfo, SessionLimits,
+    SessionOptions, SessionUsage, SnapshotRef,
 };
 pub use snapshots::{Restored, SnapshotChange, SnapshotChangeKind, SnapshotDiff, SnapshotInfo};
 pub use watch::{ChangeEvent, ChangeKind, ChangesResponse, WatchBuilder};

@@ -128,6 +128,30 @@ pub struct SessionOptions {
     pub(crate) container: Option<ContainerSpec>,
     pub(crate) id: Option<String>,
     pub(crate) from_snapshot: Option<SnapshotRef>,
+    pub(crate) owner: Option<FileOwner>,
+}
+
+/// Who owns everything the service creates in a directory session, and the
+/// bits new files and directories get when a call names none (`None`:
+/// 0644 and 0755).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileOwner {
+    pub uid: u32,
+    pub gid: u32,
+    pub file_permissions: Option<wsfs::Permissions>,
+    pub directory_permissions: Option<wsfs::Permissions>,
+}
+
+impl FileOwner {
+    /// `uid:gid`, with the usual default bits.
+    pub fn new(uid: u32, gid: u32) -> Self {
+        FileOwner {
+            uid,
+            gid,
+            file_permissions: None,
+            directory_permissions: None,
+        }
+    }
 }
 
 /// One snapshot of one session: what a fork is made from.
@@ -238,6 +262,14 @@ impl SessionOptions {
         self
     }
 
+    /// Directory sessions: everything the service creates belongs to
+    /// `owner` (the server must be able to chown: PERMISSION_DENIED
+    /// otherwise).
+    pub fn owner(mut self, owner: FileOwner) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
     /// The new session's id: a UUID in lowercase hyphenated form, unused on
     /// the server (ALREADY_EXISTS otherwise). Unset, the client picks a
     /// random one (UUID v4).
@@ -279,6 +311,9 @@ pub struct SessionInfo {
     pub container: Option<ContainerSpec>,
     /// A fork: the snapshot it was made from.
     pub forked_from: Option<SnapshotRef>,
+    /// Directory sessions made with an owner: that owner, with the bits
+    /// the server applies.
+    pub owner: Option<FileOwner>,
 }
 
 /// A workspace's regular files and their bytes, as its quotas count them.

@@ -133,13 +133,21 @@ pub fn apply<B: Backend, T>(
 /// before the session is served and before its staging directory (which
 /// holds the staged files the replacement still needs) is emptied. True
 /// when there was one. On error the session is not served (it could show
-/// a mix of two trees) and the record stays for the next start.
-pub fn recover(session_dir: &Path, root: &Path, durability: Durability) -> Result<bool> {
+/// a mix of two trees) and the record stays for the next start. What it
+/// creates belongs to the session's `owner`, as the replacement would have.
+pub fn recover(
+    session_dir: &Path,
+    root: &Path,
+    durability: Durability,
+    owner: Option<crate::backend::Owner>,
+) -> Result<bool> {
     let staging = session_dir.join("staging");
     if !staging.is_dir() {
         return Ok(false);
     }
-    let backend = DirectoryBackend::open(root, &staging)?.with_durability(durability);
+    let backend = DirectoryBackend::open(root, &staging)?
+        .with_durability(durability)
+        .with_owner(owner);
     let Some(intent) = backend.pending_intent()? else {
         return Ok(false);
     };
@@ -401,12 +409,32 @@ mod tests {
             let b = s.backend();
             let (intent, staged) = intent(&b, prune, false);
             killed_after(&b, &intent, staged);
-            assert!(recover(&s.dir, &s.root, Durability::None).unwrap());
+            assert!(recover(&s.dir, &s.root, Durability::None, None).unwrap());
             assert_eq!(s.tree(), target());
             assert!(s.backend().pending_intent().unwrap().is_none());
             // Nothing left to do the second time.
-            assert!(!recover(&s.dir, &s.root, Durability::None).unwrap());
+            assert!(!recover(&s.dir, &s.root, Durability::None, None).unwrap());
             assert_eq!(s.tree(), target());
+        }
+    }
+
+    #[test]
+    fn a_replayed_replacement_gives_what_it_creates_to_the_sessions_owner() {
+        use std::os::unix::fs::MetadataExt;
+        if !rustix::process::geteuid().is_root() {
+            return; // giving files away needs root
+        }
+        let s = Session::new();
+        old_tree(&s);
+        let b = s.backend();
+        let (intent, staged) = intent(&b, Prune::Everything, false);
+        killed_after(&b, &intent, staged);
+        let owner = crate::backend::Owner::new(1000, 1001, 0, 0).unwrap();
+        assert!(recover(&s.dir, &s.root, Durability::None, Some(owner)).unwrap());
+        assert_eq!(s.tree(), target());
+        for path in ["new", "new/a.txt"] {
+            let meta = std::fs::metadata(s.root.join(path)).unwrap();
+            assert_eq!((meta.uid(), meta.gid()), (1000, 1001), "{path}");
         }
     }
 
@@ -424,7 +452,7 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v))
             .collect();
         killed_after(&b, &intent, staged);
-        assert!(recover(&s.dir, &s.root, Durability::None).unwrap());
+        assert!(recover(&s.dir, &s.root, Durability::None, None).unwrap());
         assert_eq!(s.tree(), target());
         let mode = |path: &str| {
             std::fs::metadata(s.root.join(path))
@@ -463,7 +491,7 @@ mod tests {
         b.commit(staged.pop().unwrap(), &p("new/a.txt"), put)
             .unwrap();
         std::mem::forget(staged);
-        assert!(recover(&s.dir, &s.root, Durability::None).unwrap());
+        assert!(recover(&s.dir, &s.root, Durability::None, None).unwrap());
         assert_eq!(s.tree(), target());
     }
 
@@ -485,7 +513,7 @@ mod tests {
         let (_, displaced) = b.commit_aside(keep, &p("keep.txt"), put).unwrap();
         std::mem::forget(displaced);
         std::mem::forget(staged);
-        assert!(recover(&s.dir, &s.root, Durability::None).unwrap());
+        assert!(recover(&s.dir, &s.root, Durability::None, None).unwrap());
         assert_eq!(s.tree(), target());
     }
 
@@ -495,7 +523,7 @@ mod tests {
         old_tree(&s);
         let before = s.tree();
         std::fs::write(s.dir.join("staging").join("intent.json"), "{ not json").unwrap();
-        let err = recover(&s.dir, &s.root, Durability::None).unwrap_err();
+        let err = recover(&s.dir, &s.root, Durability::None, None).unwrap_err();
         assert!(
             err.to_string().contains("intent record is corrupt"),
             "{err}"

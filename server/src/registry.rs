@@ -50,6 +50,8 @@ pub struct SessionRecord {
     pub container: Option<crate::container::ContainerTarget>,
     /// A fork: the snapshot it was made from.
     pub forked_from: Option<SnapshotRef>,
+    /// DIRECTORY: who owns what the service creates.
+    pub owner: Option<crate::backend::Owner>,
 }
 
 /// One snapshot of one session, as a fork names its origin.
@@ -80,6 +82,7 @@ impl SessionRecord {
             layout: spec.layout,
             forked_from: None,
             container: spec.container,
+            owner: spec.owner,
         }
     }
 }
@@ -102,6 +105,8 @@ pub struct SessionSpec {
     pub layout: Layout,
     /// CONTAINER: which container, through which runtime.
     pub container: Option<crate::container::ContainerTarget>,
+    /// DIRECTORY: who owns what the service creates.
+    pub owner: Option<crate::backend::Owner>,
     /// A fork of this snapshot ([`fork`]).
     pub from_snapshot: Option<SnapshotRef>,
 }
@@ -274,6 +279,17 @@ struct PersistedSession {
     root_identity: Option<RootIdentity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     forked_from: Option<SnapshotRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<PersistedOwner>,
+}
+
+/// [`crate::backend::Owner`] as session.json keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct PersistedOwner {
+    uid: u32,
+    gid: u32,
+    file_permissions: u32,
+    directory_permissions: u32,
 }
 
 /// A directory's identity: its device and inode.
@@ -304,6 +320,12 @@ impl PersistedSession {
             idle_ttl_seconds: r.idle_ttl_seconds,
             layout: r.layout,
             forked_from: r.forked_from.clone(),
+            owner: r.owner.map(|o| PersistedOwner {
+                uid: o.uid,
+                gid: o.gid,
+                file_permissions: o.file_permissions.bits(),
+                directory_permissions: o.directory_permissions.bits(),
+            }),
         }
     }
 
@@ -328,6 +350,12 @@ impl PersistedSession {
             layout: self.layout,
             container: None,
             forked_from: self.forked_from,
+            owner: self.owner.map(|o| crate::backend::Owner {
+                uid: o.uid,
+                gid: o.gid,
+                file_permissions: wsfs::Permissions::masked(o.file_permissions),
+                directory_permissions: wsfs::Permissions::masked(o.directory_permissions),
+            }),
         }
     }
 }
@@ -541,14 +569,21 @@ impl SessionRegistry {
         let open_root = held.as_ref().map_or_else(|| root.clone(), fd_path);
         // Before staging is emptied: a Restore or Import cut short needs
         // the files it staged there.
-        crate::journal::recover(session_dir, &open_root, self.config.durability)?;
+        crate::journal::recover(
+            session_dir,
+            &open_root,
+            self.config.durability,
+            record.owner,
+        )?;
         // Uploads in flight when the server stopped are abandoned.
         let staging = session_dir.join("staging");
         let _ = std::fs::remove_dir_all(&staging);
         std::fs::create_dir_all(&staging)
             .map_err(|e| Error::internal(format!("cannot create '{}': {e}", staging.display())))?;
         let ws = Arc::new(Workspace::new(
-            DirectoryBackend::open(&open_root, &staging)?.with_durability(self.config.durability),
+            DirectoryBackend::open(&open_root, &staging)?
+                .with_durability(self.config.durability)
+                .with_owner(record.owner),
             record.limits,
         ));
         ws.set_read_only(record.read_only);
@@ -741,7 +776,9 @@ impl SessionRegistry {
                 };
                 let open_root = held.as_ref().map_or_else(|| root.clone(), fd_path);
                 let made = create_session_dirs(&session_dir, &root, spec.root.is_none())
-                    .and_then(|_| DirectoryBackend::open(&open_root, &session_dir.join("staging")));
+                    .and_then(|_| DirectoryBackend::open(&open_root, &session_dir.join("staging")))
+                    .map(|b| b.with_owner(spec.owner))
+                    .and_then(|b| b.claim_for_owner(spec.root.is_none()).map(|()| b));
                 let backend = match made {
                     Ok(b) => b,
                     Err(e) => {

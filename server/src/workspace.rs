@@ -40,8 +40,8 @@ use std::sync::Arc;
 use wsfs::{
     Attributes, AttributesOutcome, ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
     EditOutcome, EditSpec, Error, FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent,
-    GrepQuery, LineRange, Listing, Metadata, MkdirOptions, Permissions, Result, TextPage,
-    TransferOptions, WriteMode, WriteOptions, WriteOutcome, MAX_CHUNK_SIZE,
+    GrepQuery, LineRange, Listing, Metadata, MkdirOptions, Result, TextPage, TransferOptions,
+    WriteMode, WriteOptions, WriteOutcome, MAX_CHUNK_SIZE,
 };
 
 /// Most bytes one text Read page carries; longer pages are cut at a line
@@ -765,11 +765,13 @@ impl<B: Backend> Filesystem for Workspace<B> {
     async fn mkdir(&self, path: &CanonicalPath, options: MkdirOptions) -> Result<bool> {
         self.writable(path)?;
         let p = path.clone();
-        let permissions = options
-            .permissions
-            .unwrap_or(Permissions::DIRECTORY_DEFAULT);
         let created = self
-            .locked(move |b| b.mkdir(&p, options.parents, permissions))
+            .locked(move |b| {
+                let permissions = options
+                    .permissions
+                    .unwrap_or_else(|| b.default_directory_permissions());
+                b.mkdir(&p, options.parents, permissions)
+            })
             .await?;
         if !created && !options.exist_ok {
             return Err(Error::AlreadyExists {

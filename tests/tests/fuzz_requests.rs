@@ -258,6 +258,7 @@ fn create_session() -> impl Strategy<Value = CreateSessionRequest> {
                     container: None,
                     session_id,
                     from_snapshot: None,
+                    owner: None,
                 }
             },
         )

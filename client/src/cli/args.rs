@@ -49,6 +49,21 @@ pub fn parse_size(raw: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("'{raw}' is too large"))
 }
 
+/// `UID:GID`, two numbers, as chown takes them.
+pub fn parse_owner(raw: &str) -> Result<(u32, u32), String> {
+    let form = || format!("'{raw}' is not UID:GID (two numbers, e.g. 1000:1000)");
+    let (uid, gid) = raw.split_once(':').ok_or_else(form)?;
+    Ok((
+        uid.parse().map_err(|_| form())?,
+        gid.parse().map_err(|_| form())?,
+    ))
+}
+
+/// Octal permission bits: `640`, `0750`, at most `777`.
+pub fn parse_bits(raw: &str) -> Result<wsfs_client::Permissions, String> {
+    wsfs_client::Permissions::parse_octal(raw).map_err(|e| e.to_string())
+}
+
 #[derive(Debug, Parser)]
 #[command(name = "wsfs", version, about = ABOUT, after_help = AFTER_HELP)]
 pub struct Cli {
@@ -300,6 +315,17 @@ pub struct SessionCreateArgs {
     /// The new session's id, a lowercase UUID (default: a random one).
     #[arg(long, value_name = "UUID")]
     pub id: Option<String>,
+    /// With --directory: everything the service creates belongs to
+    /// UID:GID (the server must run as root or with CAP_CHOWN).
+    #[arg(long, value_name = "UID:GID", requires = "directory", value_parser = parse_owner)]
+    pub owner: Option<(u32, u32)>,
+    /// With --owner: bits of new files whose write names none (default 644).
+    #[arg(long, value_name = "MODE", requires = "owner", value_parser = parse_bits)]
+    pub file_mode: Option<wsfs_client::Permissions>,
+    /// With --owner: bits of new directories whose mkdir names none
+    /// (default 755).
+    #[arg(long, value_name = "MODE", requires = "owner", value_parser = parse_bits)]
+    pub dir_mode: Option<wsfs_client::Permissions>,
 }
 
 #[derive(Debug, Args)]

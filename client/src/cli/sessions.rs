@@ -71,6 +71,13 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
             if let Some(id) = args.id {
                 options = options.id(id);
             }
+            if let Some((uid, gid)) = args.owner {
+                options = options.owner(wsfs_client::FileOwner {
+                    file_permissions: args.file_mode,
+                    directory_permissions: args.dir_mode,
+                    ..wsfs_client::FileOwner::new(uid, gid)
+                });
+            }
             let info = ctx.client().await?.create_session(options).await?;
             if ctx.json {
                 print_json(&session_json(&info))
@@ -173,6 +180,18 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
             for (k, v) in &info.labels {
                 lines.push(format!("label:     {k}={v}"));
             }
+            if let Some(o) = &info.owner {
+                let bits = |b: Option<wsfs_client::Permissions>| {
+                    b.map_or_else(|| "-".into(), |b| format!("{:o}", b.bits()))
+                };
+                lines.push(format!(
+                    "owner:     {}:{} (files {}, directories {})",
+                    o.uid,
+                    o.gid,
+                    bits(o.file_permissions),
+                    bits(o.directory_permissions)
+                ));
+            }
             if let Some(origin) = &info.forked_from {
                 lines.push(format!(
                     "forked from: {}:{}",
@@ -233,6 +252,12 @@ fn session_json(info: &SessionInfo) -> Value {
             "max_total_bytes": info.limits.max_total_bytes,
         },
         "token": info.token,
+        "owner": info.owner.map(|o| json!({
+            "uid": o.uid,
+            "gid": o.gid,
+            "file_permissions": o.file_permissions.map(|b| b.bits()),
+            "directory_permissions": o.directory_permissions.map(|b| b.bits()),
+        })),
         "forked_from": info.forked_from.as_ref().map(|f| json!({
             "session_id": f.session_id,
             "snapshot_id": f.snapshot_id,

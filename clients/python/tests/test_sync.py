@@ -342,6 +342,23 @@ def test_snapshots(client: wsfs.Client, session: wsfs.Session) -> None:
     assert session.list_snapshots() == []
 
 
+def test_an_owner_is_echoed_and_refused_off_directory_sessions(client: wsfs.Client) -> None:
+    before = len(client.list_sessions())
+    with pytest.raises(wsfs.InvalidArgument) as refused:
+        client.create_session(owner=wsfs.FileOwner(1000, 1000))
+    assert "only to DIRECTORY" in str(refused.value)
+    assert len(client.list_sessions()) == before
+    if os.geteuid() != 0:
+        return  # giving files away needs root (or CAP_CHOWN)
+    owner = wsfs.FileOwner(1000, 1001, file_permissions=0o640)
+    with client.create_session(backend="directory", owner=owner) as owned:
+        assert owned.info.owner == wsfs.FileOwner(1000, 1001, 0o640, 0o755)
+        assert client.get_session(owned.id).owner == owned.info.owner
+        owned.write("a.txt", "x")
+        stat = os.stat(os.path.join(owned.info.root_path, "a.txt"))
+        assert (stat.st_uid, stat.st_gid, stat.st_mode & 0o777) == (1000, 1001, 0o640)
+
+
 def test_fork_holds_the_snapshot_and_diverges(client: wsfs.Client, session: wsfs.Session) -> None:
     session.write("src/a.py", "a = 1\n")
     snap = session.snapshot("base")

@@ -137,6 +137,63 @@ pub struct DirectoryBackend {
     /// after opening, so that a new session is filled (mounts, seeds)
     /// without a sync per file and synced once, with its record.
     fsync: AtomicBool,
+    /// Who owns what the service creates; `None`: the server's own user.
+    owner: Option<Owner>,
+}
+
+/// The user and group that own everything a DIRECTORY session's service
+/// creates, and the bits a new file or directory gets when its call names
+/// none, so that a container running as that user owns its workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+    pub file_permissions: Permissions,
+    pub directory_permissions: Permissions,
+}
+
+impl Owner {
+    /// An owner as a request names it: bits 0 mean the usual defaults;
+    /// bits above `0o777` are `INVALID_ARGUMENT`.
+    pub fn new(uid: u32, gid: u32, file_bits: u32, directory_bits: u32) -> Result<Owner> {
+        let bits = |b: u32, default: Permissions| match b {
+            0 => Ok(default),
+            b => Permissions::new(b),
+        };
+        Ok(Owner {
+            uid,
+            gid,
+            file_permissions: bits(file_bits, Permissions::FILE_DEFAULT)?,
+            directory_permissions: bits(directory_bits, Permissions::DIRECTORY_DEFAULT)?,
+        })
+    }
+
+    /// Gives the file or directory open as `fd` to the owner (by
+    /// descriptor: whatever its name now leads to is not touched).
+    fn claim(&self, fd: impl AsFd) -> std::result::Result<(), Errno> {
+        rustix::fs::fchown(
+            fd,
+            Some(rustix::process::Uid::from_raw(self.uid)),
+            Some(rustix::process::Gid::from_raw(self.gid)),
+        )
+    }
+
+    /// Gives the entry `dir/name` to the owner without following it (a
+    /// symlink the service made is itself the owner's).
+    fn claim_at(&self, dir: impl AsFd, name: &CStr) -> std::result::Result<(), Errno> {
+        rustix::fs::chownat(
+            dir,
+            name,
+            Some(rustix::process::Uid::from_raw(self.uid)),
+            Some(rustix::process::Gid::from_raw(self.gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+    }
+}
+
+/// Gives `fd` to `owner`, if there is one.
+fn claim(owner: Option<&Owner>, fd: impl AsFd) -> std::result::Result<(), Errno> {
+    owner.map_or(Ok(()), |o| o.claim(fd))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -675,7 +732,13 @@ fn count_tree(dir: &OwnedFd, path: &CanonicalPath, depth: usize) -> Result<u64> 
 /// Copies the visible contents of `src` into the empty directory `dst`:
 /// files, directories and symlinks (as links). Returns how many entries
 /// were created.
-fn copy_tree(src: &OwnedFd, dst: &OwnedFd, path: &CanonicalPath, depth: usize) -> Result<u64> {
+fn copy_tree(
+    src: &OwnedFd,
+    dst: &OwnedFd,
+    path: &CanonicalPath,
+    depth: usize,
+    owner: Option<&Owner>,
+) -> Result<u64> {
     if depth >= MAX_TREE_DEPTH {
         return Err(too_deep(path));
     }
@@ -701,6 +764,7 @@ fn copy_tree(src: &OwnedFd, dst: &OwnedFd, path: &CanonicalPath, depth: usize) -
                 )
                 .map(File::from)
                 .map_err(|e| io(e, &child))?;
+                claim(owner, &to).map_err(|e| io(e, &child))?;
                 copy_data(&from, &to, 0).map_err(|e| Error::from_io(e, &child))?;
                 // The umask trimmed the bits it was created with.
                 set_attributes_fd(&to, Some(st.permissions()), None).map_err(|e| io(e, &child))?;
@@ -716,7 +780,8 @@ fn copy_tree(src: &OwnedFd, dst: &OwnedFd, path: &CanonicalPath, depth: usize) -
                 rustix::fs::mkdirat(dst, &name, Mode::RWXU).map_err(|e| io(e, &child))?;
                 let to = rustix::fs::openat(dst, &name, DIR_FLAGS, Mode::empty())
                     .map_err(|e| io(e, &child))?;
-                let inner = copy_tree(&from, &to, &child, depth + 1)?;
+                claim(owner, &to).map_err(|e| io(e, &child))?;
+                let inner = copy_tree(&from, &to, &child, depth + 1, owner)?;
                 // Permissions last, so a read-only source directory can be filled.
                 rustix::fs::fchmod(&to, Mode::from_raw_mode(st.mode & 0o777))
                     .map_err(|e| io(e, &child))?;
@@ -725,6 +790,9 @@ fn copy_tree(src: &OwnedFd, dst: &OwnedFd, path: &CanonicalPath, depth: usize) -
             Kind::Symlink => {
                 let target = read_link(src, &name, &child)?;
                 rustix::fs::symlinkat(&target, dst, &name).map_err(|e| io(e, &child))?;
+                if let Some(owner) = owner {
+                    owner.claim_at(dst, &name).map_err(|e| io(e, &child))?;
+                }
                 1
             }
             Kind::Special => 0,
@@ -956,7 +1024,45 @@ impl DirectoryBackend {
             next_version: AtomicU64::new(version_floor()),
             versions: Mutex::new(BTreeMap::new()),
             fsync: AtomicBool::new(false),
+            owner: None,
         })
+    }
+
+    /// The same backend, giving everything it creates to `owner`.
+    pub fn with_owner(mut self, owner: Option<Owner>) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    pub fn owner(&self) -> Option<Owner> {
+        self.owner
+    }
+
+    /// Proves that the server may give files to the owner, before a session
+    /// is made with it: a probe file in the staging directory is chowned
+    /// (and removed), then the root, when `claim_root` (the session made
+    /// it). Without the right: `PermissionDenied`, nothing changed.
+    pub fn claim_for_owner(&self, claim_root: bool) -> Result<()> {
+        let Some(owner) = self.owner else {
+            return Ok(());
+        };
+        let refused = |e: Errno| match e {
+            Errno::PERM => Error::PermissionDenied {
+                path: String::new(),
+                message: format!(
+                    "the server cannot give files to uid {} gid {}: changing a file's owner \
+                     needs the server to run as root or with CAP_CHOWN ({e})",
+                    owner.uid, owner.gid
+                ),
+            },
+            e => Error::internal(format!("cannot change a probe file's owner: {e}")),
+        };
+        let (_probe, file) = TempEntry::file(&self.staging).map_err(|e| staging_error(e.into()))?;
+        owner.claim(&file).map_err(refused)?;
+        if claim_root {
+            owner.claim(&self.root).map_err(refused)?;
+        }
+        Ok(())
     }
 
     /// The same backend, making its changes as durable as `durability` says.
@@ -1144,7 +1250,8 @@ impl DirectoryBackend {
             };
             if created {
                 // Not left to the server's umask.
-                set_attributes_fd(&next, Some(Permissions::DIRECTORY_DEFAULT), None)
+                claim(self.owner.as_ref(), &next).map_err(|e| io(e, &walked))?;
+                set_attributes_fd(&next, Some(self.default_directory_permissions()), None)
                     .map_err(|e| io(e, &walked))?;
                 let name = cname(seg, &walked)?;
                 self.record(&fd, &name, &walked)?;
@@ -1506,6 +1613,11 @@ impl Backend for DirectoryBackend {
         }
     }
 
+    fn default_directory_permissions(&self) -> Permissions {
+        self.owner
+            .map_or(Permissions::DIRECTORY_DEFAULT, |o| o.directory_permissions)
+    }
+
     fn mkdir(&self, path: &CanonicalPath, parents: bool, permissions: Permissions) -> Result<bool> {
         check_path(path)?;
         if path.is_root() {
@@ -1520,6 +1632,7 @@ impl Backend for DirectoryBackend {
             Ok(()) => {
                 let made = rustix::fs::openat(&dir, &name, DIR_FLAGS, Mode::empty())
                     .map_err(|e| io(e, path))?;
+                claim(self.owner.as_ref(), &made).map_err(|e| io(e, path))?;
                 set_attributes_fd(&made, Some(permissions), None).map_err(|e| io(e, path))?;
                 self.record(&dir, &name, path)?;
                 Ok(true)
@@ -1624,6 +1737,7 @@ impl Backend for DirectoryBackend {
                 let (from, st) = open_regular(&src_dir, &src_name, src)?;
                 self.install(&dst_dir, &dst_name, dst, replace, |home, _| {
                     let (temp, to) = TempEntry::file(home).map_err(|e| staging_error(e.into()))?;
+                    claim(self.owner.as_ref(), &to).map_err(|e| io(e, dst))?;
                     copy_data(&from, &to, 0).map_err(|e| Error::from_io(e, src))?;
                     rustix::fs::fchmod(&to, Mode::from_raw_mode(st.mode & 0o777))
                         .map_err(|e| io(e, dst))?;
@@ -1640,7 +1754,8 @@ impl Backend for DirectoryBackend {
                 let perms = stat_fd(&from).map_err(|e| io(e, src))?.mode & 0o777;
                 self.install(&dst_dir, &dst_name, dst, replace, |home, _| {
                     let (temp, to) = TempEntry::dir(home).map_err(|e| io(e, dst))?;
-                    created = 1 + copy_tree(&from, &to, src, 0)?;
+                    claim(self.owner.as_ref(), &to).map_err(|e| io(e, dst))?;
+                    created = 1 + copy_tree(&from, &to, src, 0, self.owner.as_ref())?;
                     rustix::fs::fchmod(&to, Mode::from_raw_mode(perms)).map_err(|e| io(e, dst))?;
                     Ok(temp)
                 })?;
@@ -1650,7 +1765,13 @@ impl Backend for DirectoryBackend {
                 self.install(&dst_dir, &dst_name, dst, replace, |home, _| {
                     let name = TempEntry::new_name();
                     rustix::fs::symlinkat(&target, home.as_fd(), &name).map_err(|e| io(e, dst))?;
-                    Ok(TempEntry::adopt(home, name, false))
+                    let temp = TempEntry::adopt(home, name, false);
+                    if let Some(owner) = &self.owner {
+                        owner
+                            .claim_at(home.as_fd(), &temp.name)
+                            .map_err(|e| io(e, dst))?;
+                    }
+                    Ok(temp)
                 })?;
                 created = 1;
             }
@@ -1749,7 +1870,10 @@ impl DirectoryBackend {
             },
             _ => None,
         };
-        let perms = mode.permissions_over(existing.map(|st| st.permissions()));
+        let perms = match (mode.permissions, &self.owner) {
+            (None, Some(owner)) if existing.is_none() => owner.file_permissions,
+            _ => mode.permissions_over(existing.map(|st| st.permissions())),
+        };
         let (staged_file, temp) = staged.into_parts()?;
         let mut staged_temp = Some(temp);
         let displaced = self.install(&dir, &name, path, replace, |home, in_staging| {
@@ -1769,6 +1893,9 @@ impl DirectoryBackend {
                 }
             };
             let target = file.as_ref().unwrap_or(&staged_file);
+            // Before it is renamed into place: it never appears there with
+            // the server's owner.
+            claim(self.owner.as_ref(), target).map_err(|e| fail(e.into()))?;
             // The staged file was made with the umask's bits; the new
             // file gets the asked, kept or default ones.
             set_attributes_fd(target, Some(perms), mode.modified).map_err(|e| fail(e.into()))?;

@@ -27,7 +27,7 @@ use wsfs::{CanonicalPath, Error, Metadata, Permissions, Result};
 pub mod directory;
 pub mod memory;
 
-pub use directory::DirectoryBackend;
+pub use directory::{DirectoryBackend, Owner};
 pub use memory::{ImageEntry, MemoryBackend, MemoryImage};
 
 /// Names starting with this are the server's temporary files (the
@@ -167,6 +167,11 @@ pub trait Backend: Send + Sync + 'static {
     /// its bits unchanged; a file there: `AlreadyExists`; parent missing
     /// and not `parents`: `FileNotFound`.
     fn mkdir(&self, path: &CanonicalPath, parents: bool, permissions: Permissions) -> Result<bool>;
+
+    /// Bits a new directory gets when its Mkdir names none.
+    fn default_directory_permissions(&self) -> Permissions {
+        Permissions::DIRECTORY_DEFAULT
+    }
 
     /// Sets the bits and/or modification time of the file or directory at
     /// `path` (the root included) and returns its new metadata, with a new

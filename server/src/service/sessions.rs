@@ -97,6 +97,12 @@ fn record_to_proto(r: &SessionRecord) -> proto::Session {
             .container
             .as_ref()
             .map(crate::container::ContainerTarget::to_proto),
+        owner: r.owner.map(|o| proto::FileOwner {
+            uid: o.uid,
+            gid: o.gid,
+            file_permissions: o.file_permissions.bits(),
+            directory_permissions: o.directory_permissions.bits(),
+        }),
         // The token, activity and usage are the live session's to add.
         ..Default::default()
     }
@@ -165,6 +171,25 @@ fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> 
         }
         (_, None) => None,
     };
+    let owner = match (backend, &r.owner) {
+        (_, None) => None,
+        (BackendKind::Directory, Some(_)) if r.from_snapshot.is_some() => {
+            return Err(Error::invalid_argument(
+                "owner is not combined with from_snapshot: a fork keeps its snapshot's files",
+            ))
+        }
+        (BackendKind::Directory, Some(o)) => Some(crate::backend::Owner::new(
+            o.uid,
+            o.gid,
+            o.file_permissions,
+            o.directory_permissions,
+        )?),
+        (_, Some(_)) => {
+            return Err(Error::invalid_argument(
+                "owner applies only to DIRECTORY sessions",
+            ))
+        }
+    };
     let mut seed_files: Vec<_> = r.seed_files.into_iter().collect();
     seed_files.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(SessionSpec {
@@ -190,6 +215,7 @@ fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> 
         idle_ttl_seconds: r.idle_ttl_seconds,
         layout,
         container,
+        owner,
         from_snapshot: r.from_snapshot.map(|f| crate::registry::SnapshotRef {
             session_id: f.session_id,
             snapshot_id: f.snapshot_id,

@@ -8,7 +8,7 @@ import uuid
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
-from .types import Backend, HostMount, Layout, SessionLimits, WriteMode
+from .types import Backend, FileOwner, HostMount, Layout, SessionLimits, WriteMode
 from .v1 import filesystem_pb2 as fs_pb2
 from .v1 import sessions_pb2
 
@@ -137,6 +137,7 @@ def create_session_request(
     idle_ttl: Any,
     from_snapshot: Optional[tuple[str, str]] = None,
     session_id: Optional[str] = None,
+    owner: Optional[FileOwner] = None,
 ) -> sessions_pb2.CreateSessionRequest:
     """The request, with the new session's id chosen here (a random UUID
     unless ``session_id`` names one), so that the creation carries the id a
@@ -162,6 +163,8 @@ def create_session_request(
         origin, snapshot_id = from_snapshot
         request.from_snapshot.session_id = origin
         request.from_snapshot.snapshot_id = snapshot_id
+    if owner is not None:
+        request.owner.CopyFrom(owner._to_proto())
     return request
 
 

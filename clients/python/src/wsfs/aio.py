@@ -47,6 +47,7 @@ from .types import (
     Entry,
     FileInfo,
     FileKind,
+    FileOwner,
     GlobResult,
     GrepMatch,
     GrepSummary,
@@ -136,6 +137,7 @@ class AsyncClient:
         idle_ttl: Any = None,
         from_snapshot: Optional[tuple[str, str]] = None,
         session_id: Optional[str] = None,
+        owner: Optional[FileOwner] = None,
     ) -> "_Creating":
         """Creates a session: ``session = await client.create_session()``,
         or ``async with client.create_session() as session:`` to delete it
@@ -152,6 +154,7 @@ class AsyncClient:
             idle_ttl=idle_ttl,
             from_snapshot=from_snapshot,
             session_id=session_id,
+            owner=owner,
         )
         return _Creating(self, request)
 

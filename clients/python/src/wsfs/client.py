@@ -35,6 +35,7 @@ from .types import (
     Entry,
     FileInfo,
     FileKind,
+    FileOwner,
     GlobResult,
     GrepMatch,
     GrepSummary,
@@ -147,6 +148,7 @@ class Client:
         idle_ttl: Any = None,
         from_snapshot: Optional[tuple[str, str]] = None,
         session_id: Optional[str] = None,
+        owner: Optional[FileOwner] = None,
     ) -> "Session":
         """Creates a session and returns its handle (``session.info`` says
         what the server made). Used as a context manager, the session is
@@ -169,6 +171,7 @@ class Client:
             idle_ttl=idle_ttl,
             from_snapshot=from_snapshot,
             session_id=session_id,
+            owner=owner,
         )
         response = _call(
             self._sessions.CreateSession,

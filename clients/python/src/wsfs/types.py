@@ -20,6 +20,7 @@ __all__ = [
     "Backend",
     "Layout",
     "SessionLimits",
+    "FileOwner",
     "HostMount",
     "SessionInfo",
     "SessionUsage",
@@ -119,6 +120,30 @@ def _enum_name(enum_type, value: int) -> str:  # type: ignore[no-untyped-def]
 
 
 @dataclass(frozen=True)
+class FileOwner:
+    """DIRECTORY sessions: who owns everything the service creates, and
+    the bits new files and directories get when a call names none (0: 0o644
+    and 0o755). The server must run as root or with CAP_CHOWN."""
+
+    uid: int
+    gid: int
+    file_permissions: int = 0
+    directory_permissions: int = 0
+
+    def _to_proto(self) -> sessions_pb2.FileOwner:
+        return sessions_pb2.FileOwner(
+            uid=self.uid,
+            gid=self.gid,
+            file_permissions=self.file_permissions,
+            directory_permissions=self.directory_permissions,
+        )
+
+    @classmethod
+    def _from_proto(cls, p: sessions_pb2.FileOwner) -> "FileOwner":
+        return cls(p.uid, p.gid, p.file_permissions, p.directory_permissions)
+
+
+@dataclass(frozen=True)
 class SessionLimits:
     """Per-session limits; 0 means the server's default (no limit for
     ``max_files`` and ``max_total_bytes``)."""
@@ -206,6 +231,8 @@ class SessionInfo:
     usage: Optional[SessionUsage] = None
     #: A fork: the (session_id, snapshot_id) it was made from.
     forked_from: Optional[tuple[str, str]] = None
+    #: DIRECTORY sessions made with an owner: it, with the bits applied.
+    owner: Optional[FileOwner] = None
 
     @classmethod
     def _from_proto(cls, p: sessions_pb2.Session) -> "SessionInfo":
@@ -228,6 +255,7 @@ class SessionInfo:
                 if p.HasField("forked_from")
                 else None
             ),
+            owner=FileOwner._from_proto(p.owner) if p.HasField("owner") else None,
         )
 
 

@@ -38,7 +38,7 @@ class HostMount(_message.Message):
     def __init__(self, host_path: _Optional[str] = ..., mount_path: _Optional[str] = ..., include_glob: _Optional[_Iterable[str]] = ..., exclude_glob: _Optional[_Iterable[str]] = ..., max_bytes: _Optional[int] = ..., follow_symlinks: bool = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("backend", "root", "mounts", "seed_files", "read_only", "limits", "layout", "labels", "idle_ttl_seconds", "session_id", "container", "from_snapshot")
+    __slots__ = ("backend", "root", "mounts", "seed_files", "read_only", "limits", "layout", "labels", "idle_ttl_seconds", "session_id", "container", "from_snapshot", "owner")
     class SeedFilesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +65,7 @@ class CreateSessionRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_FIELD_NUMBER: _ClassVar[int]
     FROM_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     backend: Session.Backend
     root: str
     mounts: _containers.RepeatedCompositeFieldContainer[HostMount]
@@ -77,7 +78,20 @@ class CreateSessionRequest(_message.Message):
     session_id: str
     container: ContainerSpec
     from_snapshot: SnapshotRef
-    def __init__(self, backend: _Optional[_Union[Session.Backend, str]] = ..., root: _Optional[str] = ..., mounts: _Optional[_Iterable[_Union[HostMount, _Mapping]]] = ..., seed_files: _Optional[_Mapping[str, bytes]] = ..., read_only: bool = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ..., session_id: _Optional[str] = ..., container: _Optional[_Union[ContainerSpec, _Mapping]] = ..., from_snapshot: _Optional[_Union[SnapshotRef, _Mapping]] = ...) -> None: ...
+    owner: FileOwner
+    def __init__(self, backend: _Optional[_Union[Session.Backend, str]] = ..., root: _Optional[str] = ..., mounts: _Optional[_Iterable[_Union[HostMount, _Mapping]]] = ..., seed_files: _Optional[_Mapping[str, bytes]] = ..., read_only: bool = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ..., session_id: _Optional[str] = ..., container: _Optional[_Union[ContainerSpec, _Mapping]] = ..., from_snapshot: _Optional[_Union[SnapshotRef, _Mapping]] = ..., owner: _Optional[_Union[FileOwner, _Mapping]] = ...) -> None: ...
+
+class FileOwner(_message.Message):
+    __slots__ = ("uid", "gid", "file_permissions", "directory_permissions")
+    UID_FIELD_NUMBER: _ClassVar[int]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    FILE_PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    uid: int
+    gid: int
+    file_permissions: int
+    directory_permissions: int
+    def __init__(self, uid: _Optional[int] = ..., gid: _Optional[int] = ..., file_permissions: _Optional[int] = ..., directory_permissions: _Optional[int] = ...) -> None: ...
 
 class SnapshotRef(_message.Message):
     __slots__ = ("session_id", "snapshot_id")
@@ -98,7 +112,7 @@ class ContainerSpec(_message.Message):
     def __init__(self, runtime: _Optional[str] = ..., name: _Optional[str] = ..., workdir: _Optional[str] = ...) -> None: ...
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "backend", "root_path", "created_at", "limits", "read_only", "layout", "labels", "idle_ttl_seconds", "token", "last_active_at", "open_streams", "container", "forked_from", "usage")
+    __slots__ = ("session_id", "backend", "root_path", "created_at", "limits", "read_only", "layout", "labels", "idle_ttl_seconds", "token", "last_active_at", "open_streams", "container", "forked_from", "owner", "usage")
     class Backend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         MEMORY: _ClassVar[Session.Backend]
@@ -134,6 +148,7 @@ class Session(_message.Message):
     OPEN_STREAMS_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_FIELD_NUMBER: _ClassVar[int]
     FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     backend: Session.Backend
@@ -149,8 +164,9 @@ class Session(_message.Message):
     open_streams: int
     container: ContainerSpec
     forked_from: SnapshotRef
+    owner: FileOwner
     usage: SessionUsage
-    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[Session.Backend, str]] = ..., root_path: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., read_only: bool = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ..., token: _Optional[str] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., open_streams: _Optional[int] = ..., container: _Optional[_Union[ContainerSpec, _Mapping]] = ..., forked_from: _Optional[_Union[SnapshotRef, _Mapping]] = ..., usage: _Optional[_Union[SessionUsage, _Mapping]] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[Session.Backend, str]] = ..., root_path: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., read_only: bool = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ..., token: _Optional[str] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., open_streams: _Optional[int] = ..., container: _Optional[_Union[ContainerSpec, _Mapping]] = ..., forked_from: _Optional[_Union[SnapshotRef, _Mapping]] = ..., owner: _Optional[_Union[FileOwner, _Mapping]] = ..., usage: _Optional[_Union[SessionUsage, _Mapping]] = ...) -> None: ...
 
 class SessionUsage(_message.Message):
     __slots__ = ("files", "bytes")
