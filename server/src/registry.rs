@@ -592,33 +592,13 @@ impl SessionRegistry {
             session_dir,
             self.config.default_max_total_bytes,
         ));
-        let events = Arc::new(crate::events::EventLog::new(self.config.watch_ring_events));
-        // The watcher only reports, and goes on adding directories by path
-        // after `held` is closed: it watches the root by the path just
-        // checked, component by component, to be that directory.
-        let external = crate::events::ExternalWatcher::start(
-            &root,
-            ws.clone(),
-            events.clone(),
-            record.limits.path,
-        );
-        let session = Arc::new(Session {
+        // Its change watcher watches the root by the path just checked
+        // (component by component, to be that directory): see `insert`.
+        Ok(self.insert(
             record,
-            fs: ws.clone(),
-            archive: ws,
-            snapshots,
-            events,
-            _external: external,
-            owned_dir: Some(session_dir.to_path_buf()),
-            activity: Activity::new(),
-            max_streams: self.config.max_streams_per_session,
-            closed: tokio_util::sync::CancellationToken::new(),
-        });
-        self.sessions
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(session.record.id.clone(), session.clone());
-        Ok(session)
+            (ws.clone(), ws, snapshots),
+            Some(session_dir.to_path_buf()),
+        ))
     }
 
     pub fn config(&self) -> &ServerConfig {

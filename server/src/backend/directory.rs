@@ -2001,6 +2001,13 @@ pub struct FileIdentity {
 }
 
 impl FileIdentity {
+    /// A time of seconds and nanoseconds as the nanoseconds an identity
+    /// records (saturating): the one rule every reader of identities uses,
+    /// so that two readings of an unchanged file compare equal.
+    pub fn nanos(sec: i64, nsec: i64) -> i64 {
+        sec.saturating_mul(1_000_000_000).saturating_add(nsec)
+    }
+
     /// The modification time this identity saw.
     pub fn modified(&self) -> SystemTime {
         let (sec, nsec) = (
@@ -2122,10 +2129,7 @@ fn tree_entry(dir: &OwnedFd, name: &str, path: &CanonicalPath) -> Result<Option<
         Kind::Dir => TreeKind::Directory,
         Kind::Symlink | Kind::Special => TreeKind::Other,
     };
-    let ns = |(sec, nsec): Timestamp| {
-        sec.saturating_mul(1_000_000_000)
-            .saturating_add(i64::from(nsec))
-    };
+    let ns = |(sec, nsec): Timestamp| FileIdentity::nanos(sec, i64::from(nsec));
     Ok(Some(TreeEntry {
         path: child,
         kind,

@@ -274,7 +274,7 @@ impl Reidentify<'_> {
         use std::os::unix::fs::MetadataExt;
         let meta = std::fs::symlink_metadata(self.workspace.join(path.as_str()))
             .map_err(|e| Error::internal(format!("cannot stat the fork's '{path}': {e}")))?;
-        let ns = |sec: i64, nsec: i64| sec.saturating_mul(1_000_000_000).saturating_add(nsec);
+        let ns = FileIdentity::nanos;
         Ok(FileIdentity {
             ino: meta.ino(),
             size: meta.size(),
