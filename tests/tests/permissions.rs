@@ -516,3 +516,42 @@ async fn set_attributes_never_goes_through_a_symlink() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     assert_ne!(meta.modified().unwrap(), an_old_time());
 }
+
+/// A modification time that is no point in time (nanoseconds out of range,
+/// before the epoch's representable range) is refused before anything
+/// changes; the largest representable one is taken or refused cleanly, and
+/// the server goes on serving.
+#[tokio::test]
+async fn times_at_the_edges_are_refused_or_taken_and_nothing_breaks() {
+    for backend in BACKENDS {
+        let mut w = wire(backend).await;
+        w.write("run.sh", Some(0o750)).await.unwrap();
+        let before = w.state().await;
+        let session = w.session.clone();
+        let set = |seconds: i64, nanos: i32| SetAttributesRequest {
+            session_id: session.clone(),
+            path: "run.sh".into(),
+            modified_at: Some(prost_types::Timestamp { seconds, nanos }),
+            ..Default::default()
+        };
+        let bad = set(0, 2_000_000_000);
+        let status = w.fs.set_attributes(bad).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert_eq!(reason(&status), "INVALID_ARGUMENT", "{status:?}");
+        assert!(status.message().contains("modified_at"), "{status:?}");
+        assert_eq!(w.state().await, before, "{backend:?}: nothing changed");
+
+        for seconds in [i64::MAX, i64::MIN] {
+            let before = w.state().await;
+            match w.fs.set_attributes(set(seconds, 0)).await {
+                Ok(_) => {}
+                Err(status) => {
+                    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+                    assert_eq!(w.state().await, before, "{backend:?}: nothing changed");
+                }
+            }
+        }
+        // Still serving, and the file still reads.
+        w.write("after.sh", None).await.unwrap();
+    }
+}

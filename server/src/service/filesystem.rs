@@ -155,6 +155,14 @@ fn request_time(
     ts: Option<prost_types::Timestamp>,
 ) -> Result<Option<std::time::SystemTime>> {
     ts.map(|ts| {
+        // protobuf's Timestamp keeps nanos in 0..1e9; prost would fold
+        // anything else into the seconds, silently moving the time.
+        if !(0..1_000_000_000).contains(&ts.nanos) {
+            return Err(Error::invalid_argument(format!(
+                "{field} is not a valid point in time: nanos must be 0 to 999999999 (got {})",
+                ts.nanos
+            )));
+        }
         std::time::SystemTime::try_from(ts).map_err(|e| {
             Error::invalid_argument(format!("{field} is not a valid point in time: {e}"))
         })
