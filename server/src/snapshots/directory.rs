@@ -26,7 +26,7 @@
 //! snapshots.
 //!
 //! A snapshot stats every entry (one `statx` each, by descriptor, through
-//! [`DirectoryBackend::tree`]) and compares it with the previous snapshot's
+//! [`tree()`]) and compares it with the previous snapshot's
 //! manifests, kept in memory: a file with the same identity is not read, so
 //! the snapshot's reads and writes grow with what changed. Restore compares
 //! the same way and rewrites only the files that differ from the snapshot.
@@ -55,7 +55,7 @@ use super::{
     check_restore, new_id, not_found, parse_id, Restored, SnapshotEntry, SnapshotFiles,
     SnapshotInfo, SnapshotStore,
 };
-use crate::backend::directory::{next_data, Displaced, FileIdentity, TreeEntry, TreeKind};
+use crate::backend::directory::{next_data, Displaced};
 use crate::backend::{Backend, CommitMode, Content, DirectoryBackend, StagedFile};
 use crate::journal::{self, Intent, IntentFile, Prune};
 use crate::limits::SessionLimits;
@@ -73,7 +73,9 @@ use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, PathLimits, Permissions, Result};
 
 mod fork;
+mod tree;
 pub use fork::{first_snapshot, ForkSource};
+pub(crate) use tree::{tree, FileIdentity, TreeEntry, TreeKind};
 
 const COPY_BUFFER: usize = 1024 * 1024;
 /// Zeros hashed at a time for a hole.
@@ -890,7 +892,7 @@ impl Store {
             Some(hash) => self.tree(&state, &hash).ok().map(|tree| (hash, tree)),
             None => None,
         };
-        let live = b.tree()?;
+        let live = tree(b)?;
         let budget = if budget == 0 { u64::MAX } else { budget };
         check_snapshot_budget(&live, budget)?;
         let mut children: HashMap<&str, Vec<&TreeEntry>> = HashMap::new();
@@ -970,7 +972,7 @@ impl Store {
         // Plan: what goes (what the snapshot does not hold), and which
         // files already hold the snapshot's bytes. Both lists are in path
         // order (bytewise), so one pass over both pairs them up.
-        let live = b.tree()?;
+        let live = tree(b)?;
         let mut unchanged = vec![false; target.len()];
         let mut doomed: Vec<&CanonicalPath> = Vec::new();
         let mut next = 0;

@@ -73,24 +73,22 @@
 //!
 //! `sys` is the system-call layer and the descriptor walk to a directory;
 //! `versions` the fingerprints; `staging` writes and commits; `walk` list,
-//! copy, remove and count; `intent` the replacement record; `tree` the
-//! snapshot store's walk.
+//! copy, remove and count; `intent` the replacement record. The snapshot
+//! store's tree walk (`crate::snapshots`) descends with `sys` and `walk`.
 
 mod intent;
 mod owner;
 mod staging;
-mod sys;
+pub(crate) mod sys;
 #[cfg(test)]
 mod tests;
-mod tree;
 mod versions;
-mod walk;
+pub(crate) mod walk;
 
 pub use super::TEMP_PREFIX;
 pub use owner::Owner;
 pub use staging::{DirectoryStaged, Displaced};
 pub(crate) use sys::{copy_data, next_data};
-pub use tree::{FileIdentity, TreeEntry, TreeKind};
 
 use super::{Backend, CommitMode, Content, OpenFile};
 use crate::durability::Durability;

@@ -17,14 +17,14 @@ use wsfs::{CanonicalPath, Error, FileKind, Metadata, Permissions, Result};
 
 /// Deepest directory tree that recursive operations descend (each level
 /// holds a descriptor open).
-pub(super) const MAX_TREE_DEPTH: usize = 256;
+pub(crate) const MAX_TREE_DEPTH: usize = 256;
 
 /// How often an operation retries an entry that another process keeps
 /// changing under it.
 pub(super) const RACE_RETRIES: usize = 4;
 
 /// Opening a directory component: never through a symlink.
-pub(super) const DIR_FLAGS: OFlags = OFlags::RDONLY
+pub(crate) const DIR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::DIRECTORY)
     .union(OFlags::NOFOLLOW)
     .union(OFlags::CLOEXEC);
@@ -52,7 +52,7 @@ pub(super) const CREATE_FLAGS: OFlags = OFlags::RDWR
 
 /// What an entry is, as far as wsfs cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
+pub(crate) enum Kind {
     File,
     Dir,
     Symlink,
@@ -79,22 +79,22 @@ impl Kind {
     }
 }
 
-pub(super) type Timestamp = (i64, u32);
+pub(crate) type Timestamp = (i64, u32);
 
 /// The identity and state of an entry; any change means a new version.
 pub(super) type Fingerprint = ((u32, u32), u64, u64, Timestamp, Timestamp, Kind);
 
 /// The `statx` fields wsfs uses.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Stat {
-    pub(super) kind: Kind,
+pub(crate) struct Stat {
+    pub(crate) kind: Kind,
     /// Permission bits.
     pub(super) mode: u32,
-    pub(super) size: u64,
+    pub(crate) size: u64,
     pub(super) dev: (u32, u32),
-    pub(super) ino: u64,
-    pub(super) mtime: Timestamp,
-    pub(super) ctime: Timestamp,
+    pub(crate) ino: u64,
+    pub(crate) mtime: Timestamp,
+    pub(crate) ctime: Timestamp,
     pub(super) btime: Option<Timestamp>,
 }
 
@@ -132,12 +132,12 @@ impl Stat {
         }
     }
 
-    pub(super) fn permissions(&self) -> Permissions {
+    pub(crate) fn permissions(&self) -> Permissions {
         Permissions::masked(self.mode)
     }
 }
 
-pub(super) fn system_time((sec, nsec): Timestamp) -> SystemTime {
+pub(crate) fn system_time((sec, nsec): Timestamp) -> SystemTime {
     let t = if sec >= 0 {
         UNIX_EPOCH.checked_add(Duration::from_secs(sec.unsigned_abs()))
     } else {
@@ -196,7 +196,7 @@ pub(super) fn set_attributes_fd(
 pub(super) const STATX_MASK: StatxFlags = StatxFlags::BASIC_STATS.union(StatxFlags::BTIME);
 
 /// Stats `name` in `dir` without following a symlink.
-pub(super) fn stat_at<P: rustix::path::Arg>(
+pub(crate) fn stat_at<P: rustix::path::Arg>(
     dir: impl AsFd,
     name: P,
 ) -> std::result::Result<Stat, Errno> {
@@ -218,7 +218,7 @@ pub(super) fn reopen(dir: impl AsFd) -> std::result::Result<OwnedFd, Errno> {
     )
 }
 
-pub(super) fn io(e: Errno, path: &CanonicalPath) -> Error {
+pub(crate) fn io(e: Errno, path: &CanonicalPath) -> Error {
     Error::from_io(e.into(), path)
 }
 
@@ -255,7 +255,7 @@ pub(super) fn kept_changing(path: &CanonicalPath) -> Error {
     }
 }
 
-pub(super) fn too_deep(path: &CanonicalPath) -> Error {
+pub(crate) fn too_deep(path: &CanonicalPath) -> Error {
     Error::invalid_argument(format!(
         "the directory tree under '{path}' is deeper than {MAX_TREE_DEPTH} levels"
     ))
@@ -291,7 +291,7 @@ pub(super) fn is_reserved(name: &CStr) -> bool {
 }
 
 /// A name listings show: UTF-8 and not reserved.
-pub(super) fn visible_name(name: &CStr) -> Option<&str> {
+pub(crate) fn visible_name(name: &CStr) -> Option<&str> {
     name.to_str().ok().filter(|n| !n.starts_with(TEMP_PREFIX))
 }
 
@@ -309,7 +309,7 @@ pub(super) fn child_path(dir: &CanonicalPath, name: &CStr) -> CanonicalPath {
 }
 
 /// The entries of a directory except `.` and `..`, with their `d_type`.
-pub(super) fn read_entries(dir: impl AsFd) -> std::result::Result<Vec<(CString, FileType)>, Errno> {
+pub(crate) fn read_entries(dir: impl AsFd) -> std::result::Result<Vec<(CString, FileType)>, Errno> {
     let mut entries = Vec::new();
     let mut stream = Dir::read_from(dir)?;
     while let Some(entry) = stream.read() {
@@ -324,7 +324,7 @@ pub(super) fn read_entries(dir: impl AsFd) -> std::result::Result<Vec<(CString, 
 
 /// The kind of an entry from its `d_type`, asking `statx` when the
 /// filesystem does not say. `None` when it is gone.
-pub(super) fn entry_kind(dir: impl AsFd, name: &CStr, ft: FileType) -> Option<Kind> {
+pub(crate) fn entry_kind(dir: impl AsFd, name: &CStr, ft: FileType) -> Option<Kind> {
     match ft {
         FileType::Unknown => stat_at(dir, name).ok().map(|s| s.kind),
         ft => Some(Kind::from_file_type(ft)),
@@ -522,6 +522,12 @@ pub(super) fn open_trusted_dir(path: &Path) -> Result<OwnedFd> {
 }
 
 impl DirectoryBackend {
+    /// A fresh descriptor for the root, for a walk that descends from it
+    /// (the snapshot store's tree walk).
+    pub(crate) fn root_dir(&self) -> Result<OwnedFd> {
+        reopen(&self.root).map_err(|e| io(e, &CanonicalPath::root()))
+    }
+
     /// Opens the directory at `path` beneath the root, never through a
     /// symlink. `Ok(None)` when a component is missing; a component that is
     /// a symlink is `PermissionDenied`, a file `NotADirectory`.

@@ -466,37 +466,6 @@ fn staged_files_are_never_listed_and_dropped_ones_leave_nothing() {
 }
 
 #[test]
-fn tree_lists_every_entry_in_path_order_with_its_kind() {
-    let fx = fixture();
-    let b = &fx.backend;
-    let mut expected = Vec::new();
-    // Enough subdirectories of the root to be shared among threads.
-    for d in 0..12 {
-        for f in ["a", "a.txt", "b"] {
-            write(b, &format!("d{d:02}/{f}/x"), b"12345").unwrap();
-            write(b, &format!("d{d:02}/{f}.bin"), b"1").unwrap();
-        }
-    }
-    write(b, "top.txt", b"123").unwrap();
-    symlink("/", fx.root.join("link")).unwrap();
-    for e in b.tree().unwrap() {
-        expected.push((e.path.as_str().to_string(), e.kind, e.size));
-    }
-    let mut sorted = expected.clone();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(expected, sorted, "entries come in path order");
-    assert_eq!(expected.len(), 12 * (1 + 3 * 3) + 2);
-    let find = |path: &str| expected.iter().find(|e| e.0 == path).cloned();
-    assert_eq!(find("d03"), Some(("d03".into(), TreeKind::Directory, 0)));
-    assert_eq!(
-        find("d03/a.txt/x"),
-        Some(("d03/a.txt/x".into(), TreeKind::File, 5))
-    );
-    assert_eq!(find("link"), Some(("link".into(), TreeKind::Other, 0)));
-    assert_eq!(find("top.txt"), Some(("top.txt".into(), TreeKind::File, 3)));
-}
-
-#[test]
 fn commit_aside_swaps_the_old_file_out_and_frees_it_when_dropped() {
     let fx = fixture();
     let b = &fx.backend;

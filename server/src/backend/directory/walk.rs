@@ -281,13 +281,13 @@ impl DirectoryBackend {
 /// is an `Entry` under its name and a `Subtree` under its name plus `/`:
 /// sorting by those keys bytewise puts every path in full-path byte order
 /// (`a`, `a.txt`, `a/b`).
-pub(super) enum Item {
+pub(crate) enum Item {
     Entry(String),
     Subtree(String),
 }
 
 impl Item {
-    pub(super) fn cmp_path(&self, other: &Item) -> std::cmp::Ordering {
+    pub(crate) fn cmp_path(&self, other: &Item) -> std::cmp::Ordering {
         self.key().cmp(other.key())
     }
 
