@@ -13,8 +13,8 @@ use tonic::{Request, Response, Status, Streaming};
 use wsfs::proto::{self, filesystem_server};
 use wsfs::{
     Attributes, ByteRange, CanonicalPath, DeleteOptions, EditSpec, Error, FileKind, Filesystem,
-    GlobQuery, GrepEvent, GrepQuery, LineRange, Metadata, MkdirOptions, Permissions, Result,
-    TransferOptions, WriteMode, WriteOptions, WriteOutcome,
+    GlobQuery, GrepQuery, LineRange, Metadata, MkdirOptions, Permissions, Result, TransferOptions,
+    WriteMode, WriteOptions, WriteOutcome,
 };
 
 pub struct FilesystemService {
@@ -511,7 +511,6 @@ impl filesystem_server::Filesystem for FilesystemService {
         &self,
         request: Request<proto::GrepRequest>,
     ) -> std::result::Result<Response<Self::GrepStream>, Status> {
-        use proto::grep_response::Payload;
         let (metadata, _, r) = request.into_parts();
         traced("Grep", &r.session_id, &r.path, async {
             let s = self.session(&metadata, &r.session_id)?;
@@ -530,25 +529,7 @@ impl filesystem_server::Filesystem for FilesystemService {
             let events = events
                 .map(move |e| {
                     let _held = &permit;
-                    let payload = match e.map_err(|e| e.to_status())? {
-                        GrepEvent::Match(m) => Payload::Match(proto::GrepMatch {
-                            path: m.path.as_str().to_string(),
-                            line_number: m.line_number,
-                            line: m.line,
-                            match_start: m.match_start,
-                            match_end: m.match_end,
-                            before: m.before.into_iter().map(context_line).collect(),
-                            after: m.after.into_iter().map(context_line).collect(),
-                        }),
-                        GrepEvent::Summary(sum) => Payload::Summary(proto::GrepSummary {
-                            files_searched: sum.files_searched,
-                            matches: sum.matches,
-                            truncated: sum.truncated,
-                        }),
-                    };
-                    Ok(proto::GrepResponse {
-                        payload: Some(payload),
-                    })
+                    e.map(proto::GrepResponse::from).map_err(|e| e.to_status())
                 })
                 .boxed();
             Ok(LoggedStream::new(events, "Grep", &r.session_id, &r.path, |_| 0).boxed())
@@ -757,13 +738,6 @@ fn shutting_down() -> Error {
     Error::Unavailable {
         message: "the server is shutting down: watch again with since_seq to resume without a gap"
             .to_string(),
-    }
-}
-
-fn context_line(c: wsfs::ContextLine) -> proto::ContextLine {
-    proto::ContextLine {
-        line_number: c.line_number,
-        line: c.line,
     }
 }
 
