@@ -289,36 +289,17 @@ fn options(modified: SystemTime, permissions: Permissions) -> SimpleFileOptions 
     let options = SimpleFileOptions::default()
         .compression_method(zip::CompressionMethod::Deflated)
         .unix_permissions(permissions.bits());
-    match zip_time(modified) {
-        Some(t) => options.last_modified_time(t),
-        None => options,
-    }
+    // Out of ZIP's range: its earliest time, named here because zip's own
+    // default for an entry without one is the time of the export.
+    options.last_modified_time(zip_time(modified).unwrap_or_default())
 }
 
 /// A modification time as a ZIP (MS-DOS, here UTC) date and time; `None`
 /// outside 1980..=2107.
 fn zip_time(t: SystemTime) -> Option<zip::DateTime> {
     let secs = t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    zip::DateTime::from_date_and_time(
-        u16::try_from(year).ok()?,
-        month,
-        day,
-        (rem / 3600) as u8,
-        (rem % 3600 / 60) as u8,
-        (rem % 60) as u8,
-    )
-    .ok()
+    let utc = time::OffsetDateTime::from_unix_timestamp(i64::try_from(secs).ok()?).ok()?;
+    zip::DateTime::try_from(time::PrimitiveDateTime::new(utc.date(), utc.time())).ok()
 }
 
 /// A `Write` that cuts what it is given into chunks of about
@@ -386,5 +367,27 @@ mod tests {
             (2024, 2, 29, 13, 45, 30)
         );
         assert!(zip_time(std::time::UNIX_EPOCH).is_none());
+    }
+
+    /// What the export writes, the import reads back (to ZIP's two-second
+    /// steps), across a leap day and at both ends of ZIP's range.
+    #[test]
+    fn zip_times_read_back_as_the_times_written() {
+        use crate::archive::import::zip_time_to_system;
+        let at = |secs: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+        for secs in [
+            1_709_214_330,   // 2024-02-29T13:45:30Z
+            315_532_800,     // 1980-01-01T00:00:00Z
+            4_354_819_198,   // 2107-12-31T23:59:58Z
+            951_782_400 + 2, // 2000-02-29T00:00:02Z
+        ] {
+            let z = zip_time(at(secs)).unwrap();
+            assert_eq!(zip_time_to_system(z), Some(at(secs)), "{secs}");
+        }
+        assert!(
+            zip_time(at(4_354_819_200)).is_none(),
+            "2108 is past ZIP's range"
+        );
+        assert!(zip_time(at(315_532_799)).is_none(), "1979 is before it");
     }
 }

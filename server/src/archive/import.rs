@@ -438,26 +438,8 @@ fn replace_all<B: Backend>(backend: &B, plan: &ImportPlan, staged: Vec<B::Staged
 /// A ZIP entry's time (the export writes UTC) as a system time; `None`
 /// when it names no real day.
 pub(crate) fn zip_time_to_system(t: zip::DateTime) -> Option<SystemTime> {
-    let (y, m, d) = (
-        i64::from(t.year()),
-        i64::from(t.month()),
-        i64::from(t.day()),
-    );
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-        return None;
-    }
-    // Days since 1970-01-01 from a civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400
-        + i64::from(t.hour()) * 3600
-        + i64::from(t.minute()) * 60
-        + i64::from(t.second());
-    let secs = u64::try_from(secs).ok()?;
+    let t = time::PrimitiveDateTime::try_from(t).ok()?.assume_utc();
+    let secs = u64::try_from(t.unix_timestamp()).ok()?;
     std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(secs))
 }
 
