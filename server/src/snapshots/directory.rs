@@ -55,6 +55,8 @@ use super::{
     check_restore, new_id, not_found, parse_id, Restored, SnapshotEntry, SnapshotFiles,
     SnapshotInfo, SnapshotStore,
 };
+// Manifests nested deeper than a workspace walk descends are corrupt.
+use crate::backend::directory::sys::MAX_TREE_DEPTH;
 use crate::backend::directory::{next_data, Displaced};
 use crate::backend::{Backend, CommitMode, Content, DirectoryBackend, StagedFile};
 use crate::journal::{self, Intent, IntentFile, Prune};
@@ -85,10 +87,6 @@ static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 const INFO_SUFFIX: &str = ".json";
 /// The entries of a snapshot written by an earlier version.
 const ENTRIES_SUFFIX: &str = ".entries";
-/// Deeper manifests than this are corrupt (the workspace's own depth is
-/// far less).
-const MAX_TREE_DEPTH: usize = 256;
-
 /// A SHA-256 digest.
 type Hash = [u8; 32];
 
@@ -608,7 +606,32 @@ impl Store {
         let mut out = Vec::new();
         match Self::root_of(info)? {
             Some(root) => {
-                self.flatten_tree(state, &root, &CanonicalPath::root(), 0, &mut out)?;
+                self.visit(
+                    state,
+                    &root,
+                    &CanonicalPath::root(),
+                    0,
+                    &mut |path, item| {
+                        let file = match &item.node {
+                            Node::File {
+                                size,
+                                hash,
+                                identity,
+                            } => Some(FlatFile {
+                                size: *size,
+                                hash: *hash,
+                                identity: Some(*identity),
+                            }),
+                            Node::Dir { .. } => None,
+                        };
+                        out.push(FlatEntry {
+                            path: path.clone(),
+                            file,
+                            permissions: item.permissions,
+                        });
+                        Ok(())
+                    },
+                )?;
             }
             None => {
                 for e in self.read_legacy_entries(&info.id)? {
@@ -642,13 +665,16 @@ impl Store {
         Ok(out)
     }
 
-    fn flatten_tree(
+    /// Calls `f` with every entry beneath the manifest `hash` (at
+    /// `path`) in path order, each directory before its children: the one
+    /// walk of a snapshot's manifests, for a restore and for a fork.
+    fn visit(
         &self,
         state: &State,
         hash: &Hash,
         path: &CanonicalPath,
         depth: usize,
-        out: &mut Vec<FlatEntry>,
+        f: &mut dyn FnMut(&CanonicalPath, &TreeItem) -> Result<()>,
     ) -> Result<()> {
         if depth > MAX_TREE_DEPTH {
             return Err(Error::internal(
@@ -658,28 +684,9 @@ impl Store {
         let tree = self.tree(state, hash)?;
         for item in &tree.items {
             let child = path.join(&item.name)?;
-            match &item.node {
-                Node::File {
-                    size,
-                    hash,
-                    identity,
-                } => out.push(FlatEntry {
-                    path: child,
-                    file: Some(FlatFile {
-                        size: *size,
-                        hash: *hash,
-                        identity: Some(*identity),
-                    }),
-                    permissions: item.permissions,
-                }),
-                Node::Dir { tree } => {
-                    out.push(FlatEntry {
-                        path: child.clone(),
-                        file: None,
-                        permissions: item.permissions,
-                    });
-                    self.flatten_tree(state, tree, &child, depth + 1, out)?;
-                }
+            f(&child, item)?;
+            if let Node::Dir { tree } = &item.node {
+                self.visit(state, tree, &child, depth + 1, f)?;
             }
         }
         Ok(())

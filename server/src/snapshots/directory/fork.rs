@@ -34,7 +34,36 @@ impl ForkSource {
         let state = self.store.lock();
         let objects = self.store.objects();
         match Store::root_of(&self.info)? {
-            Some(root) => self.walk(&state, &objects, &root, &CanonicalPath::root(), 0, f),
+            Some(root) => {
+                let root_path = CanonicalPath::root();
+                self.store.visit(
+                    &state,
+                    &root,
+                    &root_path,
+                    0,
+                    &mut |path, item| match &item.node {
+                        Node::File {
+                            size,
+                            hash,
+                            identity,
+                        } => f(
+                            path,
+                            EntryAttributes {
+                                permissions: item.permissions,
+                                modified: Some(identity.modified()),
+                            },
+                            Some((*size, FileSource::Object(&objects.path(hash)))),
+                        ),
+                        Node::Dir { .. } => {
+                            let attributes = EntryAttributes {
+                                permissions: item.permissions,
+                                modified: None,
+                            };
+                            f(path, attributes, None)
+                        }
+                    },
+                )
+            }
             None => {
                 // Written by an earlier version: a flat list of entries.
                 for e in self.store.flatten(&self.info, &state)? {
@@ -50,49 +79,6 @@ impl ForkSource {
                 Ok(())
             }
         }
-    }
-
-    fn walk(
-        &self,
-        state: &State,
-        objects: &ContentStore,
-        hash: &Hash,
-        path: &CanonicalPath,
-        depth: usize,
-        f: &mut Visit<'_>,
-    ) -> Result<()> {
-        if depth > MAX_TREE_DEPTH {
-            return Err(Error::internal(
-                "the snapshot store's manifests nest too deep",
-            ));
-        }
-        let tree = self.store.tree(state, hash)?;
-        for item in &tree.items {
-            let child = path.join(&item.name)?;
-            match &item.node {
-                Node::File {
-                    size,
-                    hash,
-                    identity,
-                } => f(
-                    &child,
-                    EntryAttributes {
-                        permissions: item.permissions,
-                        modified: Some(identity.modified()),
-                    },
-                    Some((*size, FileSource::Object(&objects.path(hash)))),
-                )?,
-                Node::Dir { tree } => {
-                    let attributes = EntryAttributes {
-                        permissions: item.permissions,
-                        modified: None,
-                    };
-                    f(&child, attributes, None)?;
-                    self.walk(state, objects, tree, &child, depth + 1, f)?;
-                }
-            }
-        }
-        Ok(())
     }
 }
 
