@@ -34,7 +34,7 @@ pub use error::{Error, Result};
 pub use fs::*;
 pub use path::{CanonicalPath, PathLimits};
 pub use permissions::Permissions;
-pub use session::{BackendKind, HostMount, Layout, Restored, SnapshotInfo};
+pub use session::{BackendKind, HostMount, Layout, Restored, SnapshotInfo, SnapshotRef};
 
 /// Generated gRPC types and service stubs for package `wsfs.v1`.
 pub mod proto {

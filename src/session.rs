@@ -171,6 +171,32 @@ impl TryFrom<HostMount> for proto::HostMount {
     }
 }
 
+/// One snapshot of one session: what a fork is made from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SnapshotRef {
+    pub session_id: String,
+    /// A snapshot id, as Restore takes it.
+    pub snapshot_id: String,
+}
+
+impl From<proto::SnapshotRef> for SnapshotRef {
+    fn from(r: proto::SnapshotRef) -> Self {
+        SnapshotRef {
+            session_id: r.session_id,
+            snapshot_id: r.snapshot_id,
+        }
+    }
+}
+
+impl From<SnapshotRef> for proto::SnapshotRef {
+    fn from(r: SnapshotRef) -> Self {
+        proto::SnapshotRef {
+            session_id: r.session_id,
+            snapshot_id: r.snapshot_id,
+        }
+    }
+}
+
 /// What the server says about one snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotInfo {

@@ -443,10 +443,7 @@ pub(crate) fn create_session_request(o: SessionOptions) -> Result<proto::CreateS
         // Chosen here, not by the server, so that the creation carries the
         // id a proxy routes every later call of the session by.
         session_id: o.id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
-        from_snapshot: o.from_snapshot.map(|f| proto::SnapshotRef {
-            session_id: f.session_id,
-            snapshot_id: f.snapshot_id,
-        }),
+        from_snapshot: o.from_snapshot.map(proto::SnapshotRef::from),
         owner: o.owner.map(|o| proto::FileOwner {
             uid: o.uid,
             gid: o.gid,
@@ -491,10 +488,7 @@ pub(crate) fn session_info(s: proto::Session) -> Result<SessionInfo> {
             name: c.name,
             workdir: c.workdir,
         }),
-        forked_from: s.forked_from.map(|f| SnapshotRef {
-            session_id: f.session_id,
-            snapshot_id: f.snapshot_id,
-        }),
+        forked_from: s.forked_from.map(SnapshotRef::from),
         owner: match s.owner {
             Some(o) => Some(FileOwner {
                 uid: o.uid,

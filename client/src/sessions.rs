@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 /// Where a session keeps its files.
 pub use wsfs::BackendKind as Backend;
-pub use wsfs::{HostMount, Layout};
+pub use wsfs::{HostMount, Layout, SnapshotRef};
 
 /// Which container a CONTAINER session's files live in.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -86,14 +86,6 @@ impl FileOwner {
             directory_permissions: None,
         }
     }
-}
-
-/// One snapshot of one session: what a fork is made from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SnapshotRef {
-    pub session_id: String,
-    /// A snapshot id, as Restore takes it.
-    pub snapshot_id: String,
 }
 
 impl SessionOptions {

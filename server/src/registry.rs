@@ -48,12 +48,7 @@ pub struct SessionRecord {
     pub owner: Option<crate::backend::Owner>,
 }
 
-/// One snapshot of one session, as a fork names its origin.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SnapshotRef {
-    pub session_id: String,
-    pub snapshot_id: String,
-}
+pub use wsfs::SnapshotRef;
 
 impl SessionRecord {
     /// The record of a session made now, as `spec` asks.

@@ -81,10 +81,7 @@ fn record_to_proto(r: &SessionRecord) -> proto::Session {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         idle_ttl_seconds: r.idle_ttl_seconds,
-        forked_from: r.forked_from.as_ref().map(|f| proto::SnapshotRef {
-            session_id: f.session_id.clone(),
-            snapshot_id: f.snapshot_id.clone(),
-        }),
+        forked_from: r.forked_from.clone().map(proto::SnapshotRef::from),
         container: r
             .container
             .as_ref()
@@ -170,10 +167,7 @@ fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> 
         layout,
         container,
         owner,
-        from_snapshot: r.from_snapshot.map(|f| crate::registry::SnapshotRef {
-            session_id: f.session_id,
-            snapshot_id: f.snapshot_id,
-        }),
+        from_snapshot: r.from_snapshot.map(wsfs::SnapshotRef::from),
     })
 }
 
