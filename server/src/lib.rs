@@ -15,6 +15,7 @@
 pub mod archive;
 pub mod auth;
 pub mod backend;
+pub mod claims;
 pub mod container;
 pub mod durability;
 pub mod events;

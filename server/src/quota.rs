@@ -1,6 +1,8 @@
 //! Per-session quotas: `max_files` (regular files) and `max_total_bytes`
-//! (their sizes summed). A mutation is checked before it commits, under the
-//! workspace's write lock, so a refused call changes nothing.
+//! (their sizes summed). A mutation is checked before it commits, holding
+//! its claim on the paths it changes, so a refused call changes nothing.
+//! Mutations of different paths run in parallel, so the check also counts
+//! what the others have reserved and not yet landed ([`Ledger`]).
 //!
 //! Usage is measured by walking the workspace at check time, and only when
 //! the session has a quota: it stays exact even when a container changes a
@@ -100,10 +102,27 @@ pub fn check<B: Backend + ?Sized>(
     removed: Usage,
     added: Usage,
 ) -> Result<()> {
+    check_beside(b, limits, path, Usage::default(), removed, added)
+}
+
+/// [`check`] with `pending` growth (reserved by parallel changes, not yet
+/// on disk) counted as if it were there.
+fn check_beside<B: Backend + ?Sized>(
+    b: &B,
+    limits: &SessionLimits,
+    path: &CanonicalPath,
+    pending: Usage,
+    removed: Usage,
+    added: Usage,
+) -> Result<()> {
     if !limited(limits) {
         return Ok(());
     }
-    let now = usage(b, &CanonicalPath::root())?;
+    let walked = usage(b, &CanonicalPath::root())?;
+    let now = Usage {
+        files: walked.files + pending.files,
+        bytes: walked.bytes + pending.bytes,
+    };
     // Only a count the change grows is judged (the other stands at 0), so
     // a workspace already over a quota (lowered on a restart, or filled
     // from outside) can still shrink.
@@ -123,6 +142,90 @@ pub fn check<B: Backend + ?Sized>(
         after,
         format_args!("cannot change '{path}': the session would hold"),
     )
+}
+
+/// One session's quota bookkeeping for mutations that run in parallel:
+/// each check sees the workspace with no change half made, and counts the
+/// growth that checks before it let through and whose changes have not
+/// landed yet. So parallel writers that together would go over a quota
+/// are refused (those that come last), and writers that fit all pass.
+#[derive(Default)]
+pub struct Ledger {
+    /// A check holds it alone (its walk sees every change whole); changes
+    /// hold it shared, so they still run in parallel with each other.
+    gate: std::sync::RwLock<()>,
+    /// Growth let through by checks whose changes have not landed.
+    reserved: std::sync::Mutex<Usage>,
+}
+
+/// Growth a check let through, counted by later checks until the change
+/// lands or fails (dropped).
+#[must_use = "the reservation is given back when dropped"]
+pub struct Reservation<'a> {
+    ledger: &'a Ledger,
+    growth: Usage,
+}
+
+impl Ledger {
+    fn reserved(&self) -> std::sync::MutexGuard<'_, Usage> {
+        self.reserved.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`check`], counting what is reserved and not landed, then reserves
+    /// this change's growth. Nothing is walked or reserved when the
+    /// session has no quota.
+    pub fn reserve<B: Backend + ?Sized>(
+        &self,
+        b: &B,
+        limits: &SessionLimits,
+        path: &CanonicalPath,
+        removed: Usage,
+        added: Usage,
+    ) -> Result<Reservation<'_>> {
+        let mut growth = Usage::default();
+        if limited(limits) {
+            let _alone = self.gate.write().unwrap_or_else(|e| e.into_inner());
+            let pending = *self.reserved();
+            check_beside(b, limits, path, pending, removed, added)?;
+            growth = Usage {
+                files: added.files.saturating_sub(removed.files),
+                bytes: added.bytes.saturating_sub(removed.bytes),
+            };
+            let mut reserved = self.reserved();
+            reserved.files += growth.files;
+            reserved.bytes += growth.bytes;
+        }
+        Ok(Reservation {
+            ledger: self,
+            growth,
+        })
+    }
+
+    /// Runs a change that needs no check (a Delete, a Move) so that no
+    /// check's walk sees it half made.
+    pub fn change<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _shared = self.gate.read().unwrap_or_else(|e| e.into_inner());
+        f()
+    }
+}
+
+impl Reservation<'_> {
+    /// Makes the reserved change: the walk of a later check sees it whole,
+    /// and its growth stops being counted the moment it is there to see.
+    pub fn land<T>(self, f: impl FnOnce() -> T) -> T {
+        let _shared = self.ledger.gate.read().unwrap_or_else(|e| e.into_inner());
+        let out = f();
+        drop(self);
+        out
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut reserved = self.ledger.reserved();
+        reserved.files -= self.growth.files;
+        reserved.bytes -= self.growth.bytes;
+    }
 }
 
 #[cfg(test)]
@@ -186,6 +289,50 @@ mod tests {
             bytes: u64::MAX,
         };
         check_usage(&limits(0, 0), huge, "it holds").unwrap();
+    }
+
+    /// Growth let through and not landed counts against the next check,
+    /// until it lands (then the walk sees it) or fails (then it is given
+    /// back): two changes checked before either lands cannot both pass
+    /// where only one fits.
+    #[test]
+    fn reserved_growth_counts_until_it_lands_or_fails() {
+        use crate::backend::{Backend, CommitMode, StagedFile};
+        let b = MemoryBackend::new();
+        let (ledger, l) = (Ledger::default(), limits(1, 0));
+        let (a, c) = (
+            CanonicalPath::from_canonical("a"),
+            CanonicalPath::from_canonical("c"),
+        );
+        let first = ledger
+            .reserve(&b, &l, &a, Usage::default(), Usage::file(1))
+            .expect("one file fits");
+        let err = ledger
+            .reserve(&b, &l, &c, Usage::default(), Usage::file(1))
+            .err()
+            .expect("a second file while the first is reserved");
+        assert_eq!(err.reason(), "QUOTA_EXCEEDED", "{err}");
+        assert!(err.to_string().contains("would hold 2 files"), "{err}");
+
+        drop(first);
+        let again = ledger
+            .reserve(&b, &l, &a, Usage::default(), Usage::file(1))
+            .expect("a failed change gives its growth back");
+        let mut staged = b.stage().unwrap();
+        staged.write_chunk(b"x").unwrap();
+        again
+            .land(|| b.commit(staged, &a, CommitMode::default()))
+            .unwrap();
+        assert_eq!(
+            *ledger.reserved(),
+            Usage::default(),
+            "landed: not counted twice"
+        );
+        let err = ledger
+            .reserve(&b, &l, &c, Usage::default(), Usage::file(1))
+            .err()
+            .expect("the landed file is walked");
+        assert!(err.to_string().contains("would hold 2 files"), "{err}");
     }
 
     #[tokio::test]

@@ -58,18 +58,29 @@ impl DirectoryBackend {
                 }
                 Some(known) if known.version >= started && attempt < RACE_RETRIES => continue,
                 _ => {
-                    let version = self.next_version.fetch_add(1, Ordering::SeqCst);
-                    versions.insert(
-                        path.as_str().to_string(),
-                        Known {
-                            version,
-                            fingerprint,
-                        },
-                    );
+                    let version = self.fresh(&mut versions, path, fingerprint);
                     return Ok(Some((value, st, version)));
                 }
             }
         }
+    }
+
+    /// Gives `path`, now seen with `fingerprint`, the next version.
+    fn fresh(
+        &self,
+        versions: &mut BTreeMap<String, Known>,
+        path: &CanonicalPath,
+        fingerprint: Fingerprint,
+    ) -> u64 {
+        let version = self.next_version.fetch_add(1, Ordering::SeqCst);
+        versions.insert(
+            path.as_str().to_string(),
+            Known {
+                version,
+                fingerprint,
+            },
+        );
+        version
     }
 
     /// Metadata of `name` in `dir`; `None` when it is not there.
@@ -86,6 +97,53 @@ impl DirectoryBackend {
             Err(e) => Err(io(e, path)),
         })?;
         Ok(found.map(|((), st, version)| st.metadata(path, version)))
+    }
+
+    /// [`Self::observe_at`] of many entries of `dir` (name, path): each is
+    /// stated first, then all are given their versions under one lock of
+    /// the version map rather than one lock each. An entry whose version
+    /// changed while it was stated is observed again on its own.
+    pub(super) fn observe_entries(
+        &self,
+        dir: impl AsFd,
+        entries: &[(&str, CanonicalPath)],
+    ) -> Result<Vec<Option<Metadata>>> {
+        let started = self.next_version.load(Ordering::SeqCst);
+        let mut stats = Vec::with_capacity(entries.len());
+        for (name, path) in entries {
+            stats.push(match stat_at(dir.as_fd(), &cname(name, path)?) {
+                Ok(st) => Some(st),
+                Err(Errno::NOENT) => None,
+                Err(e) => return Err(io(e, path)),
+            });
+        }
+        let mut out = Vec::with_capacity(entries.len());
+        let mut raced = Vec::new();
+        {
+            let mut versions = self.versions();
+            for (i, ((_, path), st)) in entries.iter().zip(&stats).enumerate() {
+                let Some(st) = st else {
+                    out.push(None);
+                    continue;
+                };
+                let fingerprint = st.fingerprint();
+                let version = match versions.get(path.as_str()) {
+                    Some(known) if known.fingerprint == fingerprint => known.version,
+                    Some(known) if known.version >= started => {
+                        raced.push(i);
+                        out.push(None);
+                        continue;
+                    }
+                    _ => self.fresh(&mut versions, path, fingerprint),
+                };
+                out.push(Some(st.metadata(path, version)));
+            }
+        }
+        for i in raced {
+            let (name, path) = &entries[i];
+            out[i] = self.observe_at(dir.as_fd(), name, path)?;
+        }
+        Ok(out)
     }
 
     /// Remembers a change we made: a fresh version for what is at `path`.

@@ -247,11 +247,29 @@ impl DirectoryBackend {
             items.push(Item::Entry(name.to_string()));
         }
         items.sort_by(Item::cmp_path);
-        for item in items {
+        // This level's entries are observed together (one lock of the
+        // version map for all), as many as could still fit and one more.
+        let room = max.saturating_sub(out.len()).saturating_add(1);
+        let mut entries = Vec::new();
+        for item in &items {
+            if let Item::Entry(name) = item {
+                if entries.len() == room {
+                    break;
+                }
+                entries.push((name.as_str(), path.join(name)?));
+            }
+        }
+        let mut observed = self.observe_entries(dir, &entries)?.into_iter();
+        for item in &items {
             match item {
                 Item::Entry(name) => {
-                    let child = path.join(&name)?;
-                    if let Some(meta) = self.observe_at(dir, &name, &child)? {
+                    let meta = match observed.next() {
+                        Some(meta) => meta,
+                        // Past the batch: only reached when entries of the
+                        // batch were gone.
+                        None => self.observe_at(dir, name, &path.join(name)?)?,
+                    };
+                    if let Some(meta) = meta {
                         if out.len() >= max {
                             return Ok(true);
                         }
@@ -259,7 +277,7 @@ impl DirectoryBackend {
                     }
                 }
                 Item::Subtree(name) => {
-                    let child = path.join(&name)?;
+                    let child = path.join(name)?;
                     let sub = match rustix::fs::openat(dir, name.as_str(), DIR_FLAGS, Mode::empty())
                     {
                         Ok(fd) => fd,
