@@ -23,7 +23,7 @@ mod directory;
 pub mod fork;
 mod memory;
 
-pub use directory::{first_snapshot, DirectorySnapshots};
+pub use directory::{first_snapshot, mirror, DirectorySnapshots};
 pub use memory::MemorySnapshots;
 
 use crate::backend::{check_name, Content};
