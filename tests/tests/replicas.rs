@@ -427,7 +427,8 @@ async fn placement(cluster: &Cluster, label: &str) -> BTreeMap<String, usize> {
 
 /// Three replicas on one S3 bucket behind nginx, a client that knows only
 /// the proxy: sessions land on different replicas and share contents in
-/// the bucket; one replica is lost, and a replacement at its address
+/// the bucket; a fork on one replica of a session on another reads its
+/// snapshot from the bucket; one replica is lost, and a replacement at its address
 /// recovers its session through the proxy, byte-identical to its last
 /// snapshot, while a second recovery is refused.
 #[tokio::test]
@@ -446,6 +447,7 @@ async fn replicas_behind_a_proxy_share_one_s3_bucket_and_recover_a_lost_one() {
 
     // Sessions until each replica holds one, all with the same file.
     let mut states: BTreeMap<String, WorkspaceState> = BTreeMap::new();
+    let mut snapshots: BTreeMap<String, String> = BTreeMap::new();
     let mut one_each: BTreeMap<usize, String> = BTreeMap::new();
     for n in 0..40 {
         let (session, id) = session_with(
@@ -457,7 +459,8 @@ async fn replicas_behind_a_proxy_share_one_s3_bucket_and_recover_a_lost_one() {
             ],
         )
         .await;
-        client.snapshot(&id, "work").await.unwrap();
+        let snapshot = client.snapshot(&id, "work").await.unwrap();
+        snapshots.insert(id.clone(), snapshot.id);
         states.insert(id.clone(), workspace_state(&session).await);
         let held = placement(&cluster, "s3").await;
         one_each.entry(held[&id]).or_insert(id);
@@ -472,9 +475,24 @@ async fn replicas_behind_a_proxy_share_one_s3_bucket_and_recover_a_lost_one() {
         "the bucket holds each content once across sessions and replicas"
     );
 
+    // A fork on replica 1 of replica 0's session: its snapshot comes from
+    // the bucket, and adds no content there.
+    let lost = one_each[&0].clone();
+    let other = Client::connect(&cluster.replicas[1].url()).await.unwrap();
+    let (fork, _) = other
+        .create(SessionOptions::directory().from_snapshot(&lost, &snapshots[&lost]))
+        .await
+        .unwrap();
+    assert_eq!(workspace_state(&fork).await, states[&lost]);
+    fork.write_str("own.txt", "the fork's own\n").await.unwrap();
+    assert_eq!(
+        moto.objects(),
+        distinct_contents(states.values()),
+        "the fork's first snapshot shares every content"
+    );
+
     // Replica 0 is lost; a replacement takes its address (the proxy's
     // route) with an empty disk.
-    let lost = one_each[&0].clone();
     let addr = cluster.replicas[0].addr;
     cluster.kill_replica(0);
     let err = client
