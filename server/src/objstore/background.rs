@@ -66,7 +66,7 @@ async fn autosnapshot(registry: Arc<SessionRegistry>, every: Duration) {
                 Ok(info) => {
                     tracing::info!(session = %id, snapshot = %info.id, "autosnapshot taken");
                     taken_at.insert(id.clone(), seq);
-                    prune(&*session.snapshots, &id).await;
+                    prune(&*session.snapshots, &id, AUTO_KEEP).await;
                 }
                 Err(e) => tracing::warn!(session = %id, error = %e, "autosnapshot failed"),
             }
@@ -74,16 +74,51 @@ async fn autosnapshot(registry: Arc<SessionRegistry>, every: Duration) {
     }
 }
 
-/// Deletes the oldest `auto` snapshots past [`AUTO_KEEP`].
-async fn prune(snapshots: &dyn crate::snapshots::SnapshotStore, id: &str) {
+/// Deletes the oldest `auto` snapshots past the newest `keep`.
+async fn prune(snapshots: &dyn crate::snapshots::SnapshotStore, id: &str, keep: usize) {
     let Ok(all) = snapshots.list().await else {
         return;
     };
     let autos: Vec<_> = all.iter().filter(|s| s.tag == AUTO_TAG).collect();
-    let excess = autos.len().saturating_sub(AUTO_KEEP);
+    let excess = autos.len().saturating_sub(keep);
     for old in &autos[..excess] {
         if let Err(e) = snapshots.delete(&old.id).await {
             tracing::warn!(session = %id, snapshot = %old.id, error = %e, "pruning an autosnapshot failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::MemoryBackend;
+    use crate::snapshots::{MemorySnapshots, SnapshotStore};
+    use crate::workspace::Workspace;
+
+    #[tokio::test]
+    async fn pruning_keeps_the_newest_auto_snapshots_and_every_other_tag() {
+        let ws = Arc::new(Workspace::new(
+            MemoryBackend::new(),
+            crate::limits::SessionLimits::default(),
+        ));
+        let snapshots = MemorySnapshots::new(ws);
+        let manual = snapshots.snapshot("before-refactor").await.unwrap();
+        let mut autos = Vec::new();
+        for _ in 0..5 {
+            // Listed by creation time: distinct ones.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            autos.push(snapshots.snapshot(AUTO_TAG).await.unwrap().id);
+        }
+        prune(&snapshots, "s", 3).await;
+        let left: Vec<String> = snapshots
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        let mut expected = vec![manual.id];
+        expected.extend(autos[2..].iter().cloned());
+        assert_eq!(left, expected);
     }
 }
