@@ -84,6 +84,22 @@ fn file_bucket_objects(bucket: &Path) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+/// Every file under `dir` (a `file://` bucket keeps empty directories).
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(entry.path());
+            } else {
+                files.push(entry.path());
+            }
+        }
+    }
+    files
+}
+
 fn local_session_dir(replica: &Replica, id: &str) -> PathBuf {
     replica.data_dir.join("sessions").join(id)
 }
@@ -532,4 +548,59 @@ async fn replicas_behind_a_proxy_share_one_s3_bucket_and_recover_a_lost_one() {
     let err = survivor.get_session(&lost).await.unwrap_err();
     assert_eq!(err.reason(), "SESSION_NOT_FOUND", "{err}");
     let _ = std::fs::remove_dir_all(&replacement_dir);
+}
+
+/// `force` takes a session from a replica that is still running; that
+/// replica notices at its next renewal and refuses every call on it
+/// (`SESSION_LEASED`), while the new holder serves it. Deleting the
+/// session there removes it from the bucket too.
+#[tokio::test]
+async fn a_forced_recovery_takes_a_live_session_and_its_old_holder_stops_serving_it() {
+    let dir = fresh_dir();
+    let bucket = dir.join("bucket");
+    let url = file_url(&bucket);
+    let r0 = Replica::start(&dir, 0, &setup(&url, 0, &[]));
+    let r1 = Replica::start(&dir, 1, &setup(&url, 1, &[]));
+    let (c0, c1) = (connect(&r0).await, connect(&r1).await);
+    let (s0, id) = session_with(&c0, SessionOptions::directory(), &[("a.txt", "alpha\n")]).await;
+    c0.snapshot(&id, "kept").await.unwrap();
+    let state = workspace_state(&s0).await;
+
+    let err = c1.recover_session(&id, None, false).await.unwrap_err();
+    assert_leased(&err, "replica-0");
+    c1.recover_session(&id, None, true).await.unwrap();
+    assert_eq!(workspace_state(&c1.session(&id)).await, state);
+
+    // Renewals come every third of the lease.
+    let mut refused = None;
+    for _ in 0..40 {
+        match s0.write_str("late.txt", "too late\n").await {
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let err = refused.expect("the old holder stops serving the session");
+    assert_leased(&err, "replica-1");
+    assert_eq!(
+        workspace_state(&c1.session(&id)).await,
+        state,
+        "what the old holder took meanwhile never reaches the new one"
+    );
+
+    c1.delete_session(&id).await.unwrap();
+    assert_eq!(
+        files_under(&bucket.join("sessions").join(&id)),
+        Vec::<PathBuf>::new(),
+        "a deleted session leaves no record in the bucket"
+    );
+    assert_eq!(
+        file_bucket_objects(&bucket),
+        distinct_contents([&state]),
+        "contents stay: other sessions may share them"
+    );
+    drop((r0, r1));
+    let _ = std::fs::remove_dir_all(&dir);
 }
