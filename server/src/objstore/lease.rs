@@ -44,6 +44,8 @@ pub enum Renewal {
     Lost {
         holder: String,
     },
+    /// This server no longer holds a lease on it: nothing was done.
+    NotHeld,
 }
 
 fn now_ms() -> u64 {
@@ -120,9 +122,8 @@ impl Bucket {
     /// Extends this server's lease on `id` by one TTL.
     pub async fn renew(&self, id: &str) -> Result<Renewal> {
         let Some(held) = self.held(id) else {
-            return Ok(Renewal::Lost {
-                holder: "nobody (this server holds no lease on it)".to_string(),
-            });
+            // Given back since the caller looked (the session was deleted).
+            return Ok(Renewal::NotHeld);
         };
         match self.create_generation(id, held + 1).await? {
             None => {

@@ -214,16 +214,17 @@ impl Bucket {
     /// Removes everything the bucket holds about session `id` (its
     /// contents and manifests stay: other sessions may share them).
     pub async fn forget_session(&self, id: &str) -> Result<()> {
+        // No renewal may write a lease for it from now on.
+        self.leases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
         for meta in self.list(&keys::session(id)).await? {
             match self.store.delete(&meta.location).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(self.failed("delete", &meta.location, e)),
             }
         }
-        self.leases
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
         Ok(())
     }
 }

@@ -192,7 +192,7 @@ impl SessionRegistry {
                 }
             };
             match outcome {
-                Ok(Renewal::Renewed) => {}
+                Ok(Renewal::Renewed | Renewal::NotHeld) => {}
                 Ok(Renewal::Lost { holder }) => self.surrender(&id, holder),
                 Err(e) => {
                     tracing::warn!(session = %id, error = %e, "the session's lease could not be renewed")
