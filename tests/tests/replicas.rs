@@ -604,3 +604,52 @@ async fn a_forced_recovery_takes_a_live_session_and_its_old_holder_stops_serving
     drop((r0, r1));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// RecoverSession is an admin call, and a bad or unknown id changes
+/// nothing: no session, no directory, no lease.
+#[tokio::test]
+async fn recover_session_needs_the_admin_token_and_refuses_unknown_ids_changing_nothing() {
+    const ADMIN: &str = "admin-token-for-tests-0123456789";
+    let bucket = tempfile::tempdir().unwrap();
+    let url = file_url(bucket.path());
+    let server = wsfs_tests::harness::TestServer::start_with(|c| {
+        c.admin_token = Some(ADMIN.into());
+        c.object_store = Some(url);
+        c.replica_id = Some("solo".into());
+    })
+    .await;
+    let anonymous = Client::connect(&server.url()).await.unwrap();
+    let admin = anonymous.clone().with_token(ADMIN).unwrap();
+    let unknown = "00000000-0000-4000-8000-000000000000";
+
+    let err = anonymous
+        .recover_session(unknown, None, false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated, "{err}");
+    let err = admin
+        .recover_session(unknown, None, false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "SESSION_NOT_FOUND", "{err}");
+    let err = admin
+        .recover_session("Not-A-UUID", None, false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "INVALID_ARGUMENT", "{err}");
+
+    // A session this server serves already is not recovered over itself,
+    // even with force.
+    let (_session, id) =
+        session_with(&admin, SessionOptions::directory(), &[("a.txt", "a\n")]).await;
+    admin.snapshot(&id, "one").await.unwrap();
+    let err = admin
+        .recover_session(&id, Some(unknown), true)
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "ALREADY_EXISTS", "served here already: {err}");
+
+    assert!(!server.data_dir().join("sessions").join(unknown).exists());
+    assert!(!bucket.path().join("sessions").join(unknown).exists());
+    assert_eq!(admin.list_sessions().await.unwrap().len(), 1);
+}
