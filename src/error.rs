@@ -70,6 +70,14 @@ pub enum Error {
     /// a server with no container runtime).
     #[error("{message}")]
     FailedPrecondition { message: String },
+    /// Another replica serves the session (its lease in the object store
+    /// is live), or took it over from this one.
+    #[error("{message}")]
+    SessionLeased {
+        session_id: String,
+        holder: String,
+        message: String,
+    },
     #[error("{message}")]
     Cancelled { message: String },
     #[error("{message}")]
@@ -105,6 +113,7 @@ impl Error {
             Error::QuotaExceeded { .. } => "QUOTA_EXCEEDED",
             Error::Unimplemented { .. } => "UNIMPLEMENTED",
             Error::FailedPrecondition { .. } => "FAILED_PRECONDITION",
+            Error::SessionLeased { .. } => "SESSION_LEASED",
             Error::Cancelled { .. } => "CANCELLED",
             Error::Unavailable { .. } => "UNAVAILABLE",
             Error::Internal { .. } => "INTERNAL",
@@ -124,7 +133,8 @@ impl Error {
             | Error::NotText { .. }
             | Error::NoMatch { .. }
             | Error::AmbiguousMatch { .. }
-            | Error::FailedPrecondition { .. } => Code::FailedPrecondition,
+            | Error::FailedPrecondition { .. }
+            | Error::SessionLeased { .. } => Code::FailedPrecondition,
             Error::VersionMismatch { .. } => Code::Aborted,
             Error::InvalidPath { .. }
             | Error::PathEscapesRoot { .. }
@@ -172,6 +182,12 @@ impl Error {
         match self {
             Error::SessionNotFound { session_id } => {
                 m.insert("session_id".into(), session_id.clone());
+            }
+            Error::SessionLeased {
+                session_id, holder, ..
+            } => {
+                m.insert("session_id".into(), session_id.clone());
+                m.insert("holder".into(), holder.clone());
             }
             Error::SnapshotNotFound { snapshot_id } => {
                 m.insert("snapshot_id".into(), snapshot_id.clone());
@@ -265,6 +281,11 @@ impl Error {
             "QUOTA_EXCEEDED" => Error::QuotaExceeded { message },
             "UNIMPLEMENTED" => Error::Unimplemented { message },
             "FAILED_PRECONDITION" => Error::FailedPrecondition { message },
+            "SESSION_LEASED" => Error::SessionLeased {
+                session_id: get("session_id"),
+                holder: get("holder"),
+                message,
+            },
             "CANCELLED" => Error::Cancelled { message },
             "UNAVAILABLE" => Error::Unavailable { message },
             "INTERNAL" => Error::Internal { message },
@@ -419,6 +440,11 @@ mod tests {
             Error::FailedPrecondition {
                 message: "not set up".into(),
             },
+            Error::SessionLeased {
+                session_id: "s".into(),
+                holder: "replica-1".into(),
+                message: "served elsewhere".into(),
+            },
             Error::Cancelled {
                 message: "gone".into(),
             },
@@ -432,7 +458,7 @@ mod tests {
         // Every variant, so a new one cannot be left out of the table.
         let reasons: std::collections::BTreeSet<_> = samples.iter().map(Error::reason).collect();
         assert_eq!(reasons.len(), samples.len());
-        assert_eq!(samples.len(), 26, "add the new variant to this list");
+        assert_eq!(samples.len(), 27, "add the new variant to this list");
         for e in samples {
             let status = e.to_status();
             assert_eq!(status.code(), e.code());

@@ -205,6 +205,29 @@ impl Client {
         convert::server_count("files_deleted", response.into_inner().files_deleted)
     }
 
+    /// Recreates on the server this client reaches the DIRECTORY session
+    /// `id` from the server's object store, as its snapshot `snapshot`
+    /// holds it (`None`: its latest there). Refused with `SESSION_LEASED`
+    /// while another server's lease on it is live, unless `force`.
+    pub async fn recover_session(
+        &self,
+        id: &str,
+        snapshot: Option<&str>,
+        force: bool,
+    ) -> Result<SessionInfo> {
+        let request = proto::RecoverSessionRequest {
+            session_id: id.to_string(),
+            snapshot_id: snapshot.unwrap_or_default().to_string(),
+            force,
+        };
+        let response = self
+            .sessions
+            .clone()
+            .recover_session(self.credentials.about(request))
+            .await?;
+        convert::session_info(response.into_inner())
+    }
+
     /// A token for `caller` in session `id` (this client must carry the
     /// admin token or the session's system token). Callers are named
     /// `[a-z0-9_-]{1,64}`, never `system`.

@@ -79,6 +79,7 @@ about_session!(
     CreateSessionRequest,
     GetSessionRequest,
     DeleteSessionRequest,
+    RecoverSessionRequest,
     IssueTokenRequest,
     SnapshotRequest,
     RestoreRequest,

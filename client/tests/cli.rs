@@ -1628,3 +1628,22 @@ fn push_and_pull_keep_modes_and_times_and_name_each_skipped_symlink() {
     let notes = std::fs::metadata(back.join("notes.txt")).unwrap();
     assert_eq!(notes.permissions().mode() & 0o777, 0o644);
 }
+
+#[test]
+fn session_recover_reaches_the_server_which_says_it_has_no_object_store() {
+    let id = "00000000-0000-4000-8000-000000000000";
+    let refused = wsfs_with(
+        None,
+        &["session", "recover", id, "--snapshot", id, "--force"],
+        b"",
+        server_url(),
+    )
+    .fails_with("FAILED_PRECONDITION");
+    assert!(
+        refused.stderr.contains("object store"),
+        "{}",
+        refused.stderr
+    );
+    let missing = wsfs_with(None, &["session", "recover"], b"", server_url());
+    assert_eq!(missing.code, 2, "{}", missing.stderr);
+}

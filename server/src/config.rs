@@ -150,6 +150,35 @@ pub struct ServerConfig {
     )]
     pub container_runtimes: Vec<crate::container::ContainerRuntime>,
 
+    /// Mirror every DIRECTORY snapshot to this object store, shared by
+    /// every replica: `s3://bucket/prefix` (credentials and endpoint from
+    /// the usual `AWS_*` variables, `AWS_ENDPOINT_URL` and
+    /// `AWS_ALLOW_HTTP=true` for a local S3 API) or `file:///dir`. Any
+    /// replica can then bring a session back with RecoverSession.
+    #[arg(long, env = "WSFS_OBJECT_STORE", value_name = "URL")]
+    pub object_store: Option<String>,
+
+    /// This server's name in the object store's session leases (default:
+    /// the host name and the listening port).
+    #[arg(long, env = "WSFS_REPLICA_ID")]
+    pub replica_id: Option<String>,
+
+    /// How long a session lease in the object store lasts unless renewed;
+    /// the holder renews it every third of this. A lost replica's sessions
+    /// can be recovered elsewhere once it ran out.
+    #[arg(long, env = "WSFS_LEASE_TTL", value_parser = humantime::parse_duration, default_value = "30s")]
+    pub lease_ttl: Duration,
+
+    /// Snapshot (tag `auto`) every session changed since its last snapshot
+    /// every SECS seconds, upload included; 0: off.
+    #[arg(
+        long,
+        env = "WSFS_AUTOSNAPSHOT",
+        value_name = "SECS",
+        default_value_t = 0
+    )]
+    pub autosnapshot: u64,
+
     /// Serve the one directory DIR over stdin and stdout instead of
     /// listening (what a container runtime starts inside a container):
     /// tokens off, logs on stderr.
@@ -236,6 +265,10 @@ impl ServerConfig {
             durability: Durability::None,
             container_runtimes: Vec::new(),
             stdio: None,
+            object_store: None,
+            replica_id: None,
+            lease_ttl: Duration::from_secs(30),
+            autosnapshot: 0,
         }
     }
 
@@ -279,6 +312,9 @@ impl ServerConfig {
             if d.is_zero() {
                 return Err(format!("{flag} must be longer than zero"));
             }
+        }
+        if self.lease_ttl < Duration::from_secs(1) {
+            return Err("--lease-ttl must be at least 1s".to_string());
         }
         Ok(())
     }

@@ -26,6 +26,7 @@ pub mod journal;
 pub mod limits;
 pub mod metrics;
 pub mod mounts;
+pub mod objstore;
 pub mod producer;
 pub mod quota;
 pub mod search;
@@ -103,7 +104,15 @@ pub async fn serve(
         .max_frame_size(wsfs::HTTP2_MAX_FRAME_BYTES)
         .initial_stream_window_size(UPLOAD_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(UPLOAD_CONNECTION_WINDOW_BYTES);
+    let mut config = config;
+    if config.replica_id.is_none() {
+        config.replica_id = Some(objstore::default_replica_id(bound));
+    }
     let registry = Arc::new(registry::SessionRegistry::open(Arc::new(config))?);
+    // Leases before the first call: a session recovered elsewhere while
+    // this server was down is not served here.
+    registry.tend_leases().await;
+    let background = objstore::background::start(registry.clone());
     let stopping = registry.stopping();
     let auth = Arc::new(auth.persisted_under(&data_dir, &registry));
     if auth.tokens_on() && tls.is_none() && !bound.ip().is_loopback() {
@@ -202,6 +211,9 @@ pub async fn serve(
         }
     };
     reaper.abort();
+    for task in background {
+        task.abort();
+    }
     if let Some(exporter) = exporter {
         exporter.abort();
     }

@@ -13,7 +13,7 @@ use crate::auth::zones::{Layout, ZONE_DIRS};
 use crate::backend::{Backend, DirectoryBackend, MemoryBackend};
 use crate::config::ServerConfig;
 use crate::limits::SessionLimits;
-use crate::snapshots::{DirectorySnapshots, MemorySnapshots, SnapshotStore};
+use crate::snapshots::{MemorySnapshots, SnapshotStore};
 use crate::workspace::Workspace;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -24,6 +24,7 @@ use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, Filesystem, Result, WriteMode, WriteOptions};
 
 mod fork;
+mod recover;
 
 pub use wsfs::BackendKind;
 
@@ -246,7 +247,7 @@ impl Session {
 
 /// What `session.json` holds for a DIRECTORY session, so that it survives
 /// a restart of the server.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct PersistedSession {
     id: String,
     root_path: PathBuf,
@@ -419,6 +420,8 @@ pub struct SessionRegistry {
     /// root was replaced or left the allowed roots): listed, refused, and
     /// deletable, never opened.
     unavailable: RwLock<HashMap<String, Unavailable>>,
+    /// The object store snapshots are mirrored to (`--object-store`).
+    bucket: Option<Arc<crate::objstore::Bucket>>,
 }
 
 /// A recorded session that is not opened, and why.
@@ -427,11 +430,23 @@ pub struct Unavailable {
     pub record: SessionRecord,
     pub why: String,
     session_dir: PathBuf,
+    /// Set when another replica took the session over (its lease).
+    leased_to: Option<String>,
 }
 
 impl Unavailable {
     /// What every call naming this session gets.
     pub fn error(&self) -> Error {
+        if let Some(holder) = &self.leased_to {
+            return Error::SessionLeased {
+                session_id: self.record.id.clone(),
+                holder: holder.clone(),
+                message: format!(
+                    "session '{}' was taken over by replica '{holder}'; this server no longer serves it (DeleteSession here removes only this server's copy)",
+                    self.record.id
+                ),
+            };
+        }
         Error::PermissionDenied {
             path: String::new(),
             message: format!(
@@ -466,6 +481,7 @@ impl SessionRegistry {
             creating: Mutex::new(HashSet::new()),
             stopping: tokio_util::sync::CancellationToken::new(),
             unavailable: RwLock::new(HashMap::new()),
+            bucket: None,
         }
     }
 
@@ -500,7 +516,8 @@ impl SessionRegistry {
     /// directory: sessions outlive a restart of the server. A session
     /// directory whose record cannot be read is left alone and logged.
     pub fn open(config: Arc<ServerConfig>) -> Result<Self> {
-        let registry = Self::new(config);
+        let mut registry = Self::new(config);
+        registry.bucket = registry.open_bucket()?;
         let dir = registry.config.data_dir.join("sessions");
         let entries = match std::fs::read_dir(&dir) {
             Ok(e) => e,
@@ -543,6 +560,7 @@ impl SessionRegistry {
                         record,
                         why,
                         session_dir: session_dir.to_path_buf(),
+                        leased_to: None,
                     };
                     let error = unavailable.error();
                     self.unavailable
@@ -576,11 +594,7 @@ impl SessionRegistry {
             record.limits,
         ));
         ws.set_read_only(record.read_only);
-        let snapshots = Arc::new(DirectorySnapshots::new(
-            ws.clone(),
-            session_dir,
-            self.config.default_max_total_bytes,
-        ));
+        let snapshots = self.directory_snapshots(&ws, &record.id, session_dir);
         // Its change watcher watches the root by the path just checked
         // (component by component, to be that directory): see `insert`.
         Ok(self.insert(
@@ -689,6 +703,10 @@ impl SessionRegistry {
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let _slot = self.reserve_slot(&id)?;
+        let mut claim = match spec.backend {
+            Some(BackendKind::Directory) => self.claim_new(&id).await?,
+            _ => None,
+        };
         let limits = SessionLimits::resolve(spec.limits.as_ref(), self.config.max_write_bytes);
         // Parse every seed path before anything is created.
         let seeds = spec
@@ -768,11 +786,7 @@ impl SessionRegistry {
                     return Err(e);
                 }
                 ws.set_read_only(spec.read_only);
-                let snapshots = Arc::new(DirectorySnapshots::new(
-                    ws.clone(),
-                    &session_dir,
-                    self.config.default_max_total_bytes,
-                ));
+                let snapshots = self.directory_snapshots(&ws, &id, &session_dir);
                 ((ws.clone(), ws, snapshots), Some(root), Some(session_dir))
             }
             BackendKind::Container => {
@@ -789,6 +803,15 @@ impl SessionRegistry {
                 let _ = std::fs::remove_dir_all(dir);
                 return Err(e);
             }
+        }
+        if let (Some(claim), Some(dir)) = (&claim, &owned_dir) {
+            if let Err(e) = claim.record(dir, None).await {
+                let _ = std::fs::remove_dir_all(dir);
+                return Err(e);
+            }
+        }
+        if let Some(claim) = claim.as_mut() {
+            claim.keep();
         }
         let session = self.insert(record, (fs, archive, snapshots), owned_dir);
         if let Some(container) = relay {
@@ -851,6 +874,13 @@ impl SessionRegistry {
                     Error::internal(format!("removing the session's record failed: {e}"))
                 })?;
             return Ok(0);
+        }
+        let mirrored = self
+            .get_quietly(id)
+            .is_some_and(|s| s.record.backend == BackendKind::Directory);
+        if let (Some(bucket), true) = (&self.bucket, mirrored) {
+            // The bucket first: when it is unreachable, nothing changes.
+            bucket.forget_session(id).await?;
         }
         let session = self
             .sessions

@@ -37,6 +37,35 @@ impl Replica {
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
+
+    /// Starts replica `index` under `dir` (its data in
+    /// `dir/replica-<index>/data`, kept across starts) with `setup`'s
+    /// flags and environment, without a proxy.
+    pub fn start(dir: &Path, index: usize, setup: &ReplicaSetup) -> Replica {
+        start_replica(dir, index, setup)
+    }
+
+    /// Kills the process at once, as a lost machine would vanish.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// What each replica of a [`Cluster`] is started with beyond its port and
+/// data directory.
+#[derive(Debug, Clone, Default)]
+pub struct ReplicaSetup {
+    /// Where it listens (default: a free loopback port).
+    pub listen: Option<SocketAddr>,
+    pub args: Vec<String>,
+    pub envs: Vec<(String, String)>,
 }
 
 /// Replicas and the nginx in front of them, in a directory of their own.
@@ -52,13 +81,23 @@ impl Cluster {
     /// `replicas` servers behind nginx; `None` (the caller returns early)
     /// when nginx is not installed and not required.
     pub fn start(replicas: usize) -> Option<Cluster> {
-        let nginx = crate::kit::system_tool("nginx")?;
-        Some(Cluster::start_with(&nginx, replicas))
+        Cluster::start_configured(replicas, |_| ReplicaSetup::default())
     }
 
-    fn start_with(nginx: &Path, replicas: usize) -> Cluster {
+    /// [`Cluster::start`] with replica `i` started as `setup(i)` says.
+    pub fn start_configured(
+        replicas: usize,
+        setup: impl Fn(usize) -> ReplicaSetup,
+    ) -> Option<Cluster> {
+        let nginx = crate::kit::system_tool("nginx")?;
+        Some(Cluster::start_with(&nginx, replicas, setup))
+    }
+
+    fn start_with(nginx: &Path, replicas: usize, setup: impl Fn(usize) -> ReplicaSetup) -> Cluster {
         let dir = fresh_dir();
-        let replicas: Vec<Replica> = (0..replicas).map(|i| start_replica(&dir, i)).collect();
+        let replicas: Vec<Replica> = (0..replicas)
+            .map(|i| start_replica(&dir, i, &setup(i)))
+            .collect();
         let addrs: Vec<SocketAddr> = replicas.iter().map(|r| r.addr).collect();
         let (nginx, proxy) = start_nginx(nginx, &dir, &addrs);
         Cluster {
@@ -76,9 +115,7 @@ impl Cluster {
 
     /// Kills replica `index` at once, as a lost machine would vanish.
     pub fn kill_replica(&mut self, index: usize) {
-        let child = &mut self.replicas[index].child;
-        child.kill().expect("kill the replica");
-        child.wait().expect("reap the replica");
+        self.replicas[index].kill();
     }
 
     /// The proxy's error log, for a failing assertion's message.
@@ -92,8 +129,7 @@ impl Drop for Cluster {
         let _ = self.nginx.kill();
         let _ = self.nginx.wait();
         for replica in &mut self.replicas {
-            let _ = replica.child.kill();
-            let _ = replica.child.wait();
+            replica.kill();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -119,7 +155,7 @@ pub fn binary(name: &str) -> PathBuf {
 /// A directory for one cluster under the build's temporary directory;
 /// those of test processes that are gone are removed first (a static
 /// cluster is never dropped).
-fn fresh_dir() -> PathBuf {
+pub fn fresh_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let base = exe
         .parent()
@@ -145,14 +181,24 @@ fn fresh_dir() -> PathBuf {
     dir
 }
 
-fn start_replica(dir: &Path, index: usize) -> Replica {
+fn start_replica(dir: &Path, index: usize, setup: &ReplicaSetup) -> Replica {
     let home = dir.join(format!("replica-{index}"));
     std::fs::create_dir_all(&home).expect("the replica's directory");
-    let log = std::fs::File::create(home.join("server.log")).expect("the replica's log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(home.join("server.log"))
+        .expect("the replica's log");
     let data_dir = home.join("data");
     let mut command = Command::new(binary("wsfs-server"));
     command
-        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg("--listen")
+        .arg(
+            setup
+                .listen
+                .map_or("127.0.0.1:0".to_string(), |a| a.to_string()),
+        )
+        .arg("--data-dir")
         .arg(&data_dir)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
@@ -165,6 +211,8 @@ fn start_replica(dir: &Path, index: usize) -> Replica {
             command.env_remove(key);
         }
     }
+    command.args(&setup.args);
+    command.envs(setup.envs.iter().map(|(k, v)| (k, v)));
     let mut child = spawn_tied(command);
     let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
     let mut line = String::new();
@@ -307,7 +355,7 @@ type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
 /// ends. `PR_SET_PDEATHSIG` fires when the *thread* that forked the child
 /// ends, and test threads end with their test: every child is therefore
 /// forked by one thread that lives as long as the process.
-fn spawn_tied(mut command: Command) -> Child {
+pub fn spawn_tied(mut command: Command) -> Child {
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
     // SAFETY: prctl is async-signal-safe; nothing else runs between fork
     // and exec.

@@ -257,6 +257,20 @@ pub enum SessionCommand {
         #[arg(required = true)]
         ids: Vec<String>,
     },
+    /// Bring back a DIRECTORY session from the server's object store, on
+    /// the server this command reaches, when the one that served it is gone.
+    #[command(
+        after_help = "Prints the session id alone, like create; --json prints the whole session.\n\nExamples:\n  wsfs session recover 0b5e...\n  wsfs session recover 0b5e... --snapshot 7c1d...   (that snapshot, not the latest)"
+    )]
+    Recover {
+        id: String,
+        /// The snapshot to bring back (default: its latest in the store).
+        #[arg(long)]
+        snapshot: Option<String>,
+        /// Take the session even while another server's lease on it is live.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -79,18 +79,19 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
                 });
             }
             let info = ctx.client().await?.create_session(options).await?;
-            if ctx.json {
-                print_json(&session_json(&info))
-            } else {
-                // stdout stays the id alone (`export WSFS_SESSION=$(...)`);
-                // the token, shown once, must not be lost with it.
-                if let Some(token) = &info.token {
-                    eprintln!(
-                        "wsfs: this session's system token (shown once): export WSFS_TOKEN={token}"
-                    );
-                }
-                println(&info.id)
-            }
+            print_new_session(ctx, &info)
+        }
+        SessionCommand::Recover {
+            id,
+            snapshot,
+            force,
+        } => {
+            let info = ctx
+                .client()
+                .await?
+                .recover_session(&id, snapshot.as_deref(), force)
+                .await?;
+            print_new_session(ctx, &info)
         }
         SessionCommand::List { labels, usage } => {
             let mut wanted = std::collections::BTreeMap::new();
@@ -536,4 +537,17 @@ pub(super) async fn resolve_snapshot(
             ids(prefixed).join(", ")
         ))),
     }
+}
+
+/// A session just made or brought back: its id alone on stdout
+/// (`export WSFS_SESSION=$(...)`), or all of it with --json.
+fn print_new_session(ctx: &Ctx, info: &SessionInfo) -> Outcome {
+    if ctx.json {
+        return print_json(&session_json(info));
+    }
+    // The token, shown once, must not be lost with the id.
+    if let Some(token) = &info.token {
+        eprintln!("wsfs: this session's system token (shown once): export WSFS_TOKEN={token}");
+    }
+    println(&info.id)
 }

@@ -113,6 +113,30 @@ def test_failed_precondition_reasons(session: wsfs.Session) -> None:
         assert e.code is grpc.StatusCode.FAILED_PRECONDITION
 
 
+def test_recover_session_without_an_object_store_is_failed_precondition(
+    client: wsfs.Client,
+) -> None:
+    with pytest.raises(wsfs.FailedPrecondition) as caught:
+        client.recover_session(MISSING_SESSION)
+    assert "object store" in caught.value.message
+    with pytest.raises(wsfs.SessionNotFound):
+        client.get_session(MISSING_SESSION)
+
+
+def test_session_leased_names_its_holder() -> None:
+    e = from_rpc_error(
+        _rpc_error(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "held",
+            "SESSION_LEASED",
+            session_id=MISSING_SESSION,
+            holder="replica-1",
+        )
+    )
+    assert type(e) is wsfs.SessionLeased
+    assert (e.holder, e.session_id) == ("replica-1", MISSING_SESSION)
+
+
 def test_pattern_range_and_read_only(client: wsfs.Client, session: wsfs.Session) -> None:
     session.write("f.txt", "abc\n")
     with pytest.raises(wsfs.InvalidPattern) as pattern:

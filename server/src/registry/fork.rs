@@ -14,7 +14,7 @@ use super::{
 use crate::backend::{Backend, DirectoryBackend, MemoryBackend};
 use crate::limits::SessionLimits;
 use crate::snapshots::fork::abandoned;
-use crate::snapshots::{DirectorySnapshots, MemorySnapshots, SnapshotStore};
+use crate::snapshots::{MemorySnapshots, SnapshotStore};
 use crate::workspace::Workspace;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,10 +44,19 @@ impl SessionRegistry {
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let _slot = self.reserve_slot(&id)?;
-        let origin = self.get(&from.session_id)?;
-        let origin = Arc::new(origin.snapshots.fork_origin(&from.snapshot_id).await?);
         let limits = SessionLimits::resolve(spec.limits.as_ref(), self.config.max_write_bytes);
         let budget = crate::quota::budget(&limits, self.config.default_max_total_bytes);
+        // An origin served elsewhere is read from the object store, into a
+        // copy removed once the fork is made.
+        let (origin, _bucket_copy) = match self.get(&from.session_id) {
+            Ok(origin) => (origin.snapshots.fork_origin(&from.snapshot_id).await?, None),
+            Err(Error::SessionNotFound { .. }) if self.bucket().is_some() => {
+                let (origin, copy) = self.origin_from_bucket(&from, budget).await?;
+                (origin, Some(copy))
+            }
+            Err(e) => return Err(e),
+        };
+        let origin = Arc::new(origin);
         let checked = {
             let origin = origin.clone();
             let limits = crate::quota::with_budget(&limits, self.config.default_max_total_bytes);
@@ -124,11 +133,7 @@ impl SessionRegistry {
                 let b = made.await.map_err(task_failed)??;
                 let ws = Arc::new(Workspace::new(b, limits));
                 ws.set_read_only(read_only);
-                let snapshots = Arc::new(DirectorySnapshots::new(
-                    ws.clone(),
-                    &session_dir,
-                    self.config.default_max_total_bytes,
-                ));
+                let snapshots = self.directory_snapshots(&ws, &id, &session_dir);
                 half_made.keep();
                 (
                     (ws.clone(), ws, snapshots as Arc<dyn SnapshotStore>),
@@ -136,7 +141,11 @@ impl SessionRegistry {
                 )
             }
         };
-        Ok(self.insert(record, handles, owned_dir))
+        let session = self.insert(record, handles, owned_dir);
+        if backend == BackendKind::Directory {
+            self.mirror_fork(&session).await?;
+        }
+        Ok(session)
     }
 }
 

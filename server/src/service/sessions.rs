@@ -286,6 +286,32 @@ impl sessions_server::Sessions for SessionsService {
         .await
     }
 
+    async fn recover_session(
+        &self,
+        request: Request<proto::RecoverSessionRequest>,
+    ) -> Result<Response<proto::Session>, Status> {
+        let admitted = self.admit(request.metadata(), &request.get_ref().session_id);
+        let r = request.into_inner();
+        traced("RecoverSession", &r.session_id, "", async {
+            admitted?;
+            let id = chosen_id(&r.session_id)?
+                .ok_or_else(|| Error::invalid_argument("session_id is required"))?;
+            let registry = self.registry.clone();
+            // Downloaded and restored to the end, or removed again, even
+            // when the caller goes away.
+            let session =
+                to_the_end(async move { registry.recover(&id, &r.snapshot_id, r.force).await })
+                    .await?;
+            tracing::info!(session = %session.record.id, "session recovered from the object store");
+            let mut recovered = session_to_proto(&session);
+            if self.auth.tokens_on() {
+                recovered.token = self.auth.issue(&session, Caller::System)?;
+            }
+            Ok(recovered)
+        })
+        .await
+    }
+
     async fn snapshot(
         &self,
         request: Request<proto::SnapshotRequest>,

@@ -76,6 +76,7 @@ use wsfs::{CanonicalPath, Error, PathLimits, Permissions, Result};
 
 mod fork;
 mod manifest;
+pub mod mirror;
 mod tree;
 pub use fork::{first_snapshot, ForkSource};
 use manifest::{Node, Tree, TreeItem};
@@ -96,6 +97,9 @@ pub struct DirectorySnapshots {
     /// The server's `--default-max-total-bytes`: a snapshot's budget when
     /// the session sets no `max_total_bytes` ([`crate::quota::budget`]).
     default_budget: u64,
+    /// The object store every snapshot is mirrored to, when the server
+    /// has one ([`crate::objstore`]).
+    mirror: Option<Arc<crate::objstore::upload::SessionMirror>>,
 }
 
 impl DirectorySnapshots {
@@ -109,12 +113,20 @@ impl DirectorySnapshots {
     ) -> Self {
         DirectorySnapshots {
             default_budget,
+            mirror: None,
             workspace,
             store: Arc::new(Store {
                 dir: session_dir.to_path_buf(),
                 state: Mutex::new(State::default()),
             }),
         }
+    }
+
+    /// Mirrors every snapshot to `mirror`'s bucket: a snapshot answers
+    /// once it is there.
+    pub fn mirrored(mut self, mirror: Option<Arc<crate::objstore::upload::SessionMirror>>) -> Self {
+        self.mirror = mirror;
+        self
     }
 
     async fn blocking<T, F>(&self, f: F) -> Result<T>
@@ -140,14 +152,29 @@ impl SnapshotStore for DirectorySnapshots {
         // what it stored.
         let cancel = Arc::new(AtomicBool::new(false));
         let _cancel_on_drop = CancelOnDrop(cancel.clone());
-        self.workspace
+        let taken = self.store.clone();
+        let info = self
+            .workspace
             .exclusive(move |b| {
                 let info = store.take(b, tag, budget, &cancel)?;
                 // The store may sit on another filesystem than the root.
                 store.settle(b.durability())?;
                 Ok(info)
             })
-            .await
+            .await?;
+        match &self.mirror {
+            Some(mirror) => {
+                // A snapshot that did not reach the bucket is not kept.
+                let id = info.id.clone();
+                let roll_back = move || {
+                    if let Err(e) = taken.delete(&id) {
+                        tracing::warn!(snapshot = %id, error = %e, "an unmirrored snapshot could not be removed");
+                    }
+                };
+                crate::objstore::upload::mirror_snapshot(mirror.clone(), info, roll_back).await
+            }
+            None => Ok(info),
+        }
     }
 
     async fn restore(&self, id: &str) -> Result<Restored> {
@@ -177,6 +204,19 @@ impl SnapshotStore for DirectorySnapshots {
 
     async fn delete(&self, id: &str) -> Result<()> {
         let key = parse_id(id)?;
+        if let Some(mirror) = &self.mirror {
+            // The bucket first: when it is unreachable, nothing changes.
+            let infos = self.list().await?;
+            if !infos.iter().any(|i| i.id == key) {
+                return Err(not_found(id));
+            }
+            let newest_left = infos
+                .iter()
+                .rev()
+                .find(|i| i.id != key)
+                .map(|i| i.id.as_str());
+            mirror.forget_snapshot(&key, newest_left).await?;
+        }
         self.blocking(move |s| s.delete(&key)).await
     }
 

@@ -24,7 +24,7 @@ pub mod fork;
 mod memory;
 
 pub(crate) use directory::tree;
-pub use directory::{first_snapshot, DirectorySnapshots};
+pub use directory::{first_snapshot, mirror, DirectorySnapshots};
 pub use memory::MemorySnapshots;
 
 use crate::backend::{check_name, Content};

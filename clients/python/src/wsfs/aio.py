@@ -212,6 +212,17 @@ class AsyncClient:
         response = await _call(self._sessions.DeleteSession(request, metadata=metadata))
         return response.files_deleted
 
+    async def recover_session(
+        self, session_id: str, *, snapshot_id: str = "", force: bool = False
+    ) -> SessionInfo:
+        """See ``Client.recover_session``."""
+        request = sessions_pb2.RecoverSessionRequest(
+            session_id=session_id, snapshot_id=snapshot_id, force=force
+        )
+        metadata = c.routed(self._metadata, session_id)
+        response = await _call(self._sessions.RecoverSession(request, metadata=metadata))
+        return SessionInfo._from_proto(response)
+
     async def issue_token(self, session_id: str, caller: str) -> IssuedToken:
         request = sessions_pb2.IssueTokenRequest(session_id=session_id, caller=caller)
         metadata = c.routed(self._metadata, session_id)

@@ -230,6 +230,21 @@ class Client:
         metadata = c.routed(self._metadata, session_id)
         return _call(self._sessions.DeleteSession, request, metadata=metadata).files_deleted
 
+    def recover_session(
+        self, session_id: str, *, snapshot_id: str = "", force: bool = False
+    ) -> SessionInfo:
+        """Recreates on the server this client reaches a DIRECTORY session
+        from the server's object store, as its snapshot ``snapshot_id``
+        holds it (empty: its latest there). Raises ``SessionLeased`` while
+        another server's lease on it is live, unless ``force``."""
+        request = sessions_pb2.RecoverSessionRequest(
+            session_id=session_id, snapshot_id=snapshot_id, force=force
+        )
+        metadata = c.routed(self._metadata, session_id)
+        return SessionInfo._from_proto(
+            _call(self._sessions.RecoverSession, request, metadata=metadata)
+        )
+
     def issue_token(self, session_id: str, caller: str) -> IssuedToken:
         """A bearer token for ``caller`` in the session (tokens on; this
         client must hold the admin token or the session's system token)."""

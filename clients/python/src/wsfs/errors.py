@@ -45,6 +45,7 @@ __all__ = [
     "QuotaExceeded",
     "Unimplemented",
     "FailedPrecondition",
+    "SessionLeased",
     "Cancelled",
     "Unavailable",
     "Internal",
@@ -297,6 +298,22 @@ class FailedPrecondition(WsfsError):
     CODE = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class SessionLeased(WsfsError):
+    """Another server serves this session (its lease in the object store is
+    live), or took it over from this one. ``holder`` names that server."""
+
+    REASON = "SESSION_LEASED"
+    CODE = grpc.StatusCode.FAILED_PRECONDITION
+
+    @property
+    def session_id(self) -> str:
+        return self.metadata.get("session_id", "")
+
+    @property
+    def holder(self) -> str:
+        return self.metadata.get("holder", "")
+
+
 class Cancelled(WsfsError):
     REASON = "CANCELLED"
     CODE = grpc.StatusCode.CANCELLED
@@ -340,6 +357,7 @@ _BY_REASON: dict[str, type[WsfsError]] = {
         QuotaExceeded,
         Unimplemented,
         FailedPrecondition,
+        SessionLeased,
         Cancelled,
         Unavailable,
         Internal,

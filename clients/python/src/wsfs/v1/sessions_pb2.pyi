@@ -215,6 +215,16 @@ class DeleteSessionRequest(_message.Message):
     session_id: str
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
+class RecoverSessionRequest(_message.Message):
+    __slots__ = ("session_id", "snapshot_id", "force")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    snapshot_id: str
+    force: bool
+    def __init__(self, session_id: _Optional[str] = ..., snapshot_id: _Optional[str] = ..., force: bool = ...) -> None: ...
+
 class DeleteSessionResponse(_message.Message):
     __slots__ = ("files_deleted",)
     FILES_DELETED_FIELD_NUMBER: _ClassVar[int]

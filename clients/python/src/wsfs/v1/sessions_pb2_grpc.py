@@ -56,6 +56,11 @@ class SessionsStub(object):
                 request_serializer=wsfs_dot_v1_dot_sessions__pb2.DeleteSessionRequest.SerializeToString,
                 response_deserializer=wsfs_dot_v1_dot_sessions__pb2.DeleteSessionResponse.FromString,
                 _registered_method=True)
+        self.RecoverSession = channel.unary_unary(
+                '/wsfs.v1.Sessions/RecoverSession',
+                request_serializer=wsfs_dot_v1_dot_sessions__pb2.RecoverSessionRequest.SerializeToString,
+                response_deserializer=wsfs_dot_v1_dot_sessions__pb2.Session.FromString,
+                _registered_method=True)
         self.Snapshot = channel.unary_unary(
                 '/wsfs.v1.Sessions/Snapshot',
                 request_serializer=wsfs_dot_v1_dot_sessions__pb2.SnapshotRequest.SerializeToString,
@@ -128,6 +133,15 @@ class SessionsServicer(object):
 
     def DeleteSession(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecoverSession(self, request, context):
+        """Recreates on this server a DIRECTORY session the object store knows
+        (--object-store), from one of its snapshots there, when the replica
+        that served it is gone.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -210,6 +224,11 @@ def add_SessionsServicer_to_server(servicer, server):
                     servicer.DeleteSession,
                     request_deserializer=wsfs_dot_v1_dot_sessions__pb2.DeleteSessionRequest.FromString,
                     response_serializer=wsfs_dot_v1_dot_sessions__pb2.DeleteSessionResponse.SerializeToString,
+            ),
+            'RecoverSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecoverSession,
+                    request_deserializer=wsfs_dot_v1_dot_sessions__pb2.RecoverSessionRequest.FromString,
+                    response_serializer=wsfs_dot_v1_dot_sessions__pb2.Session.SerializeToString,
             ),
             'Snapshot': grpc.unary_unary_rpc_method_handler(
                     servicer.Snapshot,
@@ -367,6 +386,33 @@ class Sessions(object):
             '/wsfs.v1.Sessions/DeleteSession',
             wsfs_dot_v1_dot_sessions__pb2.DeleteSessionRequest.SerializeToString,
             wsfs_dot_v1_dot_sessions__pb2.DeleteSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecoverSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wsfs.v1.Sessions/RecoverSession',
+            wsfs_dot_v1_dot_sessions__pb2.RecoverSessionRequest.SerializeToString,
+            wsfs_dot_v1_dot_sessions__pb2.Session.FromString,
             options,
             channel_credentials,
             insecure,

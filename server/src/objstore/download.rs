@@ -1,0 +1,208 @@
+//! Fetching a session's snapshots from the bucket into a local snapshot
+//! store, for RecoverSession. Every manifest and content is checked
+//! against its hash as it arrives; contents stream to disk, never whole
+//! in memory.
+
+use super::upload::{BucketSession, MAX_RECORD_BYTES};
+use super::{keys, Bucket};
+use crate::snapshots::mirror::{hash_hex, manifest_children, record_root, StoreFiles, StoredChild};
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStoreExt;
+use sha2::{Digest, Sha256};
+use std::time::SystemTime;
+use tokio::io::AsyncWriteExt;
+use wsfs::{Error, Result};
+
+/// Contents fetched at once.
+pub const GET_CONCURRENCY: usize = 16;
+/// The largest manifest read back (a directory of some 100,000 entries).
+const MAX_MANIFEST_BYTES: u64 = 16 * 1024 * 1024;
+
+/// One snapshot of a session, as the bucket lists it.
+#[derive(Debug, Clone)]
+pub struct BucketSnapshot {
+    pub id: String,
+    pub created_at: SystemTime,
+    pub root: [u8; 32],
+    pub raw: bytes::Bytes,
+}
+
+impl BucketSnapshot {
+    /// Refuses (`QuotaExceeded`), before any of it is fetched, a snapshot
+    /// whose files (apparent sizes, as its record says) hold more than
+    /// `budget` bytes (0: no limit); `what` names the call for the message.
+    pub fn check_fits(&self, budget: u64, what: &str) -> Result<()> {
+        #[derive(serde::Deserialize)]
+        struct Totals {
+            total_bytes: u64,
+        }
+        let holds = serde_json::from_slice::<Totals>(&self.raw)
+            .map_err(|e| Error::internal(format!("snapshot {}'s record is corrupt: {e}", self.id)))?
+            .total_bytes;
+        if budget > 0 && holds > budget {
+            return Err(Error::QuotaExceeded {
+                message: format!(
+                    "cannot {what}: snapshot {} holds {holds} bytes, over the budget of {budget} bytes (the session's max_total_bytes, or --default-max-total-bytes)",
+                    self.id
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Bucket {
+    /// Session `id` as the bucket knows it: its record and snapshots
+    /// (oldest first); `SessionNotFound` when it has no record.
+    pub async fn session(&self, id: &str) -> Result<(BucketSession, Vec<BucketSnapshot>)> {
+        let record = self
+            .session_record(id)
+            .await?
+            .ok_or_else(|| Error::SessionNotFound {
+                session_id: id.to_string(),
+            })?;
+        let mut snapshots = Vec::new();
+        for meta in self.list(&keys::snapshots(id)).await? {
+            let Some(raw) = self.get_small(&meta.location, MAX_RECORD_BYTES).await? else {
+                continue;
+            };
+            let (snapshot_id, created_at, root) = record_root(&raw)?;
+            snapshots.push(BucketSnapshot {
+                id: snapshot_id,
+                created_at,
+                root,
+                raw,
+            });
+        }
+        snapshots.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok((record, snapshots))
+    }
+
+    /// Fetches every manifest and content of `snapshots` into `files`
+    /// (skipping what it already holds), then their records.
+    pub async fn download(&self, files: &StoreFiles, snapshots: &[BucketSnapshot]) -> Result<()> {
+        let mut contents = Vec::new();
+        let mut stack: Vec<[u8; 32]> = snapshots.iter().map(|s| s.root).collect();
+        let mut seen = std::collections::HashSet::new();
+        while let Some(hash) = stack.pop() {
+            if !seen.insert(hash) {
+                continue;
+            }
+            let raw = match tokio::fs::read(files.manifest_path(&hash)).await {
+                Ok(raw) => raw,
+                Err(_) => {
+                    let key = keys::manifest(&hash_hex(&hash));
+                    let raw = self
+                        .get_small(&key, MAX_MANIFEST_BYTES)
+                        .await?
+                        .ok_or_else(|| missing(&key))?;
+                    if <[u8; 32]>::from(Sha256::digest(&raw)) != hash {
+                        return Err(corrupt(&key));
+                    }
+                    let stored = raw.clone();
+                    let files = files.clone();
+                    blocking(move || files.put(true, &hash, &stored)).await?;
+                    raw.to_vec()
+                }
+            };
+            let children = manifest_children(&raw)
+                .ok_or_else(|| corrupt(&keys::manifest(&hash_hex(&hash))))?;
+            for child in children {
+                match child {
+                    StoredChild::Content { hash, .. } => contents.push(hash),
+                    StoredChild::Manifest(tree) => stack.push(tree),
+                }
+            }
+        }
+        contents.sort_unstable();
+        contents.dedup();
+        futures::stream::iter(contents)
+            .map(|hash| self.download_content(files, hash))
+            .buffer_unordered(GET_CONCURRENCY)
+            .try_collect::<()>()
+            .await?;
+        for s in snapshots {
+            let (files, id, raw) = (files.clone(), s.id.clone(), s.raw.clone());
+            blocking(move || files.put_record(&id, &raw)).await?;
+        }
+        Ok(())
+    }
+
+    async fn download_content(&self, files: &StoreFiles, hash: [u8; 32]) -> Result<()> {
+        if tokio::fs::metadata(files.content_path(&hash)).await.is_ok() {
+            return Ok(());
+        }
+        let key = keys::content(&hash_hex(&hash));
+        let got = match self.store.get(&key).await {
+            Ok(got) => got,
+            Err(object_store::Error::NotFound { .. }) => return Err(missing(&key)),
+            Err(e) => return Err(self.failed("read", &key, e)),
+        };
+        let (tmp, file) = {
+            let files = files.clone();
+            blocking(move || files.temp()).await?
+        };
+        let mut out = tokio::io::BufWriter::new(tokio::fs::File::from_std(file));
+        let mut hasher = Sha256::new();
+        let mut stream = got.into_stream();
+        let written = async {
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| self.failed("read", &key, e))?;
+                hasher.update(&chunk);
+                out.write_all(&chunk)
+                    .await
+                    .map_err(|e| Error::internal(format!("cannot store '{key}': {e}")))?;
+            }
+            out.flush()
+                .await
+                .map_err(|e| Error::internal(format!("cannot store '{key}': {e}")))
+        }
+        .await;
+        let checked = written.and_then(|()| {
+            if <[u8; 32]>::from(hasher.finalize()) == hash {
+                Ok(())
+            } else {
+                Err(corrupt(&key))
+            }
+        });
+        let files = files.clone();
+        blocking(move || {
+            let published = checked.and_then(|()| files.publish(&tmp, &hash));
+            let _ = std::fs::remove_file(&tmp);
+            published
+        })
+        .await
+    }
+}
+
+/// The snapshot of `snapshots` that `wanted` names (empty: the latest).
+pub fn choose<'a>(snapshots: &'a [BucketSnapshot], wanted: &str) -> Result<&'a BucketSnapshot> {
+    if wanted.is_empty() {
+        return snapshots.last().ok_or_else(|| Error::SnapshotNotFound {
+            snapshot_id: String::new(),
+        });
+    }
+    let id = crate::snapshots::parse_id(wanted)?;
+    snapshots
+        .iter()
+        .find(|s| s.id == id)
+        .ok_or_else(|| crate::snapshots::not_found(wanted))
+}
+
+fn missing(key: &object_store::path::Path) -> Error {
+    Error::internal(format!(
+        "the object store lacks '{key}', which a snapshot names"
+    ))
+}
+
+fn corrupt(key: &object_store::path::Path) -> Error {
+    Error::internal(format!(
+        "the object store's '{key}' does not match its hash"
+    ))
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::internal(format!("a recovery task failed: {e}")))?
+}

@@ -1,0 +1,308 @@
+//! Mirroring one session's snapshots and record to the bucket.
+//!
+//! Only what the bucket lacks moves: a content or manifest already known
+//! to be there is skipped without a request; one not known is created
+//! with `PutMode::Create` (the bucket refuses a second copy) or, for large
+//! contents, looked up first and then sent in parts. A manifest is sent
+//! after everything it names, so a manifest found in the bucket stands
+//! for its whole subtree, which is then not walked.
+
+use super::{keys, Bucket, Key};
+use crate::snapshots::mirror::{hash_hex, manifest_children, record_root, StoreFiles, StoredChild};
+use futures::{StreamExt, TryStreamExt};
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::io::AsyncReadExt;
+use wsfs::{Error, Result};
+
+/// Contents up to this size are sent in one request, read whole into
+/// memory; larger ones in parts of [`PART_BYTES`].
+pub const SINGLE_PUT_MAX_BYTES: u64 = 1024 * 1024;
+/// Small contents sent at once, each at most [`SINGLE_PUT_MAX_BYTES`].
+pub const PUT_CONCURRENCY: usize = 16;
+/// One part of a large content (S3's minimum is 5 MiB).
+pub const PART_BYTES: usize = 8 * 1024 * 1024;
+/// Parts of one large content in flight at once.
+pub const PARTS_IN_FLIGHT: usize = 2;
+/// The largest session or snapshot record read back.
+pub const MAX_RECORD_BYTES: u64 = 1024 * 1024;
+
+/// What the bucket keeps to recreate a session.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BucketSession {
+    /// The session's record as its server's `session.json` holds it.
+    pub session: serde_json::Value,
+    /// The snapshot RecoverSession restores unless told otherwise.
+    #[serde(default)]
+    pub latest_snapshot: Option<String>,
+    /// The replica that wrote this.
+    pub written_by: String,
+}
+
+/// One session's mirror: its local store and its place in the bucket.
+pub struct SessionMirror {
+    bucket: Arc<Bucket>,
+    session_id: String,
+    session_dir: PathBuf,
+    /// One upload of this session at a time, so that the session record
+    /// names the latest snapshot last.
+    busy: tokio::sync::Mutex<()>,
+}
+
+impl SessionMirror {
+    pub fn new(bucket: Arc<Bucket>, session_id: &str, session_dir: &std::path::Path) -> Self {
+        SessionMirror {
+            bucket,
+            session_id: session_id.to_string(),
+            session_dir: session_dir.to_path_buf(),
+            busy: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn bucket(&self) -> &Arc<Bucket> {
+        &self.bucket
+    }
+
+    /// Sends snapshot `snapshot_id` (already stored locally) and then the
+    /// session record naming it as the latest.
+    pub async fn upload_snapshot(&self, snapshot_id: &str) -> Result<()> {
+        let _one = self.busy.lock().await;
+        let files = StoreFiles::new(&self.session_dir);
+        let raw = tokio::fs::read(files.record_path(snapshot_id))
+            .await
+            .map_err(|e| {
+                Error::internal(format!(
+                    "snapshot {snapshot_id}'s record is unreadable: {e}"
+                ))
+            })?;
+        let (_, _, root) = record_root(&raw)?;
+        self.bucket.upload_tree(&files, root).await?;
+        let key = keys::snapshot(&self.session_id, snapshot_id);
+        self.bucket.put_over(&key, raw.into()).await?;
+        self.write_record(Some(snapshot_id)).await
+    }
+
+    /// Writes the session record, naming `latest` as the snapshot to
+    /// recover (`None`: the session has none).
+    pub async fn write_record(&self, latest: Option<&str>) -> Result<()> {
+        let local = tokio::fs::read(self.session_dir.join("session.json"))
+            .await
+            .map_err(|e| Error::internal(format!("the session record is unreadable: {e}")))?;
+        let session: serde_json::Value = serde_json::from_slice(&local)
+            .map_err(|e| Error::internal(format!("the session record is corrupt: {e}")))?;
+        let record = BucketSession {
+            session,
+            latest_snapshot: latest.map(str::to_string),
+            written_by: self.bucket.replica.clone(),
+        };
+        let json = serde_json::to_vec(&record)
+            .map_err(|e| Error::internal(format!("cannot encode the session record: {e}")))?;
+        self.bucket
+            .put_over(&keys::session_record(&self.session_id), json.into())
+            .await
+    }
+
+    /// Forgets snapshot `snapshot_id` in the bucket (its contents stay:
+    /// other snapshots and sessions may share them). The session record
+    /// then names `latest`.
+    pub async fn forget_snapshot(&self, snapshot_id: &str, latest: Option<&str>) -> Result<()> {
+        let _one = self.busy.lock().await;
+        let key = keys::snapshot(&self.session_id, snapshot_id);
+        match self.bucket.store.delete(&key).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(self.bucket.failed("delete", &key, e)),
+        }
+        let record = self.bucket.session_record(&self.session_id).await?;
+        if record.is_some_and(|r| r.latest_snapshot.as_deref() == Some(snapshot_id)) {
+            self.write_record(latest).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Mirrors the snapshot `info` just taken; on failure calls `roll_back`
+/// (on the blocking pool) and fails `Unavailable` (or `Internal` when
+/// the local store is damaged). The upload, and its roll-back, run to
+/// their end even when the caller goes away.
+pub async fn mirror_snapshot(
+    mirror: Arc<SessionMirror>,
+    info: crate::snapshots::SnapshotInfo,
+    roll_back: impl FnOnce() + Send + 'static,
+) -> Result<crate::snapshots::SnapshotInfo> {
+    let task = tokio::spawn(async move {
+        match mirror.upload_snapshot(&info.id).await {
+            Ok(()) => Ok(info),
+            Err(e) => {
+                let _ = tokio::task::spawn_blocking(roll_back).await;
+                Err(e)
+            }
+        }
+    });
+    task.await
+        .map_err(|e| Error::internal(format!("the snapshot's upload failed: {e}")))?
+}
+
+impl Bucket {
+    /// Session `id`'s record in the bucket, if it has one.
+    pub async fn session_record(&self, id: &str) -> Result<Option<BucketSession>> {
+        let key = keys::session_record(id);
+        match self.get_small(&key, MAX_RECORD_BYTES).await? {
+            None => Ok(None),
+            Some(raw) => serde_json::from_slice(&raw).map(Some).map_err(|e| {
+                Error::internal(format!("the object store's '{key}' is corrupt: {e}"))
+            }),
+        }
+    }
+
+    /// Writes `key`, replacing what it held.
+    async fn put_over(&self, key: &Key, payload: PutPayload) -> Result<()> {
+        self.store
+            .put(key, payload)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.failed("write", key, e))
+    }
+
+    /// Creates `key` unless it exists; either way it is then there.
+    async fn put_if_missing(&self, key: &Key, payload: PutPayload) -> Result<()> {
+        let create = PutOptions::from(PutMode::Create);
+        match self.store.put_opts(key, payload, create).await {
+            Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {
+                self.mark_known(key);
+                Ok(())
+            }
+            Err(e) => Err(self.failed("write", key, e)),
+        }
+    }
+
+    /// Sends every content and manifest of the tree under manifest `root`
+    /// that the bucket lacks.
+    async fn upload_tree(&self, files: &StoreFiles, root: [u8; 32]) -> Result<()> {
+        let mut contents: Vec<([u8; 32], u64)> = Vec::new();
+        // Parents after their children: the order they are sent in.
+        let mut manifests: Vec<[u8; 32]> = Vec::new();
+        let mut stack = vec![(root, false)];
+        let mut seen = std::collections::HashSet::new();
+        while let Some((hash, children_done)) = stack.pop() {
+            if children_done {
+                manifests.push(hash);
+                continue;
+            }
+            if !seen.insert(hash) {
+                continue;
+            }
+            if self.exists(&keys::manifest(&hash_hex(&hash))).await? {
+                continue;
+            }
+            let path = files.manifest_path(&hash);
+            let raw = tokio::fs::read(&path)
+                .await
+                .map_err(|e| Error::internal(format!("a stored manifest is unreadable: {e}")))?;
+            let children = manifest_children(&raw).ok_or_else(|| {
+                Error::internal(format!(
+                    "the stored manifest {} is corrupt",
+                    hash_hex(&hash)
+                ))
+            })?;
+            stack.push((hash, true));
+            for child in children {
+                match child {
+                    StoredChild::Content { hash, size } => contents.push((hash, size)),
+                    StoredChild::Manifest(tree) => stack.push((tree, false)),
+                }
+            }
+        }
+        contents.sort_unstable();
+        contents.dedup();
+        contents.retain(|(hash, _)| !self.is_known(&keys::content(&hash_hex(hash))));
+        let (small, large): (Vec<_>, Vec<_>) = contents
+            .into_iter()
+            .partition(|(_, size)| *size <= SINGLE_PUT_MAX_BYTES);
+        futures::stream::iter(small)
+            .map(|(hash, _)| self.upload_small(files, hash))
+            .buffer_unordered(PUT_CONCURRENCY)
+            .try_collect::<()>()
+            .await?;
+        for (hash, _) in large {
+            self.upload_large(files, hash).await?;
+        }
+        for hash in manifests {
+            let raw = tokio::fs::read(files.manifest_path(&hash))
+                .await
+                .map_err(|e| Error::internal(format!("a stored manifest is unreadable: {e}")))?;
+            self.put_if_missing(&keys::manifest(&hash_hex(&hash)), raw.into())
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn upload_small(&self, files: &StoreFiles, hash: [u8; 32]) -> Result<()> {
+        let key = keys::content(&hash_hex(&hash));
+        let path = files.content_path(&hash);
+        let mut file = tokio::fs::File::open(&path).await.map_err(unreadable)?;
+        let mut bytes = Vec::new();
+        // The manifest said how big; a store file longer than that is
+        // damaged, and never read past the single-put bound.
+        (&mut file)
+            .take(SINGLE_PUT_MAX_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .await
+            .map_err(unreadable)?;
+        if bytes.len() as u64 > SINGLE_PUT_MAX_BYTES {
+            return self.upload_large(files, hash).await;
+        }
+        self.put_if_missing(&key, bytes.into()).await
+    }
+
+    async fn upload_large(&self, files: &StoreFiles, hash: [u8; 32]) -> Result<()> {
+        let key = keys::content(&hash_hex(&hash));
+        if self.exists(&key).await? {
+            return Ok(());
+        }
+        let mut file = tokio::fs::File::open(files.content_path(&hash))
+            .await
+            .map_err(unreadable)?;
+        let upload = self
+            .store
+            .put_multipart(&key)
+            .await
+            .map_err(|e| self.failed("write", &key, e))?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+        let mut buf = vec![0u8; PART_BYTES];
+        let sent = async {
+            loop {
+                writer
+                    .wait_for_capacity(PARTS_IN_FLIGHT)
+                    .await
+                    .map_err(|e| self.failed("write", &key, e))?;
+                let n = file.read(&mut buf).await.map_err(unreadable)?;
+                if n == 0 {
+                    break;
+                }
+                writer.write(&buf[..n]);
+            }
+            Ok::<_, Error>(())
+        }
+        .await;
+        match sent {
+            Ok(()) => {
+                writer
+                    .finish()
+                    .await
+                    .map_err(|e| self.failed("write", &key, e))?;
+                self.mark_known(&key);
+                Ok(())
+            }
+            Err(e) => {
+                let _ = writer.abort().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+fn unreadable(e: std::io::Error) -> Error {
+    Error::internal(format!("a stored content is unreadable: {e}"))
+}

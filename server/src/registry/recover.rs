@@ -1,0 +1,397 @@
+//! The registry's side of the object store ([`crate::objstore`]): leases
+//! on the DIRECTORY sessions this server serves, and RecoverSession, which
+//! recreates here a session the bucket knows.
+
+use super::{
+    create_session_dirs, write_session_file, BackendKind, PersistedSession, Session,
+    SessionRegistry, Unavailable,
+};
+use crate::backend::DirectoryBackend;
+use crate::objstore::lease::Renewal;
+use crate::objstore::upload::SessionMirror;
+use crate::objstore::{download, Bucket};
+use crate::snapshots::mirror::StoreFiles;
+use crate::snapshots::{DirectorySnapshots, SnapshotStore};
+use crate::workspace::Workspace;
+use std::path::Path;
+use std::sync::Arc;
+use wsfs::{Error, Result};
+
+/// A new session's lease, given back (and the session forgotten in the
+/// bucket) unless the creation completes.
+pub(super) struct Claim {
+    bucket: Arc<Bucket>,
+    id: String,
+    kept: bool,
+}
+
+impl Claim {
+    /// Writes the session's record to the bucket, naming `latest`.
+    pub(super) async fn record(&self, session_dir: &Path, latest: Option<&str>) -> Result<()> {
+        SessionMirror::new(self.bucket.clone(), &self.id, session_dir)
+            .write_record(latest)
+            .await
+    }
+
+    pub(super) fn keep(&mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        let (bucket, id) = (self.bucket.clone(), self.id.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = bucket.forget_session(&id).await {
+                    tracing::warn!(session = %id, error = %e, "a failed creation's lease could not be given back");
+                }
+            });
+        }
+    }
+}
+
+impl SessionRegistry {
+    /// The bucket `--object-store` names, if any.
+    pub(super) fn open_bucket(&self) -> Result<Option<Arc<Bucket>>> {
+        let Some(url) = &self.config.object_store else {
+            return Ok(None);
+        };
+        let replica = self
+            .config
+            .replica_id
+            .clone()
+            .unwrap_or_else(|| crate::objstore::default_replica_id(self.config.listen));
+        let bucket = Bucket::open(url, replica, self.config.lease_ttl)?;
+        // Copies fetched for forks that a stop cut short.
+        let _ = std::fs::remove_dir_all(self.config.data_dir.join("bucket-copies"));
+        tracing::info!(store = %url, replica = %bucket.replica(), "snapshots mirrored to the object store");
+        Ok(Some(Arc::new(bucket)))
+    }
+
+    pub fn bucket(&self) -> Option<&Arc<Bucket>> {
+        self.bucket.as_ref()
+    }
+
+    /// The mirror of DIRECTORY session `id`'s snapshots, when the server
+    /// has a bucket.
+    pub(super) fn mirror_for(&self, id: &str, session_dir: &Path) -> Option<Arc<SessionMirror>> {
+        self.bucket
+            .as_ref()
+            .map(|b| Arc::new(SessionMirror::new(b.clone(), id, session_dir)))
+    }
+
+    /// The snapshots of DIRECTORY session `id`, kept in `session_dir` and
+    /// mirrored to the bucket when the server has one.
+    pub(super) fn directory_snapshots(
+        &self,
+        ws: &Arc<Workspace<DirectoryBackend>>,
+        id: &str,
+        session_dir: &Path,
+    ) -> Arc<DirectorySnapshots> {
+        Arc::new(
+            DirectorySnapshots::new(ws.clone(), session_dir, self.config.default_max_total_bytes)
+                .mirrored(self.mirror_for(id, session_dir)),
+        )
+    }
+
+    /// The live session `id`, without counting as use.
+    pub(super) fn get_quietly(&self, id: &str) -> Option<Arc<Session>> {
+        self.sessions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    /// Takes the lease of a new DIRECTORY session `id`; refused
+    /// (`AlreadyExists`) when the bucket already knows a session by that
+    /// id, wherever it is served.
+    pub(super) async fn claim_new(&self, id: &str) -> Result<Option<Claim>> {
+        let Some(bucket) = &self.bucket else {
+            return Ok(None);
+        };
+        let exists = || Error::AlreadyExists {
+            path: format!("session {id} (in the object store: recover it with RecoverSession)"),
+        };
+        if bucket.session_record(id).await?.is_some() || bucket.lease(id).await?.is_some() {
+            return Err(exists());
+        }
+        bucket
+            .acquire(id, false, false)
+            .await
+            .map_err(|e| match e {
+                Error::SessionLeased { .. } => exists(),
+                other => other,
+            })?;
+        Ok(Some(Claim {
+            bucket: bucket.clone(),
+            id: id.to_string(),
+            kept: false,
+        }))
+    }
+
+    /// Mirrors a new DIRECTORY fork: its lease, its first snapshot and its
+    /// record. On failure the fork is removed again.
+    pub(super) async fn mirror_fork(&self, session: &Arc<Session>) -> Result<()> {
+        let (Some(bucket), Some(dir)) = (&self.bucket, session.owned_dir.as_deref()) else {
+            return Ok(());
+        };
+        let id = &session.record.id;
+        let mirrored = async {
+            let mut claim = self
+                .claim_new(id)
+                .await?
+                .ok_or_else(|| Error::internal("the object store went away during the fork"))?;
+            let latest = session.snapshots.list().await?.pop();
+            let mirror = SessionMirror::new(bucket.clone(), id, dir);
+            match latest {
+                Some(info) => mirror.upload_snapshot(&info.id).await?,
+                None => claim.record(dir, None).await?,
+            }
+            claim.keep();
+            Ok(())
+        }
+        .await;
+        if let Err(e) = mirrored {
+            let _ = self.delete(id).await;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Takes or renews the lease of every DIRECTORY session served here.
+    /// A session whose lease another replica holds (it was recovered
+    /// there) stops being served: every call on it is then refused with
+    /// `SESSION_LEASED`. A session the bucket does not know yet (the
+    /// bucket was added since) is uploaded: its latest snapshot and
+    /// record.
+    pub async fn tend_leases(&self) {
+        let Some(bucket) = &self.bucket else {
+            return;
+        };
+        let held: std::collections::HashSet<String> = bucket.held_sessions().into_iter().collect();
+        for session in self.list() {
+            if session.record.backend != BackendKind::Directory {
+                continue;
+            }
+            let id = session.record.id.clone();
+            let outcome = if held.contains(&id) {
+                bucket.renew(&id).await
+            } else {
+                match bucket.acquire(&id, false, false).await {
+                    Ok(()) => self
+                        .upload_unknown(bucket, &session)
+                        .await
+                        .map(|()| Renewal::Renewed),
+                    Err(Error::SessionLeased { holder, .. }) => Ok(Renewal::Lost { holder }),
+                    Err(e) => Err(e),
+                }
+            };
+            match outcome {
+                Ok(Renewal::Renewed | Renewal::NotHeld) => {}
+                Ok(Renewal::Lost { holder }) => self.surrender(&id, holder),
+                Err(e) => {
+                    tracing::warn!(session = %id, error = %e, "the session's lease could not be renewed")
+                }
+            }
+        }
+    }
+
+    /// Uploads a session the bucket has no record of.
+    async fn upload_unknown(&self, bucket: &Arc<Bucket>, session: &Arc<Session>) -> Result<()> {
+        let Some(dir) = session.owned_dir.as_deref() else {
+            return Ok(());
+        };
+        let id = &session.record.id;
+        if bucket.session_record(id).await?.is_some() {
+            return Ok(());
+        }
+        let mirror = SessionMirror::new(bucket.clone(), id, dir);
+        match session.snapshots.list().await?.pop() {
+            Some(latest) => mirror.upload_snapshot(&latest.id).await,
+            None => mirror.write_record(None).await,
+        }
+    }
+
+    /// Stops serving session `id`, which replica `holder` took over.
+    fn surrender(&self, id: &str, holder: String) {
+        let Some(session) = self
+            .sessions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id)
+        else {
+            return;
+        };
+        session.closed.cancel();
+        tracing::warn!(session = %id, %holder, "another replica took the session over: no longer served here");
+        let unavailable = Unavailable {
+            record: session.record.clone(),
+            why: format!("taken over by replica '{holder}'"),
+            session_dir: session.owned_dir.clone().unwrap_or_default(),
+            leased_to: Some(holder),
+        };
+        self.unavailable
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_string(), unavailable);
+    }
+
+    /// Recreates on this server DIRECTORY session `id` from the bucket:
+    /// its record, every snapshot it has there (listed and restorable
+    /// here), and its workspace as snapshot `snapshot_id` (empty: the
+    /// latest) holds it. Takes the session's lease first: refused
+    /// (`SESSION_LEASED`) while another replica holds a live one, unless
+    /// `force`.
+    pub async fn recover(&self, id: &str, snapshot_id: &str, force: bool) -> Result<Arc<Session>> {
+        let bucket = self
+            .bucket
+            .clone()
+            .ok_or_else(|| Error::FailedPrecondition {
+                message:
+                    "this server has no object store (--object-store) to recover sessions from"
+                        .to_string(),
+            })?;
+        let _slot = self.reserve_slot(id)?;
+        let session_dir = self.config.data_dir.join("sessions").join(id);
+        if session_dir.symlink_metadata().is_ok() {
+            return Err(Error::AlreadyExists {
+                path: format!("session {id}"),
+            });
+        }
+        let (record, snapshots) = bucket.session(id).await?;
+        let chosen = match snapshot_id.is_empty() && snapshots.is_empty() {
+            // Recorded but never snapshotted: it comes back empty.
+            true => None,
+            false => Some(download::choose(&snapshots, snapshot_id)?.id.clone()),
+        };
+        let mut persisted: PersistedSession =
+            serde_json::from_value(record.session).map_err(|e| {
+                Error::internal(format!("the object store's session record is corrupt: {e}"))
+            })?;
+        if persisted.id != id {
+            return Err(Error::internal(format!(
+                "the object store's record of session '{id}' names '{}'",
+                persisted.id
+            )));
+        }
+        // Rooted elsewhere on the lost machine or not, the recovered
+        // session's workspace is its own directory here.
+        let root = session_dir.join("root");
+        persisted.root_path = root.clone();
+        persisted.root_identity = None;
+        // Each snapshot must fit the session's own byte budget, as it did
+        // when it was taken: checked before any byte is fetched.
+        let limits = persisted
+            .clone()
+            .into_record(self.config.max_write_bytes)
+            .limits;
+        let budget = crate::quota::budget(&limits, self.config.default_max_total_bytes);
+        for snapshot in &snapshots {
+            snapshot.check_fits(budget, &format!("recover session '{id}'"))?;
+        }
+        bucket.acquire(id, force, true).await?;
+        let made = self
+            .make_recovered(
+                &bucket,
+                &session_dir,
+                persisted,
+                &snapshots,
+                chosen.as_deref(),
+            )
+            .await;
+        match made {
+            Ok(session) => Ok(session),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&session_dir);
+                // Another replica may recover it instead.
+                bucket.release(id).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn make_recovered(
+        &self,
+        bucket: &Arc<Bucket>,
+        session_dir: &Path,
+        persisted: PersistedSession,
+        snapshots: &[download::BucketSnapshot],
+        chosen: Option<&str>,
+    ) -> Result<Arc<Session>> {
+        let record = persisted.clone().into_record(self.config.max_write_bytes);
+        let root = persisted.root_path.clone();
+        create_session_dirs(session_dir, &root, true)?;
+        bucket
+            .download(&StoreFiles::new(session_dir), snapshots)
+            .await?;
+        let backend = DirectoryBackend::open(&root, &session_dir.join("staging"))?
+            .with_durability(self.config.durability)
+            .with_owner(record.owner);
+        backend.claim_for_owner(true)?;
+        let ws = Arc::new(Workspace::new(backend, record.limits));
+        let store = self.directory_snapshots(&ws, &record.id, session_dir);
+        if let Some(snapshot) = chosen {
+            store.restore(snapshot).await?;
+        }
+        ws.set_read_only(record.read_only);
+        // Last: its presence makes the session outlive a restart.
+        write_session_file(session_dir, &persisted, self.config.durability)?;
+        Ok(self.insert(
+            record,
+            (ws.clone(), ws, store),
+            Some(session_dir.to_path_buf()),
+        ))
+    }
+
+    /// Snapshot `from` of a session this server does not hold, fetched
+    /// from the bucket as a fork's origin; refused (`QuotaExceeded`)
+    /// before anything is fetched when it holds more than `budget` bytes.
+    /// The returned copy is removed when dropped.
+    pub(super) async fn origin_from_bucket(
+        &self,
+        from: &super::SnapshotRef,
+        budget: u64,
+    ) -> Result<(crate::snapshots::fork::Origin, BucketCopy)> {
+        let bucket = self.bucket.clone().ok_or_else(|| Error::SessionNotFound {
+            session_id: from.session_id.clone(),
+        })?;
+        let (_, snapshots) = bucket.session(&from.session_id).await?;
+        let chosen = download::choose(&snapshots, &from.snapshot_id)?.clone();
+        chosen.check_fits(budget, "fork")?;
+        let copy = BucketCopy(
+            self.config
+                .data_dir
+                .join("bucket-copies")
+                .join(uuid::Uuid::new_v4().to_string()),
+        );
+        let root = copy.0.join("root");
+        create_session_dirs(&copy.0, &root, true)?;
+        bucket
+            .download(&StoreFiles::new(&copy.0), std::slice::from_ref(&chosen))
+            .await?;
+        let backend = DirectoryBackend::open(&root, &copy.0.join("staging"))?;
+        let ws = Arc::new(Workspace::new(
+            backend,
+            crate::limits::SessionLimits::default(),
+        ));
+        let store = DirectorySnapshots::new(ws, &copy.0, self.config.default_max_total_bytes);
+        let origin = store.fork_origin(&chosen.id).await?;
+        Ok((origin, copy))
+    }
+}
+
+/// A snapshot fetched from the bucket for one fork: removed when dropped
+/// (a fork's store hard-links what it keeps).
+pub(super) struct BucketCopy(std::path::PathBuf);
+
+impl Drop for BucketCopy {
+    fn drop(&mut self) {
+        let dir = std::mem::take(&mut self.0);
+        std::thread::spawn(move || std::fs::remove_dir_all(dir));
+    }
+}
