@@ -175,7 +175,10 @@ fn replay(b: &DirectoryBackend, staging: &Path, intent: &Intent) -> Result<()> {
         target.insert(&f.path, FileKind::File);
     }
     let candidates: Vec<CanonicalPath> = match &intent.prune {
-        Prune::Everything => b.tree()?.into_iter().map(|e| e.path).collect(),
+        Prune::Everything => crate::snapshots::tree(b)?
+            .into_iter()
+            .map(|e| e.path)
+            .collect(),
         Prune::Paths(paths) => paths.iter().map(|p| parse(p)).collect::<Result<_>>()?,
     };
     let mut removed: Vec<CanonicalPath> = Vec::new();

@@ -24,6 +24,8 @@ use bytes::Bytes;
 use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, Metadata, Permissions, Result};
 
+#[cfg(test)]
+mod contract_tests;
 pub mod directory;
 pub mod memory;
 

@@ -26,7 +26,7 @@
 //! snapshots.
 //!
 //! A snapshot stats every entry (one `statx` each, by descriptor, through
-//! [`DirectoryBackend::tree`]) and compares it with the previous snapshot's
+//! [`tree()`]) and compares it with the previous snapshot's
 //! manifests, kept in memory: a file with the same identity is not read, so
 //! the snapshot's reads and writes grow with what changed. Restore compares
 //! the same way and rewrites only the files that differ from the snapshot.
@@ -55,7 +55,7 @@ use super::{
     check_restore, new_id, not_found, parse_id, Restored, SnapshotEntry, SnapshotFiles,
     SnapshotInfo, SnapshotStore,
 };
-use crate::backend::directory::{next_data, Displaced, FileIdentity, TreeEntry, TreeKind};
+use crate::backend::directory::{next_data, Displaced};
 use crate::backend::{Backend, CommitMode, Content, DirectoryBackend, StagedFile};
 use crate::journal::{self, Intent, IntentFile, Prune};
 use crate::limits::SessionLimits;
@@ -73,7 +73,11 @@ use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, PathLimits, Permissions, Result};
 
 mod fork;
+mod manifest;
+mod tree;
 pub use fork::{first_snapshot, ForkSource};
+use manifest::{Node, Tree, TreeItem};
+pub(crate) use tree::{tree, FileIdentity, TreeEntry, TreeKind};
 
 const COPY_BUFFER: usize = 1024 * 1024;
 /// Zeros hashed at a time for a hole.
@@ -255,142 +259,6 @@ struct LegacyEntry {
     hash: Option<String>,
     #[serde(default)]
     size: u64,
-}
-
-/// One child in a directory manifest.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Node {
-    File {
-        /// The stored bytes.
-        size: u64,
-        hash: Hash,
-        /// What the file was when it was hashed.
-        identity: FileIdentity,
-    },
-    Dir {
-        tree: Hash,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct TreeItem {
-    name: String,
-    node: Node,
-    permissions: Permissions,
-}
-
-/// A directory manifest: its children, sorted by name bytewise.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Tree {
-    items: Vec<TreeItem>,
-}
-
-/// Manifests with each child's permission bits; [`TREE_MAGIC_V1`] ones,
-/// written before bits were kept, still load, with the defaults.
-const TREE_MAGIC: &[u8] = b"wsfs-tree 2\n";
-const TREE_MAGIC_V1: &[u8] = b"wsfs-tree 1\n";
-const FILE_TAG: u8 = 1;
-const DIR_TAG: u8 = 2;
-
-impl Tree {
-    fn get(&self, name: &str) -> Option<&Node> {
-        self.items
-            .binary_search_by(|i| i.name.as_str().cmp(name))
-            .ok()
-            .map(|i| &self.items[i].node)
-    }
-
-    /// The manifest's bytes: a magic line, then per child a tag byte, the
-    /// name (u16 length, bytes), and for a file its size, hash, inode,
-    /// identity size, mtime and ctime (ns); for a directory its manifest's
-    /// hash; then its permission bits (u32). Integers little-endian.
-    fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(TREE_MAGIC.len() + self.items.len() * 100);
-        out.extend_from_slice(TREE_MAGIC);
-        for item in &self.items {
-            let name = item.name.as_bytes();
-            match &item.node {
-                Node::File { .. } => out.push(FILE_TAG),
-                Node::Dir { .. } => out.push(DIR_TAG),
-            }
-            // Names are path segments, far below u16::MAX bytes.
-            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
-            out.extend_from_slice(name);
-            match &item.node {
-                Node::File {
-                    size,
-                    hash,
-                    identity,
-                } => {
-                    out.extend_from_slice(&size.to_le_bytes());
-                    out.extend_from_slice(hash);
-                    out.extend_from_slice(&identity.ino.to_le_bytes());
-                    out.extend_from_slice(&identity.size.to_le_bytes());
-                    out.extend_from_slice(&identity.mtime_ns.to_le_bytes());
-                    out.extend_from_slice(&identity.ctime_ns.to_le_bytes());
-                }
-                Node::Dir { tree } => out.extend_from_slice(tree),
-            }
-            out.extend_from_slice(&item.permissions.bits().to_le_bytes());
-        }
-        out
-    }
-
-    fn decode(raw: &[u8]) -> Option<Tree> {
-        let (mut r, with_bits) = match raw.strip_prefix(TREE_MAGIC) {
-            Some(r) => (r, true),
-            None => (raw.strip_prefix(TREE_MAGIC_V1)?, false),
-        };
-        fn take<'a>(r: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-            let (head, rest) = r.split_at_checked(n)?;
-            *r = rest;
-            Some(head)
-        }
-        fn u64_of(r: &mut &[u8]) -> Option<u64> {
-            Some(u64::from_le_bytes(take(r, 8)?.try_into().ok()?))
-        }
-        fn hash_of(r: &mut &[u8]) -> Option<Hash> {
-            take(r, 32)?.try_into().ok()
-        }
-        let mut items: Vec<TreeItem> = Vec::new();
-        while !r.is_empty() {
-            let tag = take(&mut r, 1)?[0];
-            let len = u16::from_le_bytes(take(&mut r, 2)?.try_into().ok()?);
-            let name = std::str::from_utf8(take(&mut r, usize::from(len))?).ok()?;
-            let node = match tag {
-                FILE_TAG => Node::File {
-                    size: u64_of(&mut r)?,
-                    hash: hash_of(&mut r)?,
-                    identity: FileIdentity {
-                        ino: u64_of(&mut r)?,
-                        size: u64_of(&mut r)?,
-                        mtime_ns: u64_of(&mut r)? as i64,
-                        ctime_ns: u64_of(&mut r)? as i64,
-                    },
-                },
-                DIR_TAG => Node::Dir {
-                    tree: hash_of(&mut r)?,
-                },
-                _ => return None,
-            };
-            let permissions = if with_bits {
-                Permissions::masked(u32::from_le_bytes(take(&mut r, 4)?.try_into().ok()?))
-            } else if tag == DIR_TAG {
-                Permissions::DIRECTORY_DEFAULT
-            } else {
-                Permissions::FILE_DEFAULT
-            };
-            if items.last().is_some_and(|last| last.name.as_str() >= name) {
-                return None;
-            }
-            items.push(TreeItem {
-                name: name.to_string(),
-                node,
-                permissions,
-            });
-        }
-        Some(Tree { items })
-    }
 }
 
 /// One entry of a snapshot, flattened out of its manifests.
@@ -892,7 +760,7 @@ impl Store {
             Some(hash) => self.tree(&state, &hash).ok().map(|tree| (hash, tree)),
             None => None,
         };
-        let live = b.tree()?;
+        let live = tree(b)?;
         let budget = if budget == 0 { u64::MAX } else { budget };
         check_snapshot_budget(&live, budget)?;
         let mut children: HashMap<&str, Vec<&TreeEntry>> = HashMap::new();
@@ -961,7 +829,7 @@ impl Store {
         let mut state = self.lock();
         let info = self.read_info(id)?;
         let mut target = self.flatten(&info, &state)?;
-        let mut live = b.tree()?;
+        let mut live = tree(b)?;
         if at.is_root() {
             check_restore(
                 limits,
@@ -1552,60 +1420,4 @@ fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
     let json = serde_json::to_vec(value)
         .map_err(|e| Error::internal(format!("cannot encode a snapshot record: {e}")))?;
     write_atomic(path, &json)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn file(name: &str, permissions: u32) -> TreeItem {
-        TreeItem {
-            name: name.to_string(),
-            node: Node::File {
-                size: 3,
-                hash: [7; 32],
-                identity: FileIdentity {
-                    ino: 1,
-                    size: 3,
-                    mtime_ns: 1_600_000_000_000_000_000,
-                    ctime_ns: 2,
-                },
-            },
-            permissions: Permissions::masked(permissions),
-        }
-    }
-
-    #[test]
-    fn manifests_round_trip_each_entrys_bits() {
-        let tree = Tree {
-            items: vec![
-                file("run.sh", 0o755),
-                TreeItem {
-                    name: "secret".into(),
-                    node: Node::Dir { tree: [9; 32] },
-                    permissions: Permissions::masked(0o700),
-                },
-            ],
-        };
-        assert_eq!(Tree::decode(&tree.encode()), Some(tree));
-    }
-
-    /// A manifest written before bits were kept: the same layout without
-    /// the bits, under the first magic line. It loads with the defaults.
-    #[test]
-    fn manifests_without_bits_load_with_the_defaults() {
-        let tree = Tree {
-            items: vec![file("a", 0o600)],
-        };
-        let v2 = tree.encode();
-        let body = &v2[TREE_MAGIC.len()..v2.len() - 4];
-        let v1 = [TREE_MAGIC_V1, body].concat();
-        let loaded = Tree::decode(&v1).expect("an old manifest loads");
-        assert_eq!(loaded.items[0].permissions, Permissions::FILE_DEFAULT);
-        assert_eq!(loaded.items[0].node, tree.items[0].node);
-        assert_eq!(
-            Tree::decode(&[TREE_MAGIC_V1, &v2[TREE_MAGIC.len()..]].concat()),
-            None
-        );
-    }
 }

@@ -23,6 +23,7 @@ mod directory;
 pub mod fork;
 mod memory;
 
+pub(crate) use directory::tree;
 pub use directory::{first_snapshot, DirectorySnapshots};
 pub use memory::MemorySnapshots;
 

@@ -2,10 +2,9 @@
 //! snapshot.
 
 use super::{
-    hex, new_id, storage_error, write_json, ContentStore, Hash, InfoFile, Node, State, Store, Tree,
-    TreeItem, MAX_TREE_DEPTH,
+    hex, new_id, storage_error, write_json, ContentStore, FileIdentity, Hash, InfoFile, Node,
+    State, Store, Tree, TreeItem, MAX_TREE_DEPTH,
 };
-use crate::backend::directory::FileIdentity;
 use crate::backend::DirectoryBackend;
 use crate::snapshots::fork::{abandoned, EntryAttributes, FileSource, Visit};
 use crate::snapshots::SnapshotInfo;
