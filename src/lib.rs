@@ -11,7 +11,10 @@
 //!   from a gRPC `Status` with a `google.rpc.ErrorInfo` detail in exactly one
 //!   place, so server and client agree on what each failure means;
 //! - [`Filesystem`]: the operations every backend and the client implement,
-//!   in Rust types. The conformance suite is written against this trait.
+//!   in Rust types. The conformance suite is written against this trait;
+//! - [`session`]: the session and snapshot types both sides share
+//!   ([`BackendKind`], [`Layout`], [`HostMount`], [`SnapshotInfo`],
+//!   [`Restored`]) with their wire conversions.
 //!
 //! ```
 //! use wsfs::{CanonicalPath, PathLimits};
@@ -24,11 +27,14 @@ pub mod error;
 pub mod fs;
 pub mod path;
 pub mod permissions;
+pub mod session;
+pub mod wire;
 
 pub use error::{Error, Result};
 pub use fs::*;
 pub use path::{CanonicalPath, PathLimits};
 pub use permissions::Permissions;
+pub use session::{BackendKind, HostMount, Layout, Restored, SnapshotInfo};
 
 /// Generated gRPC types and service stubs for package `wsfs.v1`.
 pub mod proto {

@@ -7,34 +7,22 @@
 //! that climbs out of the root) is `INTERNAL`, never a panic.
 
 use crate::sessions::{
-    Backend, ContainerSpec, FileOwner, HostMount, Layout, SessionInfo, SessionLimits,
-    SessionOptions, SessionUsage, SnapshotRef,
+    Backend, ContainerSpec, FileOwner, Layout, SessionInfo, SessionLimits, SessionOptions,
+    SessionUsage, SnapshotRef,
 };
 use bytes::Bytes;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::path::PathBuf;
+use std::time::Duration;
 use wsfs::proto;
+pub(crate) use wsfs::wire::{server_count, server_path, system_time, utf8_path};
 use wsfs::{
-    Attributes, AttributesOutcome, ByteRange, ByteStream, CanonicalPath, ContextLine,
-    DeleteOptions, EditOutcome, EditSpec, Error, FileKind, GlobOutcome, GlobQuery, GrepEvent,
-    GrepMatch, GrepQuery, GrepSummary, LineRange, Listing, Metadata, MkdirOptions, PathLimits,
-    Permissions, Result, TextPage, TransferOptions, WriteMode, WriteOptions, WriteOutcome,
+    Attributes, AttributesOutcome, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
+    EditOutcome, EditSpec, Error, FileKind, GlobOutcome, GlobQuery, GrepQuery, LineRange, Listing,
+    Metadata, MkdirOptions, Permissions, Result, TextPage, TransferOptions, WriteMode,
+    WriteOptions, WriteOutcome,
 };
 
 // ---------------------------------------------------------------- scalars
-
-/// A path the server sent. Parsed rather than trusted, so a server bug
-/// surfaces as an error instead of a debug assertion.
-pub(crate) fn server_path(raw: &str) -> Result<CanonicalPath> {
-    CanonicalPath::parse(raw, &PathLimits::UNLIMITED)
-        .map_err(|e| Error::internal(format!("the server sent an invalid path '{raw}': {e}")))
-}
-
-/// A size or count the server sent as `int64`.
-pub(crate) fn server_count(field: &str, value: i64) -> Result<u64> {
-    u64::try_from(value)
-        .map_err(|_| Error::internal(format!("the server sent a negative {field} ({value})")))
-}
 
 /// A caller's `u64` for an `int64` field.
 pub(crate) fn wire_i64(field: &str, value: u64) -> Result<i64> {
@@ -50,12 +38,6 @@ pub(crate) fn wire_i64(field: &str, value: u64) -> Result<i64> {
 /// server allows": saturates.
 fn saturate_u32(value: u64) -> u32 {
     u32::try_from(value).unwrap_or(u32::MAX)
-}
-
-/// An unset timestamp is the epoch: "unknown", and earlier than any real one.
-pub(crate) fn system_time(ts: Option<prost_types::Timestamp>) -> SystemTime {
-    ts.and_then(|ts| SystemTime::try_from(ts).ok())
-        .unwrap_or(UNIX_EPOCH)
 }
 
 /// Permission bits the server sent.
@@ -84,15 +66,6 @@ pub(crate) fn write_mode(mode: WriteMode) -> proto::WriteMode {
         WriteMode::Create => proto::WriteMode::Create,
         WriteMode::Append => proto::WriteMode::Append,
     }
-}
-
-fn utf8_path(what: &str, path: &Path) -> Result<String> {
-    path.to_str().map(str::to_string).ok_or_else(|| {
-        Error::invalid_argument(format!(
-            "{what} '{}' is not valid UTF-8, which the protocol requires",
-            path.display()
-        ))
-    })
 }
 
 // ------------------------------------------------------- filesystem requests
@@ -397,36 +370,6 @@ pub(crate) fn glob_outcome(r: proto::GlobResponse) -> Result<GlobOutcome> {
     })
 }
 
-fn context_line(c: proto::ContextLine) -> ContextLine {
-    ContextLine {
-        line_number: c.line_number,
-        line: c.line,
-    }
-}
-
-pub(crate) fn grep_event(r: proto::GrepResponse) -> Result<GrepEvent> {
-    use proto::grep_response::Payload;
-    match r.payload {
-        Some(Payload::Match(m)) => Ok(GrepEvent::Match(GrepMatch {
-            path: server_path(&m.path)?,
-            line_number: m.line_number,
-            line: m.line,
-            match_start: m.match_start,
-            match_end: m.match_end,
-            before: m.before.into_iter().map(context_line).collect(),
-            after: m.after.into_iter().map(context_line).collect(),
-        })),
-        Some(Payload::Summary(s)) => Ok(GrepEvent::Summary(GrepSummary {
-            files_searched: s.files_searched,
-            matches: s.matches,
-            truncated: s.truncated,
-        })),
-        None => Err(Error::internal(
-            "the server sent a Grep message with neither a match nor a summary",
-        )),
-    }
-}
-
 pub(crate) fn stat_metadata(r: proto::StatResponse) -> Result<Metadata> {
     Ok(Metadata {
         path: server_path(&r.path)?,
@@ -469,17 +412,6 @@ fn limits_from_proto(l: proto::SessionLimits) -> SessionLimits {
     }
 }
 
-fn mount_to_proto(m: HostMount) -> Result<proto::HostMount> {
-    Ok(proto::HostMount {
-        host_path: utf8_path("host path", &m.host_path)?,
-        mount_path: m.mount_path,
-        include_glob: m.include_glob,
-        exclude_glob: m.exclude_glob,
-        max_bytes: m.max_bytes,
-        follow_symlinks: m.follow_symlinks,
-    })
-}
-
 /// Whole seconds, rounded up so a sub-second TTL is not "none".
 fn ttl_seconds(ttl: Duration) -> u64 {
     ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)
@@ -487,12 +419,7 @@ fn ttl_seconds(ttl: Duration) -> u64 {
 
 pub(crate) fn create_session_request(o: SessionOptions) -> Result<proto::CreateSessionRequest> {
     Ok(proto::CreateSessionRequest {
-        backend: match o.backend {
-            Backend::Memory => proto::session::Backend::Memory,
-            Backend::Directory => proto::session::Backend::Directory,
-            Backend::Container => proto::session::Backend::Container,
-        }
-        .into(),
+        backend: proto::session::Backend::from(o.backend).into(),
         root: match &o.root {
             Some(root) => utf8_path("root", root)?,
             None => String::new(),
@@ -500,16 +427,12 @@ pub(crate) fn create_session_request(o: SessionOptions) -> Result<proto::CreateS
         mounts: o
             .mounts
             .into_iter()
-            .map(mount_to_proto)
+            .map(proto::HostMount::try_from)
             .collect::<Result<_>>()?,
         seed_files: o.seed_files.into_iter().collect(),
         read_only: o.read_only,
         limits: Some(limits_to_proto(o.limits)),
-        layout: match o.layout {
-            Layout::Flat => proto::session::Layout::Flat,
-            Layout::Swarm => proto::session::Layout::Swarm,
-        }
-        .into(),
+        layout: proto::session::Layout::from(o.layout).into(),
         labels: o.labels.into_iter().collect(),
         idle_ttl_seconds: o.idle_ttl.map(ttl_seconds).unwrap_or(0),
         container: o.container.map(|c| proto::ContainerSpec {
@@ -534,27 +457,18 @@ pub(crate) fn create_session_request(o: SessionOptions) -> Result<proto::CreateS
 }
 
 pub(crate) fn session_info(s: proto::Session) -> Result<SessionInfo> {
-    let backend = match proto::session::Backend::try_from(s.backend) {
-        Ok(proto::session::Backend::Memory) => Backend::Memory,
-        Ok(proto::session::Backend::Directory) => Backend::Directory,
-        Ok(proto::session::Backend::Container) => Backend::Container,
-        Err(_) => {
-            return Err(Error::internal(format!(
-                "the server sent an unknown session backend ({})",
-                s.backend
-            )))
-        }
-    };
-    let layout = match proto::session::Layout::try_from(s.layout) {
-        Ok(proto::session::Layout::Flat) => Layout::Flat,
-        Ok(proto::session::Layout::Swarm) => Layout::Swarm,
-        Err(_) => {
-            return Err(Error::internal(format!(
-                "the server sent an unknown session layout ({})",
-                s.layout
-            )))
-        }
-    };
+    let backend = Backend::from_wire(s.backend).ok_or_else(|| {
+        Error::internal(format!(
+            "the server sent an unknown session backend ({})",
+            s.backend
+        ))
+    })?;
+    let layout = Layout::from_wire(s.layout).ok_or_else(|| {
+        Error::internal(format!(
+            "the server sent an unknown session layout ({})",
+            s.layout
+        ))
+    })?;
     Ok(SessionInfo {
         id: s.session_id,
         backend,
@@ -596,7 +510,9 @@ pub(crate) fn session_info(s: proto::Session) -> Result<SessionInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{SystemTime, UNIX_EPOCH};
     use tonic::Code;
+    use wsfs::{GrepEvent, GrepSummary, HostMount, PathLimits};
 
     fn path(s: &str) -> CanonicalPath {
         CanonicalPath::parse(s, &PathLimits::UNLIMITED).unwrap()
@@ -848,7 +764,7 @@ mod tests {
 
     #[test]
     fn grep_match_and_summary_map_to_events() {
-        let m = grep_event(proto::GrepResponse {
+        let m = GrepEvent::try_from(proto::GrepResponse {
             payload: Some(proto::grep_response::Payload::Match(proto::GrepMatch {
                 path: "a.rs".into(),
                 line_number: 2,
@@ -869,7 +785,7 @@ mod tests {
         assert_eq!((m.line_number, m.match_start, m.match_end), (2, 3, 7));
         assert_eq!(m.before[0].line, "// hi");
 
-        let s = grep_event(proto::GrepResponse {
+        let s = GrepEvent::try_from(proto::GrepResponse {
             payload: Some(proto::grep_response::Payload::Summary(proto::GrepSummary {
                 files_searched: 4,
                 matches: 1,
@@ -889,7 +805,7 @@ mod tests {
 
     #[test]
     fn empty_grep_message_is_internal() {
-        let err = grep_event(proto::GrepResponse { payload: None }).unwrap_err();
+        let err = GrepEvent::try_from(proto::GrepResponse { payload: None }).unwrap_err();
         assert_eq!(err.code(), Code::Internal);
     }
 

@@ -7,18 +7,8 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 /// Where a session keeps its files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Backend {
-    /// In the server's memory; gone with the session or the server.
-    #[default]
-    Memory,
-    /// In a directory on the server's disk, which can be bind-mounted into
-    /// containers; survives a server restart.
-    Directory,
-    /// In a running container's own filesystem, reached through an exec
-    /// runtime the server's operator configured.
-    Container,
-}
+pub use wsfs::BackendKind as Backend;
+pub use wsfs::{HostMount, Layout};
 
 /// Which container a CONTAINER session's files live in.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -29,16 +19,6 @@ pub struct ContainerSpec {
     pub name: String,
     /// The absolute directory inside the container that holds the files.
     pub workdir: String,
-}
-
-/// How a session's workspace is divided between callers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Layout {
-    /// One workspace every caller may write.
-    #[default]
-    Flat,
-    /// The zones of a multi-context swarm: `shared/`, `home/<caller>/`, `sys/`.
-    Swarm,
 }
 
 /// Per-session limits. A zero field means the server's default (and, for
@@ -55,52 +35,6 @@ pub struct SessionLimits {
     pub max_files: u64,
     /// Bytes in the workspace.
     pub max_total_bytes: u64,
-}
-
-/// A host directory copied into the workspace once, when the session is
-/// created. `host_path` must lie inside one of the server's allowed roots.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct HostMount {
-    pub host_path: PathBuf,
-    /// Where the files land in the workspace; empty is the root.
-    pub mount_path: String,
-    /// Keep only files matching one of these (all files when empty).
-    pub include_glob: Vec<String>,
-    /// Then drop files matching one of these.
-    pub exclude_glob: Vec<String>,
-    /// Most bytes to copy; going over fails the creation. 0: no cap.
-    pub max_bytes: u64,
-    pub follow_symlinks: bool,
-}
-
-impl HostMount {
-    pub fn new(host_path: impl Into<PathBuf>, mount_path: impl Into<String>) -> Self {
-        HostMount {
-            host_path: host_path.into(),
-            mount_path: mount_path.into(),
-            ..HostMount::default()
-        }
-    }
-
-    pub fn include(mut self, glob: impl Into<String>) -> Self {
-        self.include_glob.push(glob.into());
-        self
-    }
-
-    pub fn exclude(mut self, glob: impl Into<String>) -> Self {
-        self.exclude_glob.push(glob.into());
-        self
-    }
-
-    pub fn max_bytes(mut self, max_bytes: u64) -> Self {
-        self.max_bytes = max_bytes;
-        self
-    }
-
-    pub fn follow_symlinks(mut self, follow: bool) -> Self {
-        self.follow_symlinks = follow;
-        self
-    }
 }
 
 /// What to create: a builder for `CreateSession`.

@@ -3,27 +3,9 @@
 
 use crate::client::Client;
 use crate::convert;
-use std::time::SystemTime;
 use wsfs::{proto, CanonicalPath, Error, Result};
 
-/// What the server says about one snapshot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SnapshotInfo {
-    /// A UUID.
-    pub id: String,
-    pub tag: String,
-    pub created_at: SystemTime,
-    /// Regular files held (directories are not counted).
-    pub file_count: u64,
-    pub total_bytes: u64,
-}
-
-/// What a restore put back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Restored {
-    pub file_count: u64,
-    pub total_bytes: u64,
-}
+pub use wsfs::{Restored, SnapshotInfo};
 
 /// How a path differs from a snapshot to the live workspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,16 +35,6 @@ pub struct SnapshotDiff {
     pub truncated: bool,
 }
 
-fn snapshot_info(p: proto::SnapshotInfo) -> Result<SnapshotInfo> {
-    Ok(SnapshotInfo {
-        file_count: convert::server_count("file_count", p.file_count)?,
-        total_bytes: convert::server_count("total_bytes", p.total_bytes)?,
-        created_at: convert::system_time(p.created_at),
-        id: p.snapshot_id,
-        tag: p.tag,
-    })
-}
-
 impl Client {
     /// Captures session `session_id`'s workspace as it is now. Allowed on
     /// read-only sessions.
@@ -76,7 +48,7 @@ impl Client {
             .clone()
             .snapshot(self.credentials.about(request))
             .await?;
-        snapshot_info(response.into_inner())
+        SnapshotInfo::try_from(response.into_inner())
     }
 
     /// Puts the workspace back exactly as the snapshot holds it: files
@@ -120,10 +92,7 @@ impl Client {
                 ),
             });
         }
-        Ok(Restored {
-            file_count: convert::server_count("file_count", r.file_count)?,
-            total_bytes: convert::server_count("total_bytes", r.total_bytes)?,
-        })
+        Restored::try_from(r)
     }
 
     /// What changed in the live workspace since snapshot `snapshot_id`:
@@ -232,7 +201,7 @@ impl Client {
             .into_inner()
             .snapshots
             .into_iter()
-            .map(snapshot_info)
+            .map(SnapshotInfo::try_from)
             .collect()
     }
 

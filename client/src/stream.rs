@@ -86,7 +86,7 @@ where
     stream::unfold(Some(responses.boxed()), |state| async move {
         let mut responses = state?;
         let item = match responses.next().await {
-            Some(Ok(message)) => match convert::grep_event(message) {
+            Some(Ok(message)) => match GrepEvent::try_from(message) {
                 Ok(GrepEvent::Match(m)) => return Some((Ok(GrepEvent::Match(m)), Some(responses))),
                 other => other,
             },

@@ -8,9 +8,9 @@
 //! channel to move past its cursor. Replay and live delivery are the same
 //! read of the ring, so a resumed watcher neither loses nor repeats events.
 //!
-//! Events are appended by the service layer after a call succeeds, because
-//! only it knows both the outcome and the caller: backends stay free of
-//! callers. When the ring no longer holds the event after a cursor, the
+//! Events are appended by [`Recorded`], the `Filesystem` view the service
+//! opens for each call, after the call succeeds, because only there are
+//! both the outcome and the caller known: backends stay free of callers. When the ring no longer holds the event after a cursor, the
 //! reader gets [`Since::Resync`] and should re-read the workspace.
 //! Restore and ImportArchive replace the workspace wholesale; they are
 //! recorded as a [`EventLog::barrier`], which every reader behind it sees as
@@ -19,6 +19,10 @@
 //! `external`.
 
 use crate::auth::EXTERNAL_CALLER;
+
+mod recorded;
+pub use recorded::Recorded;
+
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::SystemTime;

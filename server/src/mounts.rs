@@ -40,18 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use wsfs::{CanonicalPath, Error, Filesystem, PathLimits, Permissions, Result, WriteOptions};
 
-/// A host mount as CreateSession asks for it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostMount {
-    pub host_path: PathBuf,
-    /// Empty: the workspace root.
-    pub mount_path: String,
-    pub include_glob: Vec<String>,
-    pub exclude_glob: Vec<String>,
-    /// 0: no cap.
-    pub max_bytes: u64,
-    pub follow_symlinks: bool,
-}
+pub use wsfs::HostMount;
 
 /// A mount that passed [`prepare`].
 #[derive(Debug, Clone)]

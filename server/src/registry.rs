@@ -25,13 +25,7 @@ use wsfs::{CanonicalPath, Error, Filesystem, Result, WriteMode, WriteOptions};
 
 mod fork;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendKind {
-    Memory,
-    Directory,
-    Container,
-}
+pub use wsfs::BackendKind;
 
 /// What the server knows of a session, apart from its files.
 #[derive(Debug, Clone, PartialEq, Eq)]

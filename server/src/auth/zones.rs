@@ -20,7 +20,6 @@
 
 use super::Caller;
 use futures::stream::BoxStream;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use wsfs::{
     Attributes, AttributesOutcome, ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
@@ -29,14 +28,7 @@ use wsfs::{
     WriteOptions, WriteOutcome,
 };
 
-/// How a session's workspace is divided between callers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Layout {
-    #[default]
-    Flat,
-    Swarm,
-}
+pub use wsfs::Layout;
 
 /// The directories a SWARM session is created with.
 pub const ZONE_DIRS: [&str; 3] = ["shared", "home", "sys"];

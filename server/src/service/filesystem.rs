@@ -2,7 +2,7 @@
 
 use super::{timestamp, to_the_end, traced, LoggedStream};
 use crate::auth::{Auth, Guarded};
-use crate::events::{Change, ChangeKind, Scope, Since};
+use crate::events::{Change, ChangeKind, Recorded, Scope, Since};
 use crate::metrics::{Gauge, ACTIVE_WATCHES};
 use crate::registry::{Session, SessionRegistry, StreamPermit};
 use bytes::Bytes;
@@ -13,8 +13,8 @@ use tonic::{Request, Response, Status, Streaming};
 use wsfs::proto::{self, filesystem_server};
 use wsfs::{
     Attributes, ByteRange, CanonicalPath, DeleteOptions, EditSpec, Error, FileKind, Filesystem,
-    GlobQuery, GrepEvent, GrepQuery, LineRange, Metadata, MkdirOptions, Permissions, Result,
-    TransferOptions, WriteMode, WriteOptions, WriteOutcome,
+    GlobQuery, GrepQuery, LineRange, Metadata, MkdirOptions, Permissions, Result, TransferOptions,
+    WriteMode, WriteOptions, WriteOutcome,
 };
 
 pub struct FilesystemService {
@@ -36,38 +36,24 @@ impl FilesystemService {
         let caller = self.auth.filesystem_caller(metadata, id)?;
         tracing::Span::current().record("caller", caller.name());
         let session = self.registry.get(id)?;
-        let fs = Guarded::new(session.fs.clone(), caller, session.record.layout);
+        let fs = Recorded::new(
+            Guarded::new(session.fs.clone(), caller, session.record.layout),
+            session.events.clone(),
+        );
         Ok(Opened { session, fs })
     }
 }
 
 /// A session opened for one call: its paths, and its workspace behind the
-/// caller's zone check.
+/// caller's zone check, recording the call's changes.
 struct Opened {
     session: Arc<Session>,
-    fs: Guarded,
+    fs: Recorded,
 }
 
 impl Opened {
     fn path(&self, raw: &str) -> Result<CanonicalPath> {
         self.session.path(raw)
-    }
-
-    /// Records a change this call made, in the caller's name.
-    fn record(
-        &self,
-        kind: ChangeKind,
-        path: &CanonicalPath,
-        to: Option<&CanonicalPath>,
-        version: u64,
-    ) {
-        let caller = self.fs.caller().name();
-        self.session.events.append(kind, path, to, version, caller);
-    }
-
-    /// The version of `path` now, for events whose call did not return one.
-    async fn version_of(&self, path: &CanonicalPath) -> u64 {
-        self.fs.stat(path).await.map_or(0, |m| m.version)
     }
 }
 
@@ -99,14 +85,6 @@ fn marker(kind: proto::ChangeKind, seq: u64) -> proto::ChangeEvent {
         kind: kind as i32,
         at: timestamp(std::time::SystemTime::now()),
         ..Default::default()
-    }
-}
-
-fn write_kind(w: &WriteOutcome) -> ChangeKind {
-    if w.created {
-        ChangeKind::Created
-    } else {
-        ChangeKind::Modified
     }
 }
 
@@ -286,7 +264,6 @@ impl filesystem_server::Filesystem for FilesystemService {
             let content = r.content;
             to_the_end(async move {
                 let w = s.fs.write(&path, &content, options).await?;
-                s.record(write_kind(&w), &w.path, None, w.version);
                 Ok(write_response(w))
             })
             .await
@@ -345,7 +322,6 @@ impl filesystem_server::Filesystem for FilesystemService {
             to_the_end(async move {
                 let _permit = permit;
                 let w = s.fs.write_bytes(&path, options, chunks).await?;
-                s.record(write_kind(&w), &w.path, None, w.version);
                 Ok(write_response(w))
             })
             .await
@@ -370,9 +346,6 @@ impl filesystem_server::Filesystem for FilesystemService {
             };
             to_the_end(async move {
                 let e = s.fs.edit(&path, spec).await?;
-                if !e.dry_run && e.replacements > 0 {
-                    s.record(ChangeKind::Modified, &e.path, None, e.version);
-                }
                 Ok(proto::EditResponse {
                     path: e.path.as_str().to_string(),
                     replacements: e.replacements as i64,
@@ -401,12 +374,7 @@ impl filesystem_server::Filesystem for FilesystemService {
                 if_version: r.if_version,
             };
             to_the_end(async move {
-                let own = s.session.events.own_change(Some(&path));
                 let deleted = s.fs.delete(&path, options).await?;
-                drop(own);
-                if deleted > 0 {
-                    s.record(ChangeKind::Deleted, &path, None, 0);
-                }
                 Ok(proto::DeleteResponse {
                     deleted: deleted as i64,
                 })
@@ -431,9 +399,6 @@ impl filesystem_server::Filesystem for FilesystemService {
             };
             to_the_end(async move {
                 let created = s.fs.mkdir(&path, options).await?;
-                if created {
-                    s.record(ChangeKind::Created, &path, None, 0);
-                }
                 Ok(proto::MkdirResponse {
                     path: path.as_str().to_string(),
                     created,
@@ -511,7 +476,6 @@ impl filesystem_server::Filesystem for FilesystemService {
         &self,
         request: Request<proto::GrepRequest>,
     ) -> std::result::Result<Response<Self::GrepStream>, Status> {
-        use proto::grep_response::Payload;
         let (metadata, _, r) = request.into_parts();
         traced("Grep", &r.session_id, &r.path, async {
             let s = self.session(&metadata, &r.session_id)?;
@@ -530,25 +494,7 @@ impl filesystem_server::Filesystem for FilesystemService {
             let events = events
                 .map(move |e| {
                     let _held = &permit;
-                    let payload = match e.map_err(|e| e.to_status())? {
-                        GrepEvent::Match(m) => Payload::Match(proto::GrepMatch {
-                            path: m.path.as_str().to_string(),
-                            line_number: m.line_number,
-                            line: m.line,
-                            match_start: m.match_start,
-                            match_end: m.match_end,
-                            before: m.before.into_iter().map(context_line).collect(),
-                            after: m.after.into_iter().map(context_line).collect(),
-                        }),
-                        GrepEvent::Summary(sum) => Payload::Summary(proto::GrepSummary {
-                            files_searched: sum.files_searched,
-                            matches: sum.matches,
-                            truncated: sum.truncated,
-                        }),
-                    };
-                    Ok(proto::GrepResponse {
-                        payload: Some(payload),
-                    })
+                    e.map(proto::GrepResponse::from).map_err(|e| e.to_status())
                 })
                 .boxed();
             Ok(LoggedStream::new(events, "Grep", &r.session_id, &r.path, |_| 0).boxed())
@@ -593,7 +539,6 @@ impl filesystem_server::Filesystem for FilesystemService {
             };
             to_the_end(async move {
                 let m = s.fs.set_attributes(&path, attributes).await?;
-                s.record(ChangeKind::Modified, &path, None, m.version);
                 Ok(proto::SetAttributesResponse {
                     path: path.as_str().to_string(),
                     permissions: m.permissions.bits(),
@@ -760,13 +705,6 @@ fn shutting_down() -> Error {
     }
 }
 
-fn context_line(c: wsfs::ContextLine) -> proto::ContextLine {
-    proto::ContextLine {
-        line_number: c.line_number,
-        line: c.line,
-    }
-}
-
 impl FilesystemService {
     async fn transfer(
         &self,
@@ -789,22 +727,11 @@ impl FilesystemService {
                 ));
             }
             to_the_end(async move {
-                let own = (
-                    s.session.events.own_change(Some(&source)),
-                    s.session.events.own_change(Some(&destination)),
-                );
                 let entries = if method == "Move" {
                     s.fs.rename(&source, &destination, options).await?
                 } else {
                     s.fs.copy(&source, &destination, options).await?
                 };
-                drop(own);
-                let version = s.version_of(&destination).await;
-                if method == "Move" {
-                    s.record(ChangeKind::Moved, &source, Some(&destination), version);
-                } else {
-                    s.record(ChangeKind::Created, &destination, None, version);
-                }
                 Ok(proto::TransferResponse {
                     source: source.as_str().to_string(),
                     destination: destination.as_str().to_string(),

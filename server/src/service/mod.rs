@@ -17,7 +17,7 @@ pub use sessions::SessionsService;
 use crate::workspace::Commitment;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 use tonic::metadata::MetadataMap;
 use tonic::{Response, Status};
 use wsfs::path::quote;
@@ -281,6 +281,4 @@ impl<T> Drop for LoggedStream<T> {
     }
 }
 
-pub(crate) fn timestamp(t: SystemTime) -> Option<prost_types::Timestamp> {
-    Some(prost_types::Timestamp::from(t))
-}
+pub(crate) use wsfs::wire::timestamp;

@@ -5,7 +5,6 @@ use crate::auth::{Auth, Caller, Layout};
 use crate::registry::{
     BackendKind, Session, SessionRecord, SessionRegistry, SessionSpec, Unavailable,
 };
-use crate::snapshots::SnapshotInfo;
 use futures::stream::BoxStream;
 use std::sync::Arc;
 use tonic::{Request, Response, Status, Streaming};
@@ -66,11 +65,7 @@ fn unavailable_to_proto(u: &Unavailable) -> proto::Session {
 fn record_to_proto(r: &SessionRecord) -> proto::Session {
     proto::Session {
         session_id: r.id.clone(),
-        backend: match r.backend {
-            BackendKind::Memory => proto::session::Backend::Memory,
-            BackendKind::Directory => proto::session::Backend::Directory,
-            BackendKind::Container => proto::session::Backend::Container,
-        } as i32,
+        backend: proto::session::Backend::from(r.backend) as i32,
         root_path: r
             .root_path
             .as_ref()
@@ -79,10 +74,7 @@ fn record_to_proto(r: &SessionRecord) -> proto::Session {
         created_at: timestamp(r.created_at),
         limits: Some(r.limits.to_proto()),
         read_only: r.read_only,
-        layout: match r.layout {
-            Layout::Flat => proto::session::Layout::Flat,
-            Layout::Swarm => proto::session::Layout::Swarm,
-        } as i32,
+        layout: proto::session::Layout::from(r.layout) as i32,
         labels: r
             .labels
             .iter()
@@ -108,16 +100,6 @@ fn record_to_proto(r: &SessionRecord) -> proto::Session {
     }
 }
 
-fn snapshot_to_proto(i: &SnapshotInfo) -> proto::SnapshotInfo {
-    proto::SnapshotInfo {
-        snapshot_id: i.id.clone(),
-        tag: i.tag.clone(),
-        created_at: timestamp(i.created_at),
-        file_count: i.file_count as i64,
-        total_bytes: i.total_bytes as i64,
-    }
-}
-
 /// The id a client chose for its new session: a UUID written as servers
 /// write them (lowercase, hyphenated), because a proxy routes by the exact
 /// text and every later call names the id the server returns.
@@ -136,27 +118,10 @@ fn chosen_id(raw: &str) -> wsfs::Result<Option<String>> {
 
 fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> {
     crate::registry::check_labels(r.labels.iter())?;
-    let backend = match proto::session::Backend::try_from(r.backend) {
-        Ok(proto::session::Backend::Memory) => BackendKind::Memory,
-        Ok(proto::session::Backend::Directory) => BackendKind::Directory,
-        Ok(proto::session::Backend::Container) => BackendKind::Container,
-        Err(_) => {
-            return Err(Error::invalid_argument(format!(
-                "unknown backend {}",
-                r.backend
-            )))
-        }
-    };
-    let layout = match proto::session::Layout::try_from(r.layout) {
-        Ok(proto::session::Layout::Flat) => Layout::Flat,
-        Ok(proto::session::Layout::Swarm) => Layout::Swarm,
-        Err(_) => {
-            return Err(Error::invalid_argument(format!(
-                "unknown layout {}",
-                r.layout
-            )))
-        }
-    };
+    let backend = BackendKind::from_wire(r.backend)
+        .ok_or_else(|| Error::invalid_argument(format!("unknown backend {}", r.backend)))?;
+    let layout = Layout::from_wire(r.layout)
+        .ok_or_else(|| Error::invalid_argument(format!("unknown layout {}", r.layout)))?;
     let container = match (backend, &r.container) {
         (BackendKind::Container, Some(c)) => Some(crate::container::ContainerTarget::parse(c)?),
         (BackendKind::Container, None) => {
@@ -196,18 +161,7 @@ fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> 
         id: chosen_id(&r.session_id)?,
         backend: Some(backend),
         root: Some(r.root).filter(|s| !s.is_empty()).map(Into::into),
-        mounts: r
-            .mounts
-            .into_iter()
-            .map(|m| crate::mounts::HostMount {
-                host_path: m.host_path.into(),
-                mount_path: m.mount_path,
-                include_glob: m.include_glob,
-                exclude_glob: m.exclude_glob,
-                max_bytes: m.max_bytes,
-                follow_symlinks: m.follow_symlinks,
-            })
-            .collect(),
+        mounts: r.mounts.into_iter().map(wsfs::HostMount::from).collect(),
         seed_files,
         read_only: r.read_only,
         limits: r.limits,
@@ -352,7 +306,7 @@ impl sessions_server::Sessions for SessionsService {
             admitted?;
             let session = self.registry.get(&r.session_id)?;
             let info = session.snapshots.snapshot(&r.tag).await?;
-            Ok(snapshot_to_proto(&info))
+            Ok(proto::SnapshotInfo::from(&info))
         })
         .await
     }
@@ -379,9 +333,8 @@ impl sessions_server::Sessions for SessionsService {
             })
             .await?;
             Ok(proto::RestoreResponse {
-                file_count: restored.file_count as i64,
-                total_bytes: restored.total_bytes as i64,
                 path,
+                ..proto::RestoreResponse::from(restored)
             })
         })
         .await
@@ -398,7 +351,7 @@ impl sessions_server::Sessions for SessionsService {
             let session = self.registry.get(&r.session_id)?;
             let snapshots = session.snapshots.list().await?;
             Ok(proto::ListSnapshotsResponse {
-                snapshots: snapshots.iter().map(snapshot_to_proto).collect(),
+                snapshots: snapshots.iter().map(proto::SnapshotInfo::from).collect(),
             })
         })
         .await

@@ -33,25 +33,7 @@ use async_trait::async_trait;
 use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, Permissions, Result};
 
-/// What the server says about one snapshot.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SnapshotInfo {
-    /// A UUID, hyphenated, lowercase.
-    pub id: String,
-    pub tag: String,
-    pub created_at: SystemTime,
-    /// Regular files held (directories are not counted).
-    pub file_count: u64,
-    /// Their bytes.
-    pub total_bytes: u64,
-}
-
-/// What a restore put back.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Restored {
-    pub file_count: u64,
-    pub total_bytes: u64,
-}
+pub use wsfs::{Restored, SnapshotInfo};
 
 /// One entry of a snapshot, as [`SnapshotStore::files`] yields it.
 pub enum SnapshotEntry {

@@ -1,0 +1,275 @@
+//! Session and snapshot types the server and the client share, each with
+//! its conversions to and from the generated [`proto`] types, so that both
+//! sides agree on them by construction.
+//!
+//! A conversion that can fail on the wire (an unknown enum value, a
+//! negative count) returns `None` or a plain error here; which gRPC code
+//! that is depends on the side: a request the server cannot read is the
+//! caller's `INVALID_ARGUMENT`, an answer the client cannot read is the
+//! server's fault (`INTERNAL`).
+
+use crate::wire::{server_count, system_time, timestamp, utf8_path, wire_count};
+use crate::{proto, Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+/// Where a session keeps its files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// In the server's memory; gone with the session or the server.
+    #[default]
+    Memory,
+    /// In a directory on the server's disk, which can be bind-mounted into
+    /// containers; survives a server restart.
+    Directory,
+    /// In a running container's own filesystem, reached through an exec
+    /// runtime the server's operator configured.
+    Container,
+}
+
+impl BackendKind {
+    /// The backend a wire value names; `None` for a value this version
+    /// does not know.
+    pub fn from_wire(value: i32) -> Option<BackendKind> {
+        proto::session::Backend::try_from(value)
+            .ok()
+            .map(Into::into)
+    }
+}
+
+impl From<proto::session::Backend> for BackendKind {
+    fn from(b: proto::session::Backend) -> Self {
+        match b {
+            proto::session::Backend::Memory => BackendKind::Memory,
+            proto::session::Backend::Directory => BackendKind::Directory,
+            proto::session::Backend::Container => BackendKind::Container,
+        }
+    }
+}
+
+impl From<BackendKind> for proto::session::Backend {
+    fn from(b: BackendKind) -> Self {
+        match b {
+            BackendKind::Memory => proto::session::Backend::Memory,
+            BackendKind::Directory => proto::session::Backend::Directory,
+            BackendKind::Container => proto::session::Backend::Container,
+        }
+    }
+}
+
+/// How a session's workspace is divided between callers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// One workspace every caller may write.
+    #[default]
+    Flat,
+    /// The zones of a multi-context swarm: `shared/`, `home/<caller>/`, `sys/`.
+    Swarm,
+}
+
+impl Layout {
+    /// The layout a wire value names; `None` for a value this version does
+    /// not know.
+    pub fn from_wire(value: i32) -> Option<Layout> {
+        proto::session::Layout::try_from(value).ok().map(Into::into)
+    }
+}
+
+impl From<proto::session::Layout> for Layout {
+    fn from(l: proto::session::Layout) -> Self {
+        match l {
+            proto::session::Layout::Flat => Layout::Flat,
+            proto::session::Layout::Swarm => Layout::Swarm,
+        }
+    }
+}
+
+impl From<Layout> for proto::session::Layout {
+    fn from(l: Layout) -> Self {
+        match l {
+            Layout::Flat => proto::session::Layout::Flat,
+            Layout::Swarm => proto::session::Layout::Swarm,
+        }
+    }
+}
+
+/// A host directory copied into the workspace once, when the session is
+/// created. `host_path` must lie inside one of the server's allowed roots.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HostMount {
+    pub host_path: PathBuf,
+    /// Where the files land in the workspace; empty is the root.
+    pub mount_path: String,
+    /// Keep only files matching one of these (all files when empty).
+    pub include_glob: Vec<String>,
+    /// Then drop files matching one of these.
+    pub exclude_glob: Vec<String>,
+    /// Most bytes to copy; going over fails the creation. 0: no cap.
+    pub max_bytes: u64,
+    pub follow_symlinks: bool,
+}
+
+impl HostMount {
+    pub fn new(host_path: impl Into<PathBuf>, mount_path: impl Into<String>) -> Self {
+        HostMount {
+            host_path: host_path.into(),
+            mount_path: mount_path.into(),
+            ..HostMount::default()
+        }
+    }
+
+    pub fn include(mut self, glob: impl Into<String>) -> Self {
+        self.include_glob.push(glob.into());
+        self
+    }
+
+    pub fn exclude(mut self, glob: impl Into<String>) -> Self {
+        self.exclude_glob.push(glob.into());
+        self
+    }
+
+    pub fn max_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    pub fn follow_symlinks(mut self, follow: bool) -> Self {
+        self.follow_symlinks = follow;
+        self
+    }
+}
+
+impl From<proto::HostMount> for HostMount {
+    fn from(m: proto::HostMount) -> Self {
+        HostMount {
+            host_path: m.host_path.into(),
+            mount_path: m.mount_path,
+            include_glob: m.include_glob,
+            exclude_glob: m.exclude_glob,
+            max_bytes: m.max_bytes,
+            follow_symlinks: m.follow_symlinks,
+        }
+    }
+}
+
+/// A host path that is not UTF-8 cannot be sent: `INVALID_ARGUMENT`.
+impl TryFrom<HostMount> for proto::HostMount {
+    type Error = Error;
+
+    fn try_from(m: HostMount) -> Result<Self> {
+        Ok(proto::HostMount {
+            host_path: utf8_path("host path", &m.host_path)?,
+            mount_path: m.mount_path,
+            include_glob: m.include_glob,
+            exclude_glob: m.exclude_glob,
+            max_bytes: m.max_bytes,
+            follow_symlinks: m.follow_symlinks,
+        })
+    }
+}
+
+/// What the server says about one snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// A UUID, hyphenated, lowercase.
+    pub id: String,
+    pub tag: String,
+    pub created_at: SystemTime,
+    /// Regular files held (directories are not counted).
+    pub file_count: u64,
+    /// Their bytes.
+    pub total_bytes: u64,
+}
+
+impl From<&SnapshotInfo> for proto::SnapshotInfo {
+    fn from(i: &SnapshotInfo) -> Self {
+        proto::SnapshotInfo {
+            snapshot_id: i.id.clone(),
+            tag: i.tag.clone(),
+            created_at: timestamp(i.created_at),
+            file_count: wire_count(i.file_count),
+            total_bytes: wire_count(i.total_bytes),
+        }
+    }
+}
+
+/// A negative count is the server's fault: `INTERNAL`.
+impl TryFrom<proto::SnapshotInfo> for SnapshotInfo {
+    type Error = Error;
+
+    fn try_from(p: proto::SnapshotInfo) -> Result<Self> {
+        Ok(SnapshotInfo {
+            file_count: server_count("file_count", p.file_count)?,
+            total_bytes: server_count("total_bytes", p.total_bytes)?,
+            created_at: system_time(p.created_at),
+            id: p.snapshot_id,
+            tag: p.tag,
+        })
+    }
+}
+
+/// What a restore put back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Restored {
+    pub file_count: u64,
+    pub total_bytes: u64,
+}
+
+impl From<Restored> for proto::RestoreResponse {
+    fn from(r: Restored) -> Self {
+        proto::RestoreResponse {
+            file_count: wire_count(r.file_count),
+            total_bytes: wire_count(r.total_bytes),
+            // The restored path is the service's to say.
+            path: String::new(),
+        }
+    }
+}
+
+/// A negative count is the server's fault: `INTERNAL`.
+impl TryFrom<proto::RestoreResponse> for Restored {
+    type Error = Error;
+
+    fn try_from(r: proto::RestoreResponse) -> Result<Self> {
+        Ok(Restored {
+            file_count: server_count("file_count", r.file_count)?,
+            total_bytes: server_count("total_bytes", r.total_bytes)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_and_layouts_round_trip_through_the_wire_and_unknown_values_are_none() {
+        for b in [
+            BackendKind::Memory,
+            BackendKind::Directory,
+            BackendKind::Container,
+        ] {
+            let wire = proto::session::Backend::from(b) as i32;
+            assert_eq!(BackendKind::from_wire(wire), Some(b));
+        }
+        for l in [Layout::Flat, Layout::Swarm] {
+            let wire = proto::session::Layout::from(l) as i32;
+            assert_eq!(Layout::from_wire(wire), Some(l));
+        }
+        assert_eq!(BackendKind::from_wire(99), None);
+        assert_eq!(Layout::from_wire(-1), None);
+    }
+
+    /// Session records on disk name them in lowercase.
+    #[test]
+    fn backends_and_layouts_are_stored_in_lowercase() {
+        assert_eq!(
+            serde_json::to_string(&BackendKind::Directory).unwrap(),
+            "\"directory\""
+        );
+        assert_eq!(serde_json::to_string(&Layout::Swarm).unwrap(), "\"swarm\"");
+    }
+}
