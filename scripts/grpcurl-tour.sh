@@ -101,6 +101,8 @@ step "Snapshot" '"snapshotId"' -- -d "{\"session_id\": \"$S\", \"tag\": \"tour\"
 step "ListSnapshots" '"tag": "tour"' -- -d "{\"session_id\": \"$S\"}" "$addr" wsfs.v1.Sessions/ListSnapshots
 SNAP=$(grpcurl -plaintext -d "{\"session_id\": \"$S\", \"tag\": \"fork-point\"}" "$addr" wsfs.v1.Sessions/Snapshot | field '["snapshotId"]')
 step "CreateSession from a snapshot (a fork)" '"forkedFrom"' -- -d "{\"backend\": \"DIRECTORY\", \"from_snapshot\": {\"session_id\": \"$S\", \"snapshot_id\": \"$SNAP\"}}" "$addr" wsfs.v1.Sessions/CreateSession
+step "Restore of one directory (path)" '"path": "src"' -- -d "{\"session_id\": \"$S\", \"snapshot_id\": \"$SNAP\", \"path\": \"src\"}" "$addr" wsfs.v1.Sessions/Restore
+refused "Restore of a path the snapshot lacks: FILE_NOT_FOUND" FILE_NOT_FOUND -- -d "{\"session_id\": \"$S\", \"snapshot_id\": \"$SNAP\", \"path\": \"no/such\"}" "$addr" wsfs.v1.Sessions/Restore
 refused "a fork of an unknown snapshot: SNAPSHOT_NOT_FOUND" SNAPSHOT_NOT_FOUND -- -d "{\"from_snapshot\": {\"session_id\": \"$S\", \"snapshot_id\": \"00000000-0000-0000-0000-000000000000\"}}" "$addr" wsfs.v1.Sessions/CreateSession
 refused "an owner on a MEMORY session: INVALID_ARGUMENT" INVALID_ARGUMENT -- -d '{"owner": {"uid": 1000, "gid": 1000}}' "$addr" wsfs.v1.Sessions/CreateSession
 refused "DiffSnapshot of an unknown snapshot: SNAPSHOT_NOT_FOUND" SNAPSHOT_NOT_FOUND -- -d "{\"session_id\": \"$S\", \"snapshot_id\": \"00000000-0000-0000-0000-000000000000\"}" "$addr" wsfs.v1.Sessions/DiffSnapshot

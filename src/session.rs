@@ -238,7 +238,7 @@ impl TryFrom<proto::SnapshotInfo> for SnapshotInfo {
 }
 
 /// What a restore put back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Restored {
     pub file_count: u64,
     pub total_bytes: u64,
@@ -249,6 +249,8 @@ impl From<Restored> for proto::RestoreResponse {
         proto::RestoreResponse {
             file_count: wire_count(r.file_count),
             total_bytes: wire_count(r.total_bytes),
+            // The restored path is the service's to say.
+            path: String::new(),
         }
     }
 }

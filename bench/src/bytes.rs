@@ -3,7 +3,10 @@
 //! same bytes in this process (a tokio listener and stream; the file read
 //! from disk on the sending side; the receiving side discards them for the
 //! read figure and writes them to a file on disk for the write figure).
-//! Then the server's peak memory growth while each stream runs.
+//! Then `wsfs get FILE -` of the same file, the CLI run as a person runs
+//! it (a process, from start to exit, its output to /dev/null), beside the
+//! same raw TCP read; and the server's peak memory growth while each
+//! stream runs.
 
 use crate::corpus::Noise;
 use crate::report::{Row, Samples, Target};
@@ -156,6 +159,46 @@ async fn raw_write_once(source: &Path) -> Result<Duration, String> {
     .await
 }
 
+/// Where the `wsfs` CLI is expected: next to this program.
+fn sibling_cli() -> Option<PathBuf> {
+    let bin = std::env::current_exe().ok()?.parent()?.join("wsfs");
+    bin.is_file().then_some(bin)
+}
+
+/// `wsfs get SOURCE -` against the session, its output discarded.
+async fn cli_get_once(
+    cli: &Path,
+    url: &str,
+    session: &str,
+    dir: &Path,
+) -> Result<Duration, String> {
+    let mut command = std::process::Command::new(cli);
+    command
+        .args(["get", SOURCE_NAME, "-"])
+        .env("WSFS_SERVER", url)
+        .env("WSFS_SESSION", session)
+        .env("WSFS_CONFIG", dir.join("no-saved-context.json"))
+        .env_remove("WSFS_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let shown = cli.display().to_string();
+    let (elapsed, out) = tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        command.output().map(|out| (started.elapsed(), out))
+    })
+    .await
+    .map_err(|e| format!("`wsfs get` task failed: {e}"))?
+    .map_err(|e| format!("cannot run '{shown}': {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`wsfs get` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(elapsed)
+}
+
 fn mb_per_s(size: u64, d: Duration) -> f64 {
     size as f64 / d.as_secs_f64() / 1e6
 }
@@ -171,6 +214,7 @@ pub fn size_label(size: u64) -> String {
 
 pub async fn run(
     channel: &Channel,
+    url: &str,
     dir: &Path,
     size: u64,
     runs: usize,
@@ -225,7 +269,20 @@ pub async fn run(
         );
     }
 
+    let cli = sibling_cli();
+    match &cli {
+        Some(cli) => {
+            cli_get_once(cli, url, &session.id, dir).await?;
+        }
+        None => notes.push(
+            "`wsfs get`: no `wsfs` binary next to this program, so it was not measured \
+             (build it with `cargo build --release -p wsfs-client`)."
+                .into(),
+        ),
+    }
+
     let (mut read, mut raw_read, mut write, mut raw_write) = Default::default();
+    let mut get = Samples::default();
     let push = |s: &mut Samples, d: Duration| s.push(mb_per_s(size, d));
     for run in 1..=runs {
         eprintln!("bytes: run {run}/{runs}");
@@ -233,10 +290,13 @@ pub async fn run(
         push(&mut raw_read, raw_read_once(&source).await?);
         push(&mut write, write_once(&mut fs, &session.id, &source).await?);
         push(&mut raw_write, raw_write_once(&source).await?);
+        if let Some(cli) = &cli {
+            push(&mut get, cli_get_once(cli, url, &session.id, dir).await?);
+        }
     }
     let mut rows = vec![
         Row::new(format!("ReadBytes {label}, throughput"), "MB/s", read)
-            .baseline("raw TCP", raw_read)
+            .baseline("raw TCP", raw_read.clone())
             .target(Target::AtLeastShare(0.7)),
         Row::new(
             format!("WriteBytes {label} in 64 KiB chunks, throughput"),
@@ -246,6 +306,17 @@ pub async fn run(
         .baseline("raw TCP to disk", raw_write)
         .target(Target::AtLeastShare(0.6)),
     ];
+    if cli.is_some() {
+        rows.push(
+            Row::new(
+                format!("`wsfs get` {label} to /dev/null (a process, start to exit), throughput"),
+                "MB/s",
+                get,
+            )
+            .baseline("raw TCP", raw_read)
+            .target(Target::AtLeastShare(0.6)),
+        );
+    }
     rows.extend(memory_rows);
 
     wire::delete_session(channel, &session.id).await;

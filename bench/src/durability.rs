@@ -86,6 +86,7 @@ async fn once(channel: &Channel, writes: usize, figures: &mut Figures) -> Result
         .restore(proto::RestoreRequest {
             session_id: id.clone(),
             snapshot_id: snapshot,
+            ..Default::default()
         })
         .await
         .map_err(failed("Restore"))?;

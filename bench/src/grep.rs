@@ -3,7 +3,9 @@
 //! nothing, so rg is told to do the same). Both run warm: one untimed pass
 //! each before the timed ones. A wsfs run is the full stream, consumed by
 //! this client, up to the summary; an rg run is the process from start to
-//! exit with its output read through a pipe.
+//! exit with its output read through a pipe. Each pattern is measured on
+//! a DIRECTORY session rooted at the corpus, then on a MEMORY session the
+//! corpus is uploaded into.
 
 use crate::corpus::Corpus;
 use crate::report::{Row, Samples, Target};
@@ -180,16 +182,51 @@ pub async fn run(
         (regex, false, "regex"),
     ];
 
+    let mut rows = measure(
+        &mut fs,
+        &session.id,
+        "DIRECTORY",
+        corpus,
+        &patterns,
+        runs,
+        notes,
+    )
+    .await?;
+    wire::delete_session(channel, &session.id).await;
+
+    eprintln!(
+        "grep: uploading the corpus into a MEMORY session ({} files)...",
+        corpus.files.len()
+    );
+    let memory = wire::memory_session(channel, &corpus.files).await?;
+    let measured = measure(&mut fs, &memory, "MEMORY", corpus, &patterns, runs, notes).await;
+    wire::delete_session(channel, &memory).await;
+    rows.extend(measured?);
+    Ok(rows)
+}
+
+/// Each pattern through `session` (a `backend` session holding the
+/// corpus), beside rg over the corpus on disk, run for run.
+async fn measure(
+    fs: &mut Fs,
+    session: &str,
+    backend: &str,
+    corpus: &Corpus,
+    patterns: &[(String, bool, &str)],
+    runs: usize,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     for (pattern, fixed, kind) in patterns {
-        eprintln!("grep: {kind} {pattern:?}: warming up...");
-        let warm = wsfs_grep(&mut fs, &session.id, &pattern, fixed).await?;
-        let rg_warm = rg(&corpus.dir, &pattern, fixed).await?;
+        let (pattern, fixed) = (pattern.as_str(), *fixed);
+        eprintln!("grep: {backend} {kind} {pattern:?}: warming up...");
+        let warm = wsfs_grep(fs, session, pattern, fixed).await?;
+        let rg_warm = rg(&corpus.dir, pattern, fixed).await?;
         let mut ours = Samples::default();
         let mut theirs = Samples::default();
         for run in 1..=runs {
-            eprintln!("grep: {kind}: run {run}/{runs}");
-            let o = wsfs_grep(&mut fs, &session.id, &pattern, fixed).await?;
+            eprintln!("grep: {backend} {kind}: run {run}/{runs}");
+            let o = wsfs_grep(fs, session, pattern, fixed).await?;
             ours.push(o.elapsed.as_secs_f64());
             if o.matches != warm.matches {
                 notes.push(format!(
@@ -197,23 +234,18 @@ pub async fn run(
                     warm.matches, o.matches
                 ));
             }
-            theirs.push(
-                rg(&corpus.dir, &pattern, fixed)
-                    .await?
-                    .elapsed
-                    .as_secs_f64(),
-            );
+            theirs.push(rg(&corpus.dir, pattern, fixed).await?.elapsed.as_secs_f64());
         }
         let counts = format!("wsfs {} / rg {} matches", warm.matches, rg_warm.matches);
         if rg_warm.matches != warm.matches {
             notes.push(format!(
-                "warning: match counts differ for {pattern:?}: wsfs {}, rg {}.",
+                "warning: match counts differ for {pattern:?} ({backend}): wsfs {}, rg {}.",
                 warm.matches, rg_warm.matches
             ));
         }
         let figure = format!(
-            "Grep {kind} {} ({counts}; {} files, {:.0} MB), wall time",
-            markdown_code(&pattern),
+            "Grep {kind} {}, {backend} session ({counts}; {} files, {:.0} MB), wall time",
+            markdown_code(pattern),
             warm.files,
             corpus.bytes as f64 / 1e6
         );
@@ -223,6 +255,5 @@ pub async fn run(
                 .target(Target::AtMostTimes(1.2)),
         );
     }
-    wire::delete_session(channel, &session.id).await;
     Ok(rows)
 }

@@ -309,6 +309,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         rows.extend(
             bytes::run(
                 &channel,
+                &server.url,
                 &base.join("bytes"),
                 settings.size_bytes,
                 settings.runs,

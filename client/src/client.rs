@@ -146,6 +146,13 @@ impl Client {
         convert::session_info(response.into_inner())
     }
 
+    /// The session this client's token opens (a GetSession naming none):
+    /// how a holder of nothing but a session's token finds its session.
+    /// The admin token, or no token, names no session: `InvalidArgument`.
+    pub async fn token_session(&self) -> Result<SessionInfo> {
+        self.get_session("").await
+    }
+
     /// Every session of the server. Through a proxy in front of several
     /// servers, the sessions of the one server that calls naming no session
     /// reach (see the README's "Running several servers").

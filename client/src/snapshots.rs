@@ -3,7 +3,7 @@
 
 use crate::client::Client;
 use crate::convert;
-use wsfs::{proto, Error, Result};
+use wsfs::{proto, CanonicalPath, Error, Result};
 
 pub use wsfs::{Restored, SnapshotInfo};
 
@@ -55,9 +55,27 @@ impl Client {
     /// created since go, deleted ones return, each with a new version.
     /// Unknown snapshot: `SnapshotNotFound`; read-only session: `ReadOnly`.
     pub async fn restore(&self, session_id: &str, snapshot_id: &str) -> Result<Restored> {
+        self.restore_path(session_id, snapshot_id, &CanonicalPath::root())
+            .await
+    }
+
+    /// [`Client::restore`] of one file or directory: `path` and everything
+    /// beneath it become exactly what the snapshot holds there (entries it
+    /// lacks go), nothing outside `path` changes but missing parents, which
+    /// come back as the snapshot holds them. [`Restored`] counts the files
+    /// restored. `path` not in the snapshot: `FileNotFound`; a parent of
+    /// `path` that is a file in the workspace: `NotADirectory`; both
+    /// change nothing.
+    pub async fn restore_path(
+        &self,
+        session_id: &str,
+        snapshot_id: &str,
+        path: &CanonicalPath,
+    ) -> Result<Restored> {
         let request = proto::RestoreRequest {
             session_id: session_id.to_string(),
             snapshot_id: snapshot_id.to_string(),
+            path: path.as_str().to_string(),
         };
         let r = self
             .sessions
@@ -65,6 +83,15 @@ impl Client {
             .restore(self.credentials.about(request))
             .await?
             .into_inner();
+        if r.path != path.as_str() {
+            // A server that predates the path field ignores it.
+            return Err(Error::Unimplemented {
+                message: format!(
+                    "the server restored '{}' instead of '{path}': it predates restores of one path",
+                    r.path
+                ),
+            });
+        }
         Restored::try_from(r)
     }
 

@@ -93,6 +93,18 @@ fn wsfs_with(session: Option<&str>, args: &[&str], stdin: &[u8], server: &str) -
 
 /// What one run of the binary did, with `config` as its saved context file.
 fn wsfs_in(config: &Path, session: Option<&str>, args: &[&str], stdin: &[u8], server: &str) -> Run {
+    wsfs_as(config, session, None, args, stdin, server)
+}
+
+/// [`wsfs_in`], with `WSFS_TOKEN` set when `token` is given.
+fn wsfs_as(
+    config: &Path,
+    session: Option<&str>,
+    token: Option<&str>,
+    args: &[&str],
+    stdin: &[u8],
+    server: &str,
+) -> Run {
     let mut command = Command::new(env!("CARGO_BIN_EXE_wsfs"));
     command
         .env("WSFS_CONFIG", config)
@@ -106,6 +118,9 @@ fn wsfs_in(config: &Path, session: Option<&str>, args: &[&str], stdin: &[u8], se
         .stderr(Stdio::piped());
     if let Some(session) = session {
         command.env("WSFS_SESSION", session);
+    }
+    if let Some(token) = token {
+        command.env("WSFS_TOKEN", token);
     }
     let mut child = command.spawn().expect("run wsfs");
     let mut input = child.stdin.take().expect("stdin");
@@ -1051,6 +1066,121 @@ fn cat_at_a_snapshot_and_restore_of_one_path() {
         .fails_with("FILE_NOT_FOUND");
     ws.run(&["stat", "missing.txt"])
         .fails_with("FILE_NOT_FOUND");
+}
+
+#[test]
+fn restore_of_one_directory_puts_back_exactly_that_directory() {
+    let ws = Workspace::new();
+    ws.run(&["write", "src/a.rs", "old a"]).ok();
+    ws.run(&["write", "src/lib/b.rs", "old b"]).ok();
+    ws.run(&["write", "notes.txt", "old notes"]).ok();
+    ws.run(&["snapshot", "create", "--tag", "base"]).ok();
+    ws.run(&["write", "src/a.rs", "new a"]).ok();
+    ws.run(&["rm", "-r", "src/lib"]).ok();
+    ws.run(&["write", "src/new.rs", "made since"]).ok();
+    ws.run(&["write", "notes.txt", "new notes"]).ok();
+
+    let restored = ws
+        .run(&["snapshot", "restore", "base", "--path", "src", "--json"])
+        .ok()
+        .json();
+    assert_eq!(restored["path"], "src");
+    assert_eq!(restored["file_count"], 2);
+
+    assert_eq!(ws.cat("src/a.rs"), "old a\n");
+    assert_eq!(ws.cat("src/lib/b.rs"), "old b\n");
+    ws.run(&["stat", "src/new.rs"]).fails_with("FILE_NOT_FOUND");
+    assert_eq!(ws.cat("notes.txt"), "new notes\n", "outside src: untouched");
+    ws.run(&["snapshot", "restore", "base", "--path", "../up"])
+        .fails_with("PATH_ESCAPES_ROOT");
+}
+
+// --- tokens -----------------------------------------------------------
+
+const ADMIN_TOKEN: &str = "admin-token-for-cli-tests-0123456789";
+
+/// A server with tokens on, for the tests that need one.
+fn token_server() -> (String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let mut config = wsfs_server::ServerConfig::for_tests(data_dir);
+            config.listen = addr;
+            config.admin_token = Some(ADMIN_TOKEN.into());
+            tx.send(format!("http://{addr}")).unwrap();
+            let _ = wsfs_server::serve(config, listener, std::future::pending()).await;
+        });
+    });
+    (rx.recv().unwrap(), dir)
+}
+
+/// `wsfs` against `server` with `WSFS_TOKEN=token` and, when given,
+/// `WSFS_SESSION=session`.
+fn wsfs_token(server: &str, token: &str, session: Option<&str>, args: &[&str]) -> Run {
+    let none = Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-saved-context.json");
+    wsfs_as(&none, session, Some(token), args, b"", server)
+}
+
+#[test]
+fn a_session_token_names_its_session_and_a_session_that_disagrees_is_refused() {
+    let (server, _dir) = token_server();
+    let create = |admin: &str| {
+        wsfs_token(&server, admin, None, &["session", "create", "--json"])
+            .ok()
+            .json()
+    };
+    let mine = create(ADMIN_TOKEN);
+    let other = create(ADMIN_TOKEN);
+    let (id, token) = (
+        mine["session_id"].as_str().unwrap(),
+        mine["token"].as_str().unwrap(),
+    );
+    let other_id = other["session_id"].as_str().unwrap();
+
+    // The token alone: its session.
+    wsfs_token(&server, token, None, &["write", "a.txt", "by token"]).ok();
+    assert_eq!(
+        wsfs_token(&server, ADMIN_TOKEN, Some(id), &["cat", "a.txt"])
+            .ok()
+            .stdout,
+        "by token\n"
+    );
+    let shown = wsfs_token(&server, token, None, &["session", "show", "--json"])
+        .ok()
+        .json();
+    assert_eq!(shown["session_id"], id);
+    // A named caller's token names the session too.
+    let alice = wsfs_token(&server, token, None, &["token", "issue", "alice"])
+        .ok()
+        .stdout;
+    let read = wsfs_token(&server, alice.trim(), None, &["cat", "a.txt"]).ok();
+    assert_eq!(read.stdout, "by token\n");
+
+    // The same session named as well: fine.
+    wsfs_token(&server, token, Some(id), &["cat", "a.txt"]).ok();
+    // Another session: refused before anything is sent, saying both.
+    let refused = wsfs_token(&server, token, Some(other_id), &["write", "b.txt", "x"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains(other_id), "{}", refused.stderr);
+    assert!(refused.stderr.contains(id), "{}", refused.stderr);
+    wsfs_token(&server, ADMIN_TOKEN, Some(other_id), &["stat", "b.txt"])
+        .fails_with("FILE_NOT_FOUND");
+
+    // The admin token names no session: a usage error that says so.
+    let none = wsfs_token(&server, ADMIN_TOKEN, None, &["ls"]);
+    assert_eq!(none.code, 2, "{}", none.stderr);
+    assert!(
+        none.stderr.contains("the token names none"),
+        "{}",
+        none.stderr
+    );
+    // A token the server does not know: UNAUTHENTICATED, with the hint.
+    wsfs_token(&server, "wsfs_0000", None, &["ls"]).fails_with("UNAUTHENTICATED");
 }
 
 #[test]

@@ -421,6 +421,27 @@ mod tests {
         }
     }
 
+    /// A restore of one path records only what lies there (and its
+    /// missing parents): a replay leaves everything else as it was.
+    #[test]
+    fn a_replayed_restore_of_one_path_leaves_what_its_record_does_not_name() {
+        let s = Session::new();
+        old_tree(&s);
+        s.put("outside/kept.txt", "not in the record\n");
+        let b = s.backend();
+        let prune = Prune::Paths(vec!["gone.txt".into(), "flip".into()]);
+        let (intent, staged) = intent(&b, prune, false);
+        killed_after(&b, &intent, staged);
+        assert!(recover(&s.dir, &s.root, Durability::None, None).unwrap());
+        let mut expected = target();
+        expected.insert("outside".into(), None);
+        expected.insert(
+            "outside/kept.txt".into(),
+            Some("not in the record\n".into()),
+        );
+        assert_eq!(s.tree(), expected);
+    }
+
     #[test]
     fn a_replayed_replacement_gives_what_it_creates_to_the_sessions_owner() {
         use std::os::unix::fs::MetadataExt;

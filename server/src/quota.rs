@@ -123,12 +123,23 @@ fn check_beside<B: Backend + ?Sized>(
         files: walked.files + pending.files,
         bytes: walked.bytes + pending.bytes,
     };
+    check_change(limits, path, now, removed, added)
+}
+
+/// [`check`]'s rule, given the workspace's usage `now`.
+pub fn check_change(
+    limits: &SessionLimits,
+    path: &CanonicalPath,
+    now: Usage,
+    removed: Usage,
+    added: Usage,
+) -> Result<()> {
     // Only a count the change grows is judged (the other stands at 0), so
     // a workspace already over a quota (lowered on a restart, or filled
     // from outside) can still shrink.
     let grown = |now: u64, added: u64, removed: u64| {
         if added > removed {
-            (now + added).saturating_sub(removed)
+            now.saturating_add(added).saturating_sub(removed)
         } else {
             0
         }

@@ -1062,7 +1062,10 @@ mod tests {
         ws.set_read_only(true);
 
         let write = ws.write(&p, "after", WriteOptions::default()).await;
-        let restore = snapshots.restore(&taken.id).await.map(drop);
+        let restore = snapshots
+            .restore(&taken.id, &CanonicalPath::root())
+            .await
+            .map(drop);
         let import = ws.importable();
         for (refused, path, action) in [
             (write.map(drop), "f.txt", "change 'f.txt'"),

@@ -55,6 +55,45 @@ async fn sessions_service_needs_the_admin_token() {
 }
 
 #[tokio::test]
+async fn get_session_answers_a_token_about_its_own_session_and_names_it() {
+    let server = server_with_tokens().await;
+    let admin = admin(&server).await;
+    let a = admin
+        .create_session(SessionOptions::memory())
+        .await
+        .unwrap();
+    let b = admin
+        .create_session(SessionOptions::memory())
+        .await
+        .unwrap();
+    let system = Client::connect(&server.url())
+        .await
+        .unwrap()
+        .with_token(a.token.as_deref().unwrap())
+        .unwrap();
+    let alice_token = admin.issue_token(&a.id, "alice").await.unwrap().token;
+    let alice = system.clone().with_token(&alice_token).unwrap();
+
+    for holder in [&system, &alice] {
+        assert_eq!(holder.token_session().await.unwrap().id, a.id);
+        assert_eq!(holder.get_session(&a.id).await.unwrap().id, a.id);
+        let err = holder.get_session(&b.id).await.unwrap_err();
+        assert_refused(&err, Code::PermissionDenied, "PERMISSION_DENIED");
+        // Still the admin's alone: the rest of the Sessions service.
+        let err = holder.list_sessions().await.unwrap_err();
+        assert_refused(&err, Code::Unauthenticated, "UNAUTHENTICATED");
+    }
+    let err = admin.token_session().await.unwrap_err();
+    assert_refused(&err, Code::InvalidArgument, "INVALID_ARGUMENT");
+    let unknown = system.clone().with_token("wsfs_0000").unwrap();
+    let err = unknown.token_session().await.unwrap_err();
+    assert_refused(&err, Code::Unauthenticated, "UNAUTHENTICATED");
+    let anonymous = Client::connect(&server.url()).await.unwrap();
+    let err = anonymous.token_session().await.unwrap_err();
+    assert_refused(&err, Code::Unauthenticated, "UNAUTHENTICATED");
+}
+
+#[tokio::test]
 async fn filesystem_calls_need_a_token_of_their_session() {
     let server = server_with_tokens().await;
     let admin = admin(&server).await;
@@ -193,6 +232,9 @@ async fn tokens_off_names_the_caller_by_metadata() {
         .await
         .unwrap();
     assert_eq!(info.token, None);
+    // No token names no session.
+    let err = client.token_session().await.unwrap_err();
+    assert_refused(&err, Code::InvalidArgument, "INVALID_ARGUMENT");
     let err = client
         .session(&info.id)
         .with_caller("SYSTEM")

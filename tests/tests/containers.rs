@@ -217,6 +217,15 @@ async fn snapshots_and_archives_round_trip() {
         changed,
         [("empty", true), ("junk.txt", false), ("src/lib.rs", false)]
     );
+    // A snapshot here is an archive restored whole: one path is refused,
+    // with nothing changed.
+    let err = client
+        .restore_path(&info.id, &snap.id, &p("src"))
+        .await
+        .unwrap_err();
+    assert_refused(&err, Code::Unimplemented, "UNIMPLEMENTED");
+    assert_eq!(session.read_to_string("src/lib.rs").await.unwrap(), "v2\n");
+    assert!(session.exists(&p("junk.txt")).await.unwrap().is_some());
     client.restore(&info.id, &snap.id).await.unwrap();
     assert_eq!(session.read_to_string("src/lib.rs").await.unwrap(), "v1\n");
     assert_eq!(session.exists(&p("junk.txt")).await.unwrap(), None);

@@ -458,7 +458,8 @@ fn call() -> impl Strategy<Value = Call> {
             }),
             1 => Call::Restore(RestoreRequest {
                 session_id,
-                snapshot_id: other
+                path: other.clone(),
+                snapshot_id: other,
             }),
             2 => Call::ListSnapshots(ListSnapshotsRequest { session_id }),
             3 => Call::DeleteSnapshot(DeleteSnapshotRequest {

@@ -139,7 +139,211 @@ both_backends!(
     writes_land_wholly_before_or_after_a_restore,
     diff_names_what_changed_since_the_snapshot_and_nothing_else,
     a_file_is_read_as_the_snapshot_holds_it,
+    restore_of_a_directory_puts_back_that_subtree_and_nothing_else,
+    restore_of_a_file_puts_back_that_file_and_nothing_else,
+    restore_of_a_path_brings_back_its_missing_parents,
+    restore_of_a_path_refuses_what_it_cannot_do_and_changes_nothing,
+    restore_of_a_path_over_the_file_quota_changes_nothing,
 );
+
+/// The entries of `state` at or beneath `at` (all when `at` is empty), and
+/// the others.
+fn split_at(state: &State, at: &str) -> (State, State) {
+    state
+        .clone()
+        .into_iter()
+        .partition(|(path, _)| path == at || path.starts_with(&format!("{at}/")))
+}
+
+async fn restore_of_a_directory_puts_back_that_subtree_and_nothing_else(options: SessionOptions) {
+    let s = setup(options).await;
+    s.write("src/main.rs", b"fn main() {}\n").await;
+    s.write("src/lib/a.rs", b"pub fn a() {}\n").await;
+    s.write("src/kept.rs", b"untouched\n").await;
+    s.mkdir("src/empty").await;
+    s.write("src.txt", b"a sibling whose name starts like it\n")
+        .await;
+    s.write("docs/readme.md", b"docs\n").await;
+    let (src_before, _) = split_at(&s.state().await, "src");
+    let snap = s.client.snapshot(s.id(), "before").await.unwrap();
+    let kept_version = s.versions().await["src/kept.rs"];
+
+    s.write("src/main.rs", b"fn main() { changed() }\n").await;
+    s.delete("src/lib").await;
+    s.delete("src/empty").await;
+    s.write("src/new.rs", b"created since\n").await;
+    s.mkdir("src/newdir/deeper").await;
+    s.write("src.txt", b"changed outside\n").await;
+    s.write("docs/later.md", b"made outside\n").await;
+    let (_, outside_before) = split_at(&s.state().await, "src");
+    let outside_versions: BTreeMap<String, u64> = s
+        .versions()
+        .await
+        .into_iter()
+        .filter(|(p, _)| outside_before.contains_key(p))
+        .collect();
+
+    let restored = s
+        .client
+        .restore_path(s.id(), &snap.id, &wsfs_client::parse_path("/src/").unwrap())
+        .await
+        .unwrap();
+
+    let (src_after, outside_after) = split_at(&s.state().await, "src");
+    assert_eq!(src_after, src_before, "src is the snapshot's");
+    assert_eq!(outside_after, outside_before, "nothing outside src moved");
+    let versions = s.versions().await;
+    for (path, version) in &outside_versions {
+        assert_eq!(versions[path], *version, "{path} kept its version");
+    }
+    assert_eq!(
+        versions["src/kept.rs"], kept_version,
+        "an unchanged file keeps its version"
+    );
+    assert_eq!(restored.file_count, 3);
+    assert_eq!(
+        restored.total_bytes,
+        (b"fn main() {}\n".len() + b"pub fn a() {}\n".len() + b"untouched\n".len()) as u64
+    );
+}
+
+async fn restore_of_a_file_puts_back_that_file_and_nothing_else(options: SessionOptions) {
+    let s = setup(options).await;
+    s.write("dir/a.txt", b"alpha\n").await;
+    s.write("dir/b.txt", b"beta\n").await;
+    s.write("turns.txt", BINARY).await;
+    let snap = s.client.snapshot(s.id(), "before").await.unwrap();
+    s.write("dir/a.txt", b"changed\n").await;
+    s.write("dir/b.txt", b"changed too\n").await;
+    // A directory where the file was goes, with what it holds.
+    s.delete("turns.txt").await;
+    s.write("turns.txt/inner.txt", b"inside\n").await;
+    let before = s.state().await;
+
+    for (path, content) in [("dir/a.txt", &b"alpha\n"[..]), ("turns.txt", BINARY)] {
+        let restored = s
+            .client
+            .restore_path(s.id(), &snap.id, &wsfs_client::parse_path(path).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            (restored.file_count, restored.total_bytes),
+            (1, content.len() as u64)
+        );
+    }
+
+    let mut expected = before;
+    expected.insert("dir/a.txt".into(), Some(b"alpha\n".to_vec()));
+    expected.remove("turns.txt/inner.txt");
+    expected.insert("turns.txt".into(), Some(BINARY.to_vec()));
+    assert_eq!(s.state().await, expected);
+}
+
+async fn restore_of_a_path_brings_back_its_missing_parents(options: SessionOptions) {
+    let s = setup(options).await;
+    s.write("dir/sub/b.bin", BINARY).await;
+    s.write("dir/c.txt", b"a sibling, not restored\n").await;
+    let snap = s.client.snapshot(s.id(), "before").await.unwrap();
+    s.delete("dir").await;
+
+    s.client
+        .restore_path(
+            s.id(),
+            &snap.id,
+            &wsfs_client::parse_path("dir/sub/b.bin").unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let expected: State = [
+        ("dir".to_string(), None),
+        ("dir/sub".to_string(), None),
+        ("dir/sub/b.bin".to_string(), Some(BINARY.to_vec())),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(s.state().await, expected);
+}
+
+async fn restore_of_a_path_refuses_what_it_cannot_do_and_changes_nothing(options: SessionOptions) {
+    let s = setup(options).await;
+    s.write("dir/sub/a.txt", b"alpha\n").await;
+    let snap = s.client.snapshot(s.id(), "before").await.unwrap();
+    s.write("dir/sub/a.txt", b"changed\n").await;
+    s.write("later.txt", b"made after the snapshot\n").await;
+    // A file where the snapshot has a parent directory of the path.
+    s.delete("dir").await;
+    s.write("dir", b"a file now\n").await;
+    let before = s.state().await;
+    let versions = s.versions().await;
+    let mut raw = s.raw().await;
+
+    for (path, code, wanted) in [
+        ("later.txt", Code::NotFound, "FILE_NOT_FOUND"),
+        ("no/such/dir", Code::NotFound, "FILE_NOT_FOUND"),
+        ("../outside", Code::InvalidArgument, "PATH_ESCAPES_ROOT"),
+        ("a\0b", Code::InvalidArgument, "INVALID_PATH"),
+        ("dir/sub", Code::FailedPrecondition, "NOT_A_DIRECTORY"),
+        ("dir/sub/a.txt", Code::FailedPrecondition, "NOT_A_DIRECTORY"),
+    ] {
+        let status = raw
+            .restore(proto::RestoreRequest {
+                session_id: s.id().into(),
+                snapshot_id: snap.id.clone(),
+                path: path.into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), code, "{path}: {status:?}");
+        assert_eq!(reason(&status), wanted, "{path}: {status:?}");
+    }
+    let status = raw
+        .restore(proto::RestoreRequest {
+            session_id: s.id().into(),
+            snapshot_id: "00000000-0000-0000-0000-000000000000".into(),
+            path: "dir".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&status), "SNAPSHOT_NOT_FOUND");
+
+    assert_eq!(s.state().await, before);
+    assert_eq!(s.versions().await, versions);
+}
+
+async fn restore_of_a_path_over_the_file_quota_changes_nothing(options: SessionOptions) {
+    let s = setup(options.limits(wsfs_client::SessionLimits {
+        max_files: 3,
+        ..Default::default()
+    }))
+    .await;
+    s.write("dir/a.txt", b"a\n").await;
+    s.write("dir/b.txt", b"b\n").await;
+    let snap = s.client.snapshot(s.id(), "before").await.unwrap();
+    s.delete("dir/b.txt").await;
+    s.write("other/c.txt", b"c\n").await;
+    s.write("other/d.txt", b"d\n").await;
+    let before = s.state().await;
+
+    // dir would hold two files again, beside the two in other/: four.
+    let err = s
+        .client
+        .restore_path(s.id(), &snap.id, &wsfs_client::parse_path("dir").unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "QUOTA_EXCEEDED", "{err}");
+    assert_eq!(s.state().await, before);
+
+    // Restoring the one file that is still there is within the quota.
+    s.client
+        .restore_path(
+            s.id(),
+            &snap.id,
+            &wsfs_client::parse_path("dir/a.txt").unwrap(),
+        )
+        .await
+        .unwrap();
+}
 
 async fn a_file_is_read_as_the_snapshot_holds_it(options: SessionOptions) {
     use futures::StreamExt;
@@ -352,6 +556,7 @@ async fn unknown_snapshot_is_not_found_and_changes_nothing(options: SessionOptio
             .restore(proto::RestoreRequest {
                 session_id: s.id().into(),
                 snapshot_id: bad.into(),
+                ..Default::default()
             })
             .await
             .unwrap_err();
@@ -391,6 +596,7 @@ async fn unknown_session_is_session_not_found(options: SessionOptions) {
         raw.restore(proto::RestoreRequest {
             session_id: ghost.clone(),
             snapshot_id: snap.id.clone(),
+            ..Default::default()
         })
         .await
         .unwrap_err(),
@@ -434,6 +640,7 @@ async fn read_only_session_snapshots_but_refuses_restore(options: SessionOptions
         .restore(proto::RestoreRequest {
             session_id: s.id().into(),
             snapshot_id: snap.id.clone(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -584,13 +584,14 @@ pub enum SnapshotCommand {
     List,
     /// Put the workspace back exactly as the snapshot holds it.
     #[command(
-        after_help = "SNAPSHOT is an id, a tag, or the start of an id (4 characters or more).\n\nExamples:\n  wsfs snapshot restore before-refactor\n  wsfs snapshot restore 9f1c\n  wsfs snapshot restore before-refactor --path src/main.rs"
+        after_help = "SNAPSHOT is an id, a tag, or the start of an id (4 characters or more).\n\nExamples:\n  wsfs snapshot restore before-refactor\n  wsfs snapshot restore 9f1c\n  wsfs snapshot restore before-refactor --path src/main.rs\n  wsfs snapshot restore before-refactor --path src"
     )]
     Restore {
         #[arg(value_name = "SNAPSHOT")]
         id: String,
-        /// Put back only this file, as the snapshot holds it (the rest of
-        /// the workspace is left as it is).
+        /// Put back only this file or directory, exactly as the snapshot
+        /// holds it (files beneath it that the snapshot lacks are removed;
+        /// the rest of the workspace is left as it is).
         #[arg(long, value_name = "PATH")]
         path: Option<String>,
     },

@@ -155,7 +155,7 @@ pub async fn get(ctx: &mut Ctx, args: GetArgs) -> Outcome {
     };
     let bytes = match &target {
         None => {
-            let mut stdout = tokio::io::stdout();
+            let mut stdout = std::io::stdout().lock();
             download(&session, &path, &mut stdout, true).await?
         }
         Some(target) => download_to_file(&session, &path, target, ctx.quiet || ctx.json).await?,
@@ -177,8 +177,13 @@ pub async fn get(ctx: &mut Ctx, args: GetArgs) -> Outcome {
     Ok(())
 }
 
-/// Streams a remote file into `writer`; returns the bytes written.
-pub async fn download<W: tokio::io::AsyncWrite + Unpin>(
+/// Streams a remote file into `writer`; returns the bytes written. Each
+/// chunk (up to 1 MiB) is written in place, off the runtime's other work
+/// (`block_in_place`): tokio's stdout and files copy every chunk and hand
+/// it to the blocking pool, which cost a third of the CLI's CPU time on a
+/// 1 GiB `get` (BENCHMARKS.md, Byte streams). Needs the CLI's
+/// multi-threaded runtime.
+pub async fn download<W: std::io::Write>(
     session: &Session,
     path: &CanonicalPath,
     writer: &mut W,
@@ -193,20 +198,18 @@ pub async fn download<W: tokio::io::AsyncWrite + Unpin>(
         quiet,
         path.as_str(),
     );
+    let failed = || local(format!("cannot write the download of '{path}'"));
     let mut written = 0u64;
     while let Some(chunk) = stream.chunks.next().await {
         let chunk = chunk?;
-        match writer.write_all(&chunk).await {
+        match tokio::task::block_in_place(|| writer.write_all(&chunk)) {
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Err(Failure::Silent(0)),
-            other => other.map_err(local(format!("cannot write the download of '{path}'")))?,
+            other => other.map_err(failed())?,
         }
         written += chunk.len() as u64;
         bar.inc(chunk.len() as u64);
     }
-    writer
-        .flush()
-        .await
-        .map_err(local(format!("cannot write the download of '{path}'")))?;
+    tokio::task::block_in_place(|| writer.flush()).map_err(failed())?;
     bar.finish_and_clear();
     Ok(written)
 }
@@ -220,8 +223,7 @@ pub async fn download_to_file(
     quiet: bool,
 ) -> Outcome<u64> {
     let part = partial_name(target);
-    let mut file = tokio::fs::File::create(&part)
-        .await
+    let mut file = std::fs::File::create(&part)
         .map_err(local(format!("cannot create '{}'", part.display())))?;
     let result = download(session, path, &mut file, quiet).await;
     drop(file);

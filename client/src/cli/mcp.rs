@@ -274,11 +274,23 @@ struct SnapshotArgs {
     tag: String,
 }
 
-/// A snapshot, for `restore` and `diff_snapshot`.
+/// A snapshot, for `diff_snapshot`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct RestoreArgs {
     /// The snapshot's id, from `snapshot` or `list_snapshots`.
     snapshot_id: String,
+}
+
+/// A snapshot to restore, whole or at one path.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct RestorePathArgs {
+    /// The snapshot's id, from `snapshot` or `list_snapshots`.
+    snapshot_id: String,
+    /// Only this file or directory (everything beneath it that the
+    /// snapshot lacks is removed; the rest of the workspace is left as it
+    /// is). Omit it to restore the whole workspace.
+    #[serde(default)]
+    path: Option<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -709,21 +721,32 @@ impl Workspace {
     }
 
     #[tool(
-        description = "Put the whole workspace back exactly as a snapshot holds it: later changes are undone."
+        description = "Put the workspace back exactly as a snapshot holds it, or only one file or directory of it (path): later changes there are undone."
     )]
     async fn restore(
         &self,
-        Parameters(a): Parameters<RestoreArgs>,
+        Parameters(a): Parameters<RestorePathArgs>,
     ) -> Result<CallToolResult, ErrorData> {
         answer(
             async {
+                let at = match &a.path {
+                    Some(path) => wsfs_client::parse_path(path)?,
+                    None => wsfs::CanonicalPath::root(),
+                };
                 let r = self
                     .client
-                    .restore(self.session.id(), &a.snapshot_id)
+                    .restore_path(self.session.id(), &a.snapshot_id, &at)
                     .await?;
                 Ok(format!(
-                    "restored {} ({} files, {} bytes)",
-                    a.snapshot_id, r.file_count, r.total_bytes
+                    "restored {}{} ({} files, {} bytes)",
+                    a.snapshot_id,
+                    if at.is_root() {
+                        String::new()
+                    } else {
+                        format!(" at {at}")
+                    },
+                    r.file_count,
+                    r.total_bytes
                 ))
             }
             .await,

@@ -76,8 +76,16 @@ pub fn local(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> Fai
 /// What every command works with.
 pub struct Ctx {
     pub server: String,
+    /// The session named by `--session` or `WSFS_SESSION`.
     pub session_id: Option<String>,
+    /// The session `wsfs use` saved.
+    saved_session: Option<String>,
     pub token: Option<String>,
+    /// Whether the token is the one `wsfs use` saved (not a flag's or a
+    /// variable's).
+    token_saved: bool,
+    /// The session [`Ctx::session_id`] settled on.
+    resolved: Option<String>,
     pub json: bool,
     pub quiet: bool,
     /// CA certificate (PEM) for an https:// server.
@@ -110,19 +118,64 @@ impl Ctx {
         Ok(client)
     }
 
-    /// The session named by `--session` or `WSFS_SESSION`.
-    pub fn session_id(&self) -> Outcome<String> {
-        self.session_id.clone().ok_or_else(|| {
-            Failure::Usage(
-                "no session: pass --session ID or set WSFS_SESSION (create one with `wsfs session create`)"
-                    .into(),
-            )
-        })
+    /// The session every file command works on: `--session` or
+    /// `WSFS_SESSION`; else the session the token opens (tokens name their
+    /// session, and the server says which); else the one `wsfs use` saved.
+    /// A session named beside a token of another session is a usage error
+    /// rather than a refusal from the server.
+    pub async fn session_id(&mut self) -> Outcome<String> {
+        if let Some(id) = &self.resolved {
+            return Ok(id.clone());
+        }
+        let id = match (self.session_id.clone(), self.token.is_some()) {
+            (Some(named), true) => match self.token_session().await {
+                Ok(Some(own)) if own != named => {
+                    return Err(Failure::Usage(format!(
+                        "the session given (--session or WSFS_SESSION) is {named}, but the token \
+                         (--token or WSFS_TOKEN) opens session {own}: drop the session to use the \
+                         token's, or pass that session's token"
+                    )))
+                }
+                // A server older than token sessions, or one that cannot
+                // be reached, judges the call itself.
+                _ => named,
+            },
+            (Some(named), false) => named,
+            (None, true) if !(self.token_saved && self.saved_session.is_some()) => {
+                match self.token_session().await? {
+                    Some(own) => own,
+                    None => self.saved_session.clone().ok_or_else(|| {
+                        Failure::Usage(
+                            "no session: the token names none (it is the admin token, or the server has tokens off); pass --session ID or set WSFS_SESSION"
+                                .into(),
+                        )
+                    })?,
+                }
+            }
+            (None, _) => self.saved_session.clone().ok_or_else(|| {
+                Failure::Usage(
+                    "no session: pass --session ID, set WSFS_SESSION or WSFS_TOKEN to a session's token (create one with `wsfs session create`)"
+                        .into(),
+                )
+            })?,
+        };
+        self.resolved = Some(id.clone());
+        Ok(id)
+    }
+
+    /// The session the token opens; `None` when it opens none in
+    /// particular (the admin token, or a server with tokens off).
+    async fn token_session(&mut self) -> Outcome<Option<String>> {
+        match self.client().await?.token_session().await {
+            Ok(info) => Ok(Some(info.id)),
+            Err(Error::InvalidArgument { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// A handle on the current session; it carries the client's token.
     pub async fn session(&mut self) -> Outcome<Session> {
-        let id = self.session_id()?;
+        let id = self.session_id().await?;
         Ok(self.client().await?.session(id))
     }
 
@@ -166,10 +219,14 @@ pub fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return report(Failure::Local(format!("cannot start: {e}")), json, &server),
     };
+    let flag_token = given(&cli.global.token);
     let mut ctx = Ctx {
         server: server_url(&server),
-        session_id: given(&cli.global.session).or(saved.session),
-        token: given(&cli.global.token).or(saved.token),
+        session_id: given(&cli.global.session),
+        saved_session: saved.session,
+        token_saved: flag_token.is_none() && saved.token.is_some(),
+        token: flag_token.or(saved.token),
+        resolved: None,
         json,
         quiet: cli.global.quiet,
         ca: cli.global.ca.clone(),

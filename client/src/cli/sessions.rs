@@ -6,9 +6,7 @@ use super::{local, Ctx, Failure, Outcome};
 use serde_json::{json, Value};
 use std::time::Duration;
 use tokio_util::io::{InspectReader, InspectWriter};
-use wsfs_client::{
-    Backend, Filesystem, Layout, SessionInfo, SessionOptions, SnapshotChangeKind, SnapshotInfo,
-};
+use wsfs_client::{Backend, Layout, SessionInfo, SessionOptions, SnapshotChangeKind, SnapshotInfo};
 
 pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
     match command {
@@ -145,7 +143,7 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
         SessionCommand::Show { id } => {
             let id = match id {
                 Some(id) => id,
-                None => ctx.session_id()?,
+                None => ctx.session_id().await?,
             };
             let info = ctx.client().await?.get_session(&id).await?;
             if ctx.json {
@@ -279,7 +277,7 @@ fn snapshot_json(s: &SnapshotInfo) -> Value {
 pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
     match command {
         SnapshotCommand::Create { tag } => {
-            let id = ctx.session_id()?;
+            let id = ctx.session_id().await?;
             let spinner = output::working("snapshot", ctx.quiet || ctx.json);
             let taken = ctx.client().await?.snapshot(&id, &tag).await;
             spinner.finish_and_clear();
@@ -291,7 +289,7 @@ pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
             }
         }
         SnapshotCommand::List => {
-            let id = ctx.session_id()?;
+            let id = ctx.session_id().await?;
             let snapshots = ctx.client().await?.list_snapshots(&id).await?;
             if ctx.json {
                 let all: Vec<_> = snapshots.iter().map(snapshot_json).collect();
@@ -309,46 +307,38 @@ pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
             }
             Ok(())
         }
-        SnapshotCommand::Restore {
-            id,
-            path: Some(path),
-        } => {
-            let session = ctx.session().await?;
-            let id = resolve_snapshot(ctx, session.id(), &id).await?;
-            let path = wsfs_client::parse_path(&path)?;
-            let (size, chunks) = ctx
+        SnapshotCommand::Restore { id, path } => {
+            let session_id = ctx.session_id().await?;
+            let id = resolve_snapshot(ctx, &session_id, &id).await?;
+            let at = match &path {
+                Some(path) => wsfs_client::parse_path(path)?,
+                None => wsfs::CanonicalPath::root(),
+            };
+            let spinner = output::working("restore", ctx.quiet || ctx.json);
+            let restored = ctx
                 .client()
                 .await?
-                .read_snapshot_file(session.id(), &id, path.as_str())
-                .await?;
-            let written = session
-                .write_bytes(&path, wsfs_client::WriteOptions::default(), chunks)
-                .await?;
-            ctx.done(
-                || format!("restored {} from {id} ({})", path.display(), output::human_size(size)),
-                json!({"snapshot_id": id, "path": path.as_str(), "version": written.version, "size_bytes": size}),
-            )
-        }
-        SnapshotCommand::Restore { id, path: None } => {
-            let session_id = ctx.session_id()?;
-            let id = resolve_snapshot(ctx, &session_id, &id).await?;
-            let spinner = output::working("restore", ctx.quiet || ctx.json);
-            let restored = ctx.client().await?.restore(&session_id, &id).await;
+                .restore_path(&session_id, &id, &at)
+                .await;
             spinner.finish_and_clear();
             let contents = restored?;
+            let what = match at.is_root() {
+                true => String::new(),
+                false => format!(" {}", at.display()),
+            };
             ctx.done(
                 || {
                     format!(
-                        "restored {id}: {} files, {}",
+                        "restored{what} from {id}: {} files, {}",
                         contents.file_count,
                         output::human_size(contents.total_bytes)
                     )
                 },
-                json!({"snapshot_id": id, "file_count": contents.file_count, "total_bytes": contents.total_bytes}),
+                json!({"snapshot_id": id, "path": at.as_str(), "file_count": contents.file_count, "total_bytes": contents.total_bytes}),
             )
         }
         SnapshotCommand::Diff { id } => {
-            let session_id = ctx.session_id()?;
+            let session_id = ctx.session_id().await?;
             let id = resolve_snapshot(ctx, &session_id, &id).await?;
             let spinner = output::working("diff", ctx.quiet || ctx.json);
             let compared = ctx.client().await?.diff_snapshot(&session_id, &id).await;
@@ -384,7 +374,7 @@ pub async fn snapshot(ctx: &mut Ctx, command: SnapshotCommand) -> Outcome {
             }
         }
         SnapshotCommand::Rm { id } => {
-            let session_id = ctx.session_id()?;
+            let session_id = ctx.session_id().await?;
             let id = resolve_snapshot(ctx, &session_id, &id).await?;
             ctx.client()
                 .await?
@@ -472,7 +462,7 @@ pub async fn import(ctx: &mut Ctx, args: ImportArgs) -> Outcome {
 pub async fn token(ctx: &mut Ctx, command: TokenCommand) -> Outcome {
     match command {
         TokenCommand::Issue { caller } => {
-            let id = ctx.session_id()?;
+            let id = ctx.session_id().await?;
             let issued = ctx.client().await?.issue_token(&id, &caller).await?;
             if ctx.json {
                 print_json(&json!({"token": issued.token, "caller": issued.caller}))

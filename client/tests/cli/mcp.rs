@@ -401,6 +401,16 @@ async fn mcp_snapshot_and_restore_undo_changes() {
     );
     let diff = ok(&client, "diff_snapshot", json!({"snapshot_id": id})).await;
     assert_eq!(diff, "M  keep.txt\nA  new.txt\n");
+    // One path first: keep.txt comes back, new.txt stays.
+    let one = ok(
+        &client,
+        "restore",
+        json!({"snapshot_id": id, "path": "keep.txt"}),
+    )
+    .await;
+    assert!(one.contains("at keep.txt (1 files"), "{one}");
+    assert_eq!(ws.cat("keep.txt"), "v1\n");
+    assert_eq!(ws.cat("new.txt"), "x\n");
     ok(&client, "restore", json!({"snapshot_id": id})).await;
     assert_eq!(ws.cat("keep.txt"), "v1\n");
     refused(

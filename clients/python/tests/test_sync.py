@@ -342,6 +342,21 @@ def test_snapshots(client: wsfs.Client, session: wsfs.Session) -> None:
     assert session.list_snapshots() == []
 
 
+def test_restore_of_one_path_leaves_the_rest(session: wsfs.Session) -> None:
+    session.write("src/a.txt", "alpha")
+    session.write("notes.txt", "notes")
+    snap = session.snapshot("before")
+    session.write("src/a.txt", "changed")
+    session.write("src/new.txt", "new")
+    session.write("notes.txt", "changed too")
+    assert session.restore(snap, path="src") == wsfs.Restored(1, 5)
+    assert session.read("src/a.txt").content == "alpha"
+    assert not session.exists("src/new.txt")
+    assert session.read("notes.txt").content == "changed too"
+    with pytest.raises(wsfs.FileNotFound):
+        session.restore(snap, path="no/such")
+
+
 def test_an_owner_is_echoed_and_refused_off_directory_sessions(client: wsfs.Client) -> None:
     before = len(client.list_sessions())
     with pytest.raises(wsfs.InvalidArgument) as refused:

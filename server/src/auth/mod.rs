@@ -276,6 +276,44 @@ impl Auth {
         }
     }
 
+    /// Guards GetSession and says which session it answers: the admin token
+    /// (or, tokens off, the system caller) for any named session; a
+    /// session's own token for that session, which an empty `session_id`
+    /// then names (how a client holding only a token learns its session).
+    /// A token of another session is PERMISSION_DENIED, as on the
+    /// Filesystem service; an empty `session_id` without a session's token
+    /// is INVALID_ARGUMENT.
+    pub fn session_to_get(&self, metadata: &MetadataMap, session_id: &str) -> Result<String> {
+        let named = || {
+            match session_id {
+            "" => Err(Error::invalid_argument(
+                "session_id is empty: name a session (only a session's own token names its session by itself)",
+            )),
+            id => Ok(id.to_string()),
+        }
+        };
+        if !self.tokens_on() {
+            only_system_without_tokens(metadata)?;
+            return named();
+        }
+        let token = bearer(metadata)?;
+        if self.is_admin(token) {
+            return named();
+        }
+        let grant = self.tokens.resolve(token).ok_or_else(|| {
+            unauthenticated("the token is not valid: it is unknown, or its session is gone")
+        })?;
+        if !session_id.is_empty() && grant.session_id != session_id {
+            return Err(Error::PermissionDenied {
+                path: String::new(),
+                message: format!(
+                    "this token does not open session '{session_id}': a token opens only its own session"
+                ),
+            });
+        }
+        Ok(grant.session_id)
+    }
+
     /// Guards IssueToken: the admin token, or `session_id`'s system token.
     pub fn require_admin_or_system(&self, metadata: &MetadataMap, session_id: &str) -> Result<()> {
         if !self.tokens_on() {

@@ -68,6 +68,20 @@ impl Tree {
         }
     }
 
+    /// The node a restore puts at a path that held `old`: `old` itself
+    /// (its version kept) when it already equals `entry`, else a new node
+    /// with `entry`'s bytes, bits and time, at a fresh version.
+    fn restored_node(&mut self, old: Option<Node>, entry: &ImageEntry) -> Node {
+        match old.filter(|n| entry.same_as(n)) {
+            Some(node) => node,
+            None => {
+                let mut node = self.new_node(entry.data.clone(), entry.permissions);
+                node.modified = entry.modified;
+                node
+            }
+        }
+    }
+
     /// Keys strictly beneath `dir`, in order.
     fn descendants<'a>(&'a self, dir: &str) -> impl Iterator<Item = (&'a String, &'a Node)> + 'a {
         let (lower, prefix) = if dir.is_empty() {
@@ -502,6 +516,28 @@ impl MemoryImage {
             .map(|b| b.len() as u64)
             .sum()
     }
+
+    /// The entry at `at` and every entry beneath it, in path order (the
+    /// whole image for the root).
+    pub fn subtree<'a>(
+        &'a self,
+        at: &CanonicalPath,
+    ) -> impl Iterator<Item = (CanonicalPath, &'a ImageEntry)> + 'a {
+        let (own, beneath) = match at.is_root() {
+            true => (None, String::new()),
+            false => (
+                self.entries.get_key_value(at.as_str()),
+                format!("{}/", at.as_str()),
+            ),
+        };
+        let under = self
+            .entries
+            .range::<String, _>((Bound::Included(beneath.clone()), Bound::Unbounded))
+            .take_while(move |(k, _)| k.starts_with(&beneath));
+        own.into_iter()
+            .chain(under)
+            .map(|(k, v)| (CanonicalPath::from_canonical(k.as_str()), v))
+    }
 }
 
 /// An image from its entries, by path.
@@ -545,17 +581,71 @@ impl MemoryBackend {
         };
         nodes.insert(String::new(), root);
         for (path, entry) in &image.entries {
-            let kept = tree.nodes.remove(path).filter(|n| entry.same_as(n));
-            let node = match kept {
-                Some(node) => node,
-                None => {
-                    let mut node = tree.new_node(entry.data.clone(), entry.permissions);
-                    node.modified = entry.modified;
-                    node
-                }
-            };
+            let old = tree.nodes.remove(path);
+            let node = tree.restored_node(old, entry);
             nodes.insert(path.clone(), node);
         }
         tree.nodes = nodes;
+    }
+
+    /// [`Self::restore_image`] for the subtree at `at` alone: the entry at
+    /// `at` and everything beneath it become what `image` holds there, by
+    /// the same rules, and nothing else changes but the missing parents of
+    /// `at`, which come back as `image` holds them. A parent that is a file
+    /// is `NotADirectory`; `at` missing from `image` is `FileNotFound`;
+    /// both change nothing. `check` sees the files `at` holds now and
+    /// refuses before any change.
+    pub fn restore_subtree(
+        &self,
+        image: &MemoryImage,
+        at: &CanonicalPath,
+        check: impl FnOnce(&[(&str, u64)]) -> Result<()>,
+    ) -> Result<()> {
+        if at.is_root() {
+            self.restore_image(image);
+            return Ok(());
+        }
+        if !image.entries.contains_key(at.as_str()) {
+            return Err(crate::snapshots::not_in_snapshot(at));
+        }
+        let mut tree = self.tree();
+        let missing = tree.check_ancestors(at)?;
+        let mut here: Vec<String> = tree.descendant_keys(at.as_str());
+        if tree.nodes.contains_key(at.as_str()) {
+            here.insert(0, at.as_str().to_string());
+        }
+        let files: Vec<(&str, u64)> = here
+            .iter()
+            .filter_map(|k| Some((k.as_str(), tree.nodes[k].data.as_ref()?.len() as u64)))
+            .collect();
+        check(&files)?;
+        let mut old: BTreeMap<String, Node> = here
+            .into_iter()
+            .filter_map(|k| tree.nodes.remove_entry(&k))
+            .collect();
+        let mut parents = Vec::new();
+        let mut parent = at.parent();
+        while let Some(p) = parent.filter(|p| !p.is_root()) {
+            parent = p.parent();
+            parents.push(p);
+        }
+        // Only parents from the first missing one down are missing.
+        let missing_parents = parents
+            .iter()
+            .rev()
+            .skip_while(|p| Some(*p) != missing.as_ref());
+        for p in missing_parents {
+            let bits = image
+                .entries
+                .get(p.as_str())
+                .map_or(Permissions::DIRECTORY_DEFAULT, |e| e.permissions);
+            let node = tree.new_node(None, bits);
+            tree.nodes.insert(p.as_str().to_string(), node);
+        }
+        for (path, entry) in image.subtree(at) {
+            let node = tree.restored_node(old.remove(path.as_str()), entry);
+            tree.nodes.insert(path.as_str().to_string(), node);
+        }
+        Ok(())
     }
 }

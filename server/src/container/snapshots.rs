@@ -200,8 +200,16 @@ impl SnapshotStore for ContainerSnapshots {
         Ok(recorded.into())
     }
 
-    async fn restore(&self, id: &str) -> Result<Restored> {
+    async fn restore(&self, id: &str, at: &CanonicalPath) -> Result<Restored> {
         let id = parse_id(id)?;
+        if !at.is_root() {
+            // The snapshot is an archive the inner server imports whole.
+            return Err(Error::Unimplemented {
+                message: format!(
+                    "a CONTAINER session restores whole snapshots only, not '{at}': restore the whole snapshot, or read the file back with ReadSnapshotFile"
+                ),
+            });
+        }
         let _one = self.busy.lock().await;
         self.read_record(&id)?;
         let (file_count, total_bytes) = self.fs.import_file(&self.archive(&id)).await?;

@@ -198,14 +198,18 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::GetSessionRequest>,
     ) -> Result<Response<proto::Session>, Status> {
-        let admitted = self.admit(request.metadata(), &request.get_ref().session_id);
+        let metadata = request.metadata();
+        let admitted = super::check_route(metadata, &request.get_ref().session_id).and_then(|()| {
+            self.auth
+                .session_to_get(metadata, &request.get_ref().session_id)
+        });
         let r = request.into_inner();
         traced("GetSession", &r.session_id, "", async {
-            admitted?;
-            if let Some(u) = self.registry.unavailable(&r.session_id) {
+            let id = admitted?;
+            if let Some(u) = self.registry.unavailable(&id) {
                 return Ok(unavailable_to_proto(&u));
             }
-            session_with_usage(&*self.registry.get(&r.session_id)?).await
+            session_with_usage(&*self.registry.get(&id)?).await
         })
         .await
     }
@@ -333,20 +337,25 @@ impl sessions_server::Sessions for SessionsService {
     ) -> Result<Response<proto::RestoreResponse>, Status> {
         let admitted = self.admit(request.metadata(), &request.get_ref().session_id);
         let r = request.into_inner();
-        traced("Restore", &r.session_id, "", async {
+        traced("Restore", &r.session_id, &r.path, async {
             admitted?;
             let session = self.registry.get(&r.session_id)?;
             let id = r.snapshot_id;
+            let at = session.path(&r.path)?;
+            let path = at.as_str().to_string();
             let restored = to_the_end(async move {
                 let own = session.events.own_change(None);
-                let restored = session.snapshots.restore(&id).await?;
+                let restored = session.snapshots.restore(&id, &at).await?;
                 drop(own);
                 // The whole workspace was replaced: every watcher re-reads it.
                 session.events.barrier();
                 Ok(restored)
             })
             .await?;
-            Ok(proto::RestoreResponse::from(restored))
+            Ok(proto::RestoreResponse {
+                path,
+                ..proto::RestoreResponse::from(restored)
+            })
         })
         .await
     }

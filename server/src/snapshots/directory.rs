@@ -177,14 +177,16 @@ impl SnapshotStore for DirectorySnapshots {
         }
     }
 
-    async fn restore(&self, id: &str) -> Result<Restored> {
-        self.workspace.writable_for("", "restore a snapshot")?;
+    async fn restore(&self, id: &str, at: &CanonicalPath) -> Result<Restored> {
+        self.workspace
+            .writable_for(at.as_str(), "restore a snapshot")?;
         let key = parse_id(id)?;
         let store = self.store.clone();
         let limits = crate::quota::with_budget(self.workspace.limits(), self.default_budget);
+        let at = at.clone();
         let (restored, displaced) = self
             .workspace
-            .exclusive(move |b| store.restore(b, &key, &limits))
+            .exclusive(move |b| store.restore(b, &key, &at, &limits))
             .await?;
         if !displaced.is_empty() {
             // The replaced files' blocks are freed once the workspace is
@@ -860,24 +862,45 @@ impl Store {
     }
 
     /// Makes the workspace exactly snapshot `id` (the caller holds its write
-    /// lock). Everything it writes is staged before the first change. Also
-    /// returns the old files it replaced, for the caller to drop (and so
-    /// remove) when it likes.
+    /// lock), or only the subtree at `at` when it is not the root (see
+    /// [`SnapshotStore::restore`]). Everything it writes is staged before
+    /// the first change. Also returns the old files it replaced, for the
+    /// caller to drop (and so remove) when it likes.
     fn restore(
         &self,
         b: &DirectoryBackend,
         id: &str,
+        at: &CanonicalPath,
         limits: &SessionLimits,
     ) -> Result<(Restored, Vec<Displaced>)> {
         let mut state = self.lock();
         let info = self.read_info(id)?;
-        let target = self.flatten(&info, &state)?;
-        check_restore(
-            limits,
-            target
+        let mut target = self.flatten(&info, &state)?;
+        let mut live = tree(b)?;
+        if at.is_root() {
+            check_restore(
+                limits,
+                target
+                    .iter()
+                    .map(|e| (&e.path, e.file.as_ref().map(|f| f.size))),
+            )?;
+        } else {
+            narrow_restore(at, &mut target, &mut live, limits)?;
+        }
+        let restored = match at.is_root() {
+            true => Restored {
+                file_count: info.file_count,
+                total_bytes: info.total_bytes,
+            },
+            false => target
                 .iter()
-                .map(|e| (&e.path, e.file.as_ref().map(|f| f.size))),
-        )?;
+                .filter(|e| e.path.starts_with(at))
+                .filter_map(|e| e.file.as_ref())
+                .fold(Restored::default(), |r, f| Restored {
+                    file_count: r.file_count + 1,
+                    total_bytes: r.total_bytes + f.size,
+                }),
+        };
         let head = match self.head(&mut state) {
             Some(hash) => self.tree(&state, &hash).ok(),
             None => None,
@@ -885,7 +908,6 @@ impl Store {
         // Plan: what goes (what the snapshot does not hold), and which
         // files already hold the snapshot's bytes. Both lists are in path
         // order (bytewise), so one pass over both pairs them up.
-        let live = tree(b)?;
         let mut unchanged = vec![false; target.len()];
         let mut doomed: Vec<&CanonicalPath> = Vec::new();
         let mut next = 0;
@@ -929,10 +951,6 @@ impl Store {
         let staged = stage_objects(b, &self.objects(), &to_write)?;
         drop(state);
         let displaced = apply_restore(b, id, &doomed, &target, &to_write, staged)?;
-        let restored = Restored {
-            file_count: info.file_count,
-            total_bytes: info.total_bytes,
-        };
         Ok((restored, displaced))
     }
 
@@ -1234,6 +1252,72 @@ fn over_budget(total: u64, budget: u64) -> Error {
             "cannot snapshot: the workspace's files add up to {total} bytes (apparent sizes, holes included), over this session's budget of {budget} bytes (its max_total_bytes, or the server's --default-max-total-bytes)"
         ),
     }
+}
+
+/// Narrows a restore's `target` (the snapshot's entries) and `live` (the
+/// workspace's) to the subtree at `at`, and checks it before any change:
+/// `at` must be in the snapshot (`FileNotFound`), each parent of `at` a
+/// directory or missing in the workspace (`NotADirectory`, or
+/// `PermissionDenied` for a link or special file, which a restore never
+/// goes through), and the workspace after within the session's limits.
+/// Missing parents stay in `target`, to come back as the snapshot holds
+/// them; existing ones leave it, untouched.
+fn narrow_restore(
+    at: &CanonicalPath,
+    target: &mut Vec<FlatEntry>,
+    live: &mut Vec<TreeEntry>,
+    limits: &SessionLimits,
+) -> Result<()> {
+    if !target.iter().any(|e| e.path == *at) {
+        return Err(super::not_in_snapshot(at));
+    }
+    let mut now = crate::quota::Usage::default();
+    let mut removed = crate::quota::Usage::default();
+    let mut present = HashSet::new();
+    for e in live.iter() {
+        if e.kind == TreeKind::File {
+            now.files += 1;
+            now.bytes = now.bytes.saturating_add(e.size);
+            if e.path.starts_with(at) {
+                removed.files += 1;
+                removed.bytes = removed.bytes.saturating_add(e.size);
+            }
+        }
+        if at.starts_with(&e.path) && e.path != *at {
+            match e.kind {
+                TreeKind::Directory => {}
+                TreeKind::File => {
+                    return Err(Error::NotADirectory {
+                        path: e.path.as_str().to_string(),
+                    })
+                }
+                TreeKind::Other => {
+                    return Err(Error::PermissionDenied {
+                        path: e.path.as_str().to_string(),
+                        message: format!(
+                            "cannot restore '{at}': '{}' is a symbolic link or special file, which a restore never goes through",
+                            e.path
+                        ),
+                    })
+                }
+            }
+            present.insert(e.path.as_str().to_string());
+        }
+    }
+    target.retain(|e| {
+        e.path.starts_with(at) || (at.starts_with(&e.path) && !present.contains(e.path.as_str()))
+    });
+    live.retain(|e| e.path.starts_with(at));
+    super::check_restore_at(
+        limits,
+        at,
+        now,
+        removed,
+        target
+            .iter()
+            .filter(|e| e.path.starts_with(at))
+            .map(|e| (&e.path, e.file.as_ref().map(|f| f.size))),
+    )
 }
 
 /// The apply step of a restore, once every file it writes is staged:

@@ -5,11 +5,12 @@ use super::{
     SnapshotStore,
 };
 use crate::backend::{Content, MemoryBackend, MemoryImage};
+use crate::quota;
 use crate::workspace::Workspace;
 use async_trait::async_trait;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
-use wsfs::Result;
+use wsfs::{CanonicalPath, Result};
 
 pub struct MemorySnapshots {
     workspace: Arc<Workspace<MemoryBackend>>,
@@ -54,23 +55,50 @@ impl SnapshotStore for MemorySnapshots {
         Ok(info)
     }
 
-    async fn restore(&self, id: &str) -> Result<Restored> {
-        self.workspace.writable_for("", "restore a snapshot")?;
+    async fn restore(&self, id: &str, at: &CanonicalPath) -> Result<Restored> {
+        self.workspace
+            .writable_for(at.as_str(), "restore a snapshot")?;
         let image = self.image(id)?;
-        super::check_restore(
-            self.workspace.limits(),
+        if at.is_root() {
+            super::check_restore(
+                self.workspace.limits(),
+                image
+                    .entries()
+                    .map(|(path, entry)| (path, entry.data.as_ref().map(|d| d.len() as u64))),
+            )?;
+        }
+        let sizes = || {
             image
-                .entries()
-                .map(|(path, entry)| (path, entry.data.as_ref().map(|d| d.len() as u64))),
-        )?;
-        let restored = Restored {
-            file_count: image.file_count(),
-            total_bytes: image.total_bytes(),
+                .subtree(at)
+                .map(|(path, entry)| (path, entry.data.as_ref().map(|d| d.len() as u64)))
         };
+        let restored = sizes()
+            .filter_map(|(_, size)| size)
+            .fold(Restored::default(), |r, size| Restored {
+                file_count: r.file_count + 1,
+                total_bytes: r.total_bytes + size,
+            });
+        let limits = *self.workspace.limits();
+        let at = at.clone();
         self.workspace
             .exclusive(move |b| {
-                b.restore_image(&image);
-                Ok(())
+                let now = match quota::limited(&limits) && !at.is_root() {
+                    true => quota::usage(b, &CanonicalPath::root())?,
+                    false => quota::Usage::default(),
+                };
+                b.restore_subtree(&image, &at, |files| {
+                    let removed =
+                        files
+                            .iter()
+                            .fold(quota::Usage::default(), |u, (_, size)| quota::Usage {
+                                files: u.files + 1,
+                                bytes: u.bytes + size,
+                            });
+                    let sizes = image
+                        .subtree(&at)
+                        .map(|(path, entry)| (path, entry.data.as_ref().map(|d| d.len() as u64)));
+                    super::check_restore_at(&limits, &at, now, removed, sizes)
+                })
             })
             .await?;
         Ok(restored)

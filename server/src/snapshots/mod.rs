@@ -80,9 +80,15 @@ pub trait SnapshotStore: Send + Sync {
     async fn snapshot(&self, tag: &str) -> Result<SnapshotInfo>;
 
     /// Puts the workspace back exactly as snapshot `id` holds it, under the
-    /// write lock. Read-only session: `ReadOnly`; unknown id:
-    /// `SnapshotNotFound`, with nothing changed.
-    async fn restore(&self, id: &str) -> Result<Restored>;
+    /// write lock; with `at` other than the root, only the file or
+    /// directory at `at` (entries beneath it that the snapshot lacks go,
+    /// nothing outside it changes but its missing parents, which come back
+    /// as the snapshot holds them). Read-only session: `ReadOnly`; unknown
+    /// id: `SnapshotNotFound`; `at` not in the snapshot: `FileNotFound`; a
+    /// parent of `at` that is not a directory in the workspace:
+    /// `NotADirectory` (or `PermissionDenied` for a link). Every refusal
+    /// changes nothing. [`Restored`] counts what the snapshot holds at `at`.
+    async fn restore(&self, id: &str, at: &CanonicalPath) -> Result<Restored>;
 
     /// Every snapshot, oldest first.
     async fn list(&self) -> Result<Vec<SnapshotInfo>>;
@@ -134,6 +140,35 @@ pub(crate) fn check_restore<P: std::borrow::Borrow<CanonicalPath>>(
     }
     let holds = crate::quota::Usage { files, bytes };
     crate::quota::check_usage(limits, holds, "cannot restore the snapshot: it holds")
+}
+
+/// [`check_restore`] for a restore of the subtree at `at` (not the root):
+/// each entry's path as there, and the workspace after the restore (`now`,
+/// less what lies at `at` today, `removed`, plus the snapshot's files)
+/// judged against the quotas as any change is ([`crate::quota::check_change`]).
+pub(crate) fn check_restore_at<P: std::borrow::Borrow<CanonicalPath>>(
+    limits: &SessionLimits,
+    at: &CanonicalPath,
+    now: crate::quota::Usage,
+    removed: crate::quota::Usage,
+    entries: impl IntoIterator<Item = (P, Option<u64>)>,
+) -> Result<()> {
+    let mut added = crate::quota::Usage::default();
+    for (path, size) in entries {
+        check_restore_entry(limits, path.borrow())?;
+        if let Some(size) = size {
+            added.files += 1;
+            added.bytes = added.bytes.saturating_add(size);
+        }
+    }
+    crate::quota::check_change(limits, at, now, removed, added)
+}
+
+/// The refusal of a restore of `at`, which snapshot `id` does not hold.
+pub(crate) fn not_in_snapshot(at: &CanonicalPath) -> Error {
+    Error::FileNotFound {
+        path: at.as_str().to_string(),
+    }
 }
 
 /// [`check_restore`]'s rule for one entry's path.

@@ -232,8 +232,8 @@ class AsyncClient:
     async def snapshot(self, session_id: str, tag: str = "") -> SnapshotInfo:
         return await self.session(session_id).snapshot(tag)
 
-    async def restore(self, session_id: str, snapshot_id: str) -> Restored:
-        return await self.session(session_id).restore(snapshot_id)
+    async def restore(self, session_id: str, snapshot_id: str, *, path: str = "") -> Restored:
+        return await self.session(session_id).restore(snapshot_id, path=path)
 
     async def list_snapshots(self, session_id: str) -> list[SnapshotInfo]:
         return await self.session(session_id).list_snapshots()
@@ -811,9 +811,9 @@ class AsyncSession:
         )
         return SnapshotDiff._from_proto(response)
 
-    async def restore(self, snapshot: Union[str, SnapshotInfo]) -> Restored:
+    async def restore(self, snapshot: Union[str, SnapshotInfo], *, path: str = "") -> Restored:
         snapshot_id = snapshot.id if isinstance(snapshot, SnapshotInfo) else snapshot
-        request = sessions_pb2.RestoreRequest(session_id=self.id, snapshot_id=snapshot_id)
+        request = sessions_pb2.RestoreRequest(session_id=self.id, snapshot_id=snapshot_id, path=path)
         response = await _call(self._sessions.Restore(request, metadata=self._admin_metadata))
         return Restored(response.file_count, response.total_bytes)
 

@@ -258,8 +258,8 @@ class Client:
     def snapshot(self, session_id: str, tag: str = "") -> SnapshotInfo:
         return self.session(session_id).snapshot(tag)
 
-    def restore(self, session_id: str, snapshot_id: str) -> Restored:
-        return self.session(session_id).restore(snapshot_id)
+    def restore(self, session_id: str, snapshot_id: str, *, path: str = "") -> Restored:
+        return self.session(session_id).restore(snapshot_id, path=path)
 
     def list_snapshots(self, session_id: str) -> list[SnapshotInfo]:
         return self.session(session_id).list_snapshots()
@@ -881,10 +881,13 @@ class Session:
         response = _call(self._sessions.DiffSnapshot, request, metadata=self._admin_metadata)
         return SnapshotDiff._from_proto(response)
 
-    def restore(self, snapshot: Union[str, SnapshotInfo]) -> Restored:
-        """Puts the workspace back exactly as the snapshot holds it."""
+    def restore(self, snapshot: Union[str, SnapshotInfo], *, path: str = "") -> Restored:
+        """Puts the workspace back exactly as the snapshot holds it; with
+        ``path``, only that file or directory (entries beneath it that the
+        snapshot lacks go, nothing outside it changes). ``Restored`` counts
+        the files restored."""
         snapshot_id = snapshot.id if isinstance(snapshot, SnapshotInfo) else snapshot
-        request = sessions_pb2.RestoreRequest(session_id=self.id, snapshot_id=snapshot_id)
+        request = sessions_pb2.RestoreRequest(session_id=self.id, snapshot_id=snapshot_id, path=path)
         response = _call(self._sessions.Restore, request, metadata=self._admin_metadata)
         return Restored(response.file_count, response.total_bytes)
 

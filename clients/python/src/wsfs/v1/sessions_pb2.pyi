@@ -254,20 +254,24 @@ class SnapshotInfo(_message.Message):
     def __init__(self, snapshot_id: _Optional[str] = ..., tag: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., file_count: _Optional[int] = ..., total_bytes: _Optional[int] = ...) -> None: ...
 
 class RestoreRequest(_message.Message):
-    __slots__ = ("session_id", "snapshot_id")
+    __slots__ = ("session_id", "snapshot_id", "path")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     snapshot_id: str
-    def __init__(self, session_id: _Optional[str] = ..., snapshot_id: _Optional[str] = ...) -> None: ...
+    path: str
+    def __init__(self, session_id: _Optional[str] = ..., snapshot_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
 
 class RestoreResponse(_message.Message):
-    __slots__ = ("file_count", "total_bytes")
+    __slots__ = ("file_count", "total_bytes", "path")
     FILE_COUNT_FIELD_NUMBER: _ClassVar[int]
     TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
     file_count: int
     total_bytes: int
-    def __init__(self, file_count: _Optional[int] = ..., total_bytes: _Optional[int] = ...) -> None: ...
+    path: str
+    def __init__(self, file_count: _Optional[int] = ..., total_bytes: _Optional[int] = ..., path: _Optional[str] = ...) -> None: ...
 
 class ListSnapshotsRequest(_message.Message):
     __slots__ = ("session_id",)
