@@ -336,7 +336,9 @@ impl SessionRegistry {
         let ws = Arc::new(Workspace::new(backend, record.limits));
         let store = self.directory_snapshots(&ws, &record.id, session_dir);
         if let Some(snapshot) = chosen {
-            store.restore(snapshot).await?;
+            store
+                .restore(snapshot, &wsfs::CanonicalPath::root())
+                .await?;
         }
         ws.set_read_only(record.read_only);
         // Last: its presence makes the session outlive a restart.
