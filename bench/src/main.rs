@@ -18,6 +18,8 @@
 //!   DIRECTORY session on the same tree (only when asked for by name).
 //! - [`durability`]: small Writes, a Snapshot and a Restore on a server in
 //!   each `--durability` mode, `fsync` beside `none`.
+//! - [`objstore`]: a Snapshot mirrored to a `file://` object store and a
+//!   RecoverSession from it, beside `rsync -a`.
 //!
 //! Every figure needs its baseline program ([`tools`]): when one is
 //! missing the benchmark names its package and stops before any work.
@@ -35,6 +37,7 @@ mod durability;
 mod fork;
 mod grep;
 mod machine;
+mod objstore;
 mod report;
 mod server;
 mod small;
@@ -58,6 +61,7 @@ enum Which {
     Archive,
     Fork,
     Durability,
+    Objstore,
     /// Not part of `all`: it needs the `wsfs-server` binary for the inner
     /// end.
     Container,
@@ -67,11 +71,19 @@ impl Which {
     /// The baseline programs this choice runs.
     fn tools(self) -> Vec<tools::Tool> {
         match self {
-            Which::All => vec![tools::RG, tools::GIT, tools::ZIP, tools::UNZIP, tools::CP],
+            Which::All => vec![
+                tools::RG,
+                tools::GIT,
+                tools::ZIP,
+                tools::UNZIP,
+                tools::CP,
+                tools::RSYNC,
+            ],
             Which::Grep => vec![tools::RG],
             Which::Snapshot => vec![tools::GIT],
             Which::Archive => vec![tools::ZIP, tools::UNZIP],
             Which::Fork => vec![tools::CP],
+            Which::Objstore => vec![tools::RSYNC],
             Which::Bytes | Which::Small | Which::Durability | Which::Container => Vec::new(),
         }
     }
@@ -81,7 +93,7 @@ impl Which {
     fn needs_local_server(self) -> bool {
         matches!(
             self,
-            Which::All | Which::Snapshot | Which::Archive | Which::Fork
+            Which::All | Which::Snapshot | Which::Archive | Which::Fork | Which::Objstore
         )
     }
 }
@@ -205,6 +217,7 @@ fn start_server(
     data: &Path,
     allow: &[PathBuf],
     durability: wsfs_server::durability::Durability,
+    object_store: Option<&str>,
 ) -> Result<Server, String> {
     if let Some(url) = &cli.server {
         return Ok(Server::external(url.clone()));
@@ -215,14 +228,14 @@ fn start_server(
             .clone()
             .or_else(server::sibling_server_binary)
         {
-            Some(bin) => return Server::spawn(&bin, data, allow, durability),
+            Some(bin) => return Server::spawn(&bin, data, allow, durability, object_store),
             None => eprintln!(
                 "no wsfs-server binary next to this program (build it with \
                  `cargo build --release -p wsfs-server`); running the server in this process"
             ),
         }
     }
-    Server::in_process(data, allow, durability)
+    Server::in_process(data, allow, durability, object_store)
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
@@ -230,7 +243,7 @@ async fn run(cli: Cli) -> Result<(), String> {
     tools::require(&cli.which.tools())?;
     if cli.server.is_some() && cli.which.needs_local_server() {
         return Err(
-            "the snapshot, archive and fork figures read the server's data directory: \
+            "the snapshot, archive, fork and object-storage figures start or read a local server: \
              run them without --server (choose grep, bytes or small for an external server)"
                 .into(),
         );
@@ -261,6 +274,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         &server_data,
         &allow,
         wsfs_server::durability::Durability::None,
+        None,
     )?;
     eprintln!("server: {}", server.description);
     let channel = wire::connect(&server.url).await?;
@@ -389,7 +403,7 @@ async fn run(cli: Cli) -> Result<(), String> {
         } else {
             let start = |mode| {
                 let data = base.join(format!("durability-{mode:?}"));
-                start_server(&cli, &data, &allow, mode)
+                start_server(&cli, &data, &allow, mode, None)
             };
             rows.extend(durability::run(start, settings.durability_writes, settings.runs).await?);
             notes.push(format!(
@@ -397,6 +411,28 @@ async fn run(cli: Cli) -> Result<(), String> {
                 machine::filesystem_of(&base)
             ));
         }
+    }
+    if wants(Which::Objstore) {
+        let start = |data: &Path, bucket: &str| {
+            start_server(
+                &cli,
+                data,
+                &allow,
+                wsfs_server::durability::Durability::None,
+                Some(bucket),
+            )
+        };
+        rows.extend(
+            objstore::run(
+                start,
+                &base,
+                settings.tree_files,
+                SNAPSHOT_FILE_BYTES,
+                settings.runs,
+                &mut notes,
+            )
+            .await?,
+        );
     }
     if cli.which == Which::Container {
         let inner = cli

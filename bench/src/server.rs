@@ -56,17 +56,22 @@ pub fn sibling_server_binary() -> Option<PathBuf> {
 impl Server {
     /// Spawns `bin` listening on an ephemeral loopback port, with its data
     /// under `data_dir` and sessions allowed to root anywhere under the
-    /// `allow_roots`. Per-call logging is turned down to warnings so the
-    /// figures measure the data path, not the log writer.
+    /// `allow_roots`, mirroring snapshots to `object_store` when given.
+    /// Per-call logging is turned down to warnings so the figures measure
+    /// the data path, not the log writer.
     pub fn spawn(
         bin: &Path,
         data_dir: &Path,
         allow_roots: &[PathBuf],
         durability: Durability,
+        object_store: Option<&str>,
     ) -> Result<Server, String> {
         let mut command = Command::new(bin);
         for root in allow_roots {
             command.arg("--allow-root").arg(root);
+        }
+        if let Some(url) = object_store {
+            command.arg("--object-store").arg(url);
         }
         let mut child = command
             .arg("--listen")
@@ -119,6 +124,7 @@ impl Server {
         data_dir: &Path,
         allow_roots: &[PathBuf],
         durability: Durability,
+        object_store: Option<&str>,
     ) -> Result<Server, String> {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")
             .map_err(|e| format!("cannot listen on loopback: {e}"))?;
@@ -132,6 +138,7 @@ impl Server {
         config.allow_roots = allow_roots.to_vec();
         config.max_write_bytes = SERVER_MAX_WRITE_BYTES;
         config.durability = durability;
+        config.object_store = object_store.map(str::to_string);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("wsfs-server".into())

@@ -52,6 +52,13 @@ pub const CP: Tool = Tool {
     used_for: "the fork figure",
 };
 
+pub const RSYNC: Tool = Tool {
+    program: "rsync",
+    probe: "--version",
+    package: "rsync",
+    used_for: "the object-storage figures",
+};
+
 fn installed(tool: &Tool) -> bool {
     Command::new(tool.program)
         .arg(tool.probe)

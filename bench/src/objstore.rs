@@ -1,0 +1,163 @@
+//! Snapshots mirrored to an object store, and recovery from it, beside
+//! `rsync -a` (the `rclone sync` / `aws s3 sync` kind of incremental copy)
+//! of the same tree (10,000 incompressible files of 20 KiB by default).
+//!
+//! The bucket is the shared-directory kind (`file://` on a scratch
+//! directory), so no S3 server is needed and the figures measure wsfs's
+//! side of the mirror, not a network.
+//!
+//! - Snapshot after one changed file, on a server started with
+//!   `--object-store`: the Snapshot answers once the change is in the
+//!   bucket. Beside it, `rsync -a` of the workspace into a plain mirror
+//!   directory after the same change. The first snapshot and the first
+//!   copy (every byte) are untimed.
+//! - RecoverSession of that workspace on a second server from the bucket
+//!   (`force`: the first server still holds the lease, and waiting out the
+//!   lease is not what is measured), each round on a fresh server and
+//!   data directory. Beside it, `rsync -a` of the mirror into an empty
+//!   directory.
+
+use crate::report::{Row, Samples, Target};
+use crate::server::Server;
+use crate::{failed, machine, trees};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+use wsfs_client::Client;
+
+/// The file rewritten before each timed snapshot.
+const CHANGED_FILE: usize = 0;
+
+/// `rsync -a SRC/ DEST` (the contents of `src` into `dest`); seconds.
+fn rsync(src: &Path, dest: &Path) -> Result<f64, String> {
+    let mut source = src.as_os_str().to_owned();
+    source.push("/");
+    crate::archive::timed(Command::new("rsync").arg("-a").arg(source).arg(dest))
+}
+
+/// The object-store figures. `start(data_dir, bucket_url)` starts a
+/// server with that data directory and `--object-store bucket_url`;
+/// `work` is a scratch directory for the bucket, the servers' data and
+/// the baseline's copies.
+pub async fn run<F>(
+    start: F,
+    work: &Path,
+    files: usize,
+    file_bytes: usize,
+    runs: usize,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Row>, String>
+where
+    F: Fn(&Path, &str) -> Result<Server, String>,
+{
+    let bucket = work.join("objstore-bucket");
+    std::fs::create_dir_all(&bucket).map_err(|e| format!("cannot create the bucket: {e}"))?;
+    let url = format!("file://{}", bucket.display());
+    let shape = format!("{files} files, {:.0} MB", (files * file_bytes) as f64 / 1e6);
+
+    let first = start(&work.join("objstore-first"), &url)?;
+    let client = Client::connect(&first.url)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (info, root) =
+        crate::snapshot::incompressible_session(&client, "objstore", files, file_bytes).await?;
+    eprintln!("objstore: first snapshot (every byte to the bucket) and first rsync, untimed");
+    client
+        .snapshot(&info.id, "first")
+        .await
+        .map_err(failed("first snapshot"))?;
+    let mirror = work.join("objstore-mirror");
+    rsync(&root, &mirror)?;
+
+    let changed = root.join(trees::incompressible_name(CHANGED_FILE));
+    let (mut snapshot, mut sync) = (Samples::default(), Samples::default());
+    let mut last_change = String::new();
+    for run in 0..=runs {
+        eprintln!("objstore: snapshot after one change, run {run}/{runs}");
+        last_change = format!("changed before snapshot round {run}\n");
+        std::fs::write(&changed, &last_change)
+            .map_err(|e| format!("cannot rewrite '{}': {e}", changed.display()))?;
+        trees::settle();
+        let t = Instant::now();
+        client
+            .snapshot(&info.id, &format!("round {run}"))
+            .await
+            .map_err(failed("snapshot"))?;
+        let snapshot_s = t.elapsed().as_secs_f64();
+        let sync_s = rsync(&root, &mirror)?;
+        if run > 0 {
+            snapshot.push(snapshot_s);
+            sync.push(sync_s);
+        }
+    }
+    drop(client);
+    let bucket_bytes = trees::bytes_under(&bucket);
+
+    let (mut recover, mut copy) = (Samples::default(), Samples::default());
+    for run in 0..=runs {
+        eprintln!("objstore: recovery on a second server, run {run}/{runs}");
+        let data = work.join("objstore-second");
+        let second = start(&data, &url)?;
+        let client = Client::connect(&second.url)
+            .await
+            .map_err(|e| e.to_string())?;
+        trees::settle();
+        let t = Instant::now();
+        let made = client
+            .recover_session(&info.id, None, true)
+            .await
+            .map_err(failed("recover"))?;
+        let recover_s = t.elapsed().as_secs_f64();
+        check_recovered(made.root_path, &last_change)?;
+        drop(client);
+        drop(second);
+        let _ = std::fs::remove_dir_all(&data);
+        let copied = work.join("objstore-copy");
+        let copy_s = rsync(&mirror, &copied)?;
+        let _ = std::fs::remove_dir_all(&copied);
+        if run > 0 {
+            recover.push(recover_s);
+            copy.push(copy_s);
+        }
+    }
+    drop(first);
+    let _ = std::fs::remove_dir_all(work.join("objstore-first"));
+    let _ = std::fs::remove_dir_all(&mirror);
+    let _ = std::fs::remove_dir_all(&bucket);
+
+    notes.push(format!(
+        "Object storage: a `file://` bucket (the shared-directory kind) on {}; after {} \
+         snapshots it holds {:.1} MB.",
+        machine::filesystem_of(work),
+        runs + 2,
+        bucket_bytes as f64 / 1e6
+    ));
+    Ok(vec![
+        Row::new(
+            format!("Snapshot to the object store after 1 changed file ({shape}), wall time"),
+            "s",
+            snapshot,
+        )
+        .baseline("rsync -a", sync)
+        .target(Target::None),
+        Row::new(
+            format!("RecoverSession from the object store ({shape}), wall time"),
+            "s",
+            recover,
+        )
+        .baseline("rsync -a into an empty dir", copy)
+        .target(Target::None),
+    ])
+}
+
+/// Fails unless the recovered workspace holds the last change.
+fn check_recovered(root: Option<PathBuf>, last_change: &str) -> Result<(), String> {
+    let root = root.ok_or("the recovered session has no root on this server")?;
+    let path = root.join(trees::incompressible_name(CHANGED_FILE));
+    let held = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read the recovered '{}': {e}", path.display()))?;
+    if held != last_change {
+        return Err("the recovered workspace does not hold the last snapshot".into());
+    }
+    Ok(())
+}
