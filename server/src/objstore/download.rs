@@ -23,6 +23,8 @@ const MAX_MANIFEST_BYTES: u64 = 16 * 1024 * 1024;
 pub struct BucketSnapshot {
     pub id: String,
     pub created_at: SystemTime,
+    /// The files' apparent sizes, as the record says.
+    pub total_bytes: u64,
     pub root: [u8; 32],
     pub raw: bytes::Bytes,
 }
@@ -32,13 +34,7 @@ impl BucketSnapshot {
     /// whose files (apparent sizes, as its record says) hold more than
     /// `budget` bytes (0: no limit); `what` names the call for the message.
     pub fn check_fits(&self, budget: u64, what: &str) -> Result<()> {
-        #[derive(serde::Deserialize)]
-        struct Totals {
-            total_bytes: u64,
-        }
-        let holds = serde_json::from_slice::<Totals>(&self.raw)
-            .map_err(|e| Error::internal(format!("snapshot {}'s record is corrupt: {e}", self.id)))?
-            .total_bytes;
+        let holds = self.total_bytes;
         if budget > 0 && holds > budget {
             return Err(Error::QuotaExceeded {
                 message: format!(
@@ -66,11 +62,12 @@ impl Bucket {
             let Some(raw) = self.get_small(&meta.location, MAX_RECORD_BYTES).await? else {
                 continue;
             };
-            let (snapshot_id, created_at, root) = record_root(&raw)?;
+            let head = record_root(&raw)?;
             snapshots.push(BucketSnapshot {
-                id: snapshot_id,
-                created_at,
-                root,
+                id: head.id,
+                created_at: head.created_at,
+                total_bytes: head.total_bytes,
+                root: head.root,
                 raw,
             });
         }

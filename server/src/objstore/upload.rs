@@ -77,7 +77,7 @@ impl SessionMirror {
                     "snapshot {snapshot_id}'s record is unreadable: {e}"
                 ))
             })?;
-        let (_, _, root) = record_root(&raw)?;
+        let root = record_root(&raw)?.root;
         self.bucket.upload_tree(&files, root).await?;
         let key = keys::snapshot(&self.session_id, snapshot_id);
         self.bucket.put_over(&key, raw.into()).await?;

@@ -93,9 +93,19 @@ pub fn manifest_children(raw: &[u8]) -> Option<Vec<StoredChild>> {
     )
 }
 
-/// A snapshot record's id, creation time and root manifest. Records
-/// written before manifests existed (no root) are not mirrored.
-pub fn record_root(raw: &[u8]) -> Result<(String, std::time::SystemTime, Hash)> {
+/// What the mirror needs of a snapshot record: its id, creation time,
+/// size and root manifest.
+#[derive(Debug, Clone)]
+pub struct RecordHead {
+    pub id: String,
+    pub created_at: std::time::SystemTime,
+    pub total_bytes: u64,
+    pub root: Hash,
+}
+
+/// A snapshot record's [`RecordHead`]. Records written before manifests
+/// existed (no root) are not mirrored.
+pub fn record_root(raw: &[u8]) -> Result<RecordHead> {
     let corrupt = |why: String| Error::internal(format!("a snapshot record is corrupt: {why}"));
     let info: InfoFile = serde_json::from_slice(raw).map_err(|e| corrupt(e.to_string()))?;
     let root = info
@@ -103,7 +113,12 @@ pub fn record_root(raw: &[u8]) -> Result<(String, std::time::SystemTime, Hash)> 
         .as_deref()
         .and_then(parse_hash)
         .ok_or_else(|| corrupt(format!("snapshot {} names no root manifest", info.id)))?;
-    Ok((info.id, info.created_at, root))
+    Ok(RecordHead {
+        id: info.id,
+        created_at: info.created_at,
+        total_bytes: info.total_bytes,
+        root,
+    })
 }
 
 pub fn hash_hex(hash: &Hash) -> String {
