@@ -181,6 +181,18 @@ async fn a_lost_replicas_session_comes_back_on_another_from_a_shared_directory()
     r0.kill();
     tokio::time::sleep(LEASE_TTL + Duration::from_millis(500)).await;
 
+    // A snapshot the bucket does not hold is refused before anything is
+    // fetched or made.
+    let unknown = "00000000-0000-4000-8000-000000000000";
+    let err = c1
+        .recover_session(&id1, Some(unknown), false)
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "SNAPSHOT_NOT_FOUND", "{err}");
+    let err = c1.get_session(&id1).await.unwrap_err();
+    assert_eq!(err.reason(), "SESSION_NOT_FOUND", "{err}");
+    assert!(!local_session_dir(&r1, &id1).exists());
+
     let recovered = c1.recover_session(&id1, None, false).await.unwrap();
     assert_eq!(recovered.id, id1);
     assert_eq!(
