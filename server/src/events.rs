@@ -379,8 +379,14 @@ impl ExternalWatcher {
             let watched_root = root.clone();
             move |event: notify::Result<notify::Event>| {
                 let Ok(event) = event else { return };
+                use notify::event::{ModifyKind, RenameMode};
                 let kind = match event.kind {
-                    notify::EventKind::Create(_) => ChangeKind::Created,
+                    // A rename's new name is new to the workspace; for a
+                    // directory moved in, it is the only event its files get.
+                    notify::EventKind::Create(_)
+                    | notify::EventKind::Modify(ModifyKind::Name(
+                        RenameMode::To | RenameMode::Both,
+                    )) => ChangeKind::Created,
                     notify::EventKind::Remove(_) => ChangeKind::Deleted,
                     notify::EventKind::Modify(_) => ChangeKind::Modified,
                     _ => return,
@@ -471,16 +477,22 @@ async fn report_external(
 ) {
     let last = log.last_for(path.as_str());
     match fs.stat(path).await {
-        Ok(m) if m.kind == wsfs::FileKind::File => {
-            if last.is_some_and(|(_, v)| v == m.version) {
-                return; // the service's own write, already in the log
+        Ok(m) if m.kind == wsfs::FileKind::File => report_file(log, &m, hint),
+        Ok(m) if m.kind == wsfs::FileKind::Directory && hint == ChangeKind::Created => {
+            // Files made in a new directory before the watcher added a
+            // watch on it raise no event of their own (`mkdir -p d &&
+            // echo > d/f`): report what the new directory already holds.
+            // Files whose event does arrive are then skipped as already
+            // logged. One listing, bounded as any List is.
+            if let Ok(listing) = fs.list(path, u32::MAX).await {
+                for entry in listing
+                    .entries
+                    .iter()
+                    .filter(|e| e.kind == wsfs::FileKind::File)
+                {
+                    report_file(log, entry, ChangeKind::Created);
+                }
             }
-            let kind = match (hint, last) {
-                (_, Some((ChangeKind::Deleted, _))) => ChangeKind::Created,
-                (ChangeKind::Created, _) => ChangeKind::Created,
-                _ => ChangeKind::Modified,
-            };
-            log.append(kind, path, None, m.version, EXTERNAL_CALLER);
         }
         Ok(_) => {}
         Err(wsfs::Error::FileNotFound { .. }) => {
@@ -493,6 +505,21 @@ async fn report_external(
         }
         Err(_) => {}
     }
+}
+
+/// Logs an outside change to file `m` unless the log already holds its
+/// version (the service's own write, or reported already).
+fn report_file(log: &EventLog, m: &wsfs::Metadata, hint: ChangeKind) {
+    let last = log.last_for(m.path.as_str());
+    if last.is_some_and(|(_, v)| v == m.version) {
+        return;
+    }
+    let kind = match (hint, last) {
+        (_, Some((ChangeKind::Deleted, _))) => ChangeKind::Created,
+        (ChangeKind::Created, _) => ChangeKind::Created,
+        _ => ChangeKind::Modified,
+    };
+    log.append(kind, &m.path, None, m.version, EXTERNAL_CALLER);
 }
 
 impl EventLog {

@@ -390,3 +390,41 @@ async fn directory_sessions_report_changes_made_from_outside() {
     assert_eq!(e.version, stat.version);
     assert!(e.version > own.version);
 }
+
+/// A directory moved in from outside raises one inotify event, for the
+/// directory: the files it already holds are reported from a listing of
+/// it (the same gap `mkdir -p d && echo > d/f` opens when the file lands
+/// before the watcher watches `d`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_inside_a_directory_moved_in_from_outside_are_reported() {
+    let server = TestServer::start().await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let (s, info) = client.create(SessionOptions::directory()).await.unwrap();
+    let root = info.root_path.expect("a DIRECTORY session has a root");
+    let mut events = s.watch("").recursive().stream().await.unwrap();
+    assert_eq!(next(&mut events).await.kind(), ChangeKind::Ready);
+
+    // Made beside the root (same filesystem), then renamed in whole.
+    let outside = root.with_extension("incoming");
+    std::fs::create_dir_all(outside.join("deep")).unwrap();
+    std::fs::write(outside.join("a.txt"), "a").unwrap();
+    std::fs::write(outside.join("deep/b.txt"), "b").unwrap();
+    std::fs::rename(&outside, root.join("moved")).unwrap();
+
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let e = next(&mut events).await;
+        if e.path.starts_with("moved/") {
+            assert_eq!(
+                (e.kind(), e.caller.as_str()),
+                (ChangeKind::Created, "external"),
+                "{e:?}"
+            );
+            let stat = s.stat(&p(&e.path)).await.unwrap();
+            assert_eq!(e.version, stat.version);
+            seen.push(e.path);
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["moved/a.txt", "moved/deep/b.txt"]);
+}
