@@ -404,7 +404,11 @@ impl ExternalWatcher {
         let native = if std::env::var_os(FORCE_POLL_ENV).is_some() {
             Err(notify::Error::generic("polling forced for a test"))
         } else {
-            notify::recommended_watcher(handler(tx.clone())).and_then(|mut w| {
+            // Changes only: with the access kinds, inotify queues an event
+            // for every open and close in the tree, the service's own
+            // reads included (a Grep opens every file).
+            let config = notify::Config::default().with_event_kinds(notify::EventKindMask::CORE);
+            notify::RecommendedWatcher::new(handler(tx.clone()), config).and_then(|mut w| {
                 w.watch(&root, notify::RecursiveMode::Recursive)?;
                 Ok(w)
             })
