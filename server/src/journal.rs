@@ -216,6 +216,8 @@ fn replay(b: &DirectoryBackend, staging: &Path, intent: &Intent) -> Result<()> {
             create_parents: true,
             permissions: intent.bits(&f.path),
             modified: f.modified,
+            // The record names the staged file.
+            swap_out: false,
         };
         let Some(name) = &f.staged else { continue };
         let Some(staged) = b.staged(name)? else {

@@ -19,9 +19,13 @@
 //! small enough to be read whole ([`SMALL_FILE_BYTES`]); with
 //! `context_lines` at most [`MAX_CONTEXT_LINES`] that is under 1.5 MiB per
 //! batch, 6 MiB per stream (about 0.4 MiB measured for a stalled reader
-//! with 2 lines of context).
+//! with 2 lines of context). Descriptors: per batch walked or in flight,
+//! the directories its files were listed in (at most [`DIRS_PER_TASK`]:
+//! a file is opened by name in the directory the walk found it in, not
+//! resolved from the root again) and the file being searched; and the
+//! walk's open directories, one per level.
 
-use crate::backend::{Backend, Content};
+use crate::backend::{Backend, Content, Listed, ListedFiles};
 use futures::stream::{BoxStream, StreamExt};
 use globset::GlobMatcher;
 use grep_matcher::Matcher;
@@ -201,7 +205,7 @@ struct FileCursor {
 
 /// A batch of files and how far its search got.
 struct BatchCursor {
-    paths: std::vec::IntoIter<CanonicalPath>,
+    paths: std::vec::IntoIter<Listed>,
     file: Option<FileCursor>,
 }
 
@@ -461,28 +465,52 @@ impl<R: Read> Read for Watched<R> {
 const SMALL_FILE_BYTES: usize = 32 * 1024;
 
 /// The whole of `file` when it holds at most [`SMALL_FILE_BYTES`]; `None`
-/// as soon as it is longer.
-fn read_small(file: &std::fs::File) -> std::io::Result<Option<bytes::Bytes>> {
+/// as soon as it is longer. `size` is its size when it was opened: a file
+/// that size is read in one call, and what is appended after that call is
+/// not searched (as if the search had come a moment earlier).
+fn read_small(file: &std::fs::File, size: u64) -> std::io::Result<Option<bytes::Bytes>> {
     use std::os::unix::fs::FileExt;
-    // One byte more than the most kept, to see that there is more.
-    let mut data = vec![0u8; SMALL_FILE_BYTES + 1];
+    if size > SMALL_FILE_BYTES as u64 {
+        return Ok(None);
+    }
+    // One byte more than the size, to see a file that grew.
+    let mut data = vec![0u8; size as usize + 1];
     let mut len = 0;
     loop {
+        if len == data.len() {
+            if len > SMALL_FILE_BYTES {
+                return Ok(None);
+            }
+            data.resize((len * 2).min(SMALL_FILE_BYTES + 1), 0);
+        }
         match file.read_at(&mut data[len..], len as u64) {
             Ok(0) => break,
-            Ok(n) if len + n > SMALL_FILE_BYTES => return Ok(None),
-            Ok(n) => len += n,
+            Ok(n) => {
+                len += n;
+                if len as u64 == size {
+                    break;
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
+    }
+    if len > SMALL_FILE_BYTES {
+        return Ok(None);
     }
     data.truncate(len);
     Ok(Some(data.into()))
 }
 
 /// Files handed to one batch: enough to amortise the hand-off between
-/// threads, few enough that a stopped search wastes little.
-const FILES_PER_TASK: usize = 32;
+/// threads (32 measured 1.3x rg's time over 16,000 files, 128 1.2x), few
+/// enough that a stopped search wastes little.
+const FILES_PER_TASK: usize = 128;
+
+/// Directories whose files one batch may hold: each listed file keeps its
+/// directory open until it is searched, so a tree with a directory per
+/// file would otherwise hold a descriptor per file in flight.
+const DIRS_PER_TASK: usize = 32;
 
 /// What one unit of search produced, and the cursor to resume from
 /// (`None` once the batch is done).
@@ -493,9 +521,9 @@ struct Unit {
 
 /// Opens a file for searching, or `None` when it is skipped: gone since
 /// the walk listed it, binary (a NUL byte), or with an overlong line.
-fn open_searchable<B: Backend>(backend: &B, path: CanonicalPath) -> Result<Option<FileCursor>> {
-    let content = match backend.open_content(&path) {
-        Ok(content) => content,
+fn open_searchable<B: Backend>(backend: &B, file: Listed) -> Result<Option<FileCursor>> {
+    let (content, size) = match backend.open_listed(&file) {
+        Ok(opened) => opened,
         Err(
             Error::FileNotFound { .. }
             | Error::IsADirectory { .. }
@@ -503,8 +531,9 @@ fn open_searchable<B: Backend>(backend: &B, path: CanonicalPath) -> Result<Optio
         ) => return Ok(None),
         Err(e) => return Err(e),
     };
+    let path = file.path;
     let content = match content {
-        Content::Disk(f) => match read_small(&f).map_err(|e| Error::from_io(e, &path))? {
+        Content::Disk(f) => match read_small(&f, size).map_err(|e| Error::from_io(e, &path))? {
             Some(data) => Content::Memory(data),
             None => Content::Disk(f),
         },
@@ -678,14 +707,14 @@ fn run_unit<B: Backend>(search: &SearchSpec, backend: &B, mut cursor: BatchCurso
         let file = match cursor.file.as_mut() {
             Some(file) => file,
             None => {
-                let Some(path) = cursor.paths.next() else {
+                let Some(listed) = cursor.paths.next() else {
                     return Unit {
                         cursor: None,
                         found,
                     };
                 };
                 found.push(Searched::File);
-                match open_searchable(backend, path) {
+                match open_searchable(backend, listed) {
                     Ok(Some(file)) => cursor.file.insert(file),
                     Ok(None) => continue,
                     Err(e) => {
@@ -789,7 +818,7 @@ struct WalkSpec {
 }
 
 /// A walk of the tree in path order, lazy and resumable like the search.
-type Files = Box<dyn Iterator<Item = Result<CanonicalPath>> + Send>;
+type Files = ListedFiles;
 
 /// Where the walk is: not started or paused (`Idle`), one unit running,
 /// or finished.
@@ -803,7 +832,7 @@ enum Walk {
 /// the walk, last), and the walk to resume (`None` once it is done).
 struct Walked {
     files: Option<Files>,
-    batches: Vec<Result<Vec<CanonicalPath>>>,
+    batches: Vec<Result<Vec<Listed>>>,
 }
 
 /// Runs one unit of the walk on the calling (blocking) thread: up to
@@ -814,7 +843,7 @@ fn walk_unit<B: Backend>(
     stop: &AtomicBool,
     files: Option<Files>,
 ) -> Walked {
-    let mut files = match files.map_or_else(|| backend.walk_files(&spec.base), Ok) {
+    let mut files = match files.map_or_else(|| backend.walk_listed(&spec.base), Ok) {
         Ok(files) => files,
         Err(e) => {
             return Walked {
@@ -824,7 +853,8 @@ fn walk_unit<B: Backend>(
         }
     };
     let mut batches = Vec::new();
-    let mut batch = Vec::with_capacity(FILES_PER_TASK);
+    let mut batch: Vec<Listed> = Vec::with_capacity(FILES_PER_TASK);
+    let mut dirs = 0;
     while batches.len() < MAX_BATCHES_IN_FLIGHT {
         if stop.load(Ordering::Relaxed) {
             return Walked {
@@ -832,8 +862,8 @@ fn walk_unit<B: Backend>(
                 batches,
             };
         }
-        let path = match files.next() {
-            Some(Ok(path)) => path,
+        let file = match files.next() {
+            Some(Ok(file)) => file,
             end => {
                 if !batch.is_empty() {
                     batches.push(Ok(batch));
@@ -847,6 +877,7 @@ fn walk_unit<B: Backend>(
                 };
             }
         };
+        let path = &file.path;
         crate::faults::check_stream(path.as_str());
         let keep = spec.filter.as_ref().is_none_or(|g| {
             g.is_match(
@@ -856,9 +887,13 @@ fn walk_unit<B: Backend>(
             )
         });
         if keep {
-            batch.push(path);
+            if file.holds_new_dir(batch.last()) {
+                dirs += 1;
+            }
+            batch.push(file);
         }
-        if batch.len() == FILES_PER_TASK {
+        if batch.len() == FILES_PER_TASK || dirs == DIRS_PER_TASK {
+            dirs = 0;
             batches.push(Ok(std::mem::replace(
                 &mut batch,
                 Vec::with_capacity(FILES_PER_TASK),
@@ -910,7 +945,7 @@ enum Slot {
 struct Merge<B> {
     walk: Walk,
     /// Batches walked and not started yet, in order.
-    walked: VecDeque<Result<Vec<CanonicalPath>>>,
+    walked: VecDeque<Result<Vec<Listed>>>,
     slots: VecDeque<Slot>,
     parallel: usize,
     backend: Arc<B>,

@@ -291,6 +291,7 @@ impl<B: Backend> Workspace<B> {
                 create_parents: options.create_parents,
                 permissions: options.permissions,
                 modified: options.modified,
+                swap_out: true,
             };
             let old = current.as_ref().map_or(0, |m| m.size);
             let new = if mode.append {
@@ -759,6 +760,7 @@ impl<B: Backend> Filesystem for Workspace<B> {
                 let mode = CommitMode {
                     append: false,
                     create_parents: false,
+                    swap_out: true,
                     ..CommitMode::default()
                 };
                 let m = reserved.land(|| b.commit(staged, &path, mode))?;

@@ -53,6 +53,35 @@ pub fn check_name(path: &CanonicalPath) -> Result<()> {
     Ok(())
 }
 
+/// A file a walk listed ([`Backend::walk_listed`]).
+pub struct Listed {
+    pub path: CanonicalPath,
+    /// DIRECTORY: the directory the walk held open when it listed the
+    /// file, which holds it under the path's last name.
+    pub(crate) dir: Option<std::sync::Arc<rustix::fd::OwnedFd>>,
+}
+
+impl Listed {
+    /// A file known by its path alone.
+    pub fn path(path: CanonicalPath) -> Listed {
+        Listed { path, dir: None }
+    }
+
+    /// Whether this file holds open a directory that `previous` (the file
+    /// listed before it) does not: what keeping a run of listed files
+    /// costs in descriptors.
+    pub fn holds_new_dir(&self, previous: Option<&Listed>) -> bool {
+        match (&self.dir, previous.and_then(|p| p.dir.as_ref())) {
+            (None, _) => false,
+            (Some(dir), Some(prev)) => !std::sync::Arc::ptr_eq(dir, prev),
+            (Some(_), None) => true,
+        }
+    }
+}
+
+/// The lazy walk [`Backend::walk_listed`] returns.
+pub type ListedFiles = Box<dyn Iterator<Item = Result<Listed>> + Send>;
+
 /// One consistent version of a file's bytes.
 pub enum Content {
     /// In-memory bytes (cheap to clone, never change).
@@ -102,6 +131,13 @@ pub struct CommitMode {
     pub permissions: Option<Permissions>,
     /// The file's modification time; `None`: the time of the commit.
     pub modified: Option<SystemTime>,
+    /// An existing file may be swapped out under the staged file's name
+    /// and then removed, instead of replaced by one rename: on ext4 a
+    /// rename over a file writes the new file's data out at once (about
+    /// 0.5 s per GiB), an exchange does not. Only for a staged file no
+    /// intent record names: a replay would take the old file left under
+    /// that name by a crash for the new one.
+    pub swap_out: bool,
 }
 
 impl CommitMode {
@@ -141,6 +177,13 @@ pub trait Backend: Send + Sync + 'static {
     /// the metadata (a search): a backend may skip what finding them costs.
     fn open_content(&self, path: &CanonicalPath) -> Result<Content> {
         self.open(path).map(|file| file.content)
+    }
+
+    /// [`Backend::open_content`] of a file [`Backend::walk_listed`] listed,
+    /// with its size when opened: a backend may open it where the walk
+    /// found it instead of resolving its path again.
+    fn open_listed(&self, file: &Listed) -> Result<(Content, u64)> {
+        self.open(&file.path).map(|f| (f.content, f.meta.size))
     }
 
     /// A new, empty staged file.
@@ -213,6 +256,13 @@ pub trait Backend: Send + Sync + 'static {
         &self,
         base: &CanonicalPath,
     ) -> Result<Box<dyn Iterator<Item = Result<CanonicalPath>> + Send>>;
+
+    /// [`Backend::walk_files`], each file with what
+    /// [`Backend::open_listed`] needs to open it where it was found.
+    fn walk_listed(&self, base: &CanonicalPath) -> Result<ListedFiles> {
+        let files = self.walk_files(base)?;
+        Ok(Box::new(files.map(|f| f.map(Listed::path))))
+    }
 
     /// Makes the changes made so far as durable as the server's
     /// `--durability` asks, before they are answered. Memory: nothing

@@ -90,7 +90,7 @@ pub use owner::Owner;
 pub use staging::{DirectoryStaged, Displaced};
 pub(crate) use sys::{copy_data, next_data};
 
-use super::{Backend, CommitMode, Content, OpenFile};
+use super::{Backend, CommitMode, Content, Listed, ListedFiles, OpenFile};
 use crate::durability::Durability;
 use crate::journal::Intent;
 use owner::claim;
@@ -104,8 +104,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use sys::{
-    check_path, cname, io, not_found, not_regular, open_regular, open_trusted_dir, read_link,
-    reopen, set_attributes_fd, staging_error, stat_at, stat_fd, symlink_denied, Kind, DIR_FLAGS,
+    check_path, cname, io, not_found, not_regular, open_listed_regular, open_regular,
+    open_trusted_dir, read_link, reopen, set_attributes_fd, staging_error, stat_at, stat_fd,
+    symlink_denied, Kind, DIR_FLAGS,
 };
 use versions::{version_floor, Known};
 use walk::{
@@ -297,8 +298,14 @@ impl Backend for DirectoryBackend {
         path: &CanonicalPath,
         mode: CommitMode,
     ) -> Result<Metadata> {
-        self.commit_with(staged, path, mode, Replace::File)
-            .map(|(meta, _)| meta)
+        let replace = if mode.swap_out {
+            Replace::FileAside
+        } else {
+            Replace::File
+        };
+        // The old file, if one was swapped out, is removed here.
+        self.commit_with(staged, path, mode, replace)
+            .map(|(meta, _displaced)| meta)
     }
 
     fn settle(&self) -> Result<()> {
@@ -529,6 +536,28 @@ impl Backend for DirectoryBackend {
         &self,
         base: &CanonicalPath,
     ) -> Result<Box<dyn Iterator<Item = Result<CanonicalPath>> + Send>> {
+        let files = self.walk_listed(base)?;
+        Ok(Box::new(files.map(|f| f.map(|f| f.path))))
+    }
+
+    fn open_listed(&self, file: &Listed) -> Result<(Content, u64)> {
+        let opened = match (&file.dir, file.path.name()) {
+            (Some(dir), Some(name)) => open_listed_regular(&**dir, name, &file.path)?,
+            _ => {
+                check_path(&file.path)?;
+                if file.path.is_root() {
+                    return Err(Error::IsADirectory {
+                        path: String::new(),
+                    });
+                }
+                self.open_file(&file.path)?
+            }
+        };
+        let (file, st) = opened;
+        Ok((Content::Disk(file), st.size))
+    }
+
+    fn walk_listed(&self, base: &CanonicalPath) -> Result<ListedFiles> {
         check_path(base)?;
         let mut walk = FileWalk::default();
         let start = if base.is_root() {

@@ -361,24 +361,42 @@ pub(super) fn open_regular(
     name: &CStr,
     path: &CanonicalPath,
 ) -> Result<(File, Stat)> {
-    let check = |st: &Stat| match st.kind {
+    // Checked before opening so that a device is never opened; checked
+    // again on the descriptor in case the entry changed in between.
+    check_regular(&stat_at(dir.as_fd(), name).map_err(|e| io(e, path))?, path)?;
+    open_listed_regular(dir, name, path)
+}
+
+/// [`open_regular`] of an entry a walk just listed as a regular file: the
+/// listing's `d_type` (or its `statx` where the filesystem gives none) is
+/// the check before opening, so the file costs one `openat` and one
+/// `statx` on the descriptor. `dir` is the descriptor the walk listed it
+/// in, opened without following links from the root; a directory moved
+/// meanwhile cannot leave the root's mount (a rename across mounts fails).
+pub(super) fn open_listed_regular(
+    dir: impl AsFd,
+    name: impl rustix::path::Arg,
+    path: &CanonicalPath,
+) -> Result<(File, Stat)> {
+    let fd = rustix::fs::openat(dir, name, READ_FLAGS, Mode::empty()).map_err(|e| match e {
+        Errno::LOOP => symlink_denied(path, true),
+        e => io(e, path),
+    })?;
+    let st = stat_fd(&fd).map_err(|e| io(e, path))?;
+    check_regular(&st, path)?;
+    Ok((File::from(fd), st))
+}
+
+/// Refuses what is not a regular file, saying what it is.
+fn check_regular(st: &Stat, path: &CanonicalPath) -> Result<()> {
+    match st.kind {
         Kind::File => Ok(()),
         Kind::Dir => Err(Error::IsADirectory {
             path: path.as_str().to_string(),
         }),
         Kind::Symlink => Err(symlink_denied(path, true)),
         Kind::Special => Err(not_regular(path)),
-    };
-    // Checked before opening so that a device is never opened; checked
-    // again on the descriptor in case the entry changed in between.
-    check(&stat_at(dir.as_fd(), name).map_err(|e| io(e, path))?)?;
-    let fd = rustix::fs::openat(dir, name, READ_FLAGS, Mode::empty()).map_err(|e| match e {
-        Errno::LOOP => symlink_denied(path, true),
-        e => io(e, path),
-    })?;
-    let st = stat_fd(&fd).map_err(|e| io(e, path))?;
-    check(&st)?;
-    Ok((File::from(fd), st))
+    }
 }
 
 /// Opens the non-root `path` beneath `root` in one call, with `flags`;

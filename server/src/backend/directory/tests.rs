@@ -191,6 +191,94 @@ fn commit_aside_swaps_the_old_file_out_and_frees_it_when_dropped() {
 }
 
 #[test]
+fn a_swapped_commit_replaces_the_file_and_leaves_nothing_aside() {
+    let fx = fixture();
+    let b = &fx.backend;
+    write(b, "a.txt", b"old").unwrap();
+    // A second name for the old file: a replacement leaves it whole.
+    std::fs::hard_link(fx.root.join("a.txt"), fx.outside.join("old-link")).unwrap();
+    let swap = CommitMode {
+        swap_out: true,
+        ..CommitMode::default()
+    };
+    for content in [&b"new"[..], b"newer"] {
+        let mut staged = b.stage().unwrap();
+        staged.write_chunk(content).unwrap();
+        staged.finish().unwrap();
+        let meta = b.commit(staged, &p("a.txt"), swap).unwrap();
+        assert_eq!(meta.size, content.len() as u64);
+        assert_eq!(std::fs::read(fx.root.join("a.txt")).unwrap(), content);
+        assert_eq!(names(&fx.root), ["a.txt"]);
+        // The old file went with the commit, not later.
+        assert!(fx.staging_entries().is_empty());
+    }
+    assert_eq!(std::fs::read(fx.outside.join("old-link")).unwrap(), b"old");
+    // Nothing there: a plain create; a directory is never swapped out.
+    let staged = b.stage().unwrap();
+    b.commit(
+        staged,
+        &p("d/b.txt"),
+        CommitMode {
+            create_parents: true,
+            ..swap
+        },
+    )
+    .unwrap();
+    let staged = b.stage().unwrap();
+    assert!(matches!(
+        b.commit(staged, &p("d"), swap),
+        Err(Error::IsADirectory { .. })
+    ));
+    assert!(fx.root.join("d/b.txt").is_file());
+    assert!(fx.staging_entries().is_empty());
+}
+
+#[test]
+fn a_listed_file_replaced_before_it_is_opened_is_refused_for_what_it_became() {
+    let fx = fixture();
+    let b = &fx.backend;
+    for name in ["link", "fifo", "dir", "gone", "file"] {
+        write(b, &format!("d/{name}"), b"listed").unwrap();
+    }
+    let listed: Vec<Listed> = b
+        .walk_listed(&CanonicalPath::root())
+        .unwrap()
+        .collect::<Result<_>>()
+        .unwrap();
+    assert!(listed.iter().all(|f| f.dir.is_some()));
+    // Each swapped after the walk listed it as a regular file.
+    let d = fx.root.join("d");
+    for name in ["link", "fifo", "dir", "gone"] {
+        std::fs::remove_file(d.join(name)).unwrap();
+    }
+    symlink(fx.outside.join("secret.txt"), d.join("link")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        d.join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+        0,
+    )
+    .unwrap();
+    std::fs::create_dir(d.join("dir")).unwrap();
+    let before = fx.outside_state();
+    let open = |name: &str| {
+        let file = listed
+            .iter()
+            .find(|f| f.path.as_str() == format!("d/{name}"));
+        b.open_listed(file.unwrap())
+            .map(|(content, size)| (read_content(content), size))
+    };
+    assert!(matches!(open("link"), Err(Error::PermissionDenied { path, .. }) if path == "d/link"));
+    // Opened without blocking, and refused before a byte is read.
+    assert!(matches!(open("fifo"), Err(Error::PermissionDenied { path, .. }) if path == "d/fifo"));
+    assert!(matches!(open("dir"), Err(Error::IsADirectory { path }) if path == "d/dir"));
+    assert!(matches!(open("gone"), Err(Error::FileNotFound { .. })));
+    assert_eq!(open("file").unwrap(), (b"listed".to_vec(), 6));
+    assert_eq!(fx.outside_state(), before);
+}
+
+#[test]
 fn reserved_temp_names_in_the_workspace_are_hidden() {
     let fx = fixture();
     let b = &fx.backend;

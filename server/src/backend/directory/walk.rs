@@ -8,7 +8,7 @@ use super::sys::{
     too_deep, visible_name, Kind, CREATE_FLAGS, DIR_FLAGS, MAX_TREE_DEPTH, RACE_RETRIES,
 };
 use super::DirectoryBackend;
-use crate::backend::{check_transfer, Backend};
+use crate::backend::{check_transfer, Backend, Listed};
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode};
 use rustix::io::Errno;
@@ -327,7 +327,8 @@ pub(super) struct FileWalk {
 }
 
 pub(super) struct WalkLevel {
-    dir: OwnedFd,
+    /// Shared with the files listed in it, which are opened through it.
+    dir: Arc<OwnedFd>,
     path: CanonicalPath,
     /// Remaining children, in reverse order (popped from the end).
     items: Vec<Item>,
@@ -350,17 +351,21 @@ impl FileWalk {
             }
         }
         items.sort_by(|a, b| b.cmp_path(a));
-        self.stack.push(WalkLevel { dir, path, items });
+        self.stack.push(WalkLevel {
+            dir: Arc::new(dir),
+            path,
+            items,
+        });
         Ok(())
     }
 }
 
 impl Iterator for FileWalk {
-    type Item = Result<CanonicalPath>;
+    type Item = Result<Listed>;
 
-    fn next(&mut self) -> Option<Result<CanonicalPath>> {
+    fn next(&mut self) -> Option<Result<Listed>> {
         if let Some(path) = self.single.take() {
-            return Some(Ok(path));
+            return Some(Ok(Listed::path(path)));
         }
         loop {
             let level = self.stack.last_mut()?;
@@ -369,7 +374,12 @@ impl Iterator for FileWalk {
                 continue;
             };
             match item {
-                Item::Entry(name) => return Some(level.path.join(&name)),
+                Item::Entry(name) => {
+                    return Some(level.path.join(&name).map(|path| Listed {
+                        path,
+                        dir: Some(level.dir.clone()),
+                    }))
+                }
                 Item::Subtree(name) => {
                     let path = match level.path.join(&name) {
                         Ok(path) => path,
