@@ -2,7 +2,8 @@
 //! pseudo-random bytes over loopback, each beside a raw TCP copy of the
 //! same bytes in this process (a tokio listener and stream; the file read
 //! from disk on the sending side; the receiving side discards them for the
-//! read figure and writes them to a file on disk for the write figure).
+//! read figure, and for the write figure writes them to a new file on disk
+//! that replaces the last run's, as a WriteBytes over a file does).
 //! Then `wsfs get FILE -` of the same file, the CLI run as a person runs
 //! it (a process, from start to exit, its output to /dev/null), beside the
 //! same raw TCP read; and the server's peak memory growth while each
@@ -24,6 +25,7 @@ use wsfs::proto;
 const SOURCE_NAME: &str = "blob.bin";
 const UPLOAD_NAME: &str = "upload.bin";
 const RAW_UPLOAD_NAME: &str = "raw-upload.bin";
+const RAW_NEW_NAME: &str = "raw-upload.bin.new";
 
 /// Writes `size` pseudo-random bytes to `path`, once.
 pub fn generate(path: &Path, size: u64) -> Result<(), String> {
@@ -146,17 +148,38 @@ async fn raw_read_once(source: &Path) -> Result<Duration, String> {
 }
 
 /// The raw write: the client side (connecting) sends the file, the server
-/// side (accepting) writes it to a file on disk next to the source.
+/// side (accepting) writes it to a new file next to the source and swaps
+/// it in for the last run's, then removes that one: the disk work of a
+/// WriteBytes over an existing file, whose old content stays whole until
+/// the new one is. (Truncating the old file and writing into it instead
+/// lets the kernel reuse the old file's pages for the new bytes, which a
+/// replacement that keeps the old content cannot do.)
 async fn raw_write_once(source: &Path) -> Result<Duration, String> {
     let dest = source.with_file_name(RAW_UPLOAD_NAME);
+    let new = source.with_file_name(RAW_NEW_NAME);
     raw_copy(source, false, |stream| async move {
-        let mut file = tokio::fs::File::create(&dest).await?;
+        let mut file = tokio::fs::File::create(&new).await?;
         let mut incoming = BufReader::with_capacity(DISK_READ_BYTES, stream);
         let total = tokio::io::copy_buf(&mut incoming, &mut file).await?;
         file.flush().await?;
+        drop(file);
+        tokio::task::spawn_blocking(move || swap_in(&new, &dest))
+            .await
+            .map_err(std::io::Error::other)??;
         Ok(total)
     })
     .await
+}
+
+/// Puts `new` at `dest` atomically, as the server's commit does: swapped
+/// with the file there (which then goes), or renamed when there is none.
+fn swap_in(new: &Path, dest: &Path) -> std::io::Result<()> {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    match renameat_with(CWD, new, CWD, dest, RenameFlags::EXCHANGE) {
+        Ok(()) => std::fs::remove_file(new),
+        Err(rustix::io::Errno::NOENT) => std::fs::rename(new, dest),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Where the `wsfs` CLI is expected: next to this program.
@@ -303,7 +326,7 @@ pub async fn run(
             "MB/s",
             write,
         )
-        .baseline("raw TCP to disk", raw_write)
+        .baseline("raw TCP to a new file on disk, swapped in", raw_write)
         .target(Target::AtLeastShare(0.6)),
     ];
     if cli.is_some() {
@@ -320,7 +343,7 @@ pub async fn run(
     rows.extend(memory_rows);
 
     wire::delete_session(channel, &session.id).await;
-    for name in [UPLOAD_NAME, RAW_UPLOAD_NAME, SOURCE_NAME] {
+    for name in [UPLOAD_NAME, RAW_UPLOAD_NAME, RAW_NEW_NAME, SOURCE_NAME] {
         let _ = std::fs::remove_file(dir.join(name));
     }
     Ok(rows)

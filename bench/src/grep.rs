@@ -205,6 +205,56 @@ pub async fn run(
     Ok(rows)
 }
 
+/// Files in the small tree: the 2,000 small files.
+const SMALL_TREE_FILES: usize = 2_000;
+
+/// Bytes in the small tree: about 1.5 KiB per file.
+const SMALL_TREE_BYTES: u64 = 3 << 20;
+
+/// A regex with a match on most lines of the small tree (tens of
+/// thousands): what a search costs per match.
+const MANY_MATCHES: &str = "fn [a-z]+";
+
+/// Grep over a tree of [`SMALL_TREE_FILES`] small source-like files made
+/// under `dir`, on a DIRECTORY and a MEMORY session, each beside rg: a
+/// rare literal (cost per file) and [`MANY_MATCHES`] (cost per match).
+pub async fn small_tree(
+    channel: &Channel,
+    dir: &Path,
+    runs: usize,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Row>, String> {
+    eprintln!("grep: writing {SMALL_TREE_FILES} small source-like files...");
+    crate::trees::source_like(dir, SMALL_TREE_FILES, SMALL_TREE_BYTES)?;
+    let tree = crate::corpus::existing(dir)?;
+    let session = wire::tree_session(channel, &tree.dir, &tree.files, 1 << 30).await?;
+    if let Some(note) = &session.note {
+        notes.push(format!("Grep, small tree: {note}."));
+    }
+    let mut fs = wire::filesystem(channel);
+    let patterns = [
+        (tree.literal.clone(), true, "rare literal"),
+        (MANY_MATCHES.to_string(), false, "regex"),
+    ];
+    let mut rows = measure(
+        &mut fs,
+        &session.id,
+        "DIRECTORY",
+        &tree,
+        &patterns,
+        runs,
+        notes,
+    )
+    .await?;
+    wire::delete_session(channel, &session.id).await;
+    let memory = wire::memory_session(channel, &tree.files).await?;
+    let measured = measure(&mut fs, &memory, "MEMORY", &tree, &patterns, runs, notes).await;
+    wire::delete_session(channel, &memory).await;
+    rows.extend(measured?);
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(rows)
+}
+
 /// Each pattern through `session` (a `backend` session holding the
 /// corpus), beside rg over the corpus on disk, run for run.
 async fn measure(

@@ -318,6 +318,15 @@ async fn run(cli: Cli) -> Result<(), String> {
         if cli.corpus.is_none() {
             let _ = std::fs::remove_dir_all(&corpus.dir);
         }
+        rows.extend(
+            grep::small_tree(
+                &channel,
+                &base.join("small-tree"),
+                settings.runs,
+                &mut notes,
+            )
+            .await?,
+        );
     }
     if wants(Which::Bytes) {
         rows.extend(
