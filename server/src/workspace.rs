@@ -548,7 +548,6 @@ pub(crate) fn byte_chunks(
             let queued = (READ_AHEAD_BYTES / chunk.max(1)).max(1);
             let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes>>(queued);
             crate::producer::spawn_blocking("ReadBytes", tx, move |tx| {
-                use std::os::unix::fs::FileExt;
                 let mut at = offset;
                 let end = offset + length;
                 while at < end {
@@ -556,18 +555,21 @@ pub(crate) fn byte_chunks(
                         crate::faults::check_stream(path.as_str());
                     }
                     let want = ((end - at) as usize).min(chunk);
-                    let mut buf = vec![0u8; want];
-                    let msg = match file.read_at(&mut buf, at) {
+                    // Read into the new buffer's spare room: not zeroed
+                    // first, a chunk's bytes are written once.
+                    let mut buf = Vec::with_capacity(want);
+                    let read =
+                        rustix::io::pread(&file, rustix::buffer::spare_capacity(&mut buf), at);
+                    let msg = match read {
                         Ok(0) => Err(Error::internal(format!(
                             "'{path}' was truncated by another process while being read"
                         ))),
                         Ok(n) => {
-                            buf.truncate(n);
                             at += n as u64;
                             Ok(Bytes::from(buf))
                         }
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        Err(e) => Err(Error::from_io(e, &path)),
+                        Err(rustix::io::Errno::INTR) => continue,
+                        Err(e) => Err(Error::from_io(e.into(), &path)),
                     };
                     let failed = msg.is_err();
                     if tx.blocking_send(msg).is_err() || failed {
