@@ -267,6 +267,60 @@ async fn stalled_grep_readers_hold_a_bounded_amount_each() {
 }
 
 /// Threads of a process.
+/// A Grep keeps open the directories of the files it has listed and not
+/// searched yet: a tree with a directory per file, each file with enough
+/// matches to pause its batch, must not make a stalled reader cost a
+/// descriptor per file in flight. At most 8 batches are walked or in
+/// flight per stream, each with at most 32 directories; without that cap
+/// a batch of 128 files here would hold 128.
+#[tokio::test]
+async fn stalled_greps_over_a_directory_per_file_hold_a_bounded_number_of_descriptors() {
+    const STREAMS: usize = 8;
+    const DIRS: usize = 1_200;
+    let tree = tempfile::tempdir().unwrap();
+    let root = tree.path().join("tree");
+    // About 80 KiB of results per file: more than a unit's budget, so a
+    // search pauses in the first file of its batch, holding the rest.
+    let content = "needle\n".repeat(1_000);
+    for i in 0..DIRS {
+        let dir = root.join(format!("d{i:04}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f.txt"), &content).unwrap();
+    }
+    let (mut server, _, id, _) = rooted_session(tree.path(), &root).await;
+    let before = server.open_fds();
+    let mut stalled = Vec::new();
+    for _ in 0..STREAMS {
+        let mut raw = Client::connect(&server.url).await.unwrap().raw_filesystem();
+        let mut stream = raw
+            .grep(grep_request(&id, "needle", 0, 100_000))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(stream.message().await.unwrap().is_some());
+        stalled.push((raw, stream));
+    }
+    // Long enough for every search to run as far ahead as it may.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let during = server.open_fds();
+    let per_stream = during.saturating_sub(before) / STREAMS;
+    eprintln!("{STREAMS} stalled Grep streams over {DIRS} directories: {before} descriptors before, {during} during, {per_stream} each");
+    // 8 batches of 32 directories, the file being searched, the
+    // connection, the walk's two levels.
+    assert!(
+        per_stream <= 8 * 32 + 8,
+        "{per_stream} descriptors per stream"
+    );
+    drop(stalled);
+    wait_for_streams_to_close(&server, &id, "Grep").await;
+    let after = server.open_fds();
+    assert!(
+        after <= before + 2,
+        "{after} descriptors after, {before} before"
+    );
+    server.assert_serves_bystander().await;
+}
+
 fn threads_of(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|d| d.count())
