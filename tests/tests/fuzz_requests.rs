@@ -145,6 +145,7 @@ enum Call {
     Export(ExportArchiveRequest),
     Import(Vec<ImportArchiveRequest>),
     IssueToken(IssueTokenRequest),
+    RecoverSession(RecoverSessionRequest),
 }
 
 fn upload() -> impl Strategy<Value = Vec<WriteBytesRequest>> {
@@ -476,6 +477,13 @@ fn call() -> impl Strategy<Value = Call> {
             session_id,
             caller
         })),
+        (session(), text(), any::<bool>()).prop_map(|(session_id, snapshot_id, force)| {
+            Call::RecoverSession(RecoverSessionRequest {
+                session_id,
+                snapshot_id,
+                force,
+            })
+        }),
     ]
 }
 
@@ -524,6 +532,7 @@ fn fill_call(call: &mut Call, id: &str) {
             }
         }
         Call::IssueToken(r) => fill(&mut r.session_id, id),
+        Call::RecoverSession(r) => fill(&mut r.session_id, id),
     }
 }
 
@@ -609,6 +618,7 @@ impl Wire {
             Call::Export(r) => drain(sessions.export_archive(r).await, false).await,
             Call::Import(msgs) => unary(sessions.import_archive(futures::stream::iter(msgs)).await),
             Call::IssueToken(r) => unary(sessions.issue_token(r).await),
+            Call::RecoverSession(r) => unary(sessions.recover_session(r).await),
         }
     }
 
