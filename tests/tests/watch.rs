@@ -16,6 +16,17 @@ const ADMIN: &str = "admin-token-for-tests-0123456789";
 
 type Events = BoxStream<'static, wsfs_client::Result<ChangeEvent>>;
 
+/// A new DIRECTORY session, its root on disk, and a recursive Watch of
+/// it past its READY.
+async fn watched_directory_session(server: &TestServer) -> (Session, std::path::PathBuf, Events) {
+    let client = Client::connect(&server.url()).await.unwrap();
+    let (s, info) = client.create(SessionOptions::directory()).await.unwrap();
+    let root = info.root_path.expect("a DIRECTORY session has a root");
+    let mut events = s.watch("").recursive().stream().await.unwrap();
+    assert_eq!(next(&mut events).await.kind(), ChangeKind::Ready);
+    (s, root, events)
+}
+
 /// The next event that is not a KEEPALIVE, within five seconds.
 async fn next(events: &mut Events) -> ChangeEvent {
     loop {
@@ -355,11 +366,7 @@ async fn three_agent_swarm_does_every_task_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn directory_sessions_report_changes_made_from_outside() {
     let server = TestServer::start().await;
-    let client = Client::connect(&server.url()).await.unwrap();
-    let (s, info) = client.create(SessionOptions::directory()).await.unwrap();
-    let root = info.root_path.expect("a DIRECTORY session has a root");
-    let mut events = s.watch("").recursive().stream().await.unwrap();
-    assert_eq!(next(&mut events).await.kind(), ChangeKind::Ready);
+    let (s, root, mut events) = watched_directory_session(&server).await;
 
     // The service's own write is reported once, in its caller's name.
     let own = s
@@ -398,11 +405,7 @@ async fn directory_sessions_report_changes_made_from_outside() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_inside_a_directory_moved_in_from_outside_are_reported() {
     let server = TestServer::start().await;
-    let client = Client::connect(&server.url()).await.unwrap();
-    let (s, info) = client.create(SessionOptions::directory()).await.unwrap();
-    let root = info.root_path.expect("a DIRECTORY session has a root");
-    let mut events = s.watch("").recursive().stream().await.unwrap();
-    assert_eq!(next(&mut events).await.kind(), ChangeKind::Ready);
+    let (s, root, mut events) = watched_directory_session(&server).await;
 
     // Made beside the root (same filesystem), then renamed in whole.
     let outside = root.with_extension("incoming");

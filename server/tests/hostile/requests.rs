@@ -214,19 +214,7 @@ async fn stalled_grep_readers_hold_a_bounded_amount_each() {
     // Twice: the second round must reuse what the first one freed.
     let mut peaks = Vec::new();
     for _ in 0..2 {
-        let mut stalled = Vec::new();
-        for _ in 0..STREAMS {
-            // A connection each: streams on one connection would share its
-            // flow-control window and stall each other before the server.
-            let mut raw = Client::connect(&server.url).await.unwrap().raw_filesystem();
-            let mut stream = raw
-                .grep(grep_request(&id, "needle", 2, 100_000))
-                .await
-                .unwrap()
-                .into_inner();
-            assert!(stream.message().await.unwrap().is_some());
-            stalled.push((raw, stream));
-        }
+        let stalled = stalled_greps(&server, &id, STREAMS, 2).await;
         // Long enough for every search to run as far ahead as it may.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let peak = server.peak_rss();
@@ -289,17 +277,7 @@ async fn stalled_greps_over_a_directory_per_file_hold_a_bounded_number_of_descri
     }
     let (mut server, _, id, _) = rooted_session(tree.path(), &root).await;
     let before = server.open_fds();
-    let mut stalled = Vec::new();
-    for _ in 0..STREAMS {
-        let mut raw = Client::connect(&server.url).await.unwrap().raw_filesystem();
-        let mut stream = raw
-            .grep(grep_request(&id, "needle", 0, 100_000))
-            .await
-            .unwrap()
-            .into_inner();
-        assert!(stream.message().await.unwrap().is_some());
-        stalled.push((raw, stream));
-    }
+    let stalled = stalled_greps(&server, &id, STREAMS, 0).await;
     // Long enough for every search to run as far ahead as it may.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let during = server.open_fds();
@@ -319,6 +297,33 @@ async fn stalled_greps_over_a_directory_per_file_hold_a_bounded_number_of_descri
         "{after} descriptors after, {before} before"
     );
     server.assert_serves_bystander().await;
+}
+
+/// `streams` Greps for "needle" that read their first message and stop,
+/// each kept with its client.
+async fn stalled_greps(
+    server: &Server,
+    id: &str,
+    streams: usize,
+    context: u32,
+) -> Vec<(
+    wsfs::proto::filesystem_client::FilesystemClient<tonic::transport::Channel>,
+    tonic::Streaming<proto::GrepResponse>,
+)> {
+    let mut stalled = Vec::new();
+    for _ in 0..streams {
+        // A connection each: streams on one connection would share its
+        // flow-control window and stall each other before the server.
+        let mut raw = Client::connect(&server.url).await.unwrap().raw_filesystem();
+        let mut stream = raw
+            .grep(grep_request(id, "needle", context, 100_000))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(stream.message().await.unwrap().is_some());
+        stalled.push((raw, stream));
+    }
+    stalled
 }
 
 fn threads_of(pid: u32) -> usize {

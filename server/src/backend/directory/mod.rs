@@ -274,13 +274,8 @@ impl Backend for DirectoryBackend {
 
     /// Without a version, nothing is remembered: no fingerprint, no lock.
     fn open_content(&self, path: &CanonicalPath) -> Result<Content> {
-        check_path(path)?;
-        if path.is_root() {
-            return Err(Error::IsADirectory {
-                path: String::new(),
-            });
-        }
-        self.open_file(path).map(|(file, _)| Content::Disk(file))
+        self.open_listed(&Listed::path(path.clone()))
+            .map(|(content, _)| content)
     }
 
     fn stage(&self) -> Result<DirectoryStaged> {
@@ -541,19 +536,19 @@ impl Backend for DirectoryBackend {
     }
 
     fn open_listed(&self, file: &Listed) -> Result<(Content, u64)> {
-        let opened = match (&file.dir, file.path.name()) {
+        // Where the walk found it, or by its path from the root.
+        let (file, st) = match (&file.dir, file.path.name()) {
             (Some(dir), Some(name)) => open_listed_regular(&**dir, name, &file.path)?,
+            _ if file.path.is_root() => {
+                return Err(Error::IsADirectory {
+                    path: String::new(),
+                })
+            }
             _ => {
                 check_path(&file.path)?;
-                if file.path.is_root() {
-                    return Err(Error::IsADirectory {
-                        path: String::new(),
-                    });
-                }
                 self.open_file(&file.path)?
             }
         };
-        let (file, st) = opened;
         Ok((Content::Disk(file), st.size))
     }
 
