@@ -11,6 +11,10 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// How every refusal for a full disk ([`Error::out_of_space`]) begins.
+pub const OUT_OF_SPACE: &str =
+    "the server's disk is full (no space, no inodes or its disk quota left)";
+
 /// Every failure a wsfs call can report. The `Display` text is the status
 /// message: one sentence a person can act on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -324,9 +328,7 @@ impl Error {
                 message: format!("the server may not access '{path}': {err}"),
                 path: path_s,
             },
-            K::StorageFull | K::QuotaExceeded => Error::QuotaExceeded {
-                message: format!("no space left while writing '{path}': {err}"),
-            },
+            K::StorageFull | K::QuotaExceeded => Error::out_of_space(format!("writing '{path}'")),
             _ => match err.raw_os_error() {
                 // ELOOP: a symlink met where none may be followed.
                 #[cfg(unix)]
@@ -340,6 +342,38 @@ impl Error {
                     message: format!("I/O error on '{path}': {err}"),
                 },
             },
+        }
+    }
+
+    /// Whether `err` says the disk is full: no blocks or no inodes left
+    /// (`ENOSPC`), or the disk quota of the server's user used up
+    /// (`EDQUOT`).
+    pub fn is_out_of_space(err: &std::io::Error) -> bool {
+        use std::io::ErrorKind as K;
+        matches!(err.kind(), K::StorageFull | K::QuotaExceeded)
+    }
+
+    /// The one answer to a full disk met while `doing` (a gerund phrase:
+    /// "storing the snapshot"), whatever the call: RESOURCE_EXHAUSTED
+    /// `QUOTA_EXCEEDED` (the contract's "server capacity reached") with a
+    /// sentence that says what to do.
+    pub fn out_of_space(doing: impl std::fmt::Display) -> Error {
+        Error::QuotaExceeded {
+            message: format!(
+                "{OUT_OF_SPACE} while {doing}: free space on the server (or delete files, \
+                 snapshots or sessions) and try again"
+            ),
+        }
+    }
+
+    /// An I/O error met while `doing`: a full disk as [`Error::out_of_space`],
+    /// anything else INTERNAL, naming `doing` and the system's words.
+    pub fn io_while(err: std::io::Error, doing: impl std::fmt::Display) -> Error {
+        if Error::is_out_of_space(&err) {
+            return Error::out_of_space(doing);
+        }
+        Error::Internal {
+            message: format!("{doing} failed: {err}"),
         }
     }
 

@@ -98,6 +98,17 @@ impl IntentFile {
 }
 
 impl Intent {
+    /// A replacement whose target is the empty workspace.
+    pub fn emptying(operation: &str) -> Intent {
+        Intent {
+            operation: operation.to_string(),
+            prune: Prune::Everything,
+            dirs: Vec::new(),
+            files: Vec::new(),
+            permissions: BTreeMap::new(),
+        }
+    }
+
     /// The bits the record gives `path`, if any.
     fn bits(&self, path: &str) -> Option<Permissions> {
         self.permissions.get(path).map(|&b| Permissions::masked(b))
@@ -160,6 +171,27 @@ pub fn recover(
     replay(&backend, &staging, &intent)?;
     backend.end_intent()?;
     Ok(true)
+}
+
+/// What a stop left for the next start to finish in the DIRECTORY session
+/// at `session_dir` (workspace `root`), in words; `None` when nothing: a
+/// replacement cut short (its intent record), entries in its staging
+/// directory (abandoned uploads, trees a recursive Delete moved out), or
+/// trees in the root's [`crate::backend::directory::REMOVING_DIR`]. Reads
+/// no more than the record.
+pub fn unfinished(session_dir: &Path, root: &Path) -> Option<String> {
+    let staging = session_dir.join("staging");
+    if let Ok(raw) = std::fs::read(staging.join(crate::backend::directory::INTENT_NAME)) {
+        return Some(match serde_json::from_slice::<Intent>(&raw) {
+            Ok(intent) => format!("completing '{}', cut short by a stop", intent.operation),
+            Err(_) => "completing a replacement cut short by a stop".to_string(),
+        });
+    }
+    let left_in_staging = std::fs::read_dir(&staging).is_ok_and(|mut d| d.next().is_some());
+    if left_in_staging || DirectoryBackend::removals_left(root) {
+        return Some("removing what a stop left half done".to_string());
+    }
+    None
 }
 
 /// Rolls the workspace forward to `intent`'s target. Idempotent.

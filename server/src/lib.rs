@@ -109,6 +109,10 @@ pub async fn serve(
         config.replica_id = Some(objstore::default_replica_id(bound));
     }
     let registry = Arc::new(registry::SessionRegistry::open(Arc::new(config))?);
+    // Sessions a stop left half done are finished in the background, each
+    // refused (UNAVAILABLE) until its own recovery ends; the others answer
+    // at once.
+    let recoveries = registry.start_recoveries();
     // Leases before the first call: a session recovered elsewhere while
     // this server was down is not served here.
     registry.tend_leases().await;
@@ -211,7 +215,7 @@ pub async fn serve(
         }
     };
     reaper.abort();
-    for task in background {
+    for task in recoveries.into_iter().chain(background) {
         task.abort();
     }
     if let Some(exporter) = exporter {

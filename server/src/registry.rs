@@ -386,10 +386,10 @@ fn write_session_file(
     durability: crate::durability::Durability,
 ) -> Result<()> {
     let io = |e: std::io::Error| {
-        Error::internal(format!(
-            "cannot record session in '{}': {e}",
-            session_dir.display()
-        ))
+        Error::io_while(
+            e,
+            format_args!("recording the session in '{}'", session_dir.display()),
+        )
     };
     let json = serde_json::to_vec_pretty(p)
         .map_err(|e| Error::internal(format!("cannot encode session record: {e}")))?;
@@ -422,7 +422,23 @@ pub struct SessionRegistry {
     unavailable: RwLock<HashMap<String, Unavailable>>,
     /// The object store snapshots are mirrored to (`--object-store`).
     bucket: Option<Arc<crate::objstore::Bucket>>,
+    /// Sessions whose recovery after a restart is still to run
+    /// ([`SessionRegistry::start_recoveries`]); listed in `unavailable`
+    /// meanwhile.
+    pending: Mutex<Vec<PendingRecovery>>,
 }
+
+/// A recorded DIRECTORY session that a stop left with work to finish
+/// (see [`crate::journal::unfinished`]) before it may answer.
+struct PendingRecovery {
+    session_dir: PathBuf,
+    record: SessionRecord,
+    /// A root elsewhere, opened by identity.
+    held: Option<std::os::fd::OwnedFd>,
+}
+
+/// Most sessions recovered at once after a restart.
+const MAX_PARALLEL_RECOVERIES: usize = 4;
 
 /// A recorded session that is not opened, and why.
 #[derive(Debug, Clone)]
@@ -432,11 +448,23 @@ pub struct Unavailable {
     session_dir: PathBuf,
     /// Set when another replica took the session over (its lease).
     leased_to: Option<String>,
+    /// Set while its recovery after a restart runs: it is served once
+    /// that ends.
+    recovering: bool,
 }
 
 impl Unavailable {
     /// What every call naming this session gets.
     pub fn error(&self) -> Error {
+        if self.recovering {
+            return Error::Unavailable {
+                message: format!(
+                    "session '{}' is being recovered after a restart of the server ({}); it \
+                     answers once its workspace is whole: try again in a moment",
+                    self.record.id, self.why
+                ),
+            };
+        }
         if let Some(holder) = &self.leased_to {
             return Error::SessionLeased {
                 session_id: self.record.id.clone(),
@@ -482,6 +510,7 @@ impl SessionRegistry {
             stopping: tokio_util::sync::CancellationToken::new(),
             unavailable: RwLock::new(HashMap::new()),
             bucket: None,
+            pending: Mutex::new(Vec::new()),
         }
     }
 
@@ -532,7 +561,8 @@ impl SessionRegistry {
         for entry in entries.flatten() {
             let session_dir = entry.path();
             match registry.reopen(&session_dir) {
-                Ok(s) => tracing::info!(session = %s.record.id, "directory session reopened"),
+                Ok(Some(s)) => tracing::info!(session = %s.record.id, "directory session reopened"),
+                Ok(None) => {}
                 Err(e) => {
                     tracing::warn!(dir = %session_dir.display(), error = %e, "session directory skipped")
                 }
@@ -541,7 +571,13 @@ impl SessionRegistry {
         Ok(registry)
     }
 
-    fn reopen(&self, session_dir: &Path) -> Result<Arc<Session>> {
+    /// Reopens the DIRECTORY session recorded in `session_dir`. One that a
+    /// stop left with work to finish (a Restore or ImportArchive to roll
+    /// forward, a recursive Delete's tree to remove) is not opened here:
+    /// it is listed as recovering, every call naming it is refused
+    /// UNAVAILABLE, and [`Self::start_recoveries`] finishes it in the
+    /// background (`None`), so that other sessions answer at once.
+    fn reopen(&self, session_dir: &Path) -> Result<Option<Arc<Session>>> {
         let raw = std::fs::read(session_dir.join(SESSION_FILE))
             .map_err(|e| Error::internal(format!("no readable {SESSION_FILE}: {e}")))?;
         let persisted: PersistedSession = serde_json::from_slice(&raw)
@@ -561,6 +597,7 @@ impl SessionRegistry {
                         why,
                         session_dir: session_dir.to_path_buf(),
                         leased_to: None,
+                        recovering: false,
                     };
                     let error = unavailable.error();
                     self.unavailable
@@ -574,34 +611,147 @@ impl SessionRegistry {
             None
         };
         let open_root = held.as_ref().map_or_else(|| root.clone(), fd_path);
-        // Before staging is emptied: a Restore or Import cut short needs
-        // the files it staged there.
-        crate::journal::recover(
-            session_dir,
-            &open_root,
-            self.config.durability,
-            record.owner,
-        )?;
-        // Uploads in flight when the server stopped are abandoned.
+        if let Some(why) = crate::journal::unfinished(session_dir, &open_root) {
+            tracing::warn!(session = %record.id, %why, "directory session recovering in the background");
+            self.unavailable
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(
+                    record.id.clone(),
+                    Unavailable {
+                        record: record.clone(),
+                        why,
+                        session_dir: session_dir.to_path_buf(),
+                        leased_to: None,
+                        recovering: true,
+                    },
+                );
+            self.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(PendingRecovery {
+                    session_dir: session_dir.to_path_buf(),
+                    record,
+                    held,
+                });
+            return Ok(None);
+        }
+        let handles = self.reopen_workspace(session_dir, &record, &open_root)?;
+        // Its change watcher watches the root by the path just checked
+        // (component by component, to be that directory): see `insert`.
+        Ok(Some(self.insert(
+            record,
+            handles,
+            Some(session_dir.to_path_buf()),
+        )))
+    }
+
+    /// The workspace of a recorded DIRECTORY session, made whole: a
+    /// replacement a stop cut short is rolled forward (before staging is
+    /// emptied: it needs the files it staged there), and what a stop left
+    /// to remove is removed. Blocking.
+    fn reopen_workspace(
+        &self,
+        session_dir: &Path,
+        record: &SessionRecord,
+        open_root: &Path,
+    ) -> Result<Handles> {
+        crate::journal::recover(session_dir, open_root, self.config.durability, record.owner)?;
+        // Uploads in flight when the server stopped are abandoned, and
+        // trees a recursive Delete moved out are removed.
         let staging = session_dir.join("staging");
         let _ = std::fs::remove_dir_all(&staging);
         std::fs::create_dir_all(&staging)
             .map_err(|e| Error::internal(format!("cannot create '{}': {e}", staging.display())))?;
-        let ws = Arc::new(Workspace::new(
-            DirectoryBackend::open(&open_root, &staging)?
-                .with_durability(self.config.durability)
-                .with_owner(record.owner),
-            record.limits,
-        ));
+        let backend = DirectoryBackend::open(open_root, &staging)?
+            .with_durability(self.config.durability)
+            .with_owner(record.owner)
+            .removing_later();
+        backend.finish_removals()?;
+        let ws = Arc::new(Workspace::new(backend, record.limits));
         ws.set_read_only(record.read_only);
         let snapshots = self.directory_snapshots(&ws, &record.id, session_dir);
-        // Its change watcher watches the root by the path just checked
-        // (component by component, to be that directory): see `insert`.
-        Ok(self.insert(
-            record,
-            (ws.clone(), ws, snapshots),
-            Some(session_dir.to_path_buf()),
-        ))
+        Ok((ws.clone(), ws, snapshots))
+    }
+
+    /// Finishes, in the background, the sessions [`Self::open`] left
+    /// recovering: a few at a time, each on the blocking pool; each is
+    /// served as soon as its own recovery ends (and its lease, with an
+    /// object store, is held). One whose recovery fails stays listed as
+    /// unavailable, with the reason, and is retried at the next start.
+    pub fn start_recoveries(self: &Arc<Self>) -> Vec<tokio::task::JoinHandle<()>> {
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_PARALLEL_RECOVERIES));
+        pending
+            .into_iter()
+            .map(|p| {
+                let (registry, slots) = (self.clone(), slots.clone());
+                tokio::spawn(async move {
+                    let _slot = slots.acquire_owned().await;
+                    registry.recover_pending(p).await
+                })
+            })
+            .collect()
+    }
+
+    async fn recover_pending(self: Arc<Self>, pending: PendingRecovery) {
+        let started = std::time::Instant::now();
+        let id = pending.record.id.clone();
+        let registry = self.clone();
+        let made = tokio::task::spawn_blocking(move || {
+            let PendingRecovery {
+                session_dir,
+                record,
+                held,
+            } = pending;
+            let root = record.root_path.clone().unwrap_or_default();
+            let open_root = held.as_ref().map_or(root, fd_path);
+            let handles = registry.reopen_workspace(&session_dir, &record, &open_root);
+            (session_dir, record, handles)
+        })
+        .await;
+        let (session_dir, record, handles) = match made {
+            Ok(made) => made,
+            Err(e) => {
+                return self.recovery_failed(&id, format!("its recovery stopped: {e}"));
+            }
+        };
+        let handles = match handles {
+            Ok(handles) => handles,
+            Err(e) => return self.recovery_failed(&id, format!("its recovery failed: {e}")),
+        };
+        let session = self.assemble(record, handles, Some(session_dir));
+        if let Some(holder) = self.lease_lost(&session).await {
+            tracing::warn!(session = %id, %holder, "another replica took the session over while this server was down: not served here");
+            let mut unavailable = self.unavailable.write().unwrap_or_else(|e| e.into_inner());
+            if let Some(u) = unavailable.get_mut(&id) {
+                u.recovering = false;
+                u.why = format!("taken over by replica '{holder}'");
+                u.leased_to = Some(holder);
+            }
+            return;
+        }
+        // Listed live and no longer recovering in one step: a call sees
+        // one or the other, never neither.
+        let mut sessions = self.sessions.write().unwrap_or_else(|e| e.into_inner());
+        sessions.insert(id.clone(), session);
+        self.unavailable
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        drop(sessions);
+        tracing::info!(session = %id, elapsed = ?started.elapsed(), "directory session recovered and reopened");
+    }
+
+    /// Session `id`'s recovery failed: it stays unavailable, with `why`,
+    /// and may be deleted; its record stays for the next start.
+    fn recovery_failed(&self, id: &str, why: String) {
+        tracing::warn!(session = %id, %why, "directory session not reopened");
+        let mut unavailable = self.unavailable.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(u) = unavailable.get_mut(id) {
+            u.recovering = false;
+            u.why = format!("{why}; the server retries at its next start");
+        }
     }
 
     pub fn config(&self) -> &ServerConfig {
@@ -764,7 +914,7 @@ impl SessionRegistry {
                 let open_root = held.as_ref().map_or_else(|| root.clone(), fd_path);
                 let made = create_session_dirs(&session_dir, &root, spec.root.is_none())
                     .and_then(|_| DirectoryBackend::open(&open_root, &session_dir.join("staging")))
-                    .map(|b| b.with_owner(spec.owner))
+                    .map(|b| b.with_owner(spec.owner).removing_later())
                     .and_then(|b| b.claim_for_owner(spec.root.is_none()).map(|()| b));
                 let backend = match made {
                     Ok(b) => b,
@@ -824,6 +974,21 @@ impl SessionRegistry {
     fn insert(
         &self,
         record: SessionRecord,
+        handles: Handles,
+        owned_dir: Option<PathBuf>,
+    ) -> Arc<Session> {
+        let session = self.assemble(record, handles, owned_dir);
+        self.sessions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(session.record.id.clone(), session.clone());
+        session
+    }
+
+    /// Makes a session of a workspace that is ready, without listing it.
+    fn assemble(
+        &self,
+        record: SessionRecord,
         (fs, archive, snapshots): Handles,
         owned_dir: Option<PathBuf>,
     ) -> Arc<Session> {
@@ -836,7 +1001,7 @@ impl SessionRegistry {
                 record.limits.path,
             )
         });
-        let session = Arc::new(Session {
+        Arc::new(Session {
             record,
             fs,
             archive,
@@ -847,23 +1012,22 @@ impl SessionRegistry {
             activity: Activity::new(),
             max_streams: self.config.max_streams_per_session,
             closed: tokio_util::sync::CancellationToken::new(),
-        });
-        self.sessions
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(session.record.id.clone(), session.clone());
-        session
+        })
     }
 
     /// Removes a session and everything it owns; returns how many files
     /// its workspace held. A directory the session was rooted in (rather
     /// than one it created) is left in place with its files.
     pub async fn delete(&self, id: &str) -> Result<u64> {
-        let gone = self
-            .unavailable
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
+        let gone = {
+            let mut unavailable = self.unavailable.write().unwrap_or_else(|e| e.into_inner());
+            match unavailable.get(id) {
+                // Its recovery owns its directory until it ends.
+                Some(u) if u.recovering => return Err(u.error()),
+                Some(_) => unavailable.remove(id),
+                None => None,
+            }
+        };
         if let Some(gone) = gone {
             // Its record only: the root it named is not ours to touch.
             let dir = gone.session_dir;
@@ -1021,10 +1185,10 @@ fn fd_path(fd: &std::os::fd::OwnedFd) -> PathBuf {
 
 fn create_session_dirs(session_dir: &Path, root: &Path, own_root: bool) -> Result<()> {
     let io = |e: std::io::Error| {
-        Error::internal(format!(
-            "cannot create session directory '{}': {e}",
-            session_dir.display()
-        ))
+        Error::io_while(
+            e,
+            format_args!("creating the session directory '{}'", session_dir.display()),
+        )
     };
     std::fs::create_dir_all(session_dir.join("staging")).map_err(io)?;
     if own_root {

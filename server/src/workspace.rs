@@ -795,6 +795,14 @@ impl<B: Backend> Filesystem for Workspace<B> {
                 None => Err(Error::FileNotFound {
                     path: path.as_str().to_string(),
                 }),
+                // Emptying the workspace is one removal per entry at its
+                // top: recorded, so that the next start completes one a
+                // crash cut short.
+                Some(_) if path.is_root() && options.recursive => quota.change(|| {
+                    let intent =
+                        crate::journal::Intent::emptying("delete the workspace's contents");
+                    crate::journal::apply(b, &intent, || b.remove(&path, true))
+                }),
                 Some(_) => quota.change(|| b.remove(&path, options.recursive)),
             }
         })

@@ -252,6 +252,26 @@ fn lock(model: &Model) -> std::sync::MutexGuard<'_, Vec<SessionModel>> {
     model.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// `CRASH_SEED`, or a fresh seed.
+fn crash_seed() -> u64 {
+    let fresh = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    env("CRASH_SEED", fresh)
+}
+
+/// A scratch directory (removed when dropped), the data directory in it
+/// and the server's log file.
+fn scratch() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (data_dir, log) = (
+        scratch.path().join("data"),
+        scratch.path().join("server.log"),
+    );
+    (scratch, data_dir, log)
+}
+
 /// The server binary, running on `data_dir`.
 struct Server {
     child: Child,
@@ -619,6 +639,9 @@ async fn verify_after_restart(client: &Client, data_dir: &Path, model: &Model, s
             let m = lock(model);
             (m[s].id.clone(), m[s].root.clone())
         };
+        // A session the kill left with work to finish answers once it is
+        // done (UNAVAILABLE until then).
+        first_listing(client, &id).await;
         let session = client.session(&id);
         // Each file: its acknowledged state or the one in flight.
         let paths: Vec<String> = lock(model)[s].paths.keys().cloned().collect();
@@ -784,17 +807,11 @@ async fn verify_after_restart(client: &Client, data_dir: &Path, model: &Model, s
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_server_killed_mid_storm_restarts_with_every_acknowledged_write_whole() {
     let loops: usize = env("CRASH_LOOPS", 5);
-    let default_seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    let seed: u64 = env("CRASH_SEED", default_seed);
+    let seed = crash_seed();
     let max_kill_ms: u64 = env("CRASH_MAX_KILL_MS", 1500);
     println!("crash: {loops} iterations, kill within {max_kill_ms} ms, CRASH_SEED={seed}");
     let mut rng = Rng(seed);
-    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let data_dir = scratch.path().join("data");
-    let log = scratch.path().join("server.log");
+    let (_scratch, data_dir, log) = scratch();
     let model: Model = Arc::new(Mutex::new(Vec::new()));
     let generation = Arc::new(AtomicU64::new(1));
 
@@ -940,9 +957,7 @@ fn validation_refuses_torn_and_foreign_content() {
 /// versions keep growing across restarts, not start over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_seen_before_a_crash_is_stale_after_it() {
-    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let data_dir = scratch.path().join("data");
-    let log = scratch.path().join("server.log");
+    let (_scratch, data_dir, log) = scratch();
     let mut server = Server::start(&data_dir, &log);
     let client = Client::connect(&server.url).await.unwrap();
     let info = client
@@ -1094,7 +1109,12 @@ fn difference(now: &Tree, expected: &Tree) -> String {
 enum Replacement {
     Restore,
     Import,
+    /// A restore of one directory, [`ONE_PATH`].
+    RestoreOnePath,
 }
+
+/// The directory [`Replacement::RestoreOnePath`] restores.
+const ONE_PATH: &str = "d03";
 
 /// Starts `op` on the session and resolves when it answers.
 fn replacement(
@@ -1113,6 +1133,10 @@ fn replacement(
     tokio::spawn(async move {
         match op {
             Replacement::Restore => client.restore(&id, &snapshot).await.map(drop),
+            Replacement::RestoreOnePath => client
+                .restore_path(&id, &snapshot, &parse_path(ONE_PATH).unwrap())
+                .await
+                .map(drop),
             Replacement::Import => client
                 .session(&id)
                 .import_from_reader(std::io::Cursor::new(archive))
@@ -1138,6 +1162,55 @@ async fn intent_appears<T>(
     false
 }
 
+/// A running server with one DIRECTORY session that held the new tree
+/// when snapshot `snapshot` was taken, and the archives of both trees.
+struct Replacing {
+    _scratch: tempfile::TempDir,
+    data_dir: PathBuf,
+    log: PathBuf,
+    server: Server,
+    old_archive: Vec<u8>,
+    new_archive: Vec<u8>,
+    id: String,
+    root: PathBuf,
+    staging: PathBuf,
+    snapshot: String,
+}
+
+impl Replacing {
+    async fn start(
+        old: (Vec<(String, Vec<u8>)>, Vec<&str>),
+        new: (Vec<(String, Vec<u8>)>, Vec<&str>),
+    ) -> Replacing {
+        let (scratch, data_dir, log) = scratch();
+        let server = Server::start(&data_dir, &log);
+        let client = Client::connect(&server.url).await.unwrap();
+        let (old_archive, new_archive) = (
+            archive_of(&client, old).await,
+            archive_of(&client, new).await,
+        );
+        let (session, info) = client.create(SessionOptions::directory()).await.unwrap();
+        let id = info.id.clone();
+        session
+            .import_from_reader(std::io::Cursor::new(new_archive.clone()))
+            .await
+            .unwrap();
+        let snapshot = client.snapshot(&id, "new").await.unwrap().id;
+        Replacing {
+            _scratch: scratch,
+            staging: data_dir.join("sessions").join(&id).join("staging"),
+            root: info.root_path.expect("a DIRECTORY session has a root"),
+            data_dir,
+            log,
+            server,
+            old_archive,
+            new_archive,
+            id,
+            snapshot,
+        }
+    }
+}
+
 /// Restore and ImportArchive on a DIRECTORY session, SIGKILLed at random
 /// moments (half of them uniformly over the call, half inside its apply
 /// step, after its intent record appeared), then restarted: the workspace
@@ -1147,35 +1220,27 @@ async fn intent_appears<T>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_or_import_killed_part_way_leaves_the_old_tree_or_the_new() {
     let loops: usize = env("CRASH_REPLACE_LOOPS", 6);
-    let default_seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    let seed: u64 = env("CRASH_SEED", default_seed);
+    let seed = crash_seed();
     println!("crash: {loops} replacements killed, CRASH_SEED={seed}");
     let mut rng = Rng(seed);
-    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let data_dir = scratch.path().join("data");
-    let log = scratch.path().join("server.log");
-    let mut server = Server::start(&data_dir, &log);
-    let client = Client::connect(&server.url).await.unwrap();
-    let (old_archive, new_archive) = (
-        archive_of(&client, old_files()).await,
-        archive_of(&client, new_files()).await,
-    );
+    let Replacing {
+        _scratch,
+        data_dir,
+        log,
+        mut server,
+        old_archive,
+        new_archive,
+        id,
+        root,
+        staging,
+        snapshot,
+    } = Replacing::start(old_files(), new_files()).await;
     let (old, new) = {
         let ((of, od), (nf, nd)) = (old_files(), new_files());
         (tree_of(&of, &od), tree_of(&nf, &nd))
     };
-    let (session, info) = client.create(SessionOptions::directory()).await.unwrap();
-    let id = info.id.clone();
-    let root = info.root_path.expect("a DIRECTORY session has a root");
-    let staging = data_dir.join("sessions").join(&id).join("staging");
-    session
-        .import_from_reader(std::io::Cursor::new(new_archive.clone()))
-        .await
-        .unwrap();
-    let snapshot = client.snapshot(&id, "new").await.unwrap().id;
+    let client = Client::connect(&server.url).await.unwrap();
+    let session = client.session(&id);
 
     // How long each call takes, and when its apply step begins.
     let mut timing = BTreeMap::new();
@@ -1252,6 +1317,8 @@ async fn a_restore_or_import_killed_part_way_leaves_the_old_tree_or_the_new() {
             listed.iter().any(|s| s.id == id),
             "iteration {iteration}: the session is not served after the restart (CRASH_SEED={seed})"
         );
+        // Served once its recovery ends.
+        first_listing(&client, &id).await;
         let mut now = Tree::new();
         tree_on_disk(&root, "", &mut now);
         let what = format!(
@@ -1287,4 +1354,683 @@ async fn a_restore_or_import_killed_part_way_leaves_the_old_tree_or_the_new() {
     println!(
         "crash: {loops} replacements killed: {ended_old} ended old, {ended_new} new, {recovered} rolled forward from an intent record (CRASH_SEED={seed})"
     );
+}
+
+// ---- The first answer after a restart ---------------------------------
+
+/// Files of the trees the first-answer tests replace and delete: enough
+/// that a roll-forward or a removal takes long enough to be caught.
+const BIG_FILES: usize = 3_000;
+
+/// A workspace as List shows it: path -> size, `None` for a directory.
+type Shown = BTreeMap<String, Option<u64>>;
+
+fn shown(tree: &Tree) -> Shown {
+    tree.iter()
+        .map(|(path, data)| (path.clone(), data.as_ref().map(|d| d.len() as u64)))
+        .collect()
+}
+
+/// `BIG_FILES` files in 30 directories, their bytes depending on `tag`,
+/// plus `tag`'s own file.
+fn big_files(tag: &str) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = (0..BIG_FILES)
+        .map(|i| {
+            (
+                format!("d{:02}/f{i:04}.txt", i % 30),
+                // Each tree's files have sizes of their own: a listing
+                // tells them apart.
+                format!("{tag} {i}\n")
+                    .repeat(1 + (i + usize::from(tag.as_bytes()[0])) % 7)
+                    .into_bytes(),
+            )
+        })
+        .collect();
+    files.push((format!("{tag}-only.txt"), b"only here\n".to_vec()));
+    files
+}
+
+/// The whole workspace as the server lists it.
+async fn listing(session: &Session) -> wsfs::Result<Shown> {
+    let listed = session.list(&wsfs::CanonicalPath::root(), 64).await?;
+    assert!(!listed.truncated, "the workspace is listed whole");
+    Ok(listed
+        .entries
+        .into_iter()
+        .map(|m| {
+            let size = (m.kind != wsfs::FileKind::Directory).then_some(m.size);
+            (m.path.as_str().to_string(), size)
+        })
+        .collect())
+}
+
+/// A refusal of a session whose recovery is pending.
+fn is_recovering(e: &Error) -> bool {
+    matches!(e, Error::Unavailable { message } if message.contains("being recovered after a restart"))
+}
+
+/// Lists session `id` from the moment the server starts until it answers;
+/// every refusal before must be UNAVAILABLE naming the recovery. Returns
+/// the first answer and how many refusals came before it.
+async fn first_listing(client: &Client, id: &str) -> (Shown, usize) {
+    let session = client.session(id);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut refused = 0;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(60), listing(&session)).await {
+            Ok(Ok(shown)) => return (shown, refused),
+            Ok(Err(e)) if is_recovering(&e) => refused += 1,
+            Ok(Err(e)) => panic!("List after the restart: {e:?}"),
+            Err(_) => panic!("List after the restart did not answer within 60 s"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session was still recovering 120 s after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Restore, ImportArchive and a restore of one path on a DIRECTORY
+/// session of 3,000 files, SIGKILLed inside their apply step, then the
+/// server started again and called at once, as it accepts: the first
+/// answer on the session is the old tree or the new one, whole (a session
+/// still recovering answers UNAVAILABLE, naming the recovery, until it is
+/// whole); a bystander session answers while it recovers; a Write racing
+/// the recovery either lands on the whole new tree or is refused and
+/// changes nothing. `CRASH_FIRST_ANSWER_KILLS` (default 2) sets the kills
+/// per case; `CRASH_SEED` replays the schedule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_answer_after_a_restart_is_the_old_tree_or_the_new() {
+    let kills: usize = env("CRASH_FIRST_ANSWER_KILLS", 2);
+    let seed = crash_seed();
+    println!("crash: first answers, {kills} kills per case, CRASH_SEED={seed}");
+    let mut rng = Rng(seed);
+    let (old_files, new_files) = (big_files("old"), big_files("new"));
+    let Replacing {
+        _scratch,
+        data_dir,
+        log,
+        mut server,
+        old_archive,
+        new_archive,
+        id,
+        root,
+        staging,
+        snapshot,
+    } = Replacing::start((old_files.clone(), vec![]), (new_files.clone(), vec![])).await;
+    let client = Client::connect(&server.url).await.unwrap();
+    let (old, new) = (tree_of(&old_files, &[]), tree_of(&new_files, &[]));
+    // The restore of `d03` alone: the new tree there, the old elsewhere.
+    let mut one_path = old.clone();
+    let under = |path: &str| path == ONE_PATH || path.starts_with(&format!("{ONE_PATH}/"));
+    one_path.retain(|path, _| !under(path));
+    one_path.extend(
+        new.iter()
+            .filter(|(path, _)| under(path))
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    let (bystander, bystander_info) = client.create(SessionOptions::directory()).await.unwrap();
+    bystander.write_str("here.txt", "here\n").await.unwrap();
+
+    let (mut recovered, mut refusals_seen, mut bystander_first) = (0, 0, 0);
+    let cases = [
+        Replacement::Restore,
+        Replacement::Import,
+        Replacement::RestoreOnePath,
+    ];
+    for (iteration, case) in cases
+        .iter()
+        .flat_map(|c| std::iter::repeat_n(*c, kills))
+        .enumerate()
+    {
+        let client = Client::connect(&server.url).await.unwrap();
+        client
+            .session(&id)
+            .import_from_reader(std::io::Cursor::new(old_archive.clone()))
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let call = replacement(&client, &id, case, &snapshot, &new_archive);
+        // Inside the apply step: its record is on disk.
+        intent_appears(&staging, started + Duration::from_secs(60), &call).await;
+        tokio::time::sleep(Duration::from_micros(rng.below(20_000))).await;
+        server.kill();
+        let intent_left = staging.join("intent.json").exists();
+        recovered += intent_left as usize;
+        let answered = matches!(
+            tokio::time::timeout(Duration::from_secs(60), call).await,
+            Ok(Ok(Ok(())))
+        );
+        let target = match case {
+            Replacement::RestoreOnePath => &one_path,
+            _ => &new,
+        };
+
+        server = Server::start(&data_dir, &log);
+        let client = Client::connect(&server.url).await.unwrap();
+        // As the server accepts: the bystander, a write racing the
+        // recovery, and the recovering session's first answer.
+        let racer = {
+            let session = client.session(&id);
+            tokio::spawn(async move { session.write_str("d00/raced.txt", "raced\n").await })
+        };
+        let by = tokio::time::timeout(
+            Duration::from_secs(60),
+            listing(&client.session(&bystander_info.id)),
+        )
+        .await
+        .expect("the bystander answers within 60 s")
+        .expect("the bystander is served while the other session recovers");
+        assert!(by.contains_key("here.txt"));
+        let (first, refused) = first_listing(&client, &id).await;
+        refusals_seen += refused;
+        bystander_first += (refused > 0) as usize;
+        let what = format!(
+            "iteration {iteration}: {case:?} killed at {} ms (intent record {}), answered: {answered}, {refused} refusals before the first answer",
+            started.elapsed().as_millis(),
+            if intent_left { "left" } else { "gone" }
+        );
+        // The racing write may land before or after the first answer.
+        let mut first = first;
+        first.remove("d00/raced.txt");
+        let (old_shown, target_shown) = (shown(&old), shown(target));
+        assert!(
+            first == target_shown || (first == old_shown && !answered),
+            "{what}: the first answer is neither the old tree nor the new: against the old {}, against the new {} (CRASH_SEED={seed})",
+            shown_difference(&first, &old_shown),
+            shown_difference(&first, &target_shown),
+        );
+        // Once it answered: it landed on the tree the session answers
+        // with, or was refused and changed nothing.
+        let raced = racer.await.unwrap();
+        let mut after = listing(&client.session(&id)).await.unwrap();
+        match &raced {
+            Ok(_) => assert_eq!(
+                after.remove("d00/raced.txt"),
+                Some(Some(6)),
+                "{what}: the racing write succeeded but is not there"
+            ),
+            Err(e) => {
+                assert!(
+                    is_recovering(e),
+                    "{what}: the racing write failed otherwise: {e:?}"
+                );
+                assert!(
+                    !after.contains_key("d00/raced.txt"),
+                    "{what}: a refused write landed"
+                );
+            }
+        }
+        assert!(
+            after == first,
+            "{what}: the tree changed after the first answer: {}",
+            shown_difference(&after, &first)
+        );
+        let mut now = Tree::new();
+        tree_on_disk(&root, "", &mut now);
+        now.remove("d00/raced.txt");
+        assert!(
+            now == *target || (now == old && !answered),
+            "{what}: the tree on disk is neither the old tree nor the new"
+        );
+        let staged: Vec<_> = std::fs::read_dir(&staging).unwrap().flatten().collect();
+        assert!(
+            staged.is_empty(),
+            "{what}: the staging directory is not empty once served"
+        );
+        println!(
+            "crash: {what}: {}, the racing write {}",
+            if first == old_shown {
+                "old tree"
+            } else {
+                "new tree"
+            },
+            if raced.is_ok() {
+                "landed"
+            } else {
+                "was refused"
+            }
+        );
+        client
+            .session(&id)
+            .delete(
+                &parse_path("d00/raced.txt").unwrap(),
+                DeleteOptions {
+                    allow_missing: true,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+    server.kill();
+    println!(
+        "crash: first answers: {recovered} kills left an intent record; {refusals_seen} refusals while recovering, in {bystander_first} restarts where the bystander answered first (CRASH_SEED={seed})"
+    );
+    assert!(
+        recovered > 0,
+        "no kill landed inside an apply step: nothing was rolled forward"
+    );
+    assert!(
+        bystander_first > 0,
+        "the bystander never answered while the other session recovered: one session's recovery held up the whole server"
+    );
+}
+
+/// What differs between two listings, briefly.
+fn shown_difference(now: &Shown, expected: &Shown) -> String {
+    let missing = expected.keys().filter(|k| !now.contains_key(*k)).count();
+    let extra = now.keys().filter(|k| !expected.contains_key(*k)).count();
+    let changed = now
+        .iter()
+        .filter(|(k, v)| expected.get(*k).is_some_and(|e| e != *v))
+        .count();
+    format!("{missing} missing, {extra} extra, {changed} different")
+}
+
+/// A recursive Delete of a directory of 3,000 files, SIGKILLed a moment
+/// after it was sent (50 ms and other random moments), then the server
+/// started again and called at once: the first answer shows the whole
+/// directory or none of it, never part; once the session answers, its
+/// staging directory is empty. `CRASH_DELETE_KILLS` (default 4) sets the
+/// kills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recursive_delete_killed_part_way_is_all_or_nothing() {
+    let kills: usize = env("CRASH_DELETE_KILLS", 4);
+    let seed = crash_seed();
+    println!("crash: {kills} recursive deletes killed, CRASH_SEED={seed}");
+    let mut rng = Rng(seed);
+    let (_scratch, data_dir, log) = scratch();
+    let mut server = Server::start(&data_dir, &log);
+    let client = Client::connect(&server.url).await.unwrap();
+    let files: Vec<(String, Vec<u8>)> = big_files("big")
+        .into_iter()
+        .map(|(path, data)| (format!("big/{path}"), data))
+        .chain([("keep.txt".to_string(), b"kept\n".to_vec())])
+        .collect();
+    let archive = wsfs_tests::kit::archive_of(&client, files.clone(), &[]).await;
+    let full = shown(&tree_of(&files, &[]));
+    let mut without = full.clone();
+    without.retain(|path, _| path != "big" && !path.starts_with("big/"));
+    let (_, info) = client.create(SessionOptions::directory()).await.unwrap();
+    let id = info.id.clone();
+    let staging = data_dir.join("sessions").join(&id).join("staging");
+    let (mut whole, mut gone) = (0, 0);
+    for iteration in 0..kills {
+        let client = Client::connect(&server.url).await.unwrap();
+        let session = client.session(&id);
+        session
+            .import_from_reader(std::io::Cursor::new(archive.clone()))
+            .await
+            .unwrap();
+        // 50 ms in, as reported, then anywhere in the first 100 ms.
+        let wait = match iteration {
+            0 => Duration::from_millis(50),
+            _ => Duration::from_micros(rng.below(60_000)),
+        };
+        let call = {
+            let session = session.clone();
+            tokio::spawn(async move {
+                let options = DeleteOptions {
+                    recursive: true,
+                    ..Default::default()
+                };
+                session.delete(&parse_path("big").unwrap(), options).await
+            })
+        };
+        tokio::time::sleep(wait).await;
+        server.kill();
+        let answered = tokio::time::timeout(Duration::from_secs(60), call)
+            .await
+            .ok()
+            .and_then(|joined| joined.ok())
+            .and_then(|result| result.ok());
+        server = Server::start(&data_dir, &log);
+        let client = Client::connect(&server.url).await.unwrap();
+        let (first, refused) = first_listing(&client, &id).await;
+        let what = format!(
+            "iteration {iteration}: killed {} ms in, answered: {answered:?}, {refused} refusals before the first answer",
+            wait.as_millis()
+        );
+        if first == full {
+            assert!(
+                answered.is_none(),
+                "{what}: the Delete answered but the directory is back"
+            );
+            whole += 1;
+        } else {
+            assert!(
+                first == without,
+                "{what}: the first answer shows part of the directory: against the whole {}, against none {} (CRASH_SEED={seed})",
+                shown_difference(&first, &full),
+                shown_difference(&first, &without)
+            );
+            gone += 1;
+        }
+        if let Some(deleted) = answered {
+            assert_eq!(
+                deleted,
+                (full.len() - without.len()) as u64,
+                "{what}: the count deleted"
+            );
+        }
+        let staged: Vec<_> = std::fs::read_dir(&staging).unwrap().flatten().collect();
+        assert!(
+            staged.is_empty(),
+            "{what}: the staging directory holds {} entries once the session answers",
+            staged.len()
+        );
+        println!(
+            "crash: {what}: {}",
+            if first == full { "whole" } else { "gone" }
+        );
+    }
+    // Without a kill: the Delete answers with the count, and the removal
+    // it left to finish empties the staging directory soon after.
+    let client = Client::connect(&server.url).await.unwrap();
+    let session = client.session(&id);
+    if session.stat(&parse_path("big").unwrap()).await.is_err() {
+        session
+            .import_from_reader(std::io::Cursor::new(archive.clone()))
+            .await
+            .unwrap();
+    }
+    let options = DeleteOptions {
+        recursive: true,
+        ..Default::default()
+    };
+    let deleted = session
+        .delete(&parse_path("big").unwrap(), options)
+        .await
+        .unwrap();
+    assert_eq!(deleted, (full.len() - without.len()) as u64);
+    assert_eq!(listing(&session).await.unwrap(), without);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(&staging).unwrap().next().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the deleted tree was not removed within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.kill();
+    println!(
+        "crash: {kills} recursive deletes killed: {whole} whole, {gone} gone (CRASH_SEED={seed})"
+    );
+}
+
+// ---- A full disk -------------------------------------------------------
+
+/// A small tmpfs mounted for one test, unmounted when dropped.
+struct SmallDisk {
+    mount: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    /// `None`, with the reason printed, when this process may not mount
+    /// (not root); with `WSFS_REQUIRE_TOOLS=1` that fails the test instead.
+    fn mount(size: &str, inodes: u64) -> Option<SmallDisk> {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let mount = dir.path().join("disk");
+        std::fs::create_dir(&mount).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={size},nr_inodes={inodes},mode=0755"))
+            .arg("tmpfs")
+            .arg(&mount)
+            .stderr(Stdio::piped())
+            .output();
+        let why = match mounted {
+            Ok(out) if out.status.success() => {
+                return Some(SmallDisk { mount, _dir: dir });
+            }
+            Ok(out) => String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            std::env::var("WSFS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+            "WSFS_REQUIRE_TOOLS=1 and a tmpfs cannot be mounted (run as root): {why}"
+        );
+        eprintln!("skipping: cannot mount a tmpfs to fill ({why}); run as root");
+        None
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Full {
+    /// No data page left.
+    Pages,
+    /// No inode left.
+    Inodes,
+}
+
+/// Fills the disk at `at` as `how` says; returns the filler file when it
+/// filled pages.
+fn fill(at: &Path, how: Full) -> PathBuf {
+    use std::io::Write;
+    let filler = at.join("filler");
+    match how {
+        Full::Pages => {
+            let mut file = std::fs::File::create(&filler).unwrap();
+            let block = vec![7u8; 64 * 1024];
+            loop {
+                match file.write(&block) {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                    Err(e) => panic!("filling the disk: {e}"),
+                }
+            }
+            // The last page, written in smaller pieces.
+            while file.write(&block[..512]).is_ok() {}
+        }
+        Full::Inodes => {
+            std::fs::create_dir(&filler).unwrap();
+            for n in 0.. {
+                match std::fs::File::create(filler.join(n.to_string())) {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                    Err(e) => panic!("filling the inodes: {e}"),
+                }
+            }
+        }
+    }
+    filler
+}
+
+/// Checks one call refused on a full disk: RESOURCE_EXHAUSTED
+/// `QUOTA_EXCEEDED` with the one sentence of a full disk.
+fn full_disk_refusal<T: std::fmt::Debug>(what: &str, result: wsfs::Result<T>) {
+    match result {
+        Err(Error::QuotaExceeded { message }) => {
+            assert!(
+                message.starts_with(wsfs::error::OUT_OF_SPACE),
+                "{what}: the refusal does not say the disk is full: {message}"
+            );
+            assert!(
+                !message.contains("os error"),
+                "{what}: the refusal repeats the system's words: {message}"
+            );
+            println!("crash: full disk: {what}: {message}");
+        }
+        other => panic!(
+            "{what} on a full disk: expected RESOURCE_EXHAUSTED QUOTA_EXCEEDED, got {other:?}"
+        ),
+    }
+}
+
+/// Every entry in `dir`, recursively, by name (none when it is missing).
+fn entries_in(dir: &Path) -> Vec<String> {
+    let mut out = BTreeSet::new();
+    if dir.exists() {
+        files_on_disk_any(dir, "", &mut out);
+    }
+    out.into_iter().collect()
+}
+
+fn files_on_disk_any(dir: &Path, prefix: &str, out: &mut BTreeSet<String>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = format!("{prefix}{}", entry.file_name().to_string_lossy());
+        if entry.file_type().unwrap().is_dir() {
+            files_on_disk_any(&entry.path(), &format!("{name}/"), out);
+        }
+        out.insert(name);
+    }
+}
+
+/// Snapshot, Restore, ImportArchive, a fork (CreateSession from a
+/// snapshot) and Write on a data directory whose disk is full, by data
+/// pages and then by inodes (a small tmpfs the test mounts; root only):
+/// each is RESOURCE_EXHAUSTED `QUOTA_EXCEEDED` saying the disk is full,
+/// changes nothing (workspace, snapshots, sessions), and leaves nothing in
+/// the session's staging directory or the import spool; once space is
+/// back the same calls succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_every_path_with_one_reason_and_leaves_nothing() {
+    for how in [Full::Pages, Full::Inodes] {
+        let Some(disk) = SmallDisk::mount("8m", 2048) else {
+            return;
+        };
+        let data_dir = disk.mount.join("data");
+        let log = disk.mount.parent().unwrap().join("server.log");
+        let mut server = Server::start(&data_dir, &log);
+        let client = Client::connect(&server.url).await.unwrap();
+        // Only empty files: staging them takes inodes but no data page,
+        // so with pages full the refusal comes from the step after.
+        let archive = wsfs_tests::kit::archive_of(
+            &client,
+            [
+                ("x/one.txt".to_string(), Vec::new()),
+                ("two.txt".to_string(), Vec::new()),
+            ],
+            &[],
+        )
+        .await;
+        let (session, info) = client.create(SessionOptions::directory()).await.unwrap();
+        let id = info.id.clone();
+        session.write_str("a.txt", "a\n").await.unwrap();
+        session.write_str("empty.txt", "").await.unwrap();
+        let snapshot = client.snapshot(&id, "before").await.unwrap().id;
+        session
+            .delete(&parse_path("empty.txt").unwrap(), DeleteOptions::default())
+            .await
+            .unwrap();
+        session
+            .write_str("c.txt", &"c\n".repeat(3000))
+            .await
+            .unwrap();
+        let staging = data_dir.join("sessions").join(&id).join("staging");
+        let spool = data_dir.join("imports");
+
+        let filler = fill(&disk.mount, how);
+        let workspace = listing(&session).await.unwrap();
+        let snapshots = client.list_snapshots(&id).await.unwrap();
+        let sessions = client.list_sessions().await.unwrap().len();
+        let unchanged = |what: String| {
+            let (client, session, workspace, snapshots) = (
+                client.clone(),
+                session.clone(),
+                workspace.clone(),
+                snapshots.clone(),
+            );
+            let (staging, spool) = (staging.clone(), spool.clone());
+            async move {
+                assert_eq!(
+                    listing(&session).await.unwrap(),
+                    workspace,
+                    "{what}: the workspace changed"
+                );
+                assert_eq!(
+                    client.list_snapshots(&id_of(&session)).await.unwrap(),
+                    snapshots,
+                    "{what}: the snapshots changed"
+                );
+                assert_eq!(
+                    client.list_sessions().await.unwrap().len(),
+                    sessions,
+                    "{what}: a session came or went"
+                );
+                assert_eq!(
+                    entries_in(&staging),
+                    Vec::<String>::new(),
+                    "{what}: left in the staging directory"
+                );
+                assert_eq!(
+                    entries_in(&spool),
+                    Vec::<String>::new(),
+                    "{what}: left in the import spool"
+                );
+            }
+        };
+        let what = |call: &str| format!("{call} ({how:?} full)");
+        full_disk_refusal(&what("Snapshot"), client.snapshot(&id, "full").await);
+        unchanged(what("Snapshot")).await;
+        full_disk_refusal(&what("Restore"), client.restore(&id, &snapshot).await);
+        unchanged(what("Restore")).await;
+        full_disk_refusal(
+            &what("ImportArchive"),
+            session
+                .import_from_reader(std::io::Cursor::new(archive.clone()))
+                .await,
+        );
+        unchanged(what("ImportArchive")).await;
+        if how == Full::Pages {
+            // Room for the spooled archive alone: the refusal comes from
+            // recording the import's intent.
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&filler)
+                .unwrap();
+            let len = file.metadata().unwrap().len();
+            file.set_len(len.saturating_sub(4096)).unwrap();
+            full_disk_refusal(
+                &what("ImportArchive with room for its spool"),
+                session
+                    .import_from_reader(std::io::Cursor::new(archive.clone()))
+                    .await,
+            );
+            unchanged(what("ImportArchive with room for its spool")).await;
+            // Full again: the page written back, not a hole.
+            std::os::unix::fs::FileExt::write_all_at(&file, &[7u8; 4096], len - 4096).unwrap();
+        }
+        full_disk_refusal(
+            &what("a fork"),
+            client
+                .create(SessionOptions::directory().from_snapshot(&id, &snapshot))
+                .await,
+        );
+        unchanged(what("a fork")).await;
+        full_disk_refusal(&what("Write"), session.write_str("new.txt", "new\n").await);
+        unchanged(what("Write")).await;
+
+        // Space again: the same calls go through.
+        match how {
+            Full::Pages => std::fs::remove_file(&filler).unwrap(),
+            Full::Inodes => std::fs::remove_dir_all(&filler).unwrap(),
+        }
+        client.snapshot(&id, "full").await.unwrap();
+        client.restore(&id, &snapshot).await.unwrap();
+        session
+            .import_from_reader(std::io::Cursor::new(archive.clone()))
+            .await
+            .unwrap();
+        client
+            .create(SessionOptions::directory().from_snapshot(&id, &snapshot))
+            .await
+            .unwrap();
+        session.write_str("new.txt", "new\n").await.unwrap();
+        server.kill();
+        drop(disk);
+    }
+}
+
+fn id_of(session: &Session) -> String {
+    session.id().to_string()
 }

@@ -106,7 +106,8 @@ impl SessionRegistry {
                             create_session_dirs(&session_dir, &root, true)?;
                             origin.materialise(&root, &cancel)?;
                             let b = DirectoryBackend::open(&root, &session_dir.join("staging"))?
-                                .with_durability(durability);
+                                .with_durability(durability)
+                                .removing_later();
                             b.settle()?;
                             crate::snapshots::first_snapshot(
                                 &session_dir,

@@ -175,28 +175,51 @@ impl SessionRegistry {
         };
         let held: std::collections::HashSet<String> = bucket.held_sessions().into_iter().collect();
         for session in self.list() {
-            if session.record.backend != BackendKind::Directory {
-                continue;
+            if let Some(holder) = self.tend(bucket, &held, &session).await {
+                self.surrender(&session.record.id, holder);
             }
-            let id = session.record.id.clone();
-            let outcome = if held.contains(&id) {
-                bucket.renew(&id).await
-            } else {
-                match bucket.acquire(&id, false, false).await {
-                    Ok(()) => self
-                        .upload_unknown(bucket, &session)
-                        .await
-                        .map(|()| Renewal::Renewed),
-                    Err(Error::SessionLeased { holder, .. }) => Ok(Renewal::Lost { holder }),
-                    Err(e) => Err(e),
-                }
-            };
-            match outcome {
-                Ok(Renewal::Renewed | Renewal::NotHeld) => {}
-                Ok(Renewal::Lost { holder }) => self.surrender(&id, holder),
-                Err(e) => {
-                    tracing::warn!(session = %id, error = %e, "the session's lease could not be renewed")
-                }
+        }
+    }
+
+    /// Takes or renews the lease of DIRECTORY `session`, a session that a
+    /// restart recovered, before it is served: the holder when another
+    /// replica holds it.
+    pub(super) async fn lease_lost(&self, session: &Arc<Session>) -> Option<String> {
+        let bucket = self.bucket.as_ref()?;
+        let held: std::collections::HashSet<String> = bucket.held_sessions().into_iter().collect();
+        self.tend(bucket, &held, session).await
+    }
+
+    /// Takes or renews `session`'s lease (`held`: those this server holds);
+    /// the holder when another replica took it.
+    async fn tend(
+        &self,
+        bucket: &Arc<Bucket>,
+        held: &std::collections::HashSet<String>,
+        session: &Arc<Session>,
+    ) -> Option<String> {
+        if session.record.backend != BackendKind::Directory {
+            return None;
+        }
+        let id = &session.record.id;
+        let outcome = if held.contains(id) {
+            bucket.renew(id).await
+        } else {
+            match bucket.acquire(id, false, false).await {
+                Ok(()) => self
+                    .upload_unknown(bucket, session)
+                    .await
+                    .map(|()| Renewal::Renewed),
+                Err(Error::SessionLeased { holder, .. }) => Ok(Renewal::Lost { holder }),
+                Err(e) => Err(e),
+            }
+        };
+        match outcome {
+            Ok(Renewal::Renewed | Renewal::NotHeld) => None,
+            Ok(Renewal::Lost { holder }) => Some(holder),
+            Err(e) => {
+                tracing::warn!(session = %id, error = %e, "the session's lease could not be renewed");
+                None
             }
         }
     }
@@ -234,6 +257,7 @@ impl SessionRegistry {
             why: format!("taken over by replica '{holder}'"),
             session_dir: session.owned_dir.clone().unwrap_or_default(),
             leased_to: Some(holder),
+            recovering: false,
         };
         self.unavailable
             .write()
@@ -331,7 +355,8 @@ impl SessionRegistry {
             .await?;
         let backend = DirectoryBackend::open(&root, &session_dir.join("staging"))?
             .with_durability(self.config.durability)
-            .with_owner(record.owner);
+            .with_owner(record.owner)
+            .removing_later();
         backend.claim_for_owner(true)?;
         let ws = Arc::new(Workspace::new(backend, record.limits));
         let store = self.directory_snapshots(&ws, &record.id, session_dir);

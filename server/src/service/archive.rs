@@ -76,7 +76,7 @@ pub(crate) async fn import(
     );
 
     let spool_dir = import::spool_dir(&registry.config().data_dir);
-    let internal = |e: std::io::Error| Error::internal(format!("cannot spool the archive: {e}"));
+    let internal = |e: std::io::Error| Error::io_while(e, "spooling the archive");
     tokio::fs::create_dir_all(&spool_dir)
         .await
         .map_err(internal)?;

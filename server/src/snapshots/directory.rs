@@ -499,7 +499,7 @@ fn parse_hash(s: &str) -> Option<Hash> {
 }
 
 fn storage_error(e: std::io::Error) -> Error {
-    Error::internal(format!("the snapshot store failed: {e}"))
+    Error::io_while(e, "working in the snapshot store")
 }
 
 /// A path's parent (`""` for the root) and last name.
@@ -1460,8 +1460,12 @@ fn stage_object(
 /// Writes `bytes` to `path`, replacing it atomically.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).map_err(storage_error)?;
-    std::fs::rename(&tmp, path).map_err(storage_error)
+    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        // A full disk leaves no half-written record behind.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map_err(storage_error)
 }
 
 /// Writes `value` as JSON to `path`, replacing it atomically.

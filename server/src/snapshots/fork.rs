@@ -160,7 +160,7 @@ impl Origin {
     pub fn materialise(&self, root: &Path, cancel: &AtomicBool) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
         let made = |path: &CanonicalPath, e: std::io::Error| {
-            Error::internal(format!("cannot make the fork's '{path}': {e}"))
+            Error::io_while(e, format!("making the fork's '{path}'"))
         };
         let mut directories = Vec::new();
         self.for_each(&mut |path, attributes, file| {
@@ -211,5 +211,5 @@ pub(crate) fn abandoned() -> Error {
 }
 
 fn store_error(e: std::io::Error) -> Error {
-    Error::internal(format!("the origin's snapshot store failed: {e}"))
+    Error::io_while(e, "reading the origin's snapshot store")
 }

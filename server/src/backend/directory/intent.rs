@@ -17,16 +17,14 @@ use wsfs::{Error, Result};
 /// The intent record of a whole-workspace replacement in progress, in the
 /// staging directory beside the staged files it names (see
 /// [`crate::journal`]).
-pub(super) const INTENT_NAME: &str = "intent.json";
+pub(crate) const INTENT_NAME: &str = "intent.json";
 
 impl DirectoryBackend {
     /// Records `intent` before the first change, durably in every mode:
     /// written aside, fsynced, renamed into place, directory fsynced. In
     /// `fsync` mode the staged files it names are flushed first.
     pub(super) fn write_intent(&self, intent: &Intent) -> Result<()> {
-        let fail = |e: std::io::Error| {
-            Error::internal(format!("cannot record the intent of a replacement: {e}"))
-        };
+        let fail = |e: std::io::Error| Error::io_while(e, "recording the intent of a replacement");
         self.durability().settle_fs(&*self.staging)?;
         let json = serde_json::to_vec(intent)
             .map_err(|e| Error::internal(format!("cannot encode an intent record: {e}")))?;
@@ -42,11 +40,26 @@ impl DirectoryBackend {
         )
         .map(File::from)
         .map_err(|e| fail(e.into()))?;
+        // Removed unless it becomes the record: a refused replacement (a
+        // full disk) leaves nothing in the staging directory.
+        let aside = TempEntry::adopt(&self.staging, tmp, false);
         file.write_all(&json).map_err(fail)?;
         file.sync_all().map_err(fail)?;
-        rustix::fs::renameat(self.staging.as_fd(), &tmp, self.staging.as_fd(), &name)
-            .map_err(|e| fail(e.into()))?;
-        rustix::fs::fsync(self.staging.as_fd()).map_err(|e| fail(e.into()))
+        rustix::fs::renameat(
+            self.staging.as_fd(),
+            &aside.name,
+            self.staging.as_fd(),
+            &name,
+        )
+        .map_err(|e| fail(e.into()))?;
+        aside.keep();
+        if let Err(e) = rustix::fs::fsync(self.staging.as_fd()) {
+            // Not durable, so not begun: the replacement is refused and
+            // its record must not replay at the next start.
+            let _ = rustix::fs::unlinkat(self.staging.as_fd(), &name, AtFlags::empty());
+            return Err(fail(e.into()));
+        }
+        Ok(())
     }
 
     /// The replacement is complete: in `fsync` mode its changes are flushed,

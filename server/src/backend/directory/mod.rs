@@ -78,6 +78,7 @@
 
 mod intent;
 mod owner;
+mod removal;
 mod staging;
 pub(crate) mod sys;
 #[cfg(test)]
@@ -86,7 +87,9 @@ mod versions;
 pub(crate) mod walk;
 
 pub use super::TEMP_PREFIX;
+pub(crate) use intent::INTENT_NAME;
 pub use owner::Owner;
+pub use removal::{removals_pending, REMOVING_DIR};
 pub use staging::{DirectoryStaged, Displaced};
 pub(crate) use sys::{copy_data, next_data};
 
@@ -109,9 +112,7 @@ use sys::{
     symlink_denied, Kind, DIR_FLAGS,
 };
 use versions::{version_floor, Known};
-use walk::{
-    copy_tree, count_tree, has_entries, remove_contents, remove_entry, FileWalk, TransferPlan,
-};
+use walk::{copy_tree, count_tree, has_entries, FileWalk, TransferPlan};
 use wsfs::{CanonicalPath, Error, FileKind, Metadata, Permissions, Result};
 
 /// A workspace stored in a directory. See the module documentation.
@@ -131,6 +132,9 @@ pub struct DirectoryBackend {
     fsync: AtomicBool,
     /// Who owns what the service creates; `None`: the server's own user.
     owner: Option<Owner>,
+    /// Whether a removed directory's contents are removed by the remover
+    /// thread after the call ([`Self::removing_later`]) rather than in it.
+    remove_later: bool,
 }
 
 impl DirectoryBackend {
@@ -165,12 +169,21 @@ impl DirectoryBackend {
             versions: Mutex::new(BTreeMap::new()),
             fsync: AtomicBool::new(false),
             owner: None,
+            remove_later: false,
         })
     }
 
     /// The same backend, giving everything it creates to `owner`.
     pub fn with_owner(mut self, owner: Option<Owner>) -> Self {
         self.owner = owner;
+        self
+    }
+
+    /// The same backend, leaving the contents of a directory a recursive
+    /// removal moved out of the workspace to the remover thread: the call
+    /// answers once the tree is out (see `removal`).
+    pub fn removing_later(mut self) -> Self {
+        self.remove_later = true;
         self
     }
 
@@ -327,7 +340,7 @@ impl Backend for DirectoryBackend {
                     false => Ok(0),
                 };
             }
-            let removed = remove_contents(&root, path, 0);
+            let removed = self.remove_all(&root, path);
             self.forget(path);
             return removed;
         }
@@ -335,7 +348,7 @@ impl Backend for DirectoryBackend {
         let name = cname(name, path)?;
         let st = stat_at(&dir, &name).map_err(|e| io(e, path))?;
         let removed = match (st.kind, recursive) {
-            (Kind::Dir, true) => remove_entry(&dir, &name, path, 0),
+            (Kind::Dir, true) => self.remove_tree(&dir, &name, path),
             (Kind::Dir, false) => rustix::fs::unlinkat(&dir, &name, AtFlags::REMOVEDIR)
                 .map(|()| 1)
                 .map_err(|e| match e {

@@ -262,14 +262,7 @@ pub(crate) fn too_deep(path: &CanonicalPath) -> Error {
 }
 
 pub(super) fn staging_error(e: std::io::Error) -> Error {
-    match e.kind() {
-        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
-            Error::QuotaExceeded {
-                message: format!("no space left for the data being written: {e}"),
-            }
-        }
-        _ => Error::internal(format!("could not write the server's temporary file: {e}")),
-    }
+    Error::io_while(e, "storing the data being written")
 }
 
 /// Refuses reserved and malformed segments. `CanonicalPath` already rules
