@@ -179,6 +179,11 @@ pub struct ServerConfig {
     )]
     pub autosnapshot: u64,
 
+    /// DeepFabric's VFS API over HTTP (`--http-listen` and the sessions it
+    /// creates); see [`crate::http`].
+    #[command(flatten)]
+    pub http: crate::http::HttpConfig,
+
     /// Serve the one directory DIR over stdin and stdout instead of
     /// listening (what a container runtime starts inside a container):
     /// tokens off, logs on stderr.
@@ -269,6 +274,7 @@ impl ServerConfig {
             replica_id: None,
             lease_ttl: Duration::from_secs(30),
             autosnapshot: 0,
+            http: crate::http::HttpConfig::default(),
         }
     }
 
@@ -277,26 +283,35 @@ impl ServerConfig {
     /// admin token, half a TLS identity. `listen` is the address actually
     /// bound. The error says why and what to pass instead.
     pub fn validate(&self, listen: SocketAddr) -> Result<(), String> {
-        match &self.admin_token {
-            Some(t) if t.expose().chars().count() < MIN_ADMIN_TOKEN_CHARS => {
+        if let Some(t) = &self.admin_token {
+            if t.expose().chars().count() < MIN_ADMIN_TOKEN_CHARS {
                 return Err(format!(
                     "--admin-token must be at least {MIN_ADMIN_TOKEN_CHARS} characters long"
                 ));
             }
-            Some(_) => {}
-            None if listen.ip().is_loopback() || self.insecure => {}
-            None => {
-                return Err(format!(
-                    "refusing to listen on {listen} without tokens: anyone who reaches it could read and write every session. \
-                     Set --admin-token (WSFS_ADMIN_TOKEN), listen on loopback (127.0.0.1 or ::1), \
-                     or pass --insecure to serve an open filesystem on purpose"
-                ));
-            }
+        }
+        self.exposure(listen, "")?;
+        if let Some(http) = self.http.http_listen {
+            self.exposure(http, " (--http-listen)")?;
         }
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err("--tls-cert and --tls-key go together".to_string());
         }
+        self.http.validate()?;
         self.validate_connections()
+    }
+
+    /// The one rule for every listener: tokens off only on loopback, or
+    /// with `--insecure`. `which` names the listener in the refusal.
+    fn exposure(&self, addr: SocketAddr, which: &str) -> Result<(), String> {
+        if self.admin_token.is_some() || addr.ip().is_loopback() || self.insecure {
+            return Ok(());
+        }
+        Err(format!(
+            "refusing to listen on {addr}{which} without tokens: anyone who reaches it could read and write every session. \
+             Set --admin-token (WSFS_ADMIN_TOKEN), listen on loopback (127.0.0.1 or ::1), \
+             or pass --insecure to serve an open filesystem on purpose"
+        ))
     }
 
     fn validate_connections(&self) -> Result<(), String> {
@@ -337,6 +352,25 @@ mod tests {
             err.contains("--admin-token") && err.contains("--insecure"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_http_listener_follows_the_same_loopback_rule() {
+        let mut c = config();
+        c.http.http_listen = Some("127.0.0.1:0".parse().unwrap());
+        assert!(c.validate("127.0.0.1:1".parse().unwrap()).is_ok());
+        c.http.http_listen = Some("0.0.0.0:8080".parse().unwrap());
+        let err = c.validate("127.0.0.1:1".parse().unwrap()).unwrap_err();
+        assert!(
+            err.contains("--http-listen") && err.contains("--admin-token"),
+            "{err}"
+        );
+        c.admin_token = Some("0123456789abcdef".into());
+        assert!(c.validate("127.0.0.1:1".parse().unwrap()).is_ok());
+        let mut c = config();
+        c.http.http_listen = Some("0.0.0.0:8080".parse().unwrap());
+        c.insecure = true;
+        assert!(c.validate("127.0.0.1:1".parse().unwrap()).is_ok());
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod events;
 pub mod exporter;
 pub mod faults;
 pub mod glob;
+pub mod http;
 pub mod journal;
 pub mod limits;
 pub mod metrics;
@@ -62,15 +63,55 @@ pub(crate) const UPLOAD_CONNECTION_WINDOW_BYTES: u32 = 2 * UPLOAD_STREAM_WINDOW_
 
 /// Serves wsfs on `listener` until `shutdown` resolves, then stops
 /// accepting, ends every Watch (UNAVAILABLE), gives other calls
-/// `--shutdown-grace` to finish, and returns.
+/// `--shutdown-grace` to finish, and returns. With `--http-listen`, also
+/// serves DeepFabric's VFS API there ([`http`]).
 pub async fn serve(
     config: ServerConfig,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> wsfs::Result<()> {
+    let http = match config.http.http_listen {
+        Some(addr) => {
+            // Refused before anything listens there.
+            let bound = listener.local_addr().map_err(|e| {
+                wsfs::Error::internal(format!("cannot read the listening address: {e}"))
+            })?;
+            config
+                .validate(bound)
+                .map_err(wsfs::Error::invalid_argument)?;
+            Some(bind_http(addr).await?)
+        }
+        None => None,
+    };
+    serve_with_http(config, listener, http, shutdown).await
+}
+
+/// Binds `--http-listen`.
+pub async fn bind_http(addr: std::net::SocketAddr) -> wsfs::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| wsfs::Error::internal(format!("cannot listen for HTTP on {addr}: {e}")))
+}
+
+/// [`serve`] with the HTTP face's listener already bound (`None`: no HTTP
+/// face), so that a caller learns its address before serving.
+pub async fn serve_with_http(
+    config: ServerConfig,
+    listener: TcpListener,
+    http: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> wsfs::Result<()> {
     let bound = listener
         .local_addr()
         .map_err(|e| wsfs::Error::internal(format!("cannot read the listening address: {e}")))?;
+    let mut config = config;
+    // The HTTP address actually bound is the one the loopback rule judges.
+    config.http.http_listen = match &http {
+        Some(http) => Some(http.local_addr().map_err(|e| {
+            wsfs::Error::internal(format!("cannot read the HTTP listening address: {e}"))
+        })?),
+        None => None,
+    };
     config
         .validate(bound)
         .map_err(wsfs::Error::invalid_argument)?;
@@ -104,7 +145,6 @@ pub async fn serve(
         .max_frame_size(wsfs::HTTP2_MAX_FRAME_BYTES)
         .initial_stream_window_size(UPLOAD_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(UPLOAD_CONNECTION_WINDOW_BYTES);
-    let mut config = config;
     if config.replica_id.is_none() {
         config.replica_id = Some(objstore::default_replica_id(bound));
     }
@@ -147,6 +187,18 @@ pub async fn serve(
             }
         })
     };
+
+    let http_face = http.map(|http| {
+        if let Ok(at) = http.local_addr() {
+            tracing::info!(addr = %at, "DeepFabric VFS API on http://{at}/vfs");
+        }
+        tokio::spawn(http::serve(
+            http,
+            registry.clone(),
+            auth.clone(),
+            stopping.clone(),
+        ))
+    });
 
     let filesystem = FilesystemServer::new(service::FilesystemService::new(
         registry.clone(),
@@ -220,6 +272,9 @@ pub async fn serve(
     }
     if let Some(exporter) = exporter {
         exporter.abort();
+    }
+    if let Some(face) = http_face {
+        face.abort();
     }
     served
 }

@@ -59,7 +59,21 @@ async fn main() -> std::process::ExitCode {
             "plaintext"
         },
     );
-    match wsfs_server::serve(config, listener, shutdown_signal()).await {
+    let http = match config.http.http_listen {
+        Some(at) => match wsfs_server::bind_http(at).await {
+            Ok(l) => {
+                let shown = l.local_addr().map_or(at, |a| a);
+                println!("wsfs-server serving DeepFabric's VFS API on http://{shown}");
+                Some(l)
+            }
+            Err(e) => {
+                eprintln!("wsfs-server: {e}");
+                return std::process::ExitCode::from(1);
+            }
+        },
+        None => None,
+    };
+    match wsfs_server::serve_with_http(config, listener, http, shutdown_signal()).await {
         Ok(()) => {
             tracing::info!("shut down cleanly");
             std::process::ExitCode::SUCCESS

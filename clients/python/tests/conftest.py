@@ -12,7 +12,7 @@ import re
 import subprocess
 import tempfile
 import threading
-from typing import Iterator
+from typing import Iterator, Optional
 
 import pytest
 
@@ -64,6 +64,15 @@ class Server:
             raise RuntimeError(f"the server did not start: {first!r} {err}")
         self.address = match.group(1)
         self.url = f"http://{self.address}"
+        #: DeepFabric's VFS API, when started with ``--http-listen``.
+        self.http_url: Optional[str] = None
+        if "--http-listen" in args:
+            line = self.process.stdout.readline()
+            served = re.match(r"wsfs-server serving DeepFabric's VFS API on (\S+)", line)
+            if not served:
+                self.process.kill()
+                raise RuntimeError(f"the server did not start its HTTP face: {line!r}")
+            self.http_url = served.group(1)
         # Keep the pipes drained so the server never blocks on its logs.
         for pipe in (self.process.stdout, self.process.stderr):
             threading.Thread(target=pipe.read, daemon=True).start()
@@ -93,6 +102,14 @@ ADMIN_TOKEN = "admin-token-0123456789"
 def token_server() -> Iterator[Server]:
     """A second server, with tokens on (started only by the tests that use it)."""
     s = Server(server_binary(), "--admin-token", ADMIN_TOKEN)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def http_server() -> Iterator[Server]:
+    """A server that also serves DeepFabric's VFS API on a loopback port."""
+    s = Server(server_binary(), "--http-listen", "127.0.0.1:0")
     yield s
     s.stop()
 

@@ -33,26 +33,38 @@ impl FilesystemService {
     /// of another session learns nothing about this one.
     fn session(&self, metadata: &MetadataMap, id: &str) -> Result<Opened> {
         super::check_route(metadata, id)?;
-        let caller = self.auth.filesystem_caller(metadata, id)?;
-        tracing::Span::current().record("caller", caller.name());
-        let session = self.registry.get(id)?;
-        let fs = Recorded::new(
-            Guarded::new(session.fs.clone(), caller, session.record.layout),
-            session.events.clone(),
-        );
-        Ok(Opened { session, fs })
+        open(&self.registry, &self.auth, metadata, id)
     }
+}
+
+/// Opens session `id` for one call as the caller `metadata` names: the
+/// caller is settled (and refused) before the session is looked up. Every
+/// face that works on files opens its sessions here.
+pub(crate) fn open(
+    registry: &SessionRegistry,
+    auth: &Auth,
+    metadata: &MetadataMap,
+    id: &str,
+) -> Result<Opened> {
+    let caller = auth.filesystem_caller(metadata, id)?;
+    tracing::Span::current().record("caller", caller.name());
+    let session = registry.get(id)?;
+    let fs = Recorded::new(
+        Guarded::new(session.fs.clone(), caller, session.record.layout),
+        session.events.clone(),
+    );
+    Ok(Opened { session, fs })
 }
 
 /// A session opened for one call: its paths, and its workspace behind the
 /// caller's zone check, recording the call's changes.
-struct Opened {
-    session: Arc<Session>,
-    fs: Recorded,
+pub(crate) struct Opened {
+    pub(crate) session: Arc<Session>,
+    pub(crate) fs: Recorded,
 }
 
 impl Opened {
-    fn path(&self, raw: &str) -> Result<CanonicalPath> {
+    pub(crate) fn path(&self, raw: &str) -> Result<CanonicalPath> {
         self.session.path(raw)
     }
 }

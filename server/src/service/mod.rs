@@ -7,7 +7,7 @@
 //! `wsfs::Error` into a `Status` with its `ErrorInfo`.
 
 mod archive;
-mod filesystem;
+pub(crate) mod filesystem;
 pub(crate) mod resets;
 mod sessions;
 
@@ -111,6 +111,24 @@ pub(crate) async fn traced<T, F>(
 where
     F: Future<Output = wsfs::Result<T>>,
 {
+    logged(method, session, path, body)
+        .await
+        .map(Response::new)
+        .map_err(|e| e.to_status())
+}
+
+/// [`traced`] for any face: the span, the log line, the metrics and the
+/// panic guard, with the outcome left as a `wsfs::Result` for the face to
+/// translate (the gRPC status, or the HTTP face's JSON).
+pub(crate) async fn logged<T, F>(
+    method: &'static str,
+    session: &str,
+    path: &str,
+    body: F,
+) -> wsfs::Result<T>
+where
+    F: Future<Output = wsfs::Result<T>>,
+{
     use futures::FutureExt;
     let started = Instant::now();
     // Inputs are logged and echoed by a bounded prefix: a request cannot
@@ -129,7 +147,7 @@ where
         let _enter = span.enter();
         log_failure(&e, 0);
         crate::exporter::rpc_done(method, e.reason(), started.elapsed());
-        return Err(e.to_status());
+        return Err(e);
     }
     // A panic fails this request alone: without the catch it would unwind
     // through the connection's task and break every call multiplexed on it.
@@ -147,16 +165,11 @@ where
     let outcome = result.as_ref().map_or_else(|e| e.reason(), |_| "OK");
     crate::exporter::rpc_done(method, outcome, elapsed);
     let _enter = span.enter();
-    match result {
-        Ok(v) => {
-            tracing::info!(outcome = "OK", elapsed_us, "rpc done");
-            Ok(Response::new(v))
-        }
-        Err(e) => {
-            log_failure(&e, elapsed_us);
-            Err(e.to_status())
-        }
+    match &result {
+        Ok(_) => tracing::info!(outcome = "OK", elapsed_us, "rpc done"),
+        Err(e) => log_failure(e, elapsed_us),
     }
+    result
 }
 
 /// A failed call's line: WARN when an operator should look (refused
