@@ -266,3 +266,48 @@ impl Server {
         self._stdout = stdout;
     }
 }
+
+/// The HTTP/2 client preface, and an empty SETTINGS frame after it.
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub const EMPTY_SETTINGS: [u8; 9] = [0, 0, 0, 4, 0, 0, 0, 0, 0];
+
+/// Reads until the server closes the connection; the time it took, or
+/// `None` when it was still open after `within`.
+pub async fn closed_within(
+    stream: &mut tokio::net::TcpStream,
+    within: Duration,
+) -> Option<Duration> {
+    use tokio::io::AsyncReadExt;
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(within, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return started.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+/// A Watch stream as the client gives it.
+pub type Events = futures::stream::BoxStream<'static, wsfs::Result<wsfs::proto::ChangeEvent>>;
+
+/// The next event that is not a keep-alive, within 10 s; panics when the
+/// Watch ends or stays quiet.
+pub async fn next_change(events: &mut Events) -> wsfs::proto::ChangeEvent {
+    use futures::StreamExt;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match events.next().await {
+                Some(Ok(e)) if e.kind() == wsfs_client::ChangeKind::Keepalive => continue,
+                Some(Ok(e)) => return e,
+                other => panic!("the Watch ended: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the Watch went quiet")
+}

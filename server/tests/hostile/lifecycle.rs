@@ -1,6 +1,8 @@
 //! Connections, Watch streams, idle expiry, shutdown and filesystem watchers.
 
-use crate::harness::{error_reason, reason, Server, MIB};
+use crate::harness::{
+    closed_within, error_reason, reason, Events, Server, EMPTY_SETTINGS, MIB, PREFACE,
+};
 use futures::StreamExt;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -8,27 +10,6 @@ use tokio::net::TcpStream;
 use tonic::Code;
 use wsfs::proto;
 use wsfs_client::{ChangeKind, SessionOptions};
-
-/// The HTTP/2 client preface, and an empty SETTINGS frame after it.
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const EMPTY_SETTINGS: [u8; 9] = [0, 0, 0, 4, 0, 0, 0, 0, 0];
-
-/// Reads until the server closes the connection; the time it took, or
-/// `None` when it was still open after `within`.
-async fn closed_within(stream: &mut TcpStream, within: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    let mut buf = [0u8; 4096];
-    tokio::time::timeout(within, async {
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return started.elapsed(),
-                Ok(_) => {}
-            }
-        }
-    })
-    .await
-    .ok()
-}
 
 #[tokio::test]
 async fn silent_connections_are_capped_and_closed_while_a_bystander_is_served() {
@@ -143,8 +124,6 @@ async fn next_event(
     .await
     .expect("the Watch neither ended nor said anything")
 }
-
-type Events = futures::stream::BoxStream<'static, wsfs::Result<proto::ChangeEvent>>;
 
 /// A recursive Watch of the whole session, past its READY.
 async fn watch_everything(session: &wsfs_client::Session) -> Events {

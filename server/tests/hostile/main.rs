@@ -9,9 +9,11 @@
 //! that a bystander session is still served, and that nothing changed.
 //!
 //! - [`requests`]: one request's own cost: Edit, Grep, paths and patterns;
+//! - [`connections`]: the connection cap under silent sockets, per peer;
 //! - [`lifecycle`]: connections, Watch, idle expiry, shutdown, watchers;
 //! - [`store`]: sparse files, archives, snapshots and the disk.
 
+mod connections;
 // Shared by the modules below; not every helper is used by each.
 #[allow(dead_code)]
 mod harness;
