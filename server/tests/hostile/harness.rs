@@ -292,6 +292,39 @@ pub async fn closed_within(
     .ok()
 }
 
+impl Server {
+    /// Threads of the server process now.
+    pub fn threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.pid()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    /// The server's inotify instances and the watches they hold in all.
+    pub fn inotify(&self) -> (usize, usize) {
+        let pid = self.pid();
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return (0, 0);
+        };
+        let (mut instances, mut watches) = (0, 0);
+        for fd in fds.flatten() {
+            let is_inotify = std::fs::read_link(fd.path())
+                .is_ok_and(|target| target.to_string_lossy() == "anon_inode:inotify");
+            if !is_inotify {
+                continue;
+            }
+            instances += 1;
+            let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
+            watches += std::fs::read_to_string(info)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.starts_with("inotify wd:"))
+                .count();
+        }
+        (instances, watches)
+    }
+}
+
 /// A Watch stream as the client gives it.
 pub type Events = futures::stream::BoxStream<'static, wsfs::Result<wsfs::proto::ChangeEvent>>;
 
