@@ -252,6 +252,47 @@ async fn a_slow_read_keeps_its_session_from_expiring_until_it_ends() {
     server.assert_serves_bystander().await;
 }
 
+/// Whether ListSessions, which does not count as use, lists `id`.
+async fn listed(client: &wsfs_client::Client, id: &str) -> bool {
+    let all = client.list_sessions().await.expect("ListSessions");
+    all.iter().any(|s| s.id == id)
+}
+
+#[tokio::test]
+async fn the_idle_clock_restarts_when_a_watch_ends() {
+    const TTL: Duration = Duration::from_secs(2);
+    let mut server = Server::start(&[]);
+    let client = server.client().await;
+    let (session, info) = client
+        .create(SessionOptions::memory().idle_ttl(TTL))
+        .await
+        .unwrap();
+    // Most of a TTL with only a Watch open, which does not keep the
+    // session alive; then the watcher hangs up.
+    let events = watch_everything(&session).await;
+    tokio::time::sleep(TTL * 3 / 4).await;
+    drop(events);
+    let ended = Instant::now();
+    // Idle from the Watch's end on: gone about one TTL later, not before.
+    // (ListSessions does not count as use.)
+    while listed(&client, &info.id).await {
+        assert!(
+            ended.elapsed() < TTL + Duration::from_secs(5),
+            "still there {:?} after its Watch ended, with a TTL of {TTL:?}",
+            ended.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gone_after = ended.elapsed();
+    assert!(
+        gone_after >= TTL - Duration::from_millis(300),
+        "expired {gone_after:?} after its Watch ended, with a TTL of {TTL:?}"
+    );
+    let err = client.get_session(&info.id).await.unwrap_err();
+    assert_eq!(error_reason(&err), "SESSION_NOT_FOUND");
+    server.assert_serves_bystander().await;
+}
+
 #[tokio::test]
 async fn sigterm_ends_watches_and_a_stalled_call_within_the_grace() {
     let mut server = Server::start(&["--shutdown-grace", "1s"]);
