@@ -633,3 +633,24 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Limits;
+
+    #[test]
+    fn one_address_gets_half_the_cap_unless_told_otherwise() {
+        assert_eq!(
+            Limits::new(40, None),
+            Limits {
+                max: 40,
+                per_peer: 20
+            }
+        );
+        assert_eq!(Limits::new(40, Some(0)).per_peer, 0);
+        assert_eq!(Limits::new(40, Some(7)).per_peer, 7);
+        assert_eq!(Limits::new(1, None).per_peer, 1);
+        let derived = Limits::new(0, None);
+        assert!(derived.max >= 16 && derived.per_peer == derived.max / 2);
+    }
+}
