@@ -96,11 +96,23 @@ pub struct ServerConfig {
     pub default_max_total_bytes: u64,
 
     // Connections and shutdown (durations: `500ms`, `10s`, `2m`).
-    /// The most client connections held at once; more wait in the listen
-    /// backlog until one closes. 0: half the open-file limit (raised to
-    /// its hard maximum at start), at least 16.
+    /// The most client connections held at once. A newcomer beyond it is
+    /// admitted by closing the connection that has done the least (one
+    /// still handshaking, oldest first, else the one idle longest); one
+    /// with a call running is never closed, and when every one has a call
+    /// running the newcomer is closed at once. 0: half the open-file limit
+    /// (raised to its hard maximum at start), at least 16.
     #[arg(long, env = "WSFS_MAX_CONNECTIONS", default_value_t = 0)]
     pub max_connections: usize,
+
+    /// The most connections one peer IP address may hold; a newcomer beyond
+    /// it replaces that address's least active connection, as at
+    /// --max-connections, and is closed at once when all of them have a
+    /// call running. Default: half of --max-connections. 0: no per-peer
+    /// cap (for a proxy on the same machine, whose address every client
+    /// then shares).
+    #[arg(long, env = "WSFS_MAX_CONNECTIONS_PER_PEER")]
+    pub max_connections_per_peer: Option<usize>,
 
     /// The most calls one connection may run at once (HTTP/2
     /// `MAX_CONCURRENT_STREAMS`).
@@ -261,6 +273,7 @@ impl ServerConfig {
             watch_keepalive_ms: 15_000,
             default_max_total_bytes: crate::quota::DEFAULT_MAX_TOTAL_BYTES,
             max_connections: 0,
+            max_connections_per_peer: None,
             max_streams_per_connection: DEFAULT_MAX_STREAMS_PER_CONNECTION,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),

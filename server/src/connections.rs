@@ -1,27 +1,41 @@
-//! Client connections: how many the server holds, how long one may take to
-//! say hello, and how long one may sit without a call.
+//! Client connections: how many the server holds, who goes when a newcomer
+//! finds them full, how long one may take to say hello, and how long one
+//! may sit without a call.
 //!
-//! Each accepted socket holds one permit of a semaphore sized by
-//! `--max-connections`; when none is left the server stops accepting, and
-//! new clients wait in the kernel's listen backlog (the server's own
-//! descriptors stay bounded) until a connection closes. Every connection is
-//! a [`Conn`], whose reads carry a clock: a connection that has not sent
-//! [`HELLO_BYTES`] within `--handshake-timeout`, or that has had no call
-//! running for `--idle-timeout`, fails its next read and is closed. Calls
-//! are counted per connection by [`CallsLayer`], which sees each
-//! connection's [`ConnInfo`] in the request.
+//! The server accepts every connection the kernel queues, and admits it
+//! into a table of at most `--max-connections`, of which one peer address
+//! may hold at most `--max-connections-per-peer`. A newcomer that finds its
+//! peer's share or the table full is admitted by shedding the connection
+//! that has done the least there (of its own peer's, when the peer's share
+//! is what is full): one still handshaking, oldest first, else the one idle
+//! longest with no call running. A connection with a call running is never
+//! shed; when nothing can be shed the newcomer is closed at once, so that
+//! no client waits in the listen backlog behind silent sockets. Loopback
+//! clients all share one address; the rule alone protects a bystander
+//! among them, since an attacker's silent sockets are always the ones
+//! still handshaking. The server's descriptors stay bounded: the accept
+//! loop waits for a shed connection to close (at most [`SHED_WAIT`])
+//! before it goes on.
+//!
+//! Every connection is a [`Conn`], whose reads carry a clock: a connection
+//! that has not sent [`HELLO_BYTES`] within `--handshake-timeout`, or that
+//! has had no call running for `--idle-timeout`, fails its next read and is
+//! closed; so does one that was shed. Calls are counted per connection by
+//! [`CallsLayer`], which sees each connection's [`ConnInfo`] in the request.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
+use tokio_util::sync::{CancellationToken, DropGuard, WaitForCancellationFutureOwned};
 
 /// What a client sends first to open HTTP/2: the 24-byte preface and a
 /// SETTINGS frame (a 9-byte header at least). With TLS the hello alone is
@@ -30,6 +44,15 @@ pub const HELLO_BYTES: u64 = 24 + 9;
 
 /// The fewest connections a derived `--max-connections` allows.
 const MIN_DERIVED_CONNECTIONS: usize = 16;
+
+/// The longest the accept loop waits for a shed connection to close before
+/// it hands the newcomer on (a shed connection closes at its task's next
+/// poll, within microseconds on an idle machine).
+pub const SHED_WAIT: Duration = Duration::from_secs(1);
+
+/// How often, at most, refused newcomers are logged (as one line with their
+/// count).
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Raises the soft open-file limit to the hard one and returns the soft
 /// limit now in force (`None`: unlimited or unknown).
@@ -48,18 +71,34 @@ pub fn raise_open_file_limit() -> Option<u64> {
     getrlimit(Resource::Nofile).current
 }
 
-/// `--max-connections`, or when it is 0, half the open-file limit: the other
-/// half is left to sessions, their files and the snapshot store.
-pub fn max_connections(configured: usize) -> usize {
-    if configured > 0 {
-        return configured;
+/// How many connections the server holds, in all and per peer address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub max: usize,
+    /// 0: no per-peer cap.
+    pub per_peer: usize,
+}
+
+impl Limits {
+    /// From `--max-connections` (0: half the open-file limit, the other
+    /// half left to sessions, their files and the snapshot store; at least
+    /// [`MIN_DERIVED_CONNECTIONS`]) and `--max-connections-per-peer` (unset:
+    /// half of the cap, so that one address never holds the whole server;
+    /// 0: none).
+    pub fn new(configured_max: usize, configured_per_peer: Option<usize>) -> Limits {
+        let max = if configured_max > 0 {
+            configured_max
+        } else {
+            let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+                .current
+                .unwrap_or(u64::MAX);
+            usize::try_from(open_files / 2)
+                .unwrap_or(usize::MAX)
+                .clamp(MIN_DERIVED_CONNECTIONS, 1 << 20)
+        };
+        let per_peer = configured_per_peer.unwrap_or((max / 2).max(1));
+        Limits { max, per_peer }
     }
-    let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-        .current
-        .unwrap_or(u64::MAX);
-    usize::try_from(open_files / 2)
-        .unwrap_or(usize::MAX)
-        .clamp(MIN_DERIVED_CONNECTIONS, 1 << 20)
 }
 
 /// The clocks every connection runs under.
@@ -69,9 +108,12 @@ pub struct Timeouts {
     pub idle: Duration,
 }
 
-/// One connection's calls: how many run, and when the last one ended.
+/// One connection's progress: its hello, its calls, and when the last one
+/// ended.
 struct Activity {
     opened: Instant,
+    /// Bytes read from the peer so far (only compared with [`HELLO_BYTES`]).
+    received: AtomicU64,
     calls: AtomicUsize,
     /// Milliseconds after `opened` when the last call ended.
     last_ms: AtomicU64,
@@ -90,40 +132,272 @@ pub struct ConnInfo {
     activity: Arc<Activity>,
 }
 
-/// An accepted socket under the connection cap and the two clocks.
+/// The connections admitted and not yet closed.
+struct Table {
+    conns: HashMap<u64, Entry>,
+    /// Admitted and not shed, in all and per peer address.
+    live: usize,
+    per_peer: HashMap<IpAddr, usize>,
+    /// Shed and not yet closed.
+    shedding: usize,
+    next_id: u64,
+    refused_unlogged: u64,
+    refusal_logged: Option<Instant>,
+}
+
+struct Entry {
+    peer: Option<IpAddr>,
+    /// The socket, to see whether a hello already waits in it unread. Valid
+    /// while the entry exists: the entry leaves the table before the socket
+    /// closes (see [`Conn`]'s field order).
+    fd: RawFd,
+    activity: Arc<Activity>,
+    shed: CancellationToken,
+    closed: CancellationToken,
+}
+
+impl Entry {
+    fn is_shed(&self) -> bool {
+        self.shed.is_cancelled()
+    }
+
+    /// Whether the peer has not yet sent its hello, read or not.
+    fn handshaking(&self) -> bool {
+        let received = self.activity.received.load(Ordering::SeqCst);
+        if received >= HELLO_BYTES {
+            return false;
+        }
+        // SAFETY: the descriptor stays open while its entry is in the table
+        // (the caller holds the table's lock).
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
+        let waiting = rustix::io::ioctl_fionread(fd).unwrap_or(0);
+        received + waiting < HELLO_BYTES
+    }
+
+    /// The order in which connections are shed, least active first; `None`
+    /// for one that must not be (a call running, or shed already).
+    fn shed_rank(&self) -> Option<(u8, Instant)> {
+        if self.is_shed() || self.activity.calls.load(Ordering::SeqCst) > 0 {
+            None
+        } else if self.handshaking() {
+            Some((0, self.activity.opened))
+        } else {
+            Some((1, self.activity.last()))
+        }
+    }
+}
+
+/// The connection table under [`Limits`].
+pub struct Admission {
+    limits: Limits,
+    table: Mutex<Table>,
+}
+
+/// What becomes of a newcomer.
+enum Admitted {
+    /// In; when another was shed for it, that one's close.
+    In(Slot, Option<CancellationToken>),
+    /// Closed at once: every connection it could replace has a call running.
+    Refused(&'static str),
+}
+
+impl Admission {
+    pub fn new(limits: Limits) -> Arc<Admission> {
+        Arc::new(Admission {
+            limits,
+            table: Mutex::new(Table {
+                conns: HashMap::new(),
+                live: 0,
+                per_peer: HashMap::new(),
+                shedding: 0,
+                next_id: 0,
+                refused_unlogged: 0,
+                refusal_logged: None,
+            }),
+        })
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Admits a socket from `peer`, shedding another when it must.
+    fn admit(self: &Arc<Self>, io: &TcpStream, peer: Option<IpAddr>) -> Admitted {
+        let mut table = self.table();
+        let peer_count = peer.map_or(0, |p| table.per_peer.get(&p).copied().unwrap_or(0));
+        let full = if self.limits.per_peer > 0 && peer_count >= self.limits.per_peer {
+            Some((peer, "its peer address holds --max-connections-per-peer"))
+        } else if table.live >= self.limits.max {
+            Some((None, "the server holds --max-connections"))
+        } else {
+            None
+        };
+        let mut victim_closed = None;
+        if let Some((within, why)) = full {
+            // Shed connections not yet closed are bounded too.
+            let victim = (table.shedding < self.limits.max)
+                .then(|| least_active(&table, within))
+                .flatten();
+            let Some(victim) = victim else {
+                return Admitted::Refused(why);
+            };
+            victim_closed = Some(shed(&mut table, victim));
+        }
+        let id = table.next_id;
+        table.next_id += 1;
+        let activity = Arc::new(Activity {
+            opened: Instant::now(),
+            received: AtomicU64::new(0),
+            calls: AtomicUsize::new(0),
+            last_ms: AtomicU64::new(0),
+        });
+        let shed = CancellationToken::new();
+        let closed = CancellationToken::new();
+        table.conns.insert(
+            id,
+            Entry {
+                peer,
+                fd: io.as_raw_fd(),
+                activity: activity.clone(),
+                shed: shed.clone(),
+                closed: closed.clone(),
+            },
+        );
+        table.live += 1;
+        if let Some(p) = peer {
+            *table.per_peer.entry(p).or_insert(0) += 1;
+        }
+        let slot = Slot {
+            admission: self.clone(),
+            id,
+            activity,
+            shed,
+            _closed: closed.drop_guard(),
+        };
+        Admitted::In(slot, victim_closed)
+    }
+
+    /// Logs refused newcomers, at most once every [`REFUSAL_LOG_INTERVAL`].
+    fn refused(&self, why: &str) {
+        let mut table = self.table();
+        table.refused_unlogged += 1;
+        let now = Instant::now();
+        if table
+            .refusal_logged
+            .is_some_and(|at| now < at + REFUSAL_LOG_INTERVAL)
+        {
+            return;
+        }
+        tracing::warn!(
+            refused = table.refused_unlogged,
+            max_connections = self.limits.max,
+            max_connections_per_peer = self.limits.per_peer,
+            "new connections closed at once: {why}, and every connection it could replace has a call running"
+        );
+        table.refused_unlogged = 0;
+        table.refusal_logged = Some(now);
+    }
+}
+
+/// The least active connection of `peer` (`None`: of all) that may be shed.
+fn least_active(table: &Table, peer: Option<IpAddr>) -> Option<u64> {
+    table
+        .conns
+        .iter()
+        .filter(|(_, e)| peer.is_none() || e.peer == peer)
+        .filter_map(|(id, e)| e.shed_rank().map(|rank| (rank, *id)))
+        .min()
+        .map(|(_, id)| id)
+}
+
+/// Marks connection `id` shed (its next read fails) and returns what
+/// resolves when it has closed.
+fn shed(table: &mut Table, id: u64) -> CancellationToken {
+    let entry = &table.conns[&id];
+    entry.shed.cancel();
+    let (peer, closed) = (entry.peer, entry.closed.clone());
+    table.live -= 1;
+    table.shedding += 1;
+    if let Some(p) = peer {
+        release_peer(table, p);
+    }
+    closed
+}
+
+fn release_peer(table: &mut Table, peer: IpAddr) {
+    if let Some(n) = table.per_peer.get_mut(&peer) {
+        *n -= 1;
+        if *n == 0 {
+            table.per_peer.remove(&peer);
+        }
+    }
+}
+
+/// A connection's place in the table, given up when dropped.
+struct Slot {
+    admission: Arc<Admission>,
+    id: u64,
+    activity: Arc<Activity>,
+    shed: CancellationToken,
+    /// Tells the accept loop, when this one was shed, that it has closed.
+    _closed: DropGuard,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut table = self.admission.table();
+        if let Some(entry) = table.conns.remove(&self.id) {
+            if entry.is_shed() {
+                table.shedding -= 1;
+            } else {
+                table.live -= 1;
+                if let Some(p) = entry.peer {
+                    release_peer(&mut table, p);
+                }
+            }
+        }
+    }
+}
+
+/// An accepted socket in the connection table, under the two clocks.
 pub struct Conn {
+    /// First, so that the table forgets the socket before it closes.
+    slot: Slot,
     io: TcpStream,
     info: ConnInfo,
     timeouts: Timeouts,
     clock: Pin<Box<Sleep>>,
-    received: u64,
-    _permit: OwnedSemaphorePermit,
+    shed: Pin<Box<WaitForCancellationFutureOwned>>,
 }
 
 impl Conn {
-    fn new(io: TcpStream, permit: OwnedSemaphorePermit, timeouts: Timeouts) -> Conn {
-        let opened = Instant::now();
+    fn new(io: TcpStream, remote: Option<SocketAddr>, slot: Slot, timeouts: Timeouts) -> Conn {
+        let opened = slot.activity.opened;
         Conn {
             info: ConnInfo {
-                remote: io.peer_addr().ok(),
-                activity: Arc::new(Activity {
-                    opened,
-                    calls: AtomicUsize::new(0),
-                    last_ms: AtomicU64::new(0),
-                }),
+                remote,
+                activity: slot.activity.clone(),
             },
             io,
             timeouts,
             clock: Box::pin(tokio::time::sleep_until(opened + timeouts.handshake)),
-            received: 0,
-            _permit: permit,
+            shed: Box::pin(slot.shed.clone().cancelled_owned()),
+            slot,
         }
     }
 
-    /// Whether the clock has run out; re-arms it when it has not.
-    fn expired(&mut self, cx: &mut Context<'_>) -> Option<std::io::Error> {
+    /// Why the connection must close now, if it must; re-arms the clock
+    /// when it has not run out.
+    fn must_close(&mut self, cx: &mut Context<'_>) -> Option<std::io::Error> {
+        let activity = &self.info.activity;
+        if self.shed.as_mut().poll(cx).is_ready() {
+            return Some(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "shed to admit a newer connection at the connection cap (--max-connections, --max-connections-per-peer)",
+            ));
+        }
         while self.clock.as_mut().poll(cx).is_ready() {
-            if self.received < HELLO_BYTES {
+            if activity.received.load(Ordering::SeqCst) < HELLO_BYTES {
                 return Some(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     format!(
@@ -132,7 +406,6 @@ impl Conn {
                     ),
                 ));
             }
-            let activity = &self.info.activity;
             let now = Instant::now();
             let next = if activity.calls.load(Ordering::SeqCst) > 0 {
                 now + self.timeouts.idle
@@ -158,16 +431,27 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        // A shed connection stops even while its peer keeps sending.
+        if self.slot.shed.is_cancelled() {
+            if let Some(e) = self.must_close(cx) {
+                return Poll::Ready(Err(e));
+            }
+        }
         let before = buf.filled().len();
         match Pin::new(&mut self.io).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
-                self.received += (buf.filled().len() - before) as u64;
+                let read = (buf.filled().len() - before) as u64;
+                self.info
+                    .activity
+                    .received
+                    .fetch_add(read, Ordering::SeqCst);
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             // The connection's task reads whenever it waits for the peer,
-            // so the clock is looked at here and wakes the task when due.
-            Poll::Pending => match self.expired(cx) {
+            // so the clock and the shedding are looked at here, and wake
+            // the task when due.
+            Poll::Pending => match self.must_close(cx) {
                 Some(e) => {
                     tracing::debug!(remote = ?self.info.remote, error = %e, "connection closed");
                     Poll::Ready(Err(e))
@@ -216,35 +500,47 @@ impl tonic::transport::server::Connected for Conn {
     }
 }
 
-/// Accepted connections, at most `max` open at once. Accept errors (a
-/// descriptor limit reached, a peer gone before it was accepted) are
-/// logged and waited out rather than ending the server.
+/// Accepted connections under `limits`. Accept errors (a descriptor limit
+/// reached, a peer gone before it was accepted) are logged and waited out
+/// rather than ending the server.
 pub fn incoming(
     listener: TcpListener,
-    max: usize,
+    limits: Limits,
     timeouts: Timeouts,
 ) -> impl futures::Stream<Item = std::io::Result<Conn>> + Send + 'static {
-    let permits = Arc::new(Semaphore::new(max));
-    futures::stream::unfold((listener, permits), move |(listener, permits)| async move {
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            return None;
-        };
-        loop {
-            match listener.accept().await {
-                Ok((io, _)) => {
-                    // Small frames (a Stat answer, a grep match) must not
-                    // wait for Nagle's algorithm: that adds up to 40 ms.
-                    let _ = io.set_nodelay(true);
-                    let conn = Conn::new(io, permit, timeouts);
-                    return Some((Ok(conn), (listener, permits)));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+    let admission = Admission::new(limits);
+    futures::stream::unfold(
+        (listener, admission),
+        move |(listener, admission)| async move {
+            loop {
+                let (io, remote) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                match admission.admit(&io, Some(remote.ip().to_canonical())) {
+                    Admitted::In(slot, victim_closed) => {
+                        if let Some(closed) = victim_closed {
+                            let _ = tokio::time::timeout(SHED_WAIT, closed.cancelled()).await;
+                        }
+                        // Small frames (a Stat answer, a grep match) must
+                        // not wait for Nagle's algorithm: that adds up to
+                        // 40 ms.
+                        let _ = io.set_nodelay(true);
+                        let conn = Conn::new(io, Some(remote), slot, timeouts);
+                        return Some((Ok(conn), (listener, admission)));
+                    }
+                    Admitted::Refused(why) => {
+                        drop(io);
+                        admission.refused(why);
+                    }
                 }
             }
-        }
-    })
+        },
+    )
 }
 
 /// Counts each connection's running calls, for the idle clock. A call runs
@@ -335,5 +631,26 @@ where
                 }))
             }))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Limits;
+
+    #[test]
+    fn one_address_gets_half_the_cap_unless_told_otherwise() {
+        assert_eq!(
+            Limits::new(40, None),
+            Limits {
+                max: 40,
+                per_peer: 20
+            }
+        );
+        assert_eq!(Limits::new(40, Some(0)).per_peer, 0);
+        assert_eq!(Limits::new(40, Some(7)).per_peer, 7);
+        assert_eq!(Limits::new(1, None).per_peer, 1);
+        let derived = Limits::new(0, None);
+        assert!(derived.max >= 16 && derived.per_peer == derived.max / 2);
     }
 }

@@ -14,14 +14,17 @@
 //! reader gets [`Since::Resync`] and should re-read the workspace.
 //! Restore and ImportArchive replace the workspace wholesale; they are
 //! recorded as a [`EventLog::barrier`], which every reader behind it sees as
-//! a resync. A DIRECTORY session also runs an [`ExternalWatcher`], which
+//! a resync. A DIRECTORY session also has an [`ExternalWatcher`], which
 //! reports changes made to its root from outside the service as caller
-//! `external`.
+//! `external`; all of them share the server's one filesystem watcher
+//! ([`watcher`]).
 
 use crate::auth::EXTERNAL_CALLER;
 
 mod recorded;
+mod watcher;
 pub use recorded::Recorded;
+use watcher::Seen;
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -334,31 +337,18 @@ const EXTERNAL_SETTLE: std::time::Duration = std::time::Duration::from_millis(15
 /// changes to finish before it reports what it saw.
 const OWN_CHANGE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// How often a session that could not get a filesystem watcher (the
-/// inotify instance or watch limit reached) scans its root instead.
-pub const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Set (to anything) to give every session the polling watcher, as if the
-/// inotify limits were reached: for tests of the fallback.
-pub const FORCE_POLL_ENV: &str = "WSFS_TEST_FORCE_POLL_WATCHER";
+pub use watcher::{FORCE_POLL_ENV, POLL_INTERVAL};
 
 /// Watches a DIRECTORY session's root for changes made from outside the
-/// service (a container writing into `root_path`). Each changed path is
-/// looked at through the workspace, which bumps its version when its
-/// fingerprint changed; a version the log already holds for that path was
-/// the service's own write and is not reported again. When the platform
-/// watcher cannot be had (Linux allows 128 inotify instances per user by
-/// default), the root is scanned every [`POLL_INTERVAL`] instead and the
-/// log says so: outside changes are never dropped silently. Dropping the
-/// watcher ends its task.
+/// service (a container writing into `root_path`), through the server's
+/// one shared watcher ([`watcher`]): no thread of its own, a task that
+/// looks at what the watcher saw. Each changed path is looked at through
+/// the workspace, which bumps its version when its fingerprint changed; a
+/// version the log already holds for that path was the service's own write
+/// and is not reported again. Dropping the watcher ends its watch and its
+/// task.
 pub struct ExternalWatcher {
-    _watcher: Watching,
-}
-
-/// Held only to be dropped with the session.
-enum Watching {
-    Native(#[allow(dead_code)] notify::RecommendedWatcher),
-    Polling(#[allow(dead_code)] notify::PollWatcher),
+    _registration: watcher::Registration,
 }
 
 impl ExternalWatcher {
@@ -370,76 +360,10 @@ impl ExternalWatcher {
         log: std::sync::Arc<EventLog>,
         limits: wsfs::PathLimits,
     ) -> Option<ExternalWatcher> {
-        use notify::Watcher;
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let root = std::fs::canonicalize(root).ok()?;
-        let (tx, mut rx) =
-            tokio::sync::mpsc::unbounded_channel::<(ChangeKind, String, SystemTime)>();
-        let handler = |tx: tokio::sync::mpsc::UnboundedSender<_>| {
-            let watched_root = root.clone();
-            move |event: notify::Result<notify::Event>| {
-                let Ok(event) = event else { return };
-                use notify::event::{ModifyKind, RenameMode};
-                let kind = match event.kind {
-                    // A rename's new name is new to the workspace; for a
-                    // directory moved in, it is the only event its files get.
-                    notify::EventKind::Create(_)
-                    | notify::EventKind::Modify(ModifyKind::Name(
-                        RenameMode::To | RenameMode::Both,
-                    )) => ChangeKind::Created,
-                    notify::EventKind::Remove(_) => ChangeKind::Deleted,
-                    notify::EventKind::Modify(_) => ChangeKind::Modified,
-                    _ => return,
-                };
-                let seen = SystemTime::now();
-                for path in event.paths {
-                    if let Ok(rel) = path.strip_prefix(&watched_root) {
-                        if let Some(rel) = rel.to_str().filter(|r| !r.is_empty()) {
-                            let _ = tx.send((kind, rel.to_string(), seen));
-                        }
-                    }
-                }
-            }
-        };
-        let native = if std::env::var_os(FORCE_POLL_ENV).is_some() {
-            Err(notify::Error::generic("polling forced for a test"))
-        } else {
-            // Changes only: with the access kinds, inotify queues an event
-            // for every open and close in the tree, the service's own
-            // reads included (a Grep opens every file).
-            let config = notify::Config::default().with_event_kinds(notify::EventKindMask::CORE);
-            notify::RecommendedWatcher::new(handler(tx.clone()), config).and_then(|mut w| {
-                w.watch(&root, notify::RecursiveMode::Recursive)?;
-                Ok(w)
-            })
-        };
-        let watcher = match native {
-            Ok(w) => Watching::Native(w),
-            Err(e) => {
-                tracing::warn!(
-                    root = %root.display(),
-                    error = %e,
-                    interval = ?POLL_INTERVAL,
-                    "no filesystem watcher for this session (raise fs.inotify.max_user_instances or max_user_watches): scanning its root for outside changes instead"
-                );
-                // Never through a symlink: a link to '/' would have it scan
-                // the whole machine.
-                let config = notify::Config::default()
-                    .with_poll_interval(POLL_INTERVAL)
-                    .with_follow_symlinks(false);
-                let polling = notify::PollWatcher::new(handler(tx), config).and_then(|mut w| {
-                    w.watch(&root, notify::RecursiveMode::Recursive)?;
-                    Ok(w)
-                });
-                match polling {
-                    Ok(w) => Watching::Polling(w),
-                    Err(e) => {
-                        tracing::error!(root = %root.display(), error = %e, "this session's root cannot be watched at all: outside changes will not be reported");
-                        return None;
-                    }
-                }
-            }
-        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let registration = watcher::register(&root, tx)?;
         runtime.spawn(async move {
             while let Some(first) = rx.recv().await {
                 let mut batch = vec![first];
@@ -452,11 +376,24 @@ impl ExternalWatcher {
                 }
                 // Per path: the first kind seen, and when it was last seen.
                 let mut changed = std::collections::BTreeMap::new();
-                for (kind, raw, at) in batch {
-                    changed
-                        .entry(raw)
-                        .and_modify(|(_, last)| *last = at)
-                        .or_insert((kind, at));
+                let mut overflowed = false;
+                for seen in batch {
+                    match seen {
+                        Seen::Change(kind, raw, at) => {
+                            changed
+                                .entry(raw)
+                                .and_modify(|(_, last)| *last = at)
+                                .or_insert((kind, at));
+                        }
+                        Seen::Overflow => overflowed = true,
+                    }
+                }
+                if overflowed {
+                    // Changes were lost: every reader re-reads the
+                    // workspace rather than trust a log with a gap.
+                    tracing::warn!(root = %root.display(), "the kernel dropped filesystem events (fs.inotify.max_queued_events): watchers of this session are told to resync");
+                    log.barrier();
+                    continue;
                 }
                 for (raw, (kind, at)) in changed {
                     if log.caused_by_service(&raw, at) {
@@ -469,7 +406,9 @@ impl ExternalWatcher {
                 }
             }
         });
-        Some(ExternalWatcher { _watcher: watcher })
+        Some(ExternalWatcher {
+            _registration: registration,
+        })
     }
 }
 

@@ -126,14 +126,16 @@ pub async fn serve_with_http(
     container::clear_abandoned(&config.data_dir);
     let data_dir = config.data_dir.clone();
     let auth = auth::Auth::new(config.admin_token.as_ref().map(config::Secret::expose));
-    let max_connections = connections::max_connections(config.max_connections);
+    let connection_limits =
+        connections::Limits::new(config.max_connections, config.max_connections_per_peer);
     let timeouts = connections::Timeouts {
         handshake: config.handshake_timeout,
         idle: config.idle_timeout,
     };
     let grace = config.shutdown_grace;
     tracing::info!(
-        max_connections,
+        max_connections = connection_limits.max,
+        max_connections_per_peer = connection_limits.per_peer,
         handshake_timeout = ?timeouts.handshake,
         idle_timeout = ?timeouts.idle,
         "connection limits"
@@ -255,7 +257,7 @@ pub async fn serve_with_http(
         .add_service(filesystem)
         .add_service(sessions)
         .serve_with_incoming_shutdown(
-            connections::incoming(listener, max_connections, timeouts),
+            connections::incoming(listener, connection_limits, timeouts),
             signalled,
         );
     let served = tokio::select! {

@@ -133,12 +133,13 @@ pub struct Session {
 
 /// What the idle TTL looks at: a session with a working stream open
 /// (ReadBytes, WriteBytes, Grep, Export) is in use, however long ago its
-/// last call started. A Watch only waits for others' work: it neither keeps
-/// its session alive nor outlives it.
+/// last call started, and the end of any stream counts as use. A Watch only
+/// waits for others' work: it does not keep its session alive while open,
+/// nor outlive it.
 #[derive(Default)]
 struct Activity {
-    /// When a call last named this session or its last working stream
-    /// ended (ms since the Unix epoch).
+    /// When a call last named this session or a stream of it last ended
+    /// (ms since the Unix epoch).
     last_used_ms: AtomicU64,
     /// Streams open on this session, Watch included (the stream quota).
     streams: AtomicUsize,
@@ -162,7 +163,9 @@ impl Activity {
 }
 
 /// One open stream of a session, released when dropped; the session's
-/// idle clock restarts when its last working stream ends.
+/// idle clock restarts when any of its streams ends (the time is stored
+/// before the stream stops counting, so the reaper never sees it neither
+/// open nor used).
 pub struct StreamPermit {
     activity: Arc<Activity>,
     working: bool,
@@ -171,8 +174,8 @@ pub struct StreamPermit {
 impl Drop for StreamPermit {
     fn drop(&mut self) {
         let a = &self.activity;
+        a.last_used_ms.store(now_ms(), Ordering::SeqCst);
         if self.working {
-            a.last_used_ms.store(now_ms(), Ordering::SeqCst);
             a.working.fetch_sub(1, Ordering::SeqCst);
         }
         a.streams.fetch_sub(1, Ordering::SeqCst);
@@ -180,8 +183,7 @@ impl Drop for StreamPermit {
 }
 
 impl Session {
-    /// When a call last named this session, or its last working stream
-    /// ended.
+    /// When a call last named this session, or a stream of it last ended.
     pub fn last_active(&self) -> std::time::SystemTime {
         let ms = self.activity.last_used_ms.load(Ordering::SeqCst);
         std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)
@@ -201,7 +203,7 @@ impl Session {
     }
 
     /// Admits a Watch, which counts against the stream quota but does not
-    /// keep the session from expiring.
+    /// keep the session from expiring (its end counts as use).
     pub fn open_watch(&self) -> Result<StreamPermit> {
         self.admit(false)
     }

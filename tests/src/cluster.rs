@@ -238,7 +238,7 @@ fn start_replica(dir: &Path, index: usize, setup: &ReplicaSetup) -> Replica {
 /// longer has the lines it replaces, so that the two cannot drift apart.
 pub fn render_nginx_conf(listen: SocketAddr, replicas: &[SocketAddr], dir: &Path) -> String {
     const SERVER: &str = "server 127.0.0.1:50051 ";
-    const LISTEN: &str = "listen 8080 ";
+    const LISTEN: &str = "listen 127.0.0.1:8080 ";
     const ACCESS_LOG: &str = "/var/log/nginx/wsfs-access.log";
     let mut out = String::new();
     let mut replaced = (0, 0, 0, 0);
@@ -256,7 +256,7 @@ pub fn render_nginx_conf(listen: SocketAddr, replicas: &[SocketAddr], dir: &Path
             continue;
         }
         if line.contains(LISTEN) {
-            out.push_str(&line.replacen("8080", &listen.to_string(), 1));
+            out.push_str(&line.replacen("127.0.0.1:8080", &listen.to_string(), 1));
             replaced.1 += 1;
         } else if line.contains(ACCESS_LOG) {
             let path = dir.join("access.log");

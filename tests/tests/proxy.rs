@@ -363,7 +363,8 @@ async fn the_cli_works_through_the_proxy() {
 
 /// The Kubernetes sketch is not run, but its proxy configuration must stay
 /// the tested one: the same directives as `deploy/nginx/wsfs.conf`, but for
-/// the replicas' addresses and the access log's path.
+/// the replicas' addresses, the listening address and the access log's
+/// path.
 #[test]
 fn the_kubernetes_proxy_config_is_the_shipped_one_but_for_addresses() {
     let manifest = include_str!("../../deploy/kubernetes/proxy.yaml");
@@ -390,7 +391,8 @@ fn the_kubernetes_proxy_config_is_the_shipped_one_but_for_addresses() {
 }
 
 /// A configuration's directives, one a line, without comments, with each
-/// replica's address and the access log's path replaced by a placeholder.
+/// replica's address, the listening address and the access log's path
+/// replaced by a placeholder.
 fn directives(conf: &str) -> Vec<String> {
     conf.lines()
         .map(|l| l.split('#').next().unwrap_or_default().trim())
@@ -402,6 +404,7 @@ fn directives(conf: &str) -> Vec<String> {
                     format!("server <replica> {}", rest.join(" "))
                 }
                 ["access_log", _path, rest @ ..] => format!("access_log <path> {}", rest.join(" ")),
+                ["listen", _address, rest @ ..] => format!("listen <address> {}", rest.join(" ")),
                 _ => words.join(" "),
             }
         })

@@ -266,3 +266,81 @@ impl Server {
         self._stdout = stdout;
     }
 }
+
+/// The HTTP/2 client preface, and an empty SETTINGS frame after it.
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub const EMPTY_SETTINGS: [u8; 9] = [0, 0, 0, 4, 0, 0, 0, 0, 0];
+
+/// Reads until the server closes the connection; the time it took, or
+/// `None` when it was still open after `within`.
+pub async fn closed_within(
+    stream: &mut tokio::net::TcpStream,
+    within: Duration,
+) -> Option<Duration> {
+    use tokio::io::AsyncReadExt;
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(within, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return started.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+impl Server {
+    /// Threads of the server process now.
+    pub fn threads(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", self.pid()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    /// The server's inotify instances and the watches they hold in all.
+    pub fn inotify(&self) -> (usize, usize) {
+        let pid = self.pid();
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return (0, 0);
+        };
+        let (mut instances, mut watches) = (0, 0);
+        for fd in fds.flatten() {
+            let is_inotify = std::fs::read_link(fd.path())
+                .is_ok_and(|target| target.to_string_lossy() == "anon_inode:inotify");
+            if !is_inotify {
+                continue;
+            }
+            instances += 1;
+            let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
+            watches += std::fs::read_to_string(info)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.starts_with("inotify wd:"))
+                .count();
+        }
+        (instances, watches)
+    }
+}
+
+/// A Watch stream as the client gives it.
+pub type Events = futures::stream::BoxStream<'static, wsfs::Result<wsfs::proto::ChangeEvent>>;
+
+/// The next event that is not a keep-alive, within 10 s; panics when the
+/// Watch ends or stays quiet.
+pub async fn next_change(events: &mut Events) -> wsfs::proto::ChangeEvent {
+    use futures::StreamExt;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match events.next().await {
+                Some(Ok(e)) if e.kind() == wsfs_client::ChangeKind::Keepalive => continue,
+                Some(Ok(e)) => return e,
+                other => panic!("the Watch ended: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the Watch went quiet")
+}

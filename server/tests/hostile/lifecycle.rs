@@ -1,6 +1,8 @@
 //! Connections, Watch streams, idle expiry, shutdown and filesystem watchers.
 
-use crate::harness::{error_reason, reason, Server, MIB};
+use crate::harness::{
+    closed_within, error_reason, reason, Events, Server, EMPTY_SETTINGS, MIB, PREFACE,
+};
 use futures::StreamExt;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -8,27 +10,6 @@ use tokio::net::TcpStream;
 use tonic::Code;
 use wsfs::proto;
 use wsfs_client::{ChangeKind, SessionOptions};
-
-/// The HTTP/2 client preface, and an empty SETTINGS frame after it.
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const EMPTY_SETTINGS: [u8; 9] = [0, 0, 0, 4, 0, 0, 0, 0, 0];
-
-/// Reads until the server closes the connection; the time it took, or
-/// `None` when it was still open after `within`.
-async fn closed_within(stream: &mut TcpStream, within: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    let mut buf = [0u8; 4096];
-    tokio::time::timeout(within, async {
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return started.elapsed(),
-                Ok(_) => {}
-            }
-        }
-    })
-    .await
-    .ok()
-}
 
 #[tokio::test]
 async fn silent_connections_are_capped_and_closed_while_a_bystander_is_served() {
@@ -143,8 +124,6 @@ async fn next_event(
     .await
     .expect("the Watch neither ended nor said anything")
 }
-
-type Events = futures::stream::BoxStream<'static, wsfs::Result<proto::ChangeEvent>>;
 
 /// A recursive Watch of the whole session, past its READY.
 async fn watch_everything(session: &wsfs_client::Session) -> Events {
@@ -268,6 +247,47 @@ async fn a_slow_read_keeps_its_session_from_expiring_until_it_ends() {
         .expect("expired under a running read");
     // Its clock restarts when the read ends: idle now, it goes.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let err = client.get_session(&info.id).await.unwrap_err();
+    assert_eq!(error_reason(&err), "SESSION_NOT_FOUND");
+    server.assert_serves_bystander().await;
+}
+
+/// Whether ListSessions, which does not count as use, lists `id`.
+async fn listed(client: &wsfs_client::Client, id: &str) -> bool {
+    let all = client.list_sessions().await.expect("ListSessions");
+    all.iter().any(|s| s.id == id)
+}
+
+#[tokio::test]
+async fn the_idle_clock_restarts_when_a_watch_ends() {
+    const TTL: Duration = Duration::from_secs(2);
+    let mut server = Server::start(&[]);
+    let client = server.client().await;
+    let (session, info) = client
+        .create(SessionOptions::memory().idle_ttl(TTL))
+        .await
+        .unwrap();
+    // Most of a TTL with only a Watch open, which does not keep the
+    // session alive; then the watcher hangs up.
+    let events = watch_everything(&session).await;
+    tokio::time::sleep(TTL * 3 / 4).await;
+    drop(events);
+    let ended = Instant::now();
+    // Idle from the Watch's end on: gone about one TTL later, not before.
+    // (ListSessions does not count as use.)
+    while listed(&client, &info.id).await {
+        assert!(
+            ended.elapsed() < TTL + Duration::from_secs(5),
+            "still there {:?} after its Watch ended, with a TTL of {TTL:?}",
+            ended.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gone_after = ended.elapsed();
+    assert!(
+        gone_after >= TTL - Duration::from_millis(300),
+        "expired {gone_after:?} after its Watch ended, with a TTL of {TTL:?}"
+    );
     let err = client.get_session(&info.id).await.unwrap_err();
     assert_eq!(error_reason(&err), "SESSION_NOT_FOUND");
     server.assert_serves_bystander().await;

@@ -9,15 +9,19 @@
 //! that a bystander session is still served, and that nothing changed.
 //!
 //! - [`requests`]: one request's own cost: Edit, Grep, paths and patterns;
+//! - [`connections`]: the connection cap under silent sockets, per peer;
 //! - [`lifecycle`]: connections, Watch, idle expiry, shutdown, watchers;
-//! - [`store`]: sparse files, archives, snapshots and the disk.
+//! - [`store`]: sparse files, archives, snapshots and the disk;
+//! - [`watchers`]: outside changes with a thousand sessions, one watcher.
 
+mod connections;
 // Shared by the modules below; not every helper is used by each.
 #[allow(dead_code)]
 mod harness;
 mod lifecycle;
 mod requests;
 mod store;
+mod watchers;
 
 /// The harness itself: the binary starts under the limit, serves, and
 /// reports a peak memory that is plausible for an idle server.
