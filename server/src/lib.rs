@@ -105,8 +105,8 @@ pub async fn serve(
         .initial_stream_window_size(UPLOAD_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(UPLOAD_CONNECTION_WINDOW_BYTES);
     let mut config = config;
-    if config.replica_id.is_none() {
-        config.replica_id = Some(objstore::default_replica_id(bound));
+    if config.replica_id.is_none() && config.object_store.is_some() {
+        config.replica_id = Some(objstore::default_replica_id(&config.data_dir)?);
     }
     let registry = Arc::new(registry::SessionRegistry::open(Arc::new(config))?);
     // Leases before the first call: a session recovered elsewhere while
