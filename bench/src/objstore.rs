@@ -11,11 +11,11 @@
 //!   bucket. Beside it, `rsync -a` of the workspace into a plain mirror
 //!   directory after the same change. The first snapshot and the first
 //!   copy (every byte) are untimed.
-//! - RecoverSession of that workspace on a second server from the bucket
-//!   (`force`: the first server still holds the lease, and waiting out the
-//!   lease is not what is measured), each round on a fresh server and
-//!   data directory. Beside it, `rsync -a` of the mirror into an empty
-//!   directory.
+//! - RecoverSession of that workspace on a second server from the bucket,
+//!   each round on a fresh server and data directory, once the previous
+//!   holder is gone and its (short) lease ran out: waiting out the lease
+//!   is not what is measured. Beside it, `rsync -a` of the mirror into an
+//!   empty directory.
 
 use crate::report::{Row, Samples, Target};
 use crate::server::Server;
@@ -91,6 +91,7 @@ where
         }
     }
     drop(client);
+    drop(first);
     let bucket_bytes = trees::bytes_under(&bucket);
 
     let (mut recover, mut copy) = (Samples::default(), Samples::default());
@@ -102,6 +103,8 @@ where
             .await
             .map_err(|e| e.to_string())?;
         trees::settle();
+        // The previous holder's lease runs out, untimed.
+        std::thread::sleep(crate::server::BENCH_LEASE_TTL * 2);
         let t = Instant::now();
         let made = client
             .recover_session(&info.id, None, true)
@@ -120,7 +123,6 @@ where
             copy.push(copy_s);
         }
     }
-    drop(first);
     let _ = std::fs::remove_dir_all(work.join("objstore-first"));
     let _ = std::fs::remove_dir_all(&mirror);
     let _ = std::fs::remove_dir_all(&bucket);

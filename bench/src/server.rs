@@ -29,6 +29,15 @@ enum Running {
     External,
 }
 
+/// The lease of a server with an object store: a recovery round waits
+/// for the previous holder's to run out, untimed.
+pub const BENCH_LEASE_TTL: Duration = Duration::from_secs(1);
+
+/// `--lease-ttl`'s value for `d`: whole seconds.
+fn humantime_secs(d: Duration) -> String {
+    format!("{}s", d.as_secs())
+}
+
 /// A started server and what is known about it.
 pub struct Server {
     pub url: String,
@@ -71,7 +80,11 @@ impl Server {
             command.arg("--allow-root").arg(root);
         }
         if let Some(url) = object_store {
-            command.arg("--object-store").arg(url);
+            command
+                .arg("--object-store")
+                .arg(url)
+                .arg("--lease-ttl")
+                .arg(humantime_secs(BENCH_LEASE_TTL));
         }
         let mut child = command
             .arg("--listen")
@@ -139,6 +152,11 @@ impl Server {
         config.max_write_bytes = SERVER_MAX_WRITE_BYTES;
         config.durability = durability;
         config.object_store = object_store.map(str::to_string);
+        if object_store.is_some() {
+            // A recovery serves only once the previous holder's lease ran
+            // out: short, so that the rounds wait little for it.
+            config.lease_ttl = BENCH_LEASE_TTL;
+        }
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("wsfs-server".into())

@@ -171,7 +171,9 @@ pub struct ServerConfig {
     pub object_store: Option<String>,
 
     /// This server's name in the object store's session leases (default:
-    /// the host name and the listening port).
+    /// the host name and a random suffix, drawn on the first start and kept
+    /// in the data directory's `replica-id`). Two live servers must never
+    /// share one.
     #[arg(long, env = "WSFS_REPLICA_ID")]
     pub replica_id: Option<String>,
 

@@ -147,8 +147,8 @@ pub async fn serve_with_http(
         .max_frame_size(wsfs::HTTP2_MAX_FRAME_BYTES)
         .initial_stream_window_size(UPLOAD_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(UPLOAD_CONNECTION_WINDOW_BYTES);
-    if config.replica_id.is_none() {
-        config.replica_id = Some(objstore::default_replica_id(bound));
+    if config.replica_id.is_none() && config.object_store.is_some() {
+        config.replica_id = Some(objstore::default_replica_id(&config.data_dir)?);
     }
     let registry = Arc::new(registry::SessionRegistry::open(Arc::new(config))?);
     // Sessions a stop left half done are finished in the background, each

@@ -760,7 +760,9 @@ impl SessionRegistry {
         &self.config
     }
 
-    /// The session named `id`; counts as use for its idle TTL.
+    /// The session named `id`; counts as use for its idle TTL. A
+    /// DIRECTORY session mirrored to a bucket is served only while this
+    /// server's lease on it is good ([`crate::objstore::Bucket::check_serving`]).
     pub fn get(&self, id: &str) -> Result<Arc<Session>> {
         let session = self
             .sessions
@@ -774,6 +776,9 @@ impl SessionRegistry {
                     session_id: id.to_string(),
                 },
             })?;
+        if let (Some(bucket), BackendKind::Directory) = (&self.bucket, session.record.backend) {
+            bucket.check_serving(id)?;
+        }
         session
             .activity
             .last_used_ms

@@ -68,6 +68,31 @@ pub struct ReplicaSetup {
     pub envs: Vec<(String, String)>,
 }
 
+impl ReplicaSetup {
+    /// Replica `index` of several sharing the object store `bucket`,
+    /// named `replica-<index>`, with leases of `lease_ttl` (whole seconds)
+    /// and `envs` (the store's credentials and endpoint).
+    pub fn mirrored(
+        bucket: &str,
+        index: usize,
+        lease_ttl: Duration,
+        envs: Vec<(String, String)>,
+    ) -> ReplicaSetup {
+        ReplicaSetup {
+            listen: None,
+            args: vec![
+                "--object-store".into(),
+                bucket.into(),
+                "--replica-id".into(),
+                format!("replica-{index}"),
+                "--lease-ttl".into(),
+                format!("{}s", lease_ttl.as_secs()),
+            ],
+            envs,
+        }
+    }
+}
+
 /// Replicas and the nginx in front of them, in a directory of their own.
 pub struct Cluster {
     pub replicas: Vec<Replica>,

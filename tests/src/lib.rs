@@ -10,6 +10,8 @@
 //!   in-process server the gRPC-level tests talk to;
 //! - [`cluster`]: several real `wsfs-server` processes behind a real nginx
 //!   configured from the shipped `deploy/nginx/wsfs.conf`;
+//! - [`moto`]: a real S3 API (`moto_server`), and [`forwarder`]: a
+//!   fault-injecting forwarder to put between a server and it;
 //! - [`kit`]: what the test binaries share besides a server (a refusal's
 //!   reason, literal paths, a seeded generator, latency percentiles).
 //!
@@ -20,6 +22,8 @@
 pub mod cluster;
 pub mod conformance;
 pub mod fixture;
+pub mod forwarder;
 pub mod harness;
 pub mod kit;
+pub mod moto;
 pub mod swarm;

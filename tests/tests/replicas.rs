@@ -13,25 +13,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tonic::Code;
 use wsfs_client::{Client, Session, SessionLimits, SessionOptions};
-use wsfs_tests::cluster::{fresh_dir, spawn_tied, Cluster, Replica, ReplicaSetup};
+use wsfs_tests::cluster::{fresh_dir, Cluster, Replica, ReplicaSetup};
 use wsfs_tests::kit::{workspace_state, WorkspaceState};
+use wsfs_tests::moto::{Moto, BUCKET, PREFIX};
 
 /// Short, so that a lost replica's lease runs out within a test.
-const LEASE_TTL: Duration = Duration::from_secs(2);
+const LEASE_TTL: Duration = Duration::from_secs(3);
 
 fn setup(bucket: &str, index: usize, envs: &[(String, String)]) -> ReplicaSetup {
-    ReplicaSetup {
-        listen: None,
-        args: vec![
-            "--object-store".into(),
-            bucket.into(),
-            "--replica-id".into(),
-            format!("replica-{index}"),
-            "--lease-ttl".into(),
-            format!("{}s", LEASE_TTL.as_secs()),
-        ],
-        envs: envs.to_vec(),
-    }
+    ReplicaSetup::mirrored(bucket, index, LEASE_TTL, envs.to_vec())
 }
 
 fn file_url(dir: &Path) -> String {
@@ -340,103 +330,6 @@ async fn autosnapshot_snapshots_changed_sessions_only() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A real S3 API: `moto_server` on a free port, with one bucket.
-struct Moto {
-    _child: std::process::Child,
-    addr: std::net::SocketAddr,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self._child.kill();
-        let _ = self._child.wait();
-    }
-}
-
-const BUCKET: &str = "wsfs-replicas";
-/// Where in the bucket the replicas keep everything.
-const PREFIX: &str = "wsfs";
-
-impl Moto {
-    fn start() -> Option<Moto> {
-        let program = wsfs_tests::kit::system_tool("moto_server")?;
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
-        let mut command = std::process::Command::new(program);
-        command
-            .args(["-H", "127.0.0.1", "-p", &addr.port().to_string()])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        let child = spawn_tied(command);
-        let moto = Moto {
-            _child: child,
-            addr,
-        };
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(addr).is_ok() {
-                let (status, _) = moto.http("PUT", &format!("/{BUCKET}"));
-                assert!(status.starts_with("HTTP/1.1 200"), "{status}");
-                return Some(moto);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("moto_server did not listen on {addr}");
-    }
-
-    /// One plain HTTP request (moto checks no signatures); the status line
-    /// and the body.
-    fn http(&self, method: &str, target: &str) -> (String, String) {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(self.addr).unwrap();
-        write!(
-            stream,
-            "{method} {target} HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            self.addr
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let status = response.lines().next().unwrap_or_default().to_string();
-        let body = response
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        (status, body)
-    }
-
-    /// The names under `<PREFIX>/objects/` in the bucket.
-    fn objects(&self) -> BTreeSet<String> {
-        let (status, body) = self.http(
-            "GET",
-            &format!("/{BUCKET}?list-type=2&prefix={PREFIX}/objects/&max-keys=1000"),
-        );
-        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
-        assert!(!body.contains("<IsTruncated>true"), "one page holds them");
-        body.split("<Key>")
-            .skip(1)
-            .filter_map(|k| k.split("</Key>").next())
-            .filter_map(|k| k.strip_prefix(&format!("{PREFIX}/objects/")))
-            .map(str::to_string)
-            .collect()
-    }
-
-    fn envs(&self) -> Vec<(String, String)> {
-        [
-            ("AWS_ENDPOINT_URL", format!("http://{}", self.addr)),
-            ("AWS_ALLOW_HTTP", "true".to_string()),
-            ("AWS_ACCESS_KEY_ID", "wsfs".to_string()),
-            ("AWS_SECRET_ACCESS_KEY", "wsfs-secret".to_string()),
-            ("AWS_REGION", "us-east-1".to_string()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
-    }
-}
-
 /// Which replica holds each session carrying `label`, asking each directly.
 async fn placement(cluster: &Cluster, label: &str) -> BTreeMap<String, usize> {
     let mut held = BTreeMap::new();
@@ -562,10 +455,13 @@ async fn replicas_behind_a_proxy_share_one_s3_bucket_and_recover_a_lost_one() {
     let _ = std::fs::remove_dir_all(&replacement_dir);
 }
 
-/// `force` takes a session from a replica that is still running; that
-/// replica notices at its next renewal and refuses every call on it
-/// (`SESSION_LEASED`), while the new holder serves it. Deleting the
-/// session there removes it from the bucket too.
+/// `force` takes a session from a replica that is still running, and
+/// answers once that replica's lease has run out: by then the old holder
+/// refuses every call on it (`UNAVAILABLE` while it has not yet seen the
+/// takeover, `SESSION_LEASED` naming the new holder from its next renewal
+/// on), and never acknowledges a write again, however the two replicas'
+/// renewals interleave. Deleting the session there removes it from the
+/// bucket too.
 #[tokio::test]
 async fn a_forced_recovery_takes_a_live_session_and_its_old_holder_stops_serving_it() {
     let dir = fresh_dir();
@@ -585,19 +481,29 @@ async fn a_forced_recovery_takes_a_live_session_and_its_old_holder_stops_serving
 
     // Renewals come every third of the lease; a loaded machine (CI runs
     // test binaries side by side) may delay one by seconds, so the wait is
-    // long, and ends at the first refusal.
-    let mut refused = None;
+    // long, and ends at the first SESSION_LEASED. Not one write is
+    // acknowledged meanwhile, nor for a few renewals after.
+    let mut leased = None;
     for _ in 0..200 {
         match s0.write_str("late.txt", "too late\n").await {
-            Err(e) => {
-                refused = Some(e);
+            Ok(_) => panic!("the old holder acknowledged a write after the forced recovery"),
+            Err(e) if e.reason() == "SESSION_LEASED" => {
+                leased = Some(e);
                 break;
             }
-            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => {
+                assert_eq!(e.code(), Code::Unavailable, "{e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
     }
-    let err = refused.expect("the old holder stops serving the session");
+    let err = leased.expect("the old holder learns who holds the session");
     assert_leased(&err, "replica-1");
+    for _ in 0..10 {
+        tokio::time::sleep(LEASE_TTL / 5).await;
+        let err = s0.write_str("late.txt", "too late\n").await.unwrap_err();
+        assert_leased(&err, "replica-1");
+    }
     assert_eq!(
         workspace_state(&c1.session(&id)).await,
         state,

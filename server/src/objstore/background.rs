@@ -19,7 +19,7 @@ pub const AUTO_KEEP: usize = 10;
 pub fn start(registry: Arc<SessionRegistry>) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     if let Some(bucket) = registry.bucket() {
-        let every = bucket.lease_ttl() / 3;
+        let every = super::lease::renewal_interval(bucket.lease_ttl());
         let registry = registry.clone();
         tasks.push(tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);

@@ -1,13 +1,51 @@
 //! Which replica serves a session: a lease in the bucket.
 //!
 //! A lease is a sequence of objects `sessions/<id>/lease/<generation>`,
-//! each naming a holder and when it expires; the highest generation is in
-//! force. Taking or renewing the lease creates the next generation with
-//! `PutMode::Create`, which the bucket grants to exactly one writer: the
-//! holder renewing and a replica taking over cannot both win. (S3's
-//! `If-Match` update would do with one object, but a local directory
-//! store supports only the conditional create, and this works on both.)
-//! The writer removes the generations below its own.
+//! each naming a holder (its replica id and the incarnation of the
+//! process, a random nonce drawn at start) and when it expires; the
+//! highest generation is in force. S3's `If-Match` update would do with
+//! one object, but a local directory store (`file://`) supports only the
+//! conditional create, so the lease is built on that alone.
+//!
+//! # The rules
+//!
+//! 1. Taking or renewing creates generation `g + 1` with `PutMode::Create`
+//!    after `g`, the highest this replica saw (a renewal: the one it
+//!    holds). A create refused because the key exists is a lost race,
+//!    unless the object found is this very process's own (same replica
+//!    id *and* incarnation): a create whose answer was lost after it
+//!    landed, which then counts as made.
+//! 2. Then the writer lists the generations and *confirms*: nothing above
+//!    `g + 1`, and `g` still there. Otherwise the claim is lost, and the
+//!    writer removes its `g + 1` again.
+//! 3. Only a confirmed holder removes generations, and only those below
+//!    its own.
+//! 4. A replica takes over another's lease only once its highest
+//!    generation expired (by its own clock), or with `force`; the new
+//!    holder serves only from that expiry on (a forced takeover waits it
+//!    out). A confirmed holder serves until its expiry less
+//!    [`skew_margin`], the expiry counted from when the create was sent.
+//!
+//! # Why two replicas never both serve
+//!
+//! Deletion is what lets a number be created twice (a stale holder
+//! re-creating a generation its successor removed), so the argument is
+//! about confirmed generations. Say `X` confirmed `g` and `Y` confirmed
+//! `h > g`, and `X` is not `Y`'s process. `Y` created `h` after reading
+//! `h - 1` as the highest; `X` listed after creating `g` and saw nothing
+//! above `g`, so `h` did not yet exist then (a generation disappears only
+//! when a confirmed holder of a higher one removes it, which leaves that
+//! higher one, or when the whole session is forgotten, which rule 2's
+//! "`g` still there" catches). So `Y`'s claim chain from `g` up to `h`
+//! was built after `X` confirmed, each link by a replica that read the
+//! previous generation's expiry and (rule 4) serves only after it; and a
+//! holder's own renewals only move its expiry later. Hence `Y` serves
+//! only after `X`'s last confirmed expiry (by `Y`'s clock), and `X` stops
+//! `skew_margin` before it (by `X`'s clock): as long as the two clocks
+//! differ by less than the margin, their serving times never overlap. A
+//! stale `X` that comes back can create a generation below `h` (its
+//! successor removed it), but never confirm it: `h`, or a higher one, is
+//! listed above it.
 
 use super::{keys, Bucket};
 use object_store::{ObjectStoreExt, PutMode, PutOptions};
@@ -15,12 +53,29 @@ use serde::{Deserialize, Serialize};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use wsfs::{Error, Result};
 
+/// How long before its lease expires a holder stops serving: a quarter
+/// of the lease's length (7.5 s of the default 30 s). Replicas' clocks
+/// must differ by less than this.
+pub fn skew_margin(ttl: Duration) -> Duration {
+    ttl / 4
+}
+
+/// How often a holder renews: every third of the lease, so that two
+/// renewals in a row may fail before it stops serving.
+pub fn renewal_interval(ttl: Duration) -> Duration {
+    ttl / 3
+}
+
 /// One generation of a session's lease.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     #[serde(skip)]
     pub generation: u64,
     pub holder: String,
+    /// The holder process's nonce: a restart of the same replica id is
+    /// another incarnation.
+    #[serde(default)]
+    pub incarnation: String,
     /// Milliseconds since the Unix epoch.
     pub expires_at_ms: u64,
 }
@@ -31,9 +86,20 @@ impl Lease {
     }
 
     fn expires_at(&self) -> String {
-        let at = UNIX_EPOCH + Duration::from_millis(self.expires_at_ms);
-        humantime::format_rfc3339_seconds(at).to_string()
+        format_ms(self.expires_at_ms)
     }
+}
+
+/// A confirmed generation this process holds.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Held {
+    generation: u64,
+    /// Before this (ms since the epoch) the previous holder may still
+    /// serve: this replica does not.
+    serves_from_ms: u64,
+    /// The lease's expiry less the skew margin: from this on this
+    /// replica no longer serves, until a renewal succeeds.
+    good_until_ms: u64,
 }
 
 /// What a renewal found.
@@ -48,37 +114,70 @@ pub enum Renewal {
     NotHeld,
 }
 
+/// What claiming a generation came to.
+enum Claim {
+    /// Confirmed; the lease as written, and the generations listed then.
+    Won(Lease, Vec<u64>),
+    /// Another writer holds the session (its lease, as far as it could be
+    /// read).
+    Lost(Lease),
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+fn format_ms(ms: u64) -> String {
+    let at = UNIX_EPOCH + Duration::from_millis(ms);
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
 /// The largest lease object read back.
 const MAX_LEASE_BYTES: u64 = 64 * 1024;
+
+fn generation_of(key: &object_store::path::Path) -> Option<u64> {
+    key.filename()?.parse().ok()
+}
 
 impl Bucket {
     /// The lease in force on session `id`, if any.
     pub async fn lease(&self, id: &str) -> Result<Option<Lease>> {
-        let generations = self.list(&keys::leases(id)).await?;
-        let Some((generation, key)) = generations
-            .into_iter()
-            .filter_map(|m| {
-                let g = m.location.filename()?.parse::<u64>().ok()?;
-                Some((g, m.location))
-            })
-            .max_by_key(|(g, _)| *g)
-        else {
-            return Ok(None);
-        };
-        let Some(raw) = self.get_small(&key, MAX_LEASE_BYTES).await? else {
+        loop {
+            let Some(generation) = self.generations(id).await?.into_iter().max() else {
+                return Ok(None);
+            };
+            if let Some(lease) = self.read_generation(id, generation).await? {
+                return Ok(Some(lease));
+            }
             // Removed by a newer writer since the listing: look again.
-            return Box::pin(self.lease(id)).await;
+        }
+    }
+
+    /// The generations of session `id`'s lease in the bucket.
+    async fn generations(&self, id: &str) -> Result<Vec<u64>> {
+        Ok(self
+            .list(&keys::leases(id))
+            .await?
+            .iter()
+            .filter_map(|m| generation_of(&m.location))
+            .collect())
+    }
+
+    async fn read_generation(&self, id: &str, generation: u64) -> Result<Option<Lease>> {
+        let key = keys::lease(id, generation);
+        let Some(raw) = self.get_small(&key, MAX_LEASE_BYTES).await? else {
+            return Ok(None);
         };
         let mut lease: Lease = serde_json::from_slice(&raw)
             .map_err(|e| Error::internal(format!("the lease '{key}' is corrupt: {e}")))?;
         lease.generation = generation;
         Ok(Some(lease))
+    }
+
+    fn is_mine(&self, lease: &Lease) -> bool {
+        lease.holder == self.replica && lease.incarnation == self.incarnation
     }
 
     /// The refusal naming who holds session `id`'s lease.
@@ -96,26 +195,36 @@ impl Bucket {
 
     /// Takes session `id`'s lease for this server. Refused
     /// (`SessionLeased`) while another replica holds a live one, unless
-    /// `force`; a lease of this very replica (a restart) is simply taken.
-    /// `may_take_others`: whether an expired lease of another replica may
-    /// be taken (a recovery) or not (a session reopened at start-up, which
-    /// another replica may have recovered since).
-    pub async fn acquire(&self, id: &str, force: bool, may_take_others: bool) -> Result<()> {
+    /// `force`. `may_take_others`: whether an expired lease of another
+    /// replica may be taken (a recovery) or not (a session reopened at
+    /// start-up, which another replica may have recovered since). A lease
+    /// of an earlier run of this replica id is taken, but, like a forced
+    /// takeover, served only once it has run out. Returns when this
+    /// replica may begin serving the session (ms since the epoch).
+    pub async fn acquire(&self, id: &str, force: bool, may_take_others: bool) -> Result<u64> {
         let current = self.lease(id).await?;
+        let mut serves_from_ms = 0;
         if let Some(lease) = &current {
             let others = lease.holder != self.replica;
             if others && !force && (lease.is_live() || !may_take_others) {
                 return Err(self.leased_error(id, lease));
             }
-        }
-        let generation = current.as_ref().map_or(1, |l| l.generation + 1);
-        match self.create_generation(id, generation).await? {
-            None => {
-                self.hold(id, generation);
-                self.drop_generations_below(id, generation).await;
-                Ok(())
+            if !self.is_mine(lease) && lease.is_live() {
+                serves_from_ms = lease.expires_at_ms;
             }
-            Some(winner) => Err(self.leased_error(id, &winner)),
+        }
+        let previous = current.as_ref().map(|l| l.generation);
+        match self.claim(id, previous).await? {
+            Claim::Won(lease, listed) => {
+                self.leases
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id.to_string(), self.held_by(&lease, serves_from_ms));
+                self.drop_generations_below(id, lease.generation, listed)
+                    .await;
+                Ok(serves_from_ms)
+            }
+            Claim::Lost(winner) => Err(self.leased_error(id, &winner)),
         }
     }
 
@@ -125,13 +234,30 @@ impl Bucket {
             // Given back since the caller looked (the session was deleted).
             return Ok(Renewal::NotHeld);
         };
-        match self.create_generation(id, held + 1).await? {
-            None => {
-                self.hold(id, held + 1);
-                self.drop_generations_below(id, held + 1).await;
+        match self.claim(id, Some(held.generation)).await? {
+            Claim::Won(lease, listed) => {
+                let generation = lease.generation;
+                let renewed = self.held_by(&lease, held.serves_from_ms);
+                // Not brought back when given back meanwhile.
+                let still_held = match self
+                    .leases
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_mut(id)
+                {
+                    Some(slot) => {
+                        *slot = renewed;
+                        true
+                    }
+                    None => false,
+                };
+                if !still_held {
+                    return Ok(Renewal::NotHeld);
+                }
+                self.drop_generations_below(id, generation, listed).await;
                 Ok(Renewal::Renewed)
             }
-            Some(winner) => {
+            Claim::Lost(winner) => {
                 self.leases
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -143,16 +269,77 @@ impl Bucket {
         }
     }
 
+    fn held_by(&self, lease: &Lease, serves_from_ms: u64) -> Held {
+        let margin = skew_margin(self.lease_ttl).as_millis() as u64;
+        Held {
+            generation: lease.generation,
+            serves_from_ms,
+            good_until_ms: lease.expires_at_ms.saturating_sub(margin),
+        }
+    }
+
+    /// Whether this replica may serve a call on session `id` now: it holds
+    /// a confirmed lease, its previous holder's has run out, and its own
+    /// is good for longer than the skew margin. `Unavailable` otherwise:
+    /// a later call may find the lease renewed.
+    pub fn check_serving(&self, id: &str) -> Result<()> {
+        let held = self.check_holding(id)?;
+        if now_ms() < held.serves_from_ms {
+            return Err(Error::Unavailable {
+                message: format!(
+                    "session '{id}' is served here from {}, when the lease of its previous holder runs out; try again then",
+                    format_ms(held.serves_from_ms)
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether this replica holds a lease on `id` that is good for longer
+    /// than the skew margin: what writing the session's records to the
+    /// bucket needs.
+    pub(super) fn check_holding(&self, id: &str) -> Result<Held> {
+        let Some(held) = self.held(id) else {
+            return Err(Error::Unavailable {
+                message: format!(
+                    "this replica holds no lease on session '{id}' in the object store {} (it is taken when the store can be reached); try again",
+                    self.url
+                ),
+            });
+        };
+        if now_ms() >= held.good_until_ms {
+            return Err(Error::Unavailable {
+                message: format!(
+                    "this replica could not renew its lease on session '{id}' in the object store {} since before {}; try again (once the lease runs out another replica may take the session over)",
+                    self.url,
+                    format_ms(held.good_until_ms)
+                ),
+            });
+        }
+        Ok(held)
+    }
+
     /// Gives back this server's lease on `id` (best effort: otherwise it
-    /// runs out).
+    /// runs out): a new generation that has already expired, so that the
+    /// generations keep growing.
     pub async fn release(&self, id: &str) {
         let held = self
             .leases
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(id);
-        if let Some(generation) = held {
-            let _ = self.store.delete(&keys::lease(id, generation)).await;
+        if let Some(held) = held {
+            let released = Lease {
+                generation: held.generation + 1,
+                holder: self.replica.clone(),
+                incarnation: self.incarnation.clone(),
+                expires_at_ms: 0,
+            };
+            if let Ok(json) = serde_json::to_vec(&released) {
+                let key = keys::lease(id, released.generation);
+                let create = PutOptions::from(PutMode::Create);
+                let _ = self.store.put_opts(&key, json.into(), create).await;
+            }
         }
     }
 
@@ -166,7 +353,7 @@ impl Bucket {
             .collect()
     }
 
-    fn held(&self, id: &str) -> Option<u64> {
+    fn held(&self, id: &str) -> Option<Held> {
         self.leases
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -174,54 +361,65 @@ impl Bucket {
             .copied()
     }
 
-    fn hold(&self, id: &str, generation: u64) {
-        self.leases
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id.to_string(), generation);
-    }
-
-    /// Creates generation `generation` naming this server; `Some` with
-    /// the lease that got there first when another writer did.
-    async fn create_generation(&self, id: &str, generation: u64) -> Result<Option<Lease>> {
+    /// Creates and confirms the generation after `previous` (rules 1 and
+    /// 2 of the module's comment).
+    async fn claim(&self, id: &str, previous: Option<u64>) -> Result<Claim> {
+        let generation = previous.map_or(1, |g| g + 1);
         let key = keys::lease(id, generation);
-        let lease = Lease {
+        let mut lease = Lease {
             generation,
             holder: self.replica.clone(),
+            incarnation: self.incarnation.clone(),
+            // Counted from before the request is sent.
             expires_at_ms: now_ms() + self.lease_ttl.as_millis() as u64,
         };
         let json = serde_json::to_vec(&lease)
             .map_err(|e| Error::internal(format!("cannot encode a lease: {e}")))?;
         let create = PutOptions::from(PutMode::Create);
         match self.store.put_opts(&key, json.into(), create).await {
-            Ok(_) => Ok(None),
+            Ok(_) => {}
             Err(object_store::Error::AlreadyExists { .. }) => {
-                let winner = self.lease(id).await?.unwrap_or(Lease {
-                    generation,
-                    holder: "another replica".to_string(),
-                    expires_at_ms: now_ms(),
-                });
-                Ok(Some(winner))
+                match self.read_generation(id, generation).await? {
+                    // An earlier try of ours whose answer was lost: it
+                    // stands, with the expiry it was sent with.
+                    Some(found) if self.is_mine(&found) => lease = found,
+                    Some(found) => return Ok(Claim::Lost(found)),
+                    None => return Ok(Claim::Lost(self.current_or_unknown(id).await)),
+                }
             }
-            Err(e) => Err(self.failed("write", &key, e)),
+            Err(e) => return Err(self.failed("write", &key, e)),
+        }
+        let listed = self.generations(id).await?;
+        let above = listed.iter().any(|&g| g > generation);
+        let mine_there = listed.contains(&generation);
+        let previous_there = previous.is_none_or(|p| listed.contains(&p));
+        if above || !mine_there || !previous_there {
+            // A stale claim: a newer holder removed what it built on.
+            let _ = self.store.delete(&key).await;
+            return Ok(Claim::Lost(self.current_or_unknown(id).await));
+        }
+        Ok(Claim::Won(lease, listed))
+    }
+
+    /// The lease in force, or a stand-in when it cannot be read or there
+    /// is none (the session was removed from the bucket).
+    async fn current_or_unknown(&self, id: &str) -> Lease {
+        match self.lease(id).await {
+            Ok(Some(lease)) => lease,
+            _ => Lease {
+                generation: 0,
+                holder: "another replica".to_string(),
+                incarnation: String::new(),
+                expires_at_ms: now_ms(),
+            },
         }
     }
 
-    /// Removes the generations before `generation` (best effort: a
-    /// leftover is harmless, the highest one rules).
-    async fn drop_generations_below(&self, id: &str, generation: u64) {
-        let Ok(all) = self.list(&keys::leases(id)).await else {
-            return;
-        };
-        for meta in all {
-            let older = meta
-                .location
-                .filename()
-                .and_then(|n| n.parse::<u64>().ok())
-                .is_some_and(|g| g < generation);
-            if older {
-                let _ = self.store.delete(&meta.location).await;
-            }
+    /// Removes the generations of `listed` before `generation` (best
+    /// effort: a leftover is harmless, the highest one rules).
+    async fn drop_generations_below(&self, id: &str, generation: u64, listed: Vec<u64>) {
+        for older in listed.into_iter().filter(|&g| g < generation) {
+            let _ = self.store.delete(&keys::lease(id, older)).await;
         }
     }
 }

@@ -14,11 +14,11 @@
 //! sessions/<id>/lease/<generation>       who serves the session, until when
 //! ```
 //!
-//! - [`Bucket`] opens the store from its URL and keeps which keys are known
-//!   to be there, so that nothing is uploaded twice.
-//! - [`upload`] mirrors one snapshot: contents, then manifests (children
-//!   before parents, so a manifest in the bucket means its whole subtree
-//!   is), then the snapshot record, then the session record.
+//! - [`Bucket`] opens the store from its URL.
+//! - [`upload`] mirrors one snapshot: it checks that every content and
+//!   manifest the snapshot names is in the bucket at its size, sends what
+//!   is missing or damaged (contents, then manifests, children before
+//!   parents), then the session record, and the snapshot record last.
 //! - [`lease`] decides which replica serves a session, with conditional
 //!   creates only (`PutMode::Create`), which S3 and a local directory both
 //!   support.
@@ -31,7 +31,7 @@ pub mod upload;
 
 use object_store::path::Path as Key;
 use object_store::{ObjectStore, ObjectStoreExt};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use wsfs::{Error, Result};
@@ -42,9 +42,9 @@ const MAX_RETRIES: usize = 3;
 /// UNAVAILABLE in bounded time rather than minutes later.
 const RETRY_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Keys remembered as present before the set is cleared (and rebuilt from
-/// HEAD requests): about 100 bytes each.
-const MAX_KNOWN_KEYS: usize = 1_000_000;
+/// Removals that failed, kept to be tried again (beyond this, the oldest
+/// are given up: the sweep's to find).
+const MAX_PENDING_REMOVALS: usize = 10_000;
 
 /// The bucket every replica shares.
 pub struct Bucket {
@@ -53,12 +53,14 @@ pub struct Bucket {
     url: String,
     /// This server's name in leases.
     replica: String,
+    /// This process's nonce in leases: a restart is another incarnation.
+    incarnation: String,
     lease_ttl: Duration,
-    /// Keys known to be in the bucket (contents and manifests never
-    /// change once there).
-    known: Mutex<HashSet<String>>,
     /// The lease generation this server holds, per session.
-    leases: Mutex<std::collections::HashMap<String, u64>>,
+    leases: Mutex<HashMap<String, lease::Held>>,
+    /// Records a failed call wrote (or may have written) and could not
+    /// remove at once: removed at the next lease renewal.
+    pending_removals: Mutex<Vec<Key>>,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -126,9 +128,10 @@ impl Bucket {
             store,
             url: url.to_string(),
             replica,
+            incarnation: uuid::Uuid::new_v4().to_string(),
             lease_ttl,
-            known: Mutex::new(HashSet::new()),
-            leases: Mutex::new(Default::default()),
+            leases: Mutex::new(HashMap::new()),
+            pending_removals: Mutex::new(Vec::new()),
         })
     }
 
@@ -141,33 +144,35 @@ impl Bucket {
         self.lease_ttl
     }
 
-    fn is_known(&self, key: &Key) -> bool {
-        self.known
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(key.as_ref())
-    }
-
-    fn mark_known(&self, key: &Key) {
-        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
-        if known.len() >= MAX_KNOWN_KEYS {
-            known.clear();
-        }
-        known.insert(key.to_string());
-    }
-
-    /// Whether `key` is in the bucket (asked once, then remembered).
-    async fn exists(&self, key: &Key) -> Result<bool> {
-        if self.is_known(key) {
-            return Ok(true);
-        }
-        match self.store.head(key).await {
-            Ok(_) => {
-                self.mark_known(key);
-                Ok(true)
+    /// Removes `key`; when the bucket cannot be reached, tries again at
+    /// the next lease renewal.
+    async fn remove_or_retry(&self, key: &Key) {
+        match self.store.delete(key).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => {
+                tracing::warn!(%key, error = %e, "a record could not be removed from the object store; trying again later");
+                let mut pending = self
+                    .pending_removals
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if pending.len() >= MAX_PENDING_REMOVALS {
+                    pending.remove(0);
+                }
+                pending.push(key.clone());
             }
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(self.failed("look up", key, e)),
+        }
+    }
+
+    /// Tries again the removals that failed.
+    pub async fn retry_removals(&self) {
+        let pending = std::mem::take(
+            &mut *self
+                .pending_removals
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for key in pending {
+            self.remove_or_retry(&key).await;
         }
     }
 
@@ -212,8 +217,11 @@ impl Bucket {
     }
 
     /// Removes everything the bucket holds about session `id` (its
-    /// contents and manifests stay: other sessions may share them).
+    /// contents and manifests stay: other sessions may share them); only
+    /// while this server's lease on it is good, so that a stale holder
+    /// never removes what a newer one wrote.
     pub async fn forget_session(&self, id: &str) -> Result<()> {
+        self.check_holding(id)?;
         // No renewal may write a lease for it from now on.
         self.leases
             .lock()
@@ -267,12 +275,70 @@ pub mod keys {
     }
 }
 
-/// The default replica name: the host name and the listening port.
-pub fn default_replica_id(listen: std::net::SocketAddr) -> String {
+/// The file in the data directory that keeps the default replica id.
+const REPLICA_ID_FILE: &str = "replica-id";
+
+/// The default replica name: `<host>-<random>`, drawn on the first start
+/// and kept in the data directory, so that it stays the same across
+/// restarts (whatever port the server listens on) and two data
+/// directories never share one.
+pub fn default_replica_id(data_dir: &std::path::Path) -> Result<String> {
+    let path = data_dir.join(REPLICA_ID_FILE);
+    let io = |e: std::io::Error| {
+        Error::internal(format!(
+            "cannot keep the replica id in '{}': {e}",
+            path.display()
+        ))
+    };
+    let read = |path: &std::path::Path| -> Result<Option<String>> {
+        match std::fs::read_to_string(path) {
+            Ok(id) if !id.trim().is_empty() => Ok(Some(id.trim().to_string())),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(e)),
+        }
+    };
+    if let Some(id) = read(&path)? {
+        return Ok(id);
+    }
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .ok()
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "wsfs".to_string());
-    format!("{host}:{}", listen.port())
+    let id = format!(
+        "{host}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    std::fs::create_dir_all(data_dir).map_err(io)?;
+    // Written aside and linked into place: of two first starts, one id
+    // wins and both use it.
+    let tmp = data_dir.join(format!("{REPLICA_ID_FILE}.{}", uuid::Uuid::new_v4()));
+    std::fs::write(&tmp, format!("{id}\n")).map_err(io)?;
+    let linked = std::fs::hard_link(&tmp, &path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(id),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            read(&path)?.ok_or_else(|| io(e))
+        }
+        Err(e) => Err(io(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_replica_id_is_drawn_once_per_data_directory_and_kept() {
+        let (one, other) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let first = default_replica_id(one.path()).unwrap();
+        assert_eq!(default_replica_id(one.path()).unwrap(), first, "kept");
+        assert_ne!(default_replica_id(other.path()).unwrap(), first);
+        assert_eq!(
+            std::fs::read_to_string(one.path().join(REPLICA_ID_FILE)).unwrap(),
+            format!("{first}\n")
+        );
+    }
 }

@@ -1,16 +1,18 @@
 //! Mirroring one session's snapshots and record to the bucket.
 //!
-//! Only what the bucket lacks moves: a content or manifest already known
-//! to be there is skipped without a request; one not known is created
-//! with `PutMode::Create` (the bucket refuses a second copy) or, for large
-//! contents, looked up first and then sent in parts. A manifest is sent
-//! after everything it names, so a manifest found in the bucket stands
-//! for its whole subtree, which is then not walked.
-
+//! A snapshot answers OK only when everything it names is verifiably in
+//! the bucket: each content and manifest is looked up (a HEAD per object,
+//! its size compared with what the snapshot says), whatever no replica
+//! remembered; one that is missing or of the wrong size is sent again
+//! (contents are named by their hash, so a copy over one is the same
+//! bytes). Manifests go after everything they name, children before
+//! parents. The snapshot's record goes last, after the session record:
+//! a snapshot whose record is in the bucket is whole, and a failed one
+//! removes the record it may have written.
 use super::{keys, Bucket, Key};
 use crate::snapshots::mirror::{hash_hex, manifest_children, record_root, StoreFiles, StoredChild};
 use futures::{StreamExt, TryStreamExt};
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, WriteMultipart};
+use object_store::{ObjectStoreExt, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,6 +28,8 @@ pub const PUT_CONCURRENCY: usize = 16;
 pub const PART_BYTES: usize = 8 * 1024 * 1024;
 /// Parts of one large content in flight at once.
 pub const PARTS_IN_FLIGHT: usize = 2;
+/// Lookups (HEAD) of a snapshot's contents and manifests at once.
+pub const HEAD_CONCURRENCY: usize = 32;
 /// The largest session or snapshot record read back.
 pub const MAX_RECORD_BYTES: u64 = 1024 * 1024;
 
@@ -65,8 +69,10 @@ impl SessionMirror {
         &self.bucket
     }
 
-    /// Sends snapshot `snapshot_id` (already stored locally) and then the
-    /// session record naming it as the latest.
+    /// Sends snapshot `snapshot_id` (already stored locally): what the
+    /// bucket lacks of its tree, the session record naming it as the
+    /// latest, and its record last. Refused while this replica's lease on
+    /// the session is not good: a stale holder writes no record.
     pub async fn upload_snapshot(&self, snapshot_id: &str) -> Result<()> {
         let _one = self.busy.lock().await;
         let files = StoreFiles::new(&self.session_dir);
@@ -79,14 +85,22 @@ impl SessionMirror {
             })?;
         let root = record_root(&raw)?.root;
         self.bucket.upload_tree(&files, root).await?;
+        self.write_record(Some(snapshot_id)).await?;
         let key = keys::snapshot(&self.session_id, snapshot_id);
-        self.bucket.put_over(&key, raw.into()).await?;
-        self.write_record(Some(snapshot_id)).await
+        if let Err(e) = self.bucket.put_over(&key, raw.into()).await {
+            // Its answer may have been lost after it landed.
+            self.bucket.remove_or_retry(&key).await;
+            return Err(e);
+        }
+        Ok(())
     }
 
-    /// Writes the session record, naming `latest` as the snapshot to
-    /// recover (`None`: the session has none).
+    /// Writes the session record, naming `latest` as the latest snapshot
+    /// (`None`: the session has none; a hint: recovery restores the newest
+    /// snapshot record it lists). Refused while this replica's lease on the
+    /// session is not good: a stale holder writes no record.
     pub async fn write_record(&self, latest: Option<&str>) -> Result<()> {
+        self.bucket.check_holding(&self.session_id)?;
         let local = tokio::fs::read(self.session_dir.join("session.json"))
             .await
             .map_err(|e| Error::internal(format!("the session record is unreadable: {e}")))?;
@@ -165,39 +179,46 @@ impl Bucket {
             .map_err(|e| self.failed("write", key, e))
     }
 
-    /// Creates `key` unless it exists; either way it is then there.
-    async fn put_if_missing(&self, key: &Key, payload: PutPayload) -> Result<()> {
-        let create = PutOptions::from(PutMode::Create);
-        match self.store.put_opts(key, payload, create).await {
-            Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => {
-                self.mark_known(key);
-                Ok(())
-            }
-            Err(e) => Err(self.failed("write", key, e)),
+    /// Whether the bucket holds `key` at `size` bytes (asked every time:
+    /// a key may have been removed or damaged since any replica wrote it).
+    async fn holds(&self, key: &Key, size: u64) -> Result<bool> {
+        match self.store.head(key).await {
+            Ok(meta) => Ok(meta.size == size),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(self.failed("look up", key, e)),
         }
     }
 
+    /// Of `wanted` (key, size), those the bucket lacks or holds at
+    /// another size.
+    async fn lacking<T: Send>(&self, wanted: Vec<(T, Key, u64)>) -> Result<Vec<T>> {
+        let found: Vec<Option<T>> = futures::stream::iter(wanted)
+            .map(|(item, key, size)| async move {
+                Ok::<_, Error>((!self.holds(&key, size).await?).then_some(item))
+            })
+            .buffer_unordered(HEAD_CONCURRENCY)
+            .try_collect()
+            .await?;
+        Ok(found.into_iter().flatten().collect())
+    }
+
     /// Sends every content and manifest of the tree under manifest `root`
-    /// that the bucket lacks.
+    /// that the bucket lacks or holds damaged (of another size).
     async fn upload_tree(&self, files: &StoreFiles, root: [u8; 32]) -> Result<()> {
         let mut contents: Vec<([u8; 32], u64)> = Vec::new();
         // Parents after their children: the order they are sent in.
-        let mut manifests: Vec<[u8; 32]> = Vec::new();
-        let mut stack = vec![(root, false)];
+        let mut manifests: Vec<([u8; 32], u64)> = Vec::new();
+        let mut stack = vec![(root, None)];
         let mut seen = std::collections::HashSet::new();
-        while let Some((hash, children_done)) = stack.pop() {
-            if children_done {
-                manifests.push(hash);
+        while let Some((hash, read)) = stack.pop() {
+            if let Some(size) = read {
+                manifests.push((hash, size));
                 continue;
             }
             if !seen.insert(hash) {
                 continue;
             }
-            if self.exists(&keys::manifest(&hash_hex(&hash))).await? {
-                continue;
-            }
-            let path = files.manifest_path(&hash);
-            let raw = tokio::fs::read(&path)
+            let raw = tokio::fs::read(files.manifest_path(&hash))
                 .await
                 .map_err(|e| Error::internal(format!("a stored manifest is unreadable: {e}")))?;
             let children = manifest_children(&raw).ok_or_else(|| {
@@ -206,17 +227,34 @@ impl Bucket {
                     hash_hex(&hash)
                 ))
             })?;
-            stack.push((hash, true));
+            stack.push((hash, Some(raw.len() as u64)));
             for child in children {
                 match child {
                     StoredChild::Content { hash, size } => contents.push((hash, size)),
-                    StoredChild::Manifest(tree) => stack.push((tree, false)),
+                    StoredChild::Manifest(tree) => stack.push((tree, None)),
                 }
             }
         }
         contents.sort_unstable();
         contents.dedup();
-        contents.retain(|(hash, _)| !self.is_known(&keys::content(&hash_hex(hash))));
+        let contents = self
+            .lacking(
+                contents
+                    .into_iter()
+                    .map(|(hash, size)| ((hash, size), keys::content(&hash_hex(&hash)), size))
+                    .collect(),
+            )
+            .await?;
+        let lacking_manifests: std::collections::HashSet<[u8; 32]> = self
+            .lacking(
+                manifests
+                    .iter()
+                    .map(|&(hash, size)| (hash, keys::manifest(&hash_hex(&hash)), size))
+                    .collect(),
+            )
+            .await?
+            .into_iter()
+            .collect();
         let (small, large): (Vec<_>, Vec<_>) = contents
             .into_iter()
             .partition(|(_, size)| *size <= SINGLE_PUT_MAX_BYTES);
@@ -228,11 +266,14 @@ impl Bucket {
         for (hash, _) in large {
             self.upload_large(files, hash).await?;
         }
-        for hash in manifests {
+        for (hash, _) in manifests {
+            if !lacking_manifests.contains(&hash) {
+                continue;
+            }
             let raw = tokio::fs::read(files.manifest_path(&hash))
                 .await
                 .map_err(|e| Error::internal(format!("a stored manifest is unreadable: {e}")))?;
-            self.put_if_missing(&keys::manifest(&hash_hex(&hash)), raw.into())
+            self.put_over(&keys::manifest(&hash_hex(&hash)), raw.into())
                 .await?;
         }
         Ok(())
@@ -253,14 +294,11 @@ impl Bucket {
         if bytes.len() as u64 > SINGLE_PUT_MAX_BYTES {
             return self.upload_large(files, hash).await;
         }
-        self.put_if_missing(&key, bytes.into()).await
+        self.put_over(&key, bytes.into()).await
     }
 
     async fn upload_large(&self, files: &StoreFiles, hash: [u8; 32]) -> Result<()> {
         let key = keys::content(&hash_hex(&hash));
-        if self.exists(&key).await? {
-            return Ok(());
-        }
         let mut file = tokio::fs::File::open(files.content_path(&hash))
             .await
             .map_err(unreadable)?;
@@ -292,7 +330,6 @@ impl Bucket {
                     .finish()
                     .await
                     .map_err(|e| self.failed("write", &key, e))?;
-                self.mark_known(&key);
                 Ok(())
             }
             Err(e) => {

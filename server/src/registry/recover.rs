@@ -17,6 +17,9 @@ use std::path::Path;
 use std::sync::Arc;
 use wsfs::{Error, Result};
 
+/// Leases taken or renewed at once.
+const LEASES_AT_ONCE: usize = 16;
+
 /// A new session's lease, given back (and the session forgotten in the
 /// bucket) unless the creation completes.
 pub(super) struct Claim {
@@ -60,11 +63,10 @@ impl SessionRegistry {
         let Some(url) = &self.config.object_store else {
             return Ok(None);
         };
-        let replica = self
-            .config
-            .replica_id
-            .clone()
-            .unwrap_or_else(|| crate::objstore::default_replica_id(self.config.listen));
+        let replica = match &self.config.replica_id {
+            Some(id) => id.clone(),
+            None => crate::objstore::default_replica_id(&self.config.data_dir)?,
+        };
         let bucket = Bucket::open(url, replica, self.config.lease_ttl)?;
         // Copies fetched for forks that a stop cut short.
         let _ = std::fs::remove_dir_all(self.config.data_dir.join("bucket-copies"));
@@ -163,17 +165,23 @@ impl SessionRegistry {
         Ok(())
     }
 
-    /// Takes or renews the lease of every DIRECTORY session served here.
-    /// A session whose lease another replica holds (it was recovered
-    /// there) stops being served: every call on it is then refused with
-    /// `SESSION_LEASED`. A session the bucket does not know yet (the
-    /// bucket was added since) is uploaded: its latest snapshot and
+    /// Takes or renews the lease of every DIRECTORY session served here
+    /// (several at once, each bounded by the renewal interval). A session
+    /// whose lease another replica holds (it was recovered there) stops
+    /// being served: every call on it is then refused with
+    /// `SESSION_LEASED`. One whose renewal fails stays, and is refused
+    /// `UNAVAILABLE` once its lease is about to run out
+    /// ([`Bucket::check_serving`]). A session the bucket does not know yet
+    /// (the bucket was added since) is uploaded: its latest snapshot and
     /// record.
     pub async fn tend_leases(&self) {
+        use futures::StreamExt;
         let Some(bucket) = &self.bucket else {
             return;
         };
+        bucket.retry_removals().await;
         let held: std::collections::HashSet<String> = bucket.held_sessions().into_iter().collect();
+<<<<<<< HEAD
         for session in self.list() {
             if let Some(holder) = self.tend(bucket, &held, &session).await {
                 self.surrender(&session.record.id, holder);
@@ -222,6 +230,55 @@ impl SessionRegistry {
                 None
             }
         }
+=======
+        let sessions = self
+            .list()
+            .into_iter()
+            .filter(|s| s.record.backend == BackendKind::Directory);
+        let bound = crate::objstore::lease::renewal_interval(bucket.lease_ttl());
+        futures::stream::iter(sessions)
+            .for_each_concurrent(LEASES_AT_ONCE, |session| {
+                let held = held.contains(&session.record.id);
+                async move {
+                    let id = session.record.id.clone();
+                    let leased = tokio::time::timeout(bound, async {
+                        if held {
+                            return bucket.renew(&id).await;
+                        }
+                        match bucket.acquire(&id, false, false).await {
+                            Ok(_) => Ok(Renewal::Renewed),
+                            Err(Error::SessionLeased { holder, .. }) => {
+                                Ok(Renewal::Lost { holder })
+                            }
+                            Err(e) => Err(e),
+                        }
+                    })
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Error::Unavailable {
+                            message: format!("the object store did not answer within {bound:?}"),
+                        })
+                    });
+                    // Just taken (a start, or the bucket added since): the
+                    // upload, unbounded, follows.
+                    let tended = match leased {
+                        Ok(Renewal::Renewed) if !held => self
+                            .upload_unknown(bucket, &session)
+                            .await
+                            .map(|()| Renewal::Renewed),
+                        other => other,
+                    };
+                    match tended {
+                        Ok(Renewal::Renewed | Renewal::NotHeld) => {}
+                        Ok(Renewal::Lost { holder }) => self.surrender(&id, holder),
+                        Err(e) => {
+                            tracing::warn!(session = %id, error = %e, "the session's lease could not be renewed")
+                        }
+                    }
+                }
+            })
+            .await;
+>>>>>>> lease
     }
 
     /// Uploads a session the bucket has no record of.
@@ -318,7 +375,7 @@ impl SessionRegistry {
         for snapshot in &snapshots {
             snapshot.check_fits(budget, &format!("recover session '{id}'"))?;
         }
-        bucket.acquire(id, force, true).await?;
+        let serves_from_ms = bucket.acquire(id, force, true).await?;
         let made = self
             .make_recovered(
                 &bucket,
@@ -329,7 +386,17 @@ impl SessionRegistry {
             )
             .await;
         match made {
-            Ok(session) => Ok(session),
+            Ok(session) => {
+                // Taken by force (or from this replica's previous run):
+                // the old holder may serve until its lease runs out, so
+                // the answer waits for that.
+                let now_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                let wait = std::time::Duration::from_millis(serves_from_ms.saturating_sub(now_ms));
+                tokio::time::sleep(wait).await;
+                Ok(session)
+            }
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&session_dir);
                 // Another replica may recover it instead.

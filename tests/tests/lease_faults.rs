@@ -1,0 +1,469 @@
+//! Leases and snapshots when the way to the bucket fails: real
+//! `wsfs-server` replicas on one real S3 API (`moto_server`), a
+//! fault-injecting forwarder ([`wsfs_tests::forwarder`]) between a replica
+//! and the bucket that cuts the link, answers 503 or drops one answer after
+//! the bucket acted on the request; and a `file://` bucket whose objects a
+//! test removes or damages.
+//!
+//! The S3 tests need `moto_server`; without it they say so and pass,
+//! unless `WSFS_REQUIRE_TOOLS=1`.
+
+use sha2::{Digest, Sha256};
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tonic::Code;
+use wsfs_client::{Client, Session, SessionOptions};
+use wsfs_tests::cluster::{fresh_dir, Replica, ReplicaSetup};
+use wsfs_tests::forwarder::{Action, Forwarder, Link};
+use wsfs_tests::kit::workspace_state;
+use wsfs_tests::moto::{Moto, BUCKET, PREFIX};
+
+/// Short, so that a lost replica's lease runs out within a test; the
+/// holder renews every third of it and stops serving a quarter of it
+/// before it runs out.
+const LEASE_TTL: Duration = Duration::from_secs(3);
+/// Generous: a loaded machine delays renewals and calls.
+const PATIENCE: Duration = Duration::from_secs(40);
+
+fn setup(bucket: &str, index: usize, envs: Vec<(String, String)>) -> ReplicaSetup {
+    ReplicaSetup::mirrored(bucket, index, LEASE_TTL, envs)
+}
+
+fn s3_url() -> String {
+    format!("s3://{BUCKET}/{PREFIX}")
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Replica 0 reaching the bucket through a forwarder, replica 1 directly.
+struct Pair {
+    moto: Moto,
+    forwarder: Forwarder,
+    r0: Replica,
+    r1: Replica,
+    c0: Client,
+    c1: Client,
+    dir: std::path::PathBuf,
+}
+
+impl Pair {
+    async fn start() -> Option<Pair> {
+        let moto = Moto::start()?;
+        let forwarder = Forwarder::start(moto.addr);
+        let dir = fresh_dir();
+        let r0 = Replica::start(
+            &dir,
+            0,
+            &setup(&s3_url(), 0, moto.envs_via(&forwarder.url())),
+        );
+        let r1 = Replica::start(&dir, 1, &setup(&s3_url(), 1, moto.envs()));
+        let c0 = Client::connect(&r0.url()).await.unwrap();
+        let c1 = Client::connect(&r1.url()).await.unwrap();
+        Some(Pair {
+            moto,
+            forwarder,
+            r0,
+            r1,
+            c0,
+            c1,
+            dir,
+        })
+    }
+
+    /// The lease generations of session `id` in the bucket, with their
+    /// holder and expiry, lowest first.
+    fn leases(&self, id: &str) -> Vec<(String, serde_json::Value)> {
+        let under = format!("sessions/{id}/lease/");
+        self.moto
+            .keys(&under)
+            .into_iter()
+            .filter_map(|g| {
+                let body = self.moto.get(&format!("{under}{g}"))?;
+                Some((g, serde_json::from_slice(&body).ok()?))
+            })
+            .collect()
+    }
+
+    /// The snapshot records of session `id` in the bucket.
+    fn snapshot_records(&self, id: &str) -> std::collections::BTreeSet<String> {
+        self.moto.keys(&format!("sessions/{id}/snapshots/"))
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        self.r0.kill();
+        self.r1.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn session_on(client: &Client, text: &str) -> (Session, String) {
+    let (session, info) = client.create(SessionOptions::directory()).await.unwrap();
+    session.write_str("a.txt", text).await.unwrap();
+    (session, info.id)
+}
+
+/// Writes `text` to `a.txt` as soon as the replica serves the session
+/// again (it answers UNAVAILABLE, and nothing else, until then), reads it
+/// back, and returns when the write was acknowledged (ms since the
+/// epoch); `what` names the case in a failure.
+async fn write_once_served(session: &Session, text: &str, what: &str) -> u64 {
+    let started = Instant::now();
+    let acknowledged = loop {
+        match session.write_str("a.txt", text).await {
+            Ok(_) => break now_ms(),
+            Err(e) => {
+                assert_eq!(e.code(), Code::Unavailable, "{what}: {e}");
+                assert!(
+                    started.elapsed() < PATIENCE,
+                    "{what}: never served again: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(
+        session.read_to_string("a.txt").await.unwrap(),
+        text,
+        "{what}"
+    );
+    acknowledged
+}
+
+fn assert_leased_to(err: &wsfs::Error, holder: &str) {
+    match err {
+        wsfs::Error::SessionLeased { holder: h, .. } => assert_eq!(h, holder, "{err}"),
+        other => panic!("not SESSION_LEASED naming '{holder}': {other:?}"),
+    }
+}
+
+/// Finding 1: replica 0 is cut off from the bucket until its lease runs
+/// out, replica 1 recovers the session (no force) and writes, renewing
+/// meanwhile (which removes the old generations); the link comes back.
+/// Replica 0 never acknowledges a write again, and soon refuses with
+/// SESSION_LEASED naming replica 1; the session holds replica 1's write.
+#[tokio::test]
+async fn a_holder_cut_off_while_its_session_is_recovered_elsewhere_never_writes_again() {
+    let Some(pair) = Pair::start().await else {
+        return;
+    };
+    let (s0, id) = session_on(&pair.c0, "before\n").await;
+    pair.c0.snapshot(&id, "kept").await.unwrap();
+
+    pair.forwarder.set_link(Link::Cut);
+    let started = Instant::now();
+    loop {
+        match pair.c1.recover_session(&id, None, false).await {
+            Ok(_) => break,
+            Err(e) if started.elapsed() < PATIENCE => {
+                assert_leased_to(&e, "replica-0");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the session was never recovered on replica 1: {e}"),
+        }
+    }
+    let s1 = pair.c1.session(&id);
+    s1.write_str("a.txt", "written on r1\n").await.unwrap();
+    // Replica 1 renews a few times: the generations replica 0 built on
+    // are removed.
+    let first = pair.leases(&id).last().map(|(g, _)| g.clone());
+    let started = Instant::now();
+    while pair.leases(&id).last().map(|(g, _)| g.clone()) <= first {
+        assert!(started.elapsed() < PATIENCE, "replica 1 never renewed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(LEASE_TTL).await;
+
+    pair.forwarder.set_link(Link::Up);
+    let started = Instant::now();
+    let refusal = loop {
+        match s0.write_str("a.txt", "written on r0\n").await {
+            Ok(_) => panic!(
+                "replica 0 acknowledged a write to a session replica 1 holds (leases: {:?})",
+                pair.leases(&id)
+            ),
+            Err(e) if e.reason() == "SESSION_LEASED" => break e,
+            Err(e) => {
+                assert_eq!(e.code(), Code::Unavailable, "{e}");
+                assert!(
+                    started.elapsed() < PATIENCE,
+                    "replica 0 never learnt it lost the session: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_leased_to(&refusal, "replica-1");
+    // A few renewal periods more: replica 0 still refuses.
+    for _ in 0..10 {
+        tokio::time::sleep(LEASE_TTL / 5).await;
+        let err = s0.write_str("a.txt", "written on r0\n").await.unwrap_err();
+        assert_leased_to(&err, "replica-1");
+    }
+    assert_eq!(s1.read_to_string("a.txt").await.unwrap(), "written on r1\n");
+}
+
+/// A holder cut off from the bucket (every connection closed, then, the
+/// second time, every request held without an answer) stops
+/// acknowledging writes before the lease it last wrote runs out (with a
+/// quarter of the lease to spare for clocks), refusing UNAVAILABLE (not
+/// SESSION_LEASED: nobody else holds it); once the bucket is back and a
+/// renewal succeeds, it serves again.
+#[tokio::test]
+async fn a_partitioned_holder_stops_accepting_writes_before_its_lease_runs_out() {
+    let Some(pair) = Pair::start().await else {
+        return;
+    };
+    let (s0, id) = session_on(&pair.c0, "before\n").await;
+    for fault in [Link::Cut, Link::Stalled] {
+        pair.forwarder.set_link(fault);
+        let cut_at = Instant::now();
+        let mut last_acknowledged_ms = now_ms();
+        let refusal = loop {
+            match s0.write_str("a.txt", "during the fault\n").await {
+                Ok(_) => last_acknowledged_ms = now_ms(),
+                Err(e) => break e,
+            }
+            assert!(
+                cut_at.elapsed() < PATIENCE,
+                "{fault:?}: replica 0 kept acknowledging writes without reaching the bucket"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(refusal.code(), Code::Unavailable, "{fault:?}: {refusal}");
+        assert_eq!(refusal.reason(), "UNAVAILABLE", "{fault:?}: {refusal}");
+        // Whatever lease reached the bucket last, the last write came
+        // before it ran out.
+        let expiry = pair
+            .leases(&id)
+            .iter()
+            .filter_map(|(_, lease)| lease["expires_at_ms"].as_u64())
+            .max()
+            .expect("a lease in the bucket");
+        assert!(
+            last_acknowledged_ms < expiry,
+            "{fault:?}: a write was acknowledged at {last_acknowledged_ms}, after the lease ran out at {expiry}"
+        );
+        eprintln!(
+            "{fault:?}: the last write was acknowledged {} ms before the lease ran out",
+            expiry - last_acknowledged_ms
+        );
+
+        pair.forwarder.set_link(Link::Up);
+        write_once_served(&s0, "after the fault\n", &format!("{fault:?}")).await;
+    }
+}
+
+/// Finding 2: a lease renewal reaches the bucket and its answer is lost;
+/// the next renewal finds that generation there, written by this very
+/// process, and goes on: the replica keeps serving the session.
+#[tokio::test]
+async fn a_renewal_whose_answer_was_lost_is_recognised_as_the_replicas_own() {
+    let Some(pair) = Pair::start().await else {
+        return;
+    };
+    let (s0, id) = session_on(&pair.c0, "before\n").await;
+    pair.forwarder
+        .add_rule("PUT", "/lease/", Action::DropAnswer, 1);
+    let lease_puts_after_the_drop = || {
+        let seen = pair.forwarder.seen();
+        let dropped = seen
+            .iter()
+            .position(|s| s.action == Some(Action::DropAnswer));
+        dropped.map_or(0, |at| {
+            seen[at + 1..]
+                .iter()
+                .filter(|s| s.method == "PUT" && s.path.contains("/lease/"))
+                .count()
+        })
+    };
+    let started = Instant::now();
+    while lease_puts_after_the_drop() < 2 && started.elapsed() < PATIENCE {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Served through it all: a write now, and one after more renewals.
+    for text in ["after the lost answer\n", "later still\n"] {
+        // UNAVAILABLE at most (a renewal late on a loaded machine), never
+        // SESSION_LEASED.
+        write_once_served(&s0, text, "after the lost answer").await;
+        tokio::time::sleep(LEASE_TTL).await;
+    }
+    assert!(
+        lease_puts_after_the_drop() >= 2,
+        "the replica stopped renewing: {:?}",
+        pair.forwarder.seen()
+    );
+    let holders: Vec<_> = pair
+        .leases(&id)
+        .into_iter()
+        .map(|(_, l)| l["holder"].clone())
+        .collect();
+    assert!(
+        !holders.is_empty() && holders.iter().all(|h| h == "replica-0"),
+        "{holders:?}"
+    );
+}
+
+/// Finding 3: a Snapshot whose session record (then, another time, whose
+/// own record) the bucket refuses (503, every try) fails UNAVAILABLE and
+/// leaves no snapshot record in the bucket, nor on the replica; the next
+/// one goes through and is the only one there.
+#[tokio::test]
+async fn a_snapshot_whose_records_the_bucket_refuses_leaves_no_record_there() {
+    let Some(pair) = Pair::start().await else {
+        return;
+    };
+    let (_s0, id) = session_on(&pair.c0, "before\n").await;
+    for refused in ["/session.json", "/snapshots/"] {
+        pair.forwarder
+            .add_rule("PUT", refused, Action::Status(503), usize::MAX);
+        let err = pair.c0.snapshot(&id, "doomed").await.unwrap_err();
+        assert_eq!(err.code(), Code::Unavailable, "{refused}: {err}");
+        pair.forwarder.clear_rules();
+        assert_eq!(
+            pair.snapshot_records(&id),
+            Default::default(),
+            "{refused} refused: a record was left in the bucket"
+        );
+        assert_eq!(pair.c0.list_snapshots(&id).await.unwrap(), vec![]);
+    }
+    let kept = pair.c0.snapshot(&id, "kept").await.unwrap();
+    assert_eq!(
+        pair.snapshot_records(&id),
+        [format!("{}.json", kept.id)].into_iter().collect()
+    );
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A fresh directory for replicas, a `file://` bucket in it, and its URL.
+fn file_bucket() -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let dir = fresh_dir();
+    let bucket = dir.join("bucket");
+    let url = format!("file://{}", bucket.display());
+    (dir, bucket, url)
+}
+
+/// Replica 0 on the `file://` bucket `url`, and a client of it.
+async fn file_replica(dir: &Path, url: &str) -> (Replica, Client) {
+    let replica = Replica::start(dir, 0, &setup(url, 0, vec![]));
+    let client = Client::connect(&replica.url()).await.unwrap();
+    (replica, client)
+}
+
+/// The name and bytes of every file in `dir`.
+fn files_in(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let bytes = std::fs::read(e.path()).ok()?;
+            Some((e.file_name().to_string_lossy().into_owned(), bytes))
+        })
+        .collect()
+}
+
+/// Every file of a `file://` bucket's `dir` whose bytes do not hash to
+/// its name.
+fn misnamed(dir: &Path) -> Vec<String> {
+    files_in(dir)
+        .into_iter()
+        .filter(|(name, bytes)| sha256_hex(bytes) != *name)
+        .map(|(name, _)| name)
+        .collect()
+}
+
+/// Finding 4: contents and manifests that vanished from the bucket, or
+/// were damaged there, after a first Snapshot are sent again by the next
+/// one before it answers OK, whatever the replica remembered; the second
+/// snapshot is then recoverable on another replica, byte for byte.
+#[tokio::test]
+async fn a_snapshot_repairs_what_the_bucket_lost_or_damaged_before_answering() {
+    let (dir, bucket, url) = file_bucket();
+    let (mut r0, c0) = file_replica(&dir, &url).await;
+    let (session, id) = session_on(&c0, "alpha\n").await;
+    session.write_str("dir/b.txt", "beta\n").await.unwrap();
+    session.write_str("c.txt", "gamma\n").await.unwrap();
+    c0.snapshot(&id, "first").await.unwrap();
+    let state = workspace_state(&session).await;
+
+    let objects = bucket.join("objects");
+    std::fs::write(objects.join(sha256_hex(b"alpha\n")), b"damaged").unwrap();
+    std::fs::remove_file(objects.join(sha256_hex(b"beta\n"))).unwrap();
+    std::fs::remove_dir_all(bucket.join("trees")).unwrap();
+
+    let second = c0.snapshot(&id, "second").await.unwrap();
+    for text in ["alpha\n", "beta\n", "gamma\n"] {
+        let held = std::fs::read(objects.join(sha256_hex(text.as_bytes())));
+        assert_eq!(
+            held.ok().as_deref(),
+            Some(text.as_bytes()),
+            "the content of {text:?} in the bucket"
+        );
+    }
+    assert_eq!(misnamed(&objects), Vec::<String>::new());
+    assert_eq!(misnamed(&bucket.join("trees")), Vec::<String>::new());
+    assert!(
+        std::fs::read_dir(bucket.join("trees")).is_ok_and(|d| d.count() >= 2),
+        "the root and dir/ manifests are back"
+    );
+
+    r0.kill();
+    let r1 = Replica::start(&dir, 1, &setup(&url, 1, vec![]));
+    let c1 = Client::connect(&r1.url()).await.unwrap();
+    c1.recover_session(&id, Some(&second.id), true)
+        .await
+        .unwrap();
+    assert_eq!(workspace_state(&c1.session(&id)).await, state);
+    drop(r1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The expiries of every lease generation of session `id` in a `file://`
+/// bucket.
+fn file_lease_expiries(bucket: &Path, id: &str) -> Vec<u64> {
+    files_in(&bucket.join("sessions").join(id).join("lease"))
+        .into_iter()
+        .filter_map(|(_, bytes)| {
+            let lease: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+            lease["expires_at_ms"].as_u64()
+        })
+        .collect()
+}
+
+/// A replica killed and restarted at once, same id and data directory, is
+/// another incarnation: it serves its session again only once the lease
+/// its previous run wrote has run out (that run might still be serving,
+/// for all the new one knows), answering UNAVAILABLE until then.
+#[tokio::test]
+async fn a_restarted_replica_serves_its_sessions_once_its_previous_runs_lease_ran_out() {
+    let (dir, bucket, url) = file_bucket();
+    let (mut r0, c0) = file_replica(&dir, &url).await;
+    let (_session, id) = session_on(&c0, "before\n").await;
+    r0.kill();
+    let previous_expiry = file_lease_expiries(&bucket, &id)
+        .into_iter()
+        .max()
+        .expect("a lease");
+
+    let (r0, c0) = file_replica(&dir, &url).await;
+    let served_at = write_once_served(&c0.session(&id), "after the restart\n", "restart").await;
+    assert!(
+        served_at >= previous_expiry,
+        "served at {served_at}, before the previous run's lease ran out at {previous_expiry}"
+    );
+    drop(r0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
