@@ -111,7 +111,9 @@ impl CanonicalPath {
             return Err(Error::InvalidPath {
                 path: raw.to_string(),
                 message: format!(
-                    "path '{raw}' has {} segments; this session allows at most {}",
+                    "path '{raw}' has {} segments; this session allows at most {} (its \
+                     max_path_depth, chosen when it is created: `wsfs session create \
+                     --max-path-depth N`)",
                     segments.len(),
                     limits.max_depth
                 ),
@@ -124,7 +126,9 @@ impl CanonicalPath {
             return Err(Error::InvalidPath {
                 path: raw.to_string(),
                 message: format!(
-                    "path segment '{long}' is longer than {} characters, this session's limit",
+                    "path segment '{long}' is longer than {} characters, this session's limit \
+                     (its max_segment_length, chosen when it is created: `wsfs session create \
+                     --max-segment-length N`)",
                     limits.max_segment_chars
                 ),
             });

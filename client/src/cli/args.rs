@@ -99,7 +99,10 @@ pub struct Global {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create, list, show and remove sessions.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  export WSFS_SESSION=$(wsfs session create)\n  wsfs session create --directory --max-write-bytes 1G --ttl 3600\n  wsfs session list\n  wsfs session rm $WSFS_SESSION"
+    )]
     Session(SessionCommand),
     /// List a directory.
     #[command(after_help = "Example:\n  wsfs ls -l src\n  wsfs ls -R --json")]
@@ -133,7 +136,9 @@ pub enum Command {
     )]
     Edit(EditArgs),
     /// Remove files, or directories with -r.
-    #[command(after_help = "Example:\n  wsfs rm -rf build")]
+    #[command(
+        after_help = "As rm: a directory needs -r, even an empty one; a path that fails is reported\nand the others are still removed (exit 1).\n\nExample:\n  wsfs rm -rf build"
+    )]
     Rm(RmArgs),
     /// Create directories.
     #[command(after_help = "Example:\n  wsfs mkdir -p src/bin")]
@@ -161,7 +166,9 @@ pub enum Command {
     )]
     Grep(GrepArgs),
     /// Print change events as they happen, one line each.
-    #[command(after_help = "Example:\n  wsfs watch src --json")]
+    #[command(
+        after_help = "Each line starts with the event's sequence number. Without --since, events\nstart from now; --since N replays the events after N that the server still holds\n(then goes on live), and --since 0 replays from the first; events too old to be\nheld give one RESYNC line instead: read the workspace again.\n\nExamples:\n  wsfs watch src --json\n  wsfs watch --since 0\n  wsfs watch --since 42 -g '*.rs'"
+    )]
     Watch(WatchArgs),
     /// Serve the session to an AI agent as an MCP server on stdio.
     #[command(
@@ -189,16 +196,23 @@ pub enum Command {
         shell: clap_complete::Shell,
     },
     /// Take, list, restore and remove snapshots of the session.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "SNAPSHOT is an id, a tag, or the start of an id (4 characters or more).\n\nExamples:\n  wsfs snapshot create --tag before-refactor\n  wsfs snapshot diff before-refactor\n  wsfs snapshot restore before-refactor"
+    )]
     Snapshot(SnapshotCommand),
     /// Save the session (or a snapshot) as a ZIP archive.
     #[command(after_help = "Example:\n  wsfs export workspace.zip")]
     Export(ExportArgs),
-    /// Replace the session's files with a ZIP archive's.
-    #[command(after_help = "Example:\n  wsfs import workspace.zip")]
+    /// Replace the session's files with a wsfs archive's, or add an ordinary
+    /// zip or tar's files.
+    #[command(after_help = IMPORT_HELP)]
     Import(ImportArgs),
     /// Issue bearer tokens for callers.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Issuing needs the admin token or the session's system token (the one\n`wsfs session create` prints once).\n\nExample:\n  WSFS_TOKEN=$(wsfs token issue agent-1) wsfs write home/agent-1/notes.md hi"
+    )]
     Token(TokenCommand),
     /// Mirror a remote directory into a local one (only files that differ).
     #[command(after_help = PULL_HELP)]
@@ -206,6 +220,93 @@ pub enum Command {
     /// Mirror a local directory into a remote one (only files that differ).
     #[command(after_help = PUSH_HELP)]
     Push(SyncArgs),
+    /// Show a directory as a tree.
+    #[command(after_help = "Example:\n  wsfs tree src\n  wsfs tree -L 2")]
+    Tree(TreeArgs),
+    /// Bytes used under each directory.
+    #[command(
+        disable_help_flag = true,
+        after_help = "Sizes are the files' bytes (not disk blocks). As du: every directory, then PATH's\ntotal; -d 0 (or --summarize) prints the total alone. `-s` is the global --session\nflag here, not du's -s.\n\nExamples:\n  wsfs du -h -d 0\n  wsfs du -h -d 1 src"
+    )]
+    Du(DuArgs),
+    /// Print the first lines of a text file.
+    #[command(after_help = "Example:\n  wsfs head -n 5 README.md")]
+    Head(HeadArgs),
+    /// Print the last lines of a text file.
+    #[command(after_help = "Example:\n  wsfs tail -n 20 logs/run.log")]
+    Tail(HeadArgs),
+    /// Create empty files, or set an existing one's modification time to now.
+    #[command(after_help = "Example:\n  wsfs touch notes/todo.md")]
+    Touch(TouchArgs),
+    /// Print this client's version, and whether the server answers.
+    #[command(after_help = "Example:\n  wsfs version")]
+    Version,
+    /// Check the connection: the server answers, over TLS or plaintext, what
+    /// it enables, whether the token works, and what to fix.
+    #[command(
+        after_help = "Exit status: 0 when every check passes, 1 otherwise.\n\nExample:\n  wsfs doctor\n  WSFS_SERVER=https://wsfs.example:50051 WSFS_CA=ca.pem wsfs doctor"
+    )]
+    Doctor,
+}
+
+const IMPORT_HELP: &str = "\
+A wsfs archive (from `wsfs export`) replaces the whole workspace at once: the
+server checks it first, and a refused archive changes nothing.
+
+An ordinary archive (a zip, a tar, a gzipped tar) is added to the workspace as
+tar extracts: each file is written (replacing one at the same path), the other
+files stay. A file the session refuses (its limits, a path too deep) is
+reported and the others still written (exit 1). Symbolic links and special
+files are skipped. From stdin, a tar or tar.gz is read as it comes; a zip needs
+its file's path, unless it is a wsfs archive.
+
+Examples:
+  wsfs import workspace.zip
+  wsfs import --strip-components 1 --prefix vendor/lib lib-1.2.tar.gz";
+
+#[derive(Debug, Args)]
+pub struct TreeArgs {
+    #[arg(default_value = "")]
+    pub path: String,
+    /// Levels to show (default: all).
+    #[arg(short = 'L', long = "level", value_name = "N")]
+    pub level: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct DuArgs {
+    /// Directories (or files) to measure (default: the whole workspace).
+    pub paths: Vec<String>,
+    /// Only the total of each PATH, as `-d 0` (`-s` is the global
+    /// --session flag).
+    #[arg(long, conflicts_with = "max_depth")]
+    pub summarize: bool,
+    /// Show directories at most this far below each PATH.
+    #[arg(short = 'd', long, value_name = "N")]
+    pub max_depth: Option<u32>,
+    /// Sizes for people (1.5 MiB).
+    #[arg(short = 'h', long)]
+    pub human_readable: bool,
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
+}
+
+#[derive(Debug, Args)]
+pub struct HeadArgs {
+    pub path: String,
+    /// Lines to print.
+    #[arg(short = 'n', long, default_value_t = 10, value_name = "N")]
+    pub lines: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct TouchArgs {
+    #[arg(required = true)]
+    pub paths: Vec<String>,
+    /// Do not create missing files.
+    #[arg(short = 'c', long)]
+    pub no_create: bool,
 }
 
 /// Shared by pull and push: `after_help` needs one literal.
@@ -237,7 +338,7 @@ pub enum SessionCommand {
     Create(Box<SessionCreateArgs>),
     /// List the server's sessions.
     #[command(
-        after_help = "Examples:\n  wsfs session list --label owner=ci\n  wsfs session list --json"
+        after_help = "Needs the admin token when the server has tokens on. Through a proxy in front of\nseveral servers, this lists only the sessions of the one server the proxy sends\nthe call to: ask each server directly (--server) for the whole list.\n\nExamples:\n  wsfs session list --label owner=ci\n  wsfs session list --json"
     )]
     List {
         /// Only sessions with this label KEY=VALUE (repeatable: all of them).
@@ -281,6 +382,8 @@ pub struct SessionCreateArgs {
     /// With --directory: an existing directory inside the server's allowed roots.
     #[arg(long, requires = "directory")]
     pub root: Option<PathBuf>,
+    /// Refuse every change to the files (READ_ONLY): for a session that
+    /// serves a tree to readers only.
     #[arg(long)]
     pub read_only: bool,
     /// Swarm layout: shared/, home/<caller>/, sys/.
@@ -355,6 +458,9 @@ pub struct LsArgs {
     /// Levels to descend (1 = the directory's own entries).
     #[arg(long)]
     pub depth: Option<u32>,
+    /// Accepted for ls habits: names starting with `.` are always listed.
+    #[arg(short = 'a', long)]
+    pub all: bool,
 }
 
 #[derive(Debug, Args)]
@@ -507,6 +613,7 @@ pub struct GrepArgs {
     pub pattern: String,
     /// Directories or files to search (default: the whole workspace).
     pub paths: Vec<String>,
+    /// Match letters in either case (`todo` finds `TODO` and `Todo`).
     #[arg(short = 'i', long)]
     pub ignore_case: bool,
     /// The pattern is literal text.
@@ -541,9 +648,12 @@ pub struct GrepArgs {
     /// or -c, 1,000,000).
     #[arg(short = 'm', long)]
     pub max: Option<u64>,
-    /// Accepted for grep habits; line numbers are always shown.
-    #[arg(short = 'n', long, hide = true)]
+    /// Accepted for grep habits: line numbers are always shown.
+    #[arg(short = 'n', long)]
     pub line_number: bool,
+    /// Accepted for grep habits: directories are always searched whole.
+    #[arg(short = 'r', long, short_alias = 'R')]
+    pub recursive: bool,
     /// Colour: auto (on a terminal, unless NO_COLOR), always, never.
     #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
@@ -563,8 +673,9 @@ pub struct WatchArgs {
     /// Only paths matching this glob.
     #[arg(short = 'g', long)]
     pub glob: Option<String>,
-    /// Resume after this event sequence number.
-    #[arg(long)]
+    /// Replay the events after this sequence number, then go on live (0:
+    /// from the first event the server holds).
+    #[arg(long, value_name = "SEQ")]
     pub since: Option<u64>,
     /// Only the directory's own entries, not its subdirectories.
     #[arg(long)]
@@ -626,8 +737,15 @@ pub struct ExportArgs {
 
 #[derive(Debug, Args)]
 pub struct ImportArgs {
-    /// The ZIP to read (`-` for stdin).
+    /// The archive to read: a .zip, .tar, .tar.gz or .tgz (`-` for stdin).
     pub file: String,
+    /// Drop this many leading components from each path in an ordinary
+    /// archive, as tar does.
+    #[arg(long, value_name = "N")]
+    pub strip_components: Option<usize>,
+    /// Put an ordinary archive's files under this directory.
+    #[arg(long, value_name = "DIR")]
+    pub prefix: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

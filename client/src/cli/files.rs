@@ -1,9 +1,9 @@
-//! File commands: ls, cat, get, put, write, append, edit, rm, mkdir, mv,
-//! cp, stat, chmod.
+//! File commands: ls, tree, du, cat, head, tail, get, put, write, append,
+//! edit, rm, mkdir, mv, cp, stat, chmod, touch.
 
 use super::args::{
-    CatArgs, ChmodArgs, EditArgs, GetArgs, LsArgs, MkdirArgs, PutArgs, RmArgs, StatArgs,
-    TransferArgs, WriteArgs,
+    CatArgs, ChmodArgs, DuArgs, EditArgs, GetArgs, HeadArgs, LsArgs, MkdirArgs, PutArgs, RmArgs,
+    StatArgs, TouchArgs, TransferArgs, TreeArgs, WriteArgs,
 };
 use super::output::{self, print_json, println};
 use super::{local, Ctx, Failure, Outcome};
@@ -37,6 +37,17 @@ pub async fn ls(ctx: &mut Ctx, args: LsArgs) -> Outcome {
             "truncated": listing.truncated,
         }));
     }
+    // Columns as wide as their widest value, as ls -l: a DIRECTORY
+    // session's versions are 16-digit clocks where MEMORY counts from 1.
+    let width = |value: fn(&wsfs_client::Metadata) -> u64| {
+        listing
+            .entries
+            .iter()
+            .map(|e| value(e).to_string().len())
+            .max()
+            .unwrap_or(1)
+    };
+    let (size_width, version_width) = (width(|e| e.size), width(|e| e.version));
     for entry in &listing.entries {
         let shown = entry
             .path
@@ -54,7 +65,7 @@ pub async fn ls(ctx: &mut Ctx, args: LsArgs) -> Outcome {
                 FileKind::Symlink => 'l',
             };
             println(&format!(
-                "{kind}{} {:>12} {} v{:<6} {shown}{suffix}",
+                "{kind}{} {:>size_width$} {} v{:<version_width$} {shown}{suffix}",
                 entry.permissions,
                 entry.size,
                 output::time(entry.modified),
@@ -89,9 +100,9 @@ pub async fn cat(ctx: &mut Ctx, args: CatArgs) -> Outcome {
         while let Some(chunk) = chunks.next().await {
             out.write_all(&chunk?)
                 .await
-                .map_err(local("cannot write to stdout"))?;
+                .map_err(output::stdout_failed)?;
         }
-        return out.flush().await.map_err(local("cannot write to stdout"));
+        return out.flush().await.map_err(output::stdout_failed);
     }
     if args.bytes {
         let range = ByteRange {
@@ -313,9 +324,24 @@ pub async fn upload<R: AsyncRead + Send + 'static>(
             chunk.map_err(|e| Error::internal(format!("reading the upload for '{source}': {e}")))
         })
         .boxed();
-    let outcome = session.write_bytes(path, options, data).await?;
+    let outcome = session.write_bytes(path, options, data).await;
     bar.finish_and_clear();
-    Ok(outcome)
+    match (outcome, size) {
+        // The server counts the bytes it received before refusing; the
+        // file's own size is the figure to act on.
+        (Err(Error::TooLarge { path, limit, .. }), Some(size)) => {
+            Err(Error::TooLarge { path, size, limit }.into())
+        }
+        (Err(Error::TooLarge { path, size, limit }), None) => Err(Failure::Hinted(
+            Error::TooLarge { path, size, limit },
+            format!(
+                "the upload passed this session's per-write limit of {} after {} bytes; create a session with a larger limit, e.g. `wsfs session create --max-write-bytes 1G` (up to the server's --max-write-bytes)",
+                output::human_size(limit),
+                size
+            ),
+        )),
+        (outcome, _) => Ok(outcome?),
+    }
 }
 
 fn wrote(outcome: &WriteOutcome) -> String {
@@ -407,6 +433,9 @@ pub async fn edit(ctx: &mut Ctx, args: EditArgs) -> Outcome {
     ))
 }
 
+/// As rm(1): a directory, even an empty one, needs -r; a path that fails
+/// is reported and the others are still removed, and the command then
+/// fails.
 pub async fn rm(ctx: &mut Ctx, args: RmArgs) -> Outcome {
     let session = ctx.session().await?;
     let options = DeleteOptions {
@@ -415,19 +444,46 @@ pub async fn rm(ctx: &mut Ctx, args: RmArgs) -> Outcome {
         if_version: None,
     };
     let mut results = Vec::new();
+    let mut failures = Vec::new();
     for raw in &args.paths {
-        let path = parse_path(raw)?;
-        let deleted = session.delete(&path, options).await?;
-        if !ctx.json && !ctx.quiet && deleted > 0 {
-            println(&format!("removed {path} ({})", entries_text(deleted)))?;
+        match rm_one(&session, raw, options).await {
+            Ok((path, deleted)) => {
+                if !ctx.json && !ctx.quiet && deleted > 0 {
+                    println(&format!("removed {path} ({})", entries_text(deleted)))?;
+                }
+                results.push(json!({"path": path.as_str(), "deleted": deleted}));
+            }
+            Err(failure) => failures.push(failure),
         }
-        results.push(json!({"path": path.as_str(), "deleted": deleted}));
     }
     if ctx.json {
         let total: u64 = results.iter().filter_map(|r| r["deleted"].as_u64()).sum();
         print_json(&json!({"paths": results, "deleted": total}))?;
     }
-    Ok(())
+    let last = failures.pop();
+    for failure in failures {
+        let (reason, message) = failure.text();
+        eprintln!("wsfs: {reason}: {message}");
+    }
+    last.map_or(Ok(()), Err)
+}
+
+async fn rm_one(
+    session: &Session,
+    raw: &str,
+    options: DeleteOptions,
+) -> Outcome<(CanonicalPath, u64)> {
+    let path = parse_path(raw)?;
+    if !options.recursive && session.exists(&path).await? == Some(FileKind::Directory) {
+        return Err(Failure::Hinted(
+            Error::IsADirectory {
+                path: path.as_str().to_string(),
+            },
+            format!("cannot remove '{path}' without -r: `wsfs rm -r {raw}` removes it with its contents"),
+        ));
+    }
+    let deleted = session.delete(&path, options).await?;
+    Ok((path, deleted))
 }
 
 pub async fn mkdir(ctx: &mut Ctx, args: MkdirArgs) -> Outcome {
@@ -527,10 +583,26 @@ pub async fn transfer(ctx: &mut Ctx, args: TransferArgs, is_move: bool) -> Outco
         overwrite: args.overwrite,
         ..TransferOptions::default()
     };
-    let entries = if is_move {
-        session.rename(&source, &destination, options).await?
+    let done = if is_move {
+        session.rename(&source, &destination, options).await
     } else {
-        session.copy(&source, &destination, options).await?
+        session.copy(&source, &destination, options).await
+    };
+    let entries = match done {
+        // A source that is not in the session but is on this machine: the
+        // user meant an upload.
+        Err(e @ Error::FileNotFound { .. })
+            if e.path() == Some(source.as_str()) && Path::new(&args.source).exists() =>
+        {
+            return Err(Failure::Hinted(
+                e,
+                format!(
+                    "'{}' is a path on this machine, not in the session: upload it with `wsfs put {} {}` (a directory with `wsfs push`)",
+                    args.source, args.source, args.destination
+                ),
+            ));
+        }
+        other => other?,
     };
     let verb = if is_move { "moved" } else { "copied" };
     ctx.done(
@@ -571,4 +643,249 @@ pub async fn stat(ctx: &mut Ctx, args: StatArgs) -> Outcome {
         output::time(meta.modified),
         meta.version
     ))
+}
+
+/// Lists `base` to `depth` levels, refusing a listing the server cut
+/// short (a tree or a total of part of it would mislead).
+async fn whole_listing(
+    session: &Session,
+    base: &CanonicalPath,
+    depth: u32,
+) -> Outcome<Vec<wsfs_client::Metadata>> {
+    let listing = session.list(base, depth).await?;
+    if listing.truncated {
+        return Err(Failure::Local(format!(
+            "'{}' holds more entries than one listing returns; name a smaller directory",
+            base.display()
+        )));
+    }
+    Ok(listing.entries)
+}
+
+/// Each directory's entries, by the directory's path, in name order.
+fn children(
+    entries: Vec<wsfs_client::Metadata>,
+) -> std::collections::BTreeMap<String, Vec<wsfs_client::Metadata>> {
+    let mut by_parent: std::collections::BTreeMap<String, Vec<wsfs_client::Metadata>> =
+        Default::default();
+    for entry in entries {
+        let parent = entry
+            .path
+            .parent()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_default();
+        by_parent.entry(parent).or_default().push(entry);
+    }
+    for list in by_parent.values_mut() {
+        list.sort_by(|a, b| a.path.cmp(&b.path));
+    }
+    by_parent
+}
+
+pub async fn tree(ctx: &mut Ctx, args: TreeArgs) -> Outcome {
+    let session = ctx.session().await?;
+    let base = parse_path(&args.path)?;
+    let entries = whole_listing(&session, &base, args.level.unwrap_or(u32::MAX)).await?;
+    if ctx.json {
+        let all: Vec<_> = entries.iter().map(output::metadata).collect();
+        return print_json(&json!({"path": base.as_str(), "entries": all}));
+    }
+    let (dirs, files) = entries.iter().fold((0, 0), |(d, f), e| match e.kind {
+        FileKind::Directory => (d + 1, f),
+        _ => (d, f + 1),
+    });
+    let by_parent = children(entries);
+    println(&format!("{}", base.display()))?;
+    let mut lines = Vec::new();
+    tree_lines(&by_parent, base.as_str(), "", &mut lines);
+    for line in &lines {
+        println(line)?;
+    }
+    let plural =
+        |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    println(&format!(
+        "\n{}, {}",
+        plural(dirs, "directory", "directories"),
+        plural(files, "file", "files")
+    ))
+}
+
+/// The lines of `dir`'s subtree, drawn as tree(1) draws them.
+fn tree_lines(
+    by_parent: &std::collections::BTreeMap<String, Vec<wsfs_client::Metadata>>,
+    dir: &str,
+    indent: &str,
+    lines: &mut Vec<String>,
+) {
+    let Some(entries) = by_parent.get(dir) else {
+        return;
+    };
+    for (i, entry) in entries.iter().enumerate() {
+        let last = i + 1 == entries.len();
+        let name = entry.name();
+        let suffix = if entry.kind == FileKind::Directory {
+            "/"
+        } else {
+            ""
+        };
+        let branch = if last { "└── " } else { "├── " };
+        lines.push(format!("{indent}{branch}{name}{suffix}"));
+        if entry.kind == FileKind::Directory {
+            let deeper = format!("{indent}{}", if last { "    " } else { "│   " });
+            tree_lines(by_parent, entry.path.as_str(), &deeper, lines);
+        }
+    }
+}
+
+pub async fn du(ctx: &mut Ctx, args: DuArgs) -> Outcome {
+    let session = ctx.session().await?;
+    let max_depth = if args.summarize {
+        Some(0)
+    } else {
+        args.max_depth
+    };
+    let paths = if args.paths.is_empty() {
+        vec![String::new()]
+    } else {
+        args.paths.clone()
+    };
+    let mut rows = Vec::new();
+    for raw in &paths {
+        let base = parse_path(raw)?;
+        let meta = session.stat(&base).await?;
+        if meta.kind != FileKind::Directory {
+            rows.push((base.as_str().to_string(), meta.size));
+            continue;
+        }
+        let entries = whole_listing(&session, &base, u32::MAX).await?;
+        // Every directory's total: each file counts in all its ancestors
+        // up to the base.
+        let mut totals: std::collections::BTreeMap<String, u64> = Default::default();
+        totals.insert(base.as_str().to_string(), 0);
+        for entry in &entries {
+            if entry.kind == FileKind::Directory {
+                totals.entry(entry.path.as_str().to_string()).or_default();
+            }
+        }
+        for entry in entries.iter().filter(|e| e.kind == FileKind::File) {
+            let mut at = entry.path.parent();
+            while let Some(dir) = at {
+                if let Some(total) = totals.get_mut(dir.as_str()) {
+                    *total += entry.size;
+                }
+                if dir == base {
+                    break;
+                }
+                at = dir.parent();
+            }
+        }
+        // As du: children before their parent, the base last.
+        let mut dirs: Vec<_> = totals
+            .into_iter()
+            .filter(|(dir, _)| {
+                let below = segments(dir).count() - base.depth();
+                max_depth.is_none_or(|d| below <= d as usize)
+            })
+            .collect();
+        dirs.sort_by(|a, b| du_order(&a.0, &b.0));
+        rows.extend(dirs);
+    }
+    if ctx.json {
+        let all: Vec<_> = rows
+            .iter()
+            .map(|(path, bytes)| json!({"path": path, "bytes": bytes}))
+            .collect();
+        return print_json(&json!({ "paths": all }));
+    }
+    for (path, bytes) in &rows {
+        let size = if args.human_readable {
+            output::human_size(*bytes)
+        } else {
+            bytes.to_string()
+        };
+        let shown = if path.is_empty() { "/" } else { path.as_str() };
+        println(&format!("{size}\t{shown}"))?;
+    }
+    Ok(())
+}
+
+fn segments(path: &str) -> impl Iterator<Item = &str> {
+    path.split('/').filter(|s| !s.is_empty())
+}
+
+/// du's order: a directory after everything beneath it, siblings by name
+/// (segment by segment, so that `a/b` stays beside `a`).
+fn du_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let (mut x, mut y) = (segments(a), segments(b));
+    loop {
+        match (x.next(), y.next()) {
+            (Some(p), Some(q)) if p == q => continue,
+            (Some(p), Some(q)) => return p.cmp(q),
+            // The one that goes on is beneath the other: it comes first.
+            (Some(_), None) => return std::cmp::Ordering::Less,
+            (None, Some(_)) => return std::cmp::Ordering::Greater,
+            (None, None) => return std::cmp::Ordering::Equal,
+        }
+    }
+}
+
+pub async fn head(ctx: &mut Ctx, args: HeadArgs) -> Outcome {
+    let session = ctx.session().await?;
+    let path = parse_path(&args.path)?;
+    let range = LineRange {
+        offset: 0,
+        limit: Some(args.lines),
+    };
+    let page = session.read(&path, range).await?;
+    output::print_raw(page.content.as_bytes())
+}
+
+pub async fn tail(ctx: &mut Ctx, args: HeadArgs) -> Outcome {
+    let session = ctx.session().await?;
+    let path = parse_path(&args.path)?;
+    let first = LineRange {
+        offset: 0,
+        limit: Some(1),
+    };
+    let total = session.read(&path, first).await?.total_lines;
+    let rest = LineRange {
+        offset: total.saturating_sub(args.lines),
+        limit: None,
+    };
+    let page = session.read(&path, rest).await?;
+    output::print_raw(page.content.as_bytes())
+}
+
+/// As touch(1): a missing file is created empty (unless -c), an existing
+/// path's modification time becomes now.
+pub async fn touch(ctx: &mut Ctx, args: TouchArgs) -> Outcome {
+    let session = ctx.session().await?;
+    for raw in &args.paths {
+        let path = parse_path(raw)?;
+        let now = Attributes {
+            modified: Some(std::time::SystemTime::now()),
+            ..Attributes::default()
+        };
+        match session.set_attributes(&path, now).await {
+            Err(Error::FileNotFound { .. }) if !args.no_create => {
+                let options = WriteOptions {
+                    mode: WriteMode::Create,
+                    create_parents: false,
+                    ..WriteOptions::default()
+                };
+                match session.write(&path, "", options).await {
+                    // Made meanwhile by someone else: it exists, as asked.
+                    Err(Error::AlreadyExists { .. }) => {}
+                    other => {
+                        other?;
+                    }
+                }
+            }
+            Err(Error::FileNotFound { .. }) => {}
+            other => {
+                other?;
+            }
+        }
+    }
+    Ok(())
 }

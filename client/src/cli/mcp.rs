@@ -64,9 +64,20 @@ fn answer(result: Result<String, Error>) -> Result<CallToolResult, ErrorData> {
 
 /// `REASON: message. What to do.`
 fn refusal(error: &Error) -> String {
-    let message = error.to_string();
+    refusal_noted(error, None)
+}
+
+/// `REASON: message (note). What to do.`: the note says which part of the
+/// call failed (the edit of a multi_edit), apart from the path.
+fn refusal_noted(error: &Error, note: Option<&str>) -> String {
     let hint = match error {
         Error::FileNotFound { .. } => "Check the path with `list` or `glob`.",
+        Error::SessionNotFound { .. } => {
+            "The session is gone: the MCP server must be restarted with a new one."
+        }
+        Error::SnapshotNotFound { .. } => {
+            "Name a snapshot by its id, its tag or the start of its id: `list_snapshots` shows them."
+        }
         Error::AlreadyExists { .. } => {
             "Choose another path, or pass overwrite (move/copy) or mode \"overwrite\" (write)."
         }
@@ -84,25 +95,48 @@ fn refusal(error: &Error) -> String {
             "The file changed since you read it: `read` it again and retry with its new version."
         }
         Error::InvalidPath { .. } | Error::PathEscapesRoot { .. } => {
-            "Paths are relative to the workspace root and may not climb above it."
+            "Paths are relative to the workspace root, may not climb above it, and must fit the session's depth and name-length limits."
         }
         Error::InvalidPattern { .. } => "Fix the pattern (Rust regex syntax; pass fixed: true for literal text).",
-        Error::TooLarge { .. } => "Split the content, or read a smaller range.",
+        Error::InvalidArgument { .. } => "Fix the argument the message names, then call again.",
+        Error::TooLarge { .. } => "Split the content into smaller writes, or read a smaller range.",
         Error::OutOfRange { .. } => "Check the offset against the file's size with `stat`.",
-        Error::ReadOnly { .. } => "This session is read-only.",
+        Error::ReadOnly { .. } => "This session is read-only: nothing in it can be changed.",
         Error::PermissionDenied { .. } => {
             "This caller may not change that path (another caller's zone, or outside the workspace)."
         }
+        Error::Unauthenticated { .. } => {
+            "The MCP server's token was refused: it must be restarted with a valid WSFS_TOKEN."
+        }
         Error::QuotaExceeded { .. } => "The session is at a limit: delete files or ask for a larger session.",
-        Error::SessionNotFound { .. } => "The session is gone: the MCP server must be restarted with a new one.",
-        Error::Unavailable { .. } => "The wsfs server cannot be reached: try again shortly.",
-        _ => "",
+        Error::Unimplemented { .. } => "The wsfs server is older than this tool: do without this call.",
+        Error::FailedPrecondition { .. } => {
+            "The server is not set up for this (the message says what it lacks): do without it."
+        }
+        Error::SessionLeased { .. } => {
+            "Another wsfs server serves this session now: the MCP server must be pointed at it."
+        }
+        Error::Cancelled { .. } | Error::Unavailable { .. } => {
+            "The wsfs server cannot be reached or did not finish: try again shortly."
+        }
+        Error::Internal { .. } => "The wsfs server failed: try again; if it persists, report it.",
     };
-    if hint.is_empty() {
-        format!("{}: {message}", error.reason())
-    } else {
-        format!("{}: {message}. {hint}", error.reason())
-    }
+    let message = error.to_string();
+    let note = note.map(|n| format!(" ({n})")).unwrap_or_default();
+    format!("{}: {message}{note}. {hint}", error.reason())
+}
+
+/// A snapshot named as the CLI names it (id, tag or start of an id), with
+/// the CLI's resolver.
+async fn snapshot_id(client: &Client, session_id: &str, name: &str) -> Result<String, Error> {
+    super::sessions::resolve_snapshot_with(client, session_id, name)
+        .await
+        .map_err(|failure| match failure {
+            super::Failure::Remote(e) | super::Failure::Hinted(e, _) => e,
+            other => Error::InvalidArgument {
+                message: other.text().1,
+            },
+        })
 }
 
 fn kind(k: FileKind) -> &'static str {
@@ -277,14 +311,16 @@ struct SnapshotArgs {
 /// A snapshot, for `diff_snapshot`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct RestoreArgs {
-    /// The snapshot's id, from `snapshot` or `list_snapshots`.
+    /// The snapshot: its id, its tag, or the start of its id (4 characters
+    /// or more), from `snapshot` or `list_snapshots`.
     snapshot_id: String,
 }
 
 /// A snapshot to restore, whole or at one path.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct RestorePathArgs {
-    /// The snapshot's id, from `snapshot` or `list_snapshots`.
+    /// The snapshot: its id, its tag, or the start of its id (4 characters
+    /// or more), from `snapshot` or `list_snapshots`.
     snapshot_id: String,
     /// Only this file or directory (everything beneath it that the
     /// snapshot lacks is removed; the rest of the workspace is left as it
@@ -307,27 +343,40 @@ fn write_mode(mode: Option<&str>) -> Result<WriteMode, Error> {
     }
 }
 
+/// One edit of a multi_edit that failed: which one (from 1), and why.
+struct EditFailed {
+    index: usize,
+    error: Error,
+}
+
 /// Applies `edits` in order to `text`; the count of replacements.
-fn apply_edits(path: &str, mut text: String, edits: &[OneEdit]) -> Result<(String, u64), Error> {
+fn apply_edits(
+    path: &str,
+    mut text: String,
+    edits: &[OneEdit],
+) -> Result<(String, u64), EditFailed> {
     let mut replaced = 0;
     for (i, e) in edits.iter().enumerate() {
+        let failed = |error| EditFailed {
+            index: i + 1,
+            error,
+        };
         if e.old_text.is_empty() {
-            return Err(Error::invalid_argument(format!(
-                "edit {}: old_text must not be empty",
-                i + 1
+            return Err(failed(Error::invalid_argument(
+                "old_text must not be empty",
             )));
         }
         let count = text.matches(e.old_text.as_str()).count() as u64;
         if count == 0 {
-            return Err(Error::NoMatch {
-                path: format!("{path} (edit {} of {})", i + 1, edits.len()),
-            });
+            return Err(failed(Error::NoMatch {
+                path: path.to_string(),
+            }));
         }
         if count > 1 && !e.replace_all {
-            return Err(Error::AmbiguousMatch {
-                path: format!("{path} (edit {} of {})", i + 1, edits.len()),
+            return Err(failed(Error::AmbiguousMatch {
+                path: path.to_string(),
                 count,
-            });
+            }));
         }
         text = text.replace(e.old_text.as_str(), &e.new_text);
         replaced += count;
@@ -470,50 +519,15 @@ impl Workspace {
         &self,
         Parameters(a): Parameters<MultiEditArgs>,
     ) -> Result<CallToolResult, ErrorData> {
-        answer(
-            async {
-                let path = parse_path(&a.path)?;
-                let page = self
-                    .session
-                    .read(
-                        &path,
-                        LineRange {
-                            offset: 0,
-                            limit: None,
-                        },
-                    )
-                    .await?;
-                if page.truncated {
-                    return Err(Error::TooLarge {
-                        path: path.as_str().to_string(),
-                        size: page.size,
-                        limit: page.content.len() as u64,
-                    });
-                }
-                let (new, replaced) = apply_edits(path.as_str(), page.content.clone(), &a.edits)?;
-                let diff = unified_diff(path.as_str(), &page.content, &new);
-                if a.dry_run {
-                    return Ok(format!(
-                    "{diff}{replaced} replacement(s) in {}, version {} (dry run: nothing changed)",
-                    path.display(),
-                    page.version
-                ));
-                }
-                let options = WriteOptions {
-                    mode: WriteMode::Overwrite,
-                    create_parents: false,
-                    if_version: Some(page.version),
-                    ..WriteOptions::default()
-                };
-                let w = self.session.write(&path, &new, options).await?;
-                Ok(format!(
-                    "{diff}{replaced} replacement(s) in {}, version {}",
-                    w.path.display(),
-                    w.version
-                ))
+        Ok(match self.apply_multi_edit(&a).await {
+            Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+            Err(Refused::Call(e)) => CallToolResult::error(vec![ContentBlock::text(refusal(&e))]),
+            Err(Refused::Edit(f)) => {
+                let note = format!("edit {} of {}", f.index, a.edits.len());
+                let text = refusal_noted(&f.error, Some(&note));
+                CallToolResult::error(vec![ContentBlock::text(text)])
             }
-            .await,
-        )
+        })
     }
 
     #[tool(
@@ -733,13 +747,13 @@ impl Workspace {
                     Some(path) => wsfs_client::parse_path(path)?,
                     None => wsfs::CanonicalPath::root(),
                 };
+                let id = snapshot_id(&self.client, self.session.id(), &a.snapshot_id).await?;
                 let r = self
                     .client
-                    .restore_path(self.session.id(), &a.snapshot_id, &at)
+                    .restore_path(self.session.id(), &id, &at)
                     .await?;
                 Ok(format!(
-                    "restored {}{} ({} files, {} bytes)",
-                    a.snapshot_id,
+                    "restored {id}{} ({} files, {} bytes)",
                     if at.is_root() {
                         String::new()
                     } else {
@@ -763,10 +777,8 @@ impl Workspace {
         use wsfs_client::SnapshotChangeKind;
         answer(
             async {
-                let diff = self
-                    .client
-                    .diff_snapshot(self.session.id(), &a.snapshot_id)
-                    .await?;
+                let id = snapshot_id(&self.client, self.session.id(), &a.snapshot_id).await?;
+                let diff = self.client.diff_snapshot(self.session.id(), &id).await?;
                 let mut out = String::new();
                 for c in &diff.changes {
                     let letter = match c.kind {
@@ -818,7 +830,60 @@ impl Workspace {
     }
 }
 
+/// Why a multi_edit failed: a call, or one of its edits.
+enum Refused {
+    Call(Error),
+    Edit(EditFailed),
+}
+
+impl From<Error> for Refused {
+    fn from(e: Error) -> Refused {
+        Refused::Call(e)
+    }
+}
+
 impl Workspace {
+    /// Reads the file, applies every edit, and writes it back only if
+    /// nobody changed it meanwhile.
+    async fn apply_multi_edit(&self, a: &MultiEditArgs) -> Result<String, Refused> {
+        let path = parse_path(&a.path)?;
+        let whole = LineRange {
+            offset: 0,
+            limit: None,
+        };
+        let page = self.session.read(&path, whole).await?;
+        if page.truncated {
+            return Err(Error::TooLarge {
+                path: path.as_str().to_string(),
+                size: page.size,
+                limit: page.content.len() as u64,
+            }
+            .into());
+        }
+        let (new, replaced) =
+            apply_edits(path.as_str(), page.content.clone(), &a.edits).map_err(Refused::Edit)?;
+        let diff = unified_diff(path.as_str(), &page.content, &new);
+        if a.dry_run {
+            return Ok(format!(
+                "{diff}{replaced} replacement(s) in {}, version {} (dry run: nothing changed)",
+                path.display(),
+                page.version
+            ));
+        }
+        let options = WriteOptions {
+            mode: WriteMode::Overwrite,
+            create_parents: false,
+            if_version: Some(page.version),
+            ..WriteOptions::default()
+        };
+        let w = self.session.write(&path, &new, options).await?;
+        Ok(format!(
+            "{diff}{replaced} replacement(s) in {}, version {}",
+            w.path.display(),
+            w.version
+        ))
+    }
+
     /// Move (`moving`) or copy, creating the destination's parents.
     async fn transfer(&self, a: TransferArgs, moving: bool) -> Result<String, Error> {
         let (from, to) = (parse_path(&a.from)?, parse_path(&a.to)?);

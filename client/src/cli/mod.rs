@@ -10,21 +10,25 @@
 //!
 //! Commands live by topic: `files` (read, write, list...), `search` (grep,
 //! glob, watch), `sessions` (sessions, snapshots, archives, tokens), `sync`
-//! (push and pull), `output` (JSON, times, sizes, progress bars). Every
+//! (push and pull), `doctor` (connection checks, TLS in plain words,
+//! version), `output` (JSON, times, sizes, progress bars). Every
 //! command is a plain user of the typed client: nothing here builds a
 //! request by hand.
 
 mod args;
 mod context;
+mod doctor;
 mod files;
 mod mcp;
 mod output;
 mod search;
 mod sessions;
 mod sync;
+mod unpack;
 
 use args::{Cli, Command};
 use clap::Parser;
+use std::io::Write;
 use std::process::ExitCode;
 use wsfs_client::{Client, Error, Session};
 
@@ -43,6 +47,9 @@ pub enum Failure {
     /// Another failure, reported as usual but exiting with this code (grep
     /// exits 2 on errors, as grep and rg do, so 1 keeps meaning "no match").
     Code(u8, Box<Failure>),
+    /// A refusal, with what to do in this command's own words rather than
+    /// the reason's usual hint: exit 1.
+    Hinted(Error, String),
 }
 
 impl Failure {
@@ -50,7 +57,7 @@ impl Failure {
     /// (push, pull, grep over several paths).
     pub fn text(&self) -> (String, String) {
         match self {
-            Failure::Remote(e) => (e.reason().to_string(), e.to_string()),
+            Failure::Remote(e) | Failure::Hinted(e, _) => (e.reason().to_string(), e.to_string()),
             Failure::Local(m) => ("LOCAL".to_string(), m.clone()),
             Failure::Usage(m) => ("USAGE".to_string(), m.clone()),
             Failure::Silent(code) | Failure::Code(code, _) => {
@@ -99,7 +106,17 @@ impl Ctx {
         if let Some(client) = &self.client {
             return Ok(client.clone());
         }
-        let mut client = match (&self.ca, self.server.starts_with("https://")) {
+        let mut client = self.connect().await?;
+        if let Some(token) = &self.token {
+            client = client.with_token(token)?;
+        }
+        self.client = Some(client.clone());
+        Ok(client)
+    }
+
+    /// A new connection to the server, sending no token.
+    pub async fn connect(&self) -> Outcome<Client> {
+        Ok(match (&self.ca, self.server.starts_with("https://")) {
             (Some(ca), true) => {
                 let pem = std::fs::read(ca).map_err(|e| {
                     Failure::Usage(format!(
@@ -110,12 +127,15 @@ impl Ctx {
                 Client::connect_with_tls(&self.server, &pem).await?
             }
             _ => Client::connect(&self.server).await?,
-        };
-        if let Some(token) = &self.token {
-            client = client.with_token(token)?;
+        })
+    }
+
+    /// Where commands go, for the hints.
+    pub fn reach(&self) -> Reach {
+        Reach {
+            server: self.server.clone(),
+            token: self.token.is_some(),
         }
-        self.client = Some(client.clone());
-        Ok(client)
     }
 
     /// The session every file command works on: `--session` or
@@ -198,6 +218,10 @@ pub const DEFAULT_SERVER: &str = "http://127.0.0.1:50051";
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let json = cli.global.json;
+    let reach = |server: &str| Reach {
+        server: server.to_string(),
+        token: given(&cli.global.token).is_some(),
+    };
     // `wsfs use --clear` must work even when the saved file is broken.
     let clearing = matches!(cli.command, Command::Use { clear: true, .. });
     let saved = if clearing {
@@ -205,7 +229,7 @@ pub fn main() -> ExitCode {
     } else {
         match context::load() {
             Ok(saved) => saved,
-            Err(failure) => return report(failure, json, DEFAULT_SERVER),
+            Err(failure) => return report(failure, json, &reach(DEFAULT_SERVER)),
         }
     };
     let server = given(&cli.global.server)
@@ -217,7 +241,10 @@ pub fn main() -> ExitCode {
         .build()
     {
         Ok(runtime) => runtime,
-        Err(e) => return report(Failure::Local(format!("cannot start: {e}")), json, &server),
+        Err(e) => {
+            let failure = Failure::Local(format!("cannot start: {e}"));
+            return report(failure, json, &reach(&server));
+        }
     };
     let flag_token = given(&cli.global.token);
     let mut ctx = Ctx {
@@ -232,9 +259,18 @@ pub fn main() -> ExitCode {
         ca: cli.global.ca.clone(),
         client: None,
     };
-    match runtime.block_on(dispatch(&mut ctx, cli.command)) {
+    let outcome = runtime.block_on(async {
+        match dispatch(&mut ctx, cli.command).await {
+            Err(Failure::Remote(error)) if doctor::connection_broke(&error) => {
+                Err(doctor::explain_broken_connection(&ctx.server, error).await)
+            }
+            other => other,
+        }
+    });
+    let reach = ctx.reach();
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(failure) => report(failure, json, &ctx.server),
+        Err(failure) => report(failure, json, &reach),
     }
 }
 
@@ -265,8 +301,11 @@ async fn dispatch(ctx: &mut Ctx, command: Command) -> Outcome {
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut command = args::Cli::command();
-            clap_complete::generate(shell, &mut command, "wsfs", &mut std::io::stdout());
-            Ok(())
+            // Into memory first: clap_complete panics on a failed write,
+            // and `| head` closes stdout early.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "wsfs", &mut script);
+            output::print_raw(&script)
         }
         Command::Snapshot(c) => sessions::snapshot(ctx, c).await,
         Command::Export(a) => sessions::export(ctx, a).await,
@@ -274,6 +313,13 @@ async fn dispatch(ctx: &mut Ctx, command: Command) -> Outcome {
         Command::Token(c) => sessions::token(ctx, c).await,
         Command::Pull(a) => sync::pull(ctx, a).await,
         Command::Push(a) => sync::push(ctx, a).await,
+        Command::Tree(a) => files::tree(ctx, a).await,
+        Command::Du(a) => files::du(ctx, a).await,
+        Command::Head(a) => files::head(ctx, a).await,
+        Command::Tail(a) => files::tail(ctx, a).await,
+        Command::Touch(a) => files::touch(ctx, a).await,
+        Command::Version => doctor::version(ctx).await,
+        Command::Doctor => doctor::doctor(ctx).await,
     }
 }
 
@@ -286,10 +332,17 @@ fn server_url(raw: &str) -> String {
     }
 }
 
+/// Where the command went, for the hints: the server, and whether a token
+/// was sent.
+pub struct Reach {
+    pub server: String,
+    pub token: bool,
+}
+
 /// One line on stderr, `wsfs: REASON: message`, then a `hint:` line in the
 /// CLI's own words when there is something to do (with `--json`, one JSON
 /// object there instead), and the exit code.
-fn report(failure: Failure, json: bool, server: &str) -> ExitCode {
+fn report(failure: Failure, json: bool, reach: &Reach) -> ExitCode {
     let (failure, code_override) = match failure {
         Failure::Code(code, inner) => (*inner, Some(code)),
         other => (other, None),
@@ -300,55 +353,61 @@ fn report(failure: Failure, json: bool, server: &str) -> ExitCode {
             1,
             error.reason().to_string(),
             remote_message(&error),
-            hint(&error, server),
+            hint(&error, reach),
+        ),
+        Failure::Hinted(error, hint) => (
+            1,
+            error.reason().to_string(),
+            remote_message(&error),
+            Some(hint),
         ),
         Failure::Local(message) => (1, "LOCAL".to_string(), message, None),
         Failure::Usage(message) => (2, "USAGE".to_string(), message, None),
         Failure::Code(code, _) => (code, "INTERNAL".to_string(), "nested failure".into(), None),
     };
-    if json {
-        eprintln!(
+    // A closed stderr has nobody to tell: the exit code still says it.
+    let mut err = std::io::stderr().lock();
+    let _ = if json {
+        writeln!(
+            err,
             "{}",
             serde_json::json!({"error": {"reason": reason, "message": message, "hint": hint}})
-        );
+        )
     } else if reason == "LOCAL" {
-        eprintln!("wsfs: {message}");
+        writeln!(err, "wsfs: {message}")
     } else if reason == "USAGE" {
-        eprintln!("wsfs: {message}\n\nRun `wsfs --help` for usage.");
+        writeln!(err, "wsfs: {message}\n\nRun `wsfs --help` for usage.")
     } else {
-        eprintln!("wsfs: {reason}: {message}");
-        if let Some(hint) = hint {
-            eprintln!("hint: {hint}");
-        }
-    }
+        writeln!(err, "wsfs: {reason}: {message}").and_then(|()| match hint {
+            Some(hint) => writeln!(err, "hint: {hint}"),
+            None => Ok(()),
+        })
+    };
     ExitCode::from(code_override.unwrap_or(code))
 }
 
 /// What to do next, in the CLI's words (the server's messages name RPC
 /// fields, which a CLI user does not type).
-fn hint(error: &Error, server: &str) -> Option<String> {
+fn hint(error: &Error, reach: &Reach) -> Option<String> {
+    let server = &reach.server;
     Some(match error {
-        Error::Unavailable { message } if message.contains("CaUsedAsEndEntity") => {
-            "the server's certificate is marked as a CA (`openssl req -x509` does that by \
-             default), which TLS refuses as a server's own certificate: make it with \
-             `-addext basicConstraints=critical,CA:FALSE` (README, TLS)"
+        Error::Unavailable { message } => return doctor::unavailable_hint(message, server),
+        Error::TooLarge { limit, .. } => format!(
+            "this session takes at most {} ({limit} bytes) per write; create a session with a \
+             larger limit, e.g. `wsfs session create --max-write-bytes 1G` (up to the server's \
+             --max-write-bytes)",
+            output::human_size(*limit)
+        ),
+        Error::InvalidPath { message, .. } if message.contains("--max-path-depth") => {
+            "paths deeper than the session allows need a new session: e.g. `wsfs session create \
+             --max-path-depth 32`, then `wsfs push` or `wsfs import` the tree into it"
                 .into()
         }
-        Error::Unavailable { message } if message.contains("invalid peer certificate") => format!(
-            "the server's certificate was refused: without --ca the system's certificate \
-             authorities decide; with --ca (WSFS_CA) it must be the certificate that signed the \
-             server's (or the server's own, when self-signed); and it must name the host of \
-             {server} (subjectAltName)"
-        ),
-        Error::Unavailable { .. } => format!(
-            "is wsfs-server running at {server}? Start it with `wsfs-server`, or point \
-             WSFS_SERVER (or --server) at it"
-        ),
-        Error::TooLarge { limit, .. } => format!(
-            "this session takes at most {limit} bytes per write; create one with a larger \
-             limit, e.g. `wsfs session create --max-write-bytes 1G` (up to the server's \
-             --max-write-bytes), or read a smaller range"
-        ),
+        Error::InvalidPath { message, .. } if message.contains("--max-segment-length") => {
+            "longer names need a new session: e.g. `wsfs session create --max-segment-length \
+             255` (at most 255 bytes a name on every backend)"
+                .into()
+        }
         Error::AmbiguousMatch { .. } => {
             "make --old match exactly once, or pass --all to replace every occurrence".into()
         }
@@ -362,7 +421,20 @@ fn hint(error: &Error, server: &str) -> Option<String> {
             "the file changed since that version; read it again, then retry with --if-version {current}"
         ),
         Error::SessionNotFound { .. } => {
-            "`wsfs session list` shows the sessions; `wsfs session create` makes one".into()
+            "`wsfs session list` shows the sessions; `wsfs session create` makes one; a DIRECTORY \
+             session whose server was replaced comes back with `wsfs session recover ID` (from \
+             the object store)"
+                .into()
+        }
+        Error::Unauthenticated { message } if reach.token && message.contains("admin token") => {
+            "the token sent (WSFS_TOKEN or --token) opens one session's files, not the Sessions \
+             service: this command needs the server's admin token (its --admin-token)"
+                .into()
+        }
+        Error::Unauthenticated { .. } if reach.token => {
+            "the server refused the token sent (WSFS_TOKEN or --token): check it, or issue a new \
+             one with `wsfs token issue CALLER` using the admin token"
+                .into()
         }
         Error::Unauthenticated { .. } => "set WSFS_TOKEN (or pass --token)".into(),
         Error::AlreadyExists { .. } => {
@@ -374,12 +446,13 @@ fn hint(error: &Error, server: &str) -> Option<String> {
 }
 
 /// The server's sentence, plus what to do when the server is older than
-/// this command.
+/// this command; a TLS failure in words rather than the TLS library's.
 fn remote_message(error: &Error) -> String {
     match error {
         Error::Unimplemented { message } => {
             format!("not supported by this server yet: {message}")
         }
+        Error::Unavailable { message } => doctor::plain_tls_message(message),
         other => other.to_string(),
     }
 }

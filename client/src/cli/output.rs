@@ -18,21 +18,15 @@ pub fn print_json(value: &Value) -> Outcome {
 /// quietly rather than as an error.
 pub fn println(line: &str) -> Outcome {
     let mut out = std::io::stdout().lock();
-    match writeln!(out, "{line}") {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Failure::Silent(0)),
-        Err(e) => Err(Failure::Local(format!("cannot write to stdout: {e}"))),
-    }
+    writeln!(out, "{line}").map_err(stdout_failed)
 }
 
 /// Raw bytes on stdout.
 pub fn print_raw(bytes: &[u8]) -> Outcome {
     let mut out = std::io::stdout().lock();
-    match out.write_all(bytes).and_then(|()| out.flush()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Failure::Silent(0)),
-        Err(e) => Err(Failure::Local(format!("cannot write to stdout: {e}"))),
-    }
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(stdout_failed)
 }
 
 /// RFC 3339, UTC, whole seconds.
@@ -117,5 +111,70 @@ pub fn human_size(bytes: u64) -> String {
         format!("{bytes} B")
     } else {
         format!("{size:.1} {}", UNITS[unit])
+    }
+}
+
+/// A failed write to stdout: a closed pipe (`wsfs cat f | head -1`) ends
+/// the command quietly, as coreutils do; anything else is reported.
+pub fn stdout_failed(e: std::io::Error) -> Failure {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Failure::Silent(0)
+    } else {
+        Failure::Local(format!("cannot write to stdout: {e}"))
+    }
+}
+
+/// Tokio's stdout, remembering whether the reader went away, for writes
+/// made by library calls that turn the I/O error into their own.
+pub struct Stdout {
+    inner: tokio::io::Stdout,
+    closed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Stdout {
+    pub fn new() -> (Stdout, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+        let closed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let out = Stdout {
+            inner: tokio::io::stdout(),
+            closed: closed.clone(),
+        };
+        (out, closed)
+    }
+
+    fn watch<T>(&self, result: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(e) = &result {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                self.closed
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        result
+    }
+}
+
+impl tokio::io::AsyncWrite for Stdout {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        polled.map(|r| self.watch(r))
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_flush(cx);
+        polled.map(|r| self.watch(r))
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_shutdown(cx);
+        polled.map(|r| self.watch(r))
     }
 }

@@ -7,7 +7,9 @@ use futures::StreamExt;
 use serde_json::json;
 use std::io::IsTerminal;
 use std::time::SystemTime;
-use wsfs_client::{parse_path, ChangeKind, ContextLine, Filesystem, GrepEvent, GrepMatch};
+use wsfs_client::{
+    parse_path, ChangeEvent, ChangeKind, ContextLine, Filesystem, GrepEvent, GrepMatch,
+};
 
 pub async fn glob(ctx: &mut Ctx, args: GlobArgs) -> Outcome {
     let session = ctx.session().await?;
@@ -379,48 +381,166 @@ impl GrepPrinter {
 
 pub async fn watch(ctx: &mut Ctx, args: WatchArgs) -> Outcome {
     let path = parse_path(&args.path)?;
-    let mut watch = ctx
-        .session()
-        .await?
-        .watch(path.as_str())
-        .since(args.since.unwrap_or(0));
-    if !args.shallow {
-        watch = watch.recursive();
-    }
-    if let Some(glob) = &args.glob {
-        watch = watch.glob(glob);
-    }
-    let mut events = watch.stream().await?;
+    let session = ctx.session().await?;
+    let open = |since: u64| {
+        let mut watch = session.watch(path.as_str()).since(since);
+        if !args.shallow {
+            watch = watch.recursive();
+        }
+        if let Some(glob) = &args.glob {
+            watch = watch.glob(glob);
+        }
+        watch.stream()
+    };
+    let (mut events, mut replayed) = match args.since {
+        Some(0) => from_the_first(&session, &path, &args, open).await?,
+        since => (open(since.unwrap_or(0)).await?, None),
+    };
     while let Some(event) = events.next().await {
         let event = event?;
-        let kind = ChangeKind::try_from(event.kind)
-            .map(|k| k.as_str_name().to_string())
-            .unwrap_or_else(|_| event.kind.to_string());
-        if ctx.json {
-            print_json(&json!({
-                "seq": event.seq,
-                "kind": kind,
-                "path": event.path,
-                "to_path": event.to_path,
-                "version": event.version,
-                "caller": event.caller,
-                "at": event.at.and_then(|t| SystemTime::try_from(t).ok()).map(output::time),
-            }))?;
-            continue;
+        let ready = event.kind == ChangeKind::Ready as i32;
+        print_event(ctx, &event)?;
+        // The first event, replayed by hand, goes right after READY.
+        if ready {
+            if let Some(first) = replayed.take() {
+                print_event(ctx, &first)?;
+            }
         }
-        if kind == "KEEPALIVE" {
-            continue;
-        }
-        let mut line = format!("{} {kind} {}", event.seq, event.path);
-        if !event.to_path.is_empty() {
-            line.push_str(&format!(" -> {}", event.to_path));
-        }
-        if !event.caller.is_empty() {
-            line.push_str(&format!(" by {}", event.caller));
-        }
-        println(&line)?;
     }
     Ok(())
+}
+
+type Events = futures::stream::BoxStream<'static, wsfs_client::Result<ChangeEvent>>;
+
+/// `--since 0`: every event the server still holds. The server reads a
+/// Watch's since_seq 0 as "from now" and resumes after any other seq, so
+/// the stream resumes after the first held event, which is fetched with
+/// Changes and filtered here as the stream's own filter would. Returns the
+/// stream and that first event, when it is in scope.
+async fn from_the_first<F, Fut>(
+    session: &wsfs_client::Session,
+    base: &wsfs_client::CanonicalPath,
+    args: &WatchArgs,
+    open: F,
+) -> Outcome<(Events, Option<ChangeEvent>)>
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = wsfs_client::Result<Events>>,
+{
+    let scope = Scope::new(base, !args.shallow, args.glob.as_deref())?;
+    loop {
+        let first = session.changes(0, 1).await?;
+        if first.resync {
+            // Events from the start are gone: the stream says RESYNC.
+            return Ok((open(1).await?, None));
+        }
+        if let Some(event) = first.events.into_iter().next() {
+            let stream = open(event.seq).await?;
+            return Ok((stream, Some(event).filter(|e| scope.matches(e))));
+        }
+        // Nothing yet: from now is from the start, unless a change came
+        // between the two calls (READY's seq says), then look again.
+        let mut stream = open(0).await?;
+        match stream.next().await {
+            Some(Ok(ready)) if ready.seq == 0 => {
+                let stream = futures::stream::once(async move { Ok(ready) })
+                    .chain(stream)
+                    .boxed();
+                return Ok((stream, None));
+            }
+            Some(Err(e)) => return Err(e.into()),
+            _ => continue,
+        }
+    }
+}
+
+/// The paths a Watch reports, as the server's Watch filter decides them:
+/// at or under the base (only its own entries when shallow), and matching
+/// the glob, relative to the base, when there is one.
+struct Scope {
+    base: String,
+    recursive: bool,
+    glob: Option<globset::GlobMatcher>,
+}
+
+impl Scope {
+    fn new(
+        base: &wsfs_client::CanonicalPath,
+        recursive: bool,
+        glob: Option<&str>,
+    ) -> Outcome<Scope> {
+        let glob = match glob {
+            Some(g) => Some(
+                globset::GlobBuilder::new(g)
+                    .literal_separator(true)
+                    .backslash_escape(true)
+                    .build()
+                    .map_err(|e| Failure::Usage(format!("bad glob '{g}': {e}")))?
+                    .compile_matcher(),
+            ),
+            None => None,
+        };
+        Ok(Scope {
+            base: base.as_str().to_string(),
+            recursive,
+            glob,
+        })
+    }
+
+    fn matches_path(&self, raw: &str) -> bool {
+        let relative = if self.base.is_empty() {
+            raw
+        } else if raw == self.base {
+            ""
+        } else {
+            match raw
+                .strip_prefix(self.base.as_str())
+                .and_then(|r| r.strip_prefix('/'))
+            {
+                Some(rest) => rest,
+                None => return false,
+            }
+        };
+        if !self.recursive && relative.contains('/') {
+            return false;
+        }
+        self.glob
+            .as_ref()
+            .is_none_or(|g| !relative.is_empty() && g.is_match(relative))
+    }
+
+    fn matches(&self, event: &ChangeEvent) -> bool {
+        self.matches_path(&event.path)
+            || (!event.to_path.is_empty() && self.matches_path(&event.to_path))
+    }
+}
+
+fn print_event(ctx: &Ctx, event: &ChangeEvent) -> Outcome {
+    let kind = ChangeKind::try_from(event.kind)
+        .map(|k| k.as_str_name().to_string())
+        .unwrap_or_else(|_| event.kind.to_string());
+    if ctx.json {
+        return print_json(&json!({
+            "seq": event.seq,
+            "kind": kind,
+            "path": event.path,
+            "to_path": event.to_path,
+            "version": event.version,
+            "caller": event.caller,
+            "at": event.at.and_then(|t| SystemTime::try_from(t).ok()).map(output::time),
+        }));
+    }
+    if kind == "KEEPALIVE" {
+        return Ok(());
+    }
+    let mut line = format!("{} {kind} {}", event.seq, event.path);
+    if !event.to_path.is_empty() {
+        line.push_str(&format!(" -> {}", event.to_path));
+    }
+    if !event.caller.is_empty() {
+        line.push_str(&format!(" by {}", event.caller));
+    }
+    println(&line)
 }
 
 /// A PATH as the user gave it, the root shown as `/`.

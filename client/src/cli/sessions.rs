@@ -397,8 +397,9 @@ pub async fn export(ctx: &mut Ctx, args: ExportArgs) -> Outcome {
     let to_stdout = args.file == "-";
     // The size is not known ahead: a spinner counting bytes.
     let bar = output::progress(None, 0, ctx.quiet || ctx.json || to_stdout, "export");
+    let (stdout, stdout_closed) = output::Stdout::new();
     let out: Box<dyn tokio::io::AsyncWrite + Unpin> = if to_stdout {
-        Box::new(tokio::io::stdout())
+        Box::new(stdout)
     } else {
         Box::new(
             tokio::fs::File::create(&args.file)
@@ -410,6 +411,9 @@ pub async fn export(ctx: &mut Ctx, args: ExportArgs) -> Outcome {
     let out = InspectWriter::new(out, move |written| counted.inc(written.len() as u64));
     let bytes = match session.export_to_writer(out, snapshot.as_deref()).await {
         Ok(bytes) => bytes,
+        Err(_) if stdout_closed.load(std::sync::atomic::Ordering::Relaxed) => {
+            return Err(Failure::Silent(0))
+        }
         Err(e) => {
             if !to_stdout {
                 let _ = tokio::fs::remove_file(&args.file).await;
@@ -427,18 +431,74 @@ pub async fn export(ctx: &mut Ctx, args: ExportArgs) -> Outcome {
     )
 }
 
+/// `wsfs import`: a wsfs archive replaces the workspace (the server checks
+/// it whole first); an ordinary zip or tar is added to it, file by file
+/// (see `unpack`).
 pub async fn import(ctx: &mut Ctx, args: ImportArgs) -> Outcome {
-    let quiet = ctx.quiet || ctx.json;
-    let (reader, size): (Box<dyn tokio::io::AsyncRead + Send + Unpin>, Option<u64>) =
-        if args.file == "-" {
-            (Box::new(tokio::io::stdin()), None)
-        } else {
-            let file = tokio::fs::File::open(&args.file)
-                .await
-                .map_err(local(format!("cannot open '{}'", args.file)))?;
-            let size = file.metadata().await.ok().map(|m| m.len());
-            (Box::new(file), size)
+    use super::unpack::{self, Kind, Placement, Source};
+    use std::io::{Read, Seek};
+    use tokio::io::AsyncReadExt;
+    let placing = args.strip_components.is_some() || args.prefix.is_some();
+    let mut placement = Placement {
+        strip: args.strip_components.unwrap_or(0),
+        prefix: args.prefix.clone().unwrap_or_default(),
+        wsfs_layout: false,
+    };
+    // The first 512 bytes say what the archive is (a tar's magic is at 257).
+    let mut head = Vec::with_capacity(512);
+    if args.file == "-" {
+        let mut stdin = tokio::io::stdin();
+        (&mut stdin)
+            .take(512)
+            .read_to_end(&mut head)
+            .await
+            .map_err(local("cannot read stdin"))?;
+        let kind = Kind::sniff(&head).ok_or_else(|| unpack::unknown_kind("-"))?;
+        let whole = AsyncReadExt::chain(std::io::Cursor::new(head), stdin);
+        return match kind {
+            Kind::Zip if placing => Err(Failure::Usage(
+                "a zip read from stdin is taken as a wsfs archive; to place an ordinary zip's \
+                 files (--prefix, --strip-components), pass the zip's path"
+                    .into(),
+            )),
+            Kind::Zip => replace(ctx, &args.file, Box::new(whole), None).await,
+            kind => {
+                let reader = tokio_util::io::SyncIoBridge::new(whole);
+                let source = Source::Stream(Box::new(reader), kind);
+                unpack::extract(ctx, "stdin", source, placement).await
+            }
         };
+    }
+    let mut file =
+        std::fs::File::open(&args.file).map_err(local(format!("cannot open '{}'", args.file)))?;
+    (&mut file)
+        .take(512)
+        .read_to_end(&mut head)
+        .and_then(|_| file.rewind())
+        .map_err(local(format!("cannot read '{}'", args.file)))?;
+    let kind = Kind::sniff(&head).ok_or_else(|| unpack::unknown_kind(&args.file))?;
+    if kind == Kind::Zip {
+        placement.wsfs_layout = unpack::is_wsfs_zip(&file)?;
+        // The look moved the shared offset: back to the start.
+        file.rewind()
+            .map_err(local(format!("cannot read '{}'", args.file)))?;
+        if placement.wsfs_layout && !placing {
+            let size = file.metadata().ok().map(|m| m.len());
+            let file = tokio::fs::File::from_std(file);
+            return replace(ctx, &args.file, Box::new(file), size).await;
+        }
+    }
+    unpack::extract(ctx, &args.file, Source::File(file, kind), placement).await
+}
+
+/// Replaces the workspace with the wsfs archive `reader` yields.
+async fn replace(
+    ctx: &mut Ctx,
+    shown: &str,
+    reader: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    size: Option<u64>,
+) -> Outcome {
+    let quiet = ctx.quiet || ctx.json;
     let bar = output::progress(size, 0, quiet, "import");
     let counted = bar.clone();
     let reader = InspectReader::new(reader, move |read| counted.inc(read.len() as u64));
@@ -449,13 +509,12 @@ pub async fn import(ctx: &mut Ctx, args: ImportArgs) -> Outcome {
     ctx.done(
         || {
             format!(
-                "imported {}: {} files, {}",
-                args.file,
+                "imported {shown}: {} files, {} (the workspace now holds exactly these)",
                 file_count,
                 output::human_size(total_bytes)
             )
         },
-        json!({"file": args.file, "file_count": file_count, "total_bytes": total_bytes}),
+        json!({"file": shown, "file_count": file_count, "total_bytes": total_bytes}),
     )
 }
 
@@ -492,7 +551,17 @@ pub(super) async fn resolve_snapshot(
     session_id: &str,
     name: &str,
 ) -> Outcome<String> {
-    let snapshots = ctx.client().await?.list_snapshots(session_id).await?;
+    resolve_snapshot_with(&ctx.client().await?, session_id, name).await
+}
+
+/// [`resolve_snapshot`] on `client` (the MCP server names snapshots the
+/// same way). A name that fits several is a usage error listing them.
+pub(super) async fn resolve_snapshot_with(
+    client: &wsfs_client::Client,
+    session_id: &str,
+    name: &str,
+) -> Outcome<String> {
+    let snapshots = client.list_snapshots(session_id).await?;
     if snapshots.iter().any(|s| s.id == name) {
         return Ok(name.to_string());
     }

@@ -12,8 +12,11 @@
 //! named on a line of its own and counted in the summary. `--include` / `--exclude` filter both sides the same way,
 //! so an excluded path is neither copied nor deleted. The plan is then
 //! carried out: removals, then directories, then transfers, `--jobs` at a
-//! time. A transfer that fails does not stop the others: every failure is
-//! listed at the end, and the command then fails.
+//! time. Nothing that fails stops the rest: a file that cannot be read,
+//! compared, removed or transferred, or a directory that cannot be read or
+//! made, is set aside with its reason, what lies beneath a directory that
+//! could not be made is not tried (and counted on that directory's line),
+//! and every failure is listed at the end, when the command then fails.
 
 use super::args::SyncArgs;
 use super::files::{download_to_file, upload};
@@ -43,12 +46,18 @@ struct Tree {
     /// Directories holding something the filter left out: never removed
     /// whole by `--delete`, only what the filter lets through inside.
     held: BTreeSet<String>,
+    /// Entries that could not be read (a local directory, a name that is
+    /// not UTF-8): left out of the mirror, reported with the rest.
+    unreadable: Vec<Failed>,
 }
 
 /// `--include` and `--exclude`, compiled once.
 struct Filter {
     include: Option<globset::GlobSet>,
     exclude: globset::GlobSet,
+    /// Paths left out as excluded ones are: local entries that could not
+    /// be read, whose counterparts must not be touched either.
+    skipped: BTreeSet<String>,
 }
 
 impl Filter {
@@ -80,7 +89,17 @@ impl Filter {
                 Some(set(include)?)
             },
             exclude: set(exclude)?,
+            skipped: BTreeSet::new(),
         })
+    }
+
+    /// Leaves these paths (and what lies beneath them) out, on both sides.
+    fn skip(&mut self, paths: impl IntoIterator<Item = String>) {
+        self.skipped.extend(paths);
+    }
+
+    fn excludes(&self, rel: &str) -> bool {
+        self.skipped.contains(rel) || self.exclude.is_match(rel)
     }
 
     /// Keeps what the filter lets through: files that are included and
@@ -90,7 +109,7 @@ impl Filter {
         let excluded_dirs: BTreeSet<String> = tree
             .dirs
             .iter()
-            .filter(|d| self.exclude.is_match(d.as_str()))
+            .filter(|d| self.excludes(d))
             .cloned()
             .collect();
         let outside = |rel: &str| {
@@ -100,7 +119,7 @@ impl Filter {
         };
         let kept_file = |rel: &str| {
             !outside(rel)
-                && !self.exclude.is_match(rel)
+                && !self.excludes(rel)
                 && self.include.as_ref().is_none_or(|inc| inc.is_match(rel))
         };
         let mut held = BTreeSet::new();
@@ -135,12 +154,68 @@ impl Filter {
             attributes: tree.attributes,
             links,
             held,
+            unreadable: tree.unreadable,
         }
     }
 }
 
-/// A transfer that failed: the path and why.
+/// Something that failed: the path and why.
 type Failed = (String, Failure);
+
+/// What failed, path by path. A directory that could not be made (or
+/// removed) blocks what lies beneath it: those entries are not tried, only
+/// counted on the directory's line.
+#[derive(Debug, Default)]
+struct Failures {
+    failed: Vec<Failed>,
+    /// Directories whose failure blocks their contents.
+    blocking: BTreeSet<String>,
+    /// Entries not tried, per blocking directory.
+    beneath: BTreeMap<String, u64>,
+    /// Entries not tried because a directory above them failed.
+    untried: BTreeSet<String>,
+}
+
+impl Failures {
+    fn add(&mut self, rel: &str, why: Failure) {
+        self.failed.push((rel.to_string(), why));
+    }
+
+    /// A directory that failed: nothing beneath it is tried.
+    fn add_directory(&mut self, rel: &str, why: Failure) {
+        self.blocking.insert(rel.to_string());
+        self.add(rel, why);
+    }
+
+    /// Whether a directory above `rel` failed; counts `rel` as not tried.
+    fn blocks(&mut self, rel: &str) -> bool {
+        let Some(above) = ancestors(rel).find(|a| self.blocking.contains(*a)) else {
+            return false;
+        };
+        *self.beneath.entry(above.to_string()).or_default() += 1;
+        self.untried.insert(rel.to_string());
+        true
+    }
+
+    fn extend(&mut self, failed: impl IntoIterator<Item = Failed>) {
+        self.failed.extend(failed);
+    }
+
+    /// The failures, by path, each with the count of entries beneath it
+    /// that were not tried.
+    fn sorted(mut self) -> (Vec<(String, Failure, u64)>, BTreeSet<String>) {
+        self.failed.sort_by(|a, b| a.0.cmp(&b.0));
+        let listed = self
+            .failed
+            .into_iter()
+            .map(|(rel, why)| {
+                let beneath = self.beneath.get(&rel).copied().unwrap_or(0);
+                (rel, why, beneath)
+            })
+            .collect();
+        (listed, self.untried)
+    }
+}
 
 /// What to do to the destination.
 #[derive(Debug, Default)]
@@ -151,6 +226,8 @@ struct Plan {
     mkdir: Vec<String>,
     copy: Vec<(String, u64)>,
     unchanged: u64,
+    /// Files whose comparison failed (neither copied nor unchanged).
+    failed: Vec<Failed>,
 }
 
 pub async fn push(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
@@ -163,13 +240,17 @@ pub async fn push(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
         )));
     }
     let base = parse_path(&args.destination)?;
-    let filter = Filter::new(&args.include, &args.exclude)?;
-    let source = filter.apply(local_tree(local_root.clone()).await?);
+    let mut filter = Filter::new(&args.include, &args.exclude)?;
+    let walked = local_tree(local_root.clone()).await?;
+    filter.skip(walked.unreadable.iter().map(|(rel, _)| rel.clone()));
+    let mut source = filter.apply(walked);
     let destination = filter.apply(match remote_tree(&session, &base).await {
         Err(Error::FileNotFound { .. }) => Tree::default(),
         other => other?,
     });
-    let plan = plan(&source, &destination, args.delete, args.jobs, |rel| {
+    let mut failures = Failures::default();
+    failures.extend(std::mem::take(&mut source.unreadable));
+    let mut plan = plan(&source, &destination, args.delete, args.jobs, |rel| {
         let same_bits = source.bits(&rel) == destination.bits(&rel);
         let local = local_root.join(&rel);
         let remote = remote_path(&base, &rel);
@@ -183,9 +264,10 @@ pub async fn push(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
             Ok(a? == b?)
         }
     })
-    .await?;
+    .await;
+    failures.extend(std::mem::take(&mut plan.failed));
     if args.dry_run {
-        return report(ctx, &args, &plan, &source.links, 0, Vec::new(), true);
+        return report(ctx, &args, &plan, &source.links, 0, failures, true);
     }
     for (rel, recursive) in &plan.remove {
         let options = DeleteOptions {
@@ -193,20 +275,38 @@ pub async fn push(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
             allow_missing: true,
             if_version: None,
         };
-        session.delete(&remote_path(&base, rel)?, options).await?;
+        let removed =
+            async { Ok::<_, Failure>(session.delete(&remote_path(&base, rel)?, options).await?) };
+        if let Err(why) = removed.await {
+            failures.add(rel, why);
+        }
     }
+    // Nothing can be pushed into a destination that cannot be made.
     if !base.is_root() {
         session.mkdir(&base, MkdirOptions::default()).await?;
     }
     for rel in &plan.mkdir {
+        if failures.blocks(rel) {
+            continue;
+        }
         let options = MkdirOptions {
             permissions: source.bits(rel),
             ..MkdirOptions::default()
         };
-        session.mkdir(&remote_path(&base, rel)?, options).await?;
+        let made =
+            async { Ok::<_, Failure>(session.mkdir(&remote_path(&base, rel)?, options).await?) };
+        if let Err(why) = made.await {
+            failures.add_directory(rel, why);
+        }
     }
-    let bar = byte_progress(&plan, ctx, "push");
-    let uploads = stream::iter(plan.copy.iter().cloned())
+    let wanted: Vec<(String, u64)> = plan
+        .copy
+        .iter()
+        .filter(|(rel, _)| !failures.blocks(rel))
+        .cloned()
+        .collect();
+    let bar = byte_progress(&wanted, ctx, "push");
+    let uploads = stream::iter(wanted)
         .map(|(rel, size)| {
             let session = session.clone();
             let file = local_root.join(&rel);
@@ -231,8 +331,8 @@ pub async fn push(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
             }
         })
         .buffer_unordered(args.jobs.max(1));
-    let (bytes, failed) = settle(uploads, &bar).await;
-    report(ctx, &args, &plan, &source.links, bytes, failed, false)
+    let bytes = settle(uploads, &bar, &mut failures).await;
+    report(ctx, &args, &plan, &source.links, bytes, failures, false)
 }
 
 pub async fn pull(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
@@ -245,14 +345,18 @@ pub async fn pull(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
             args.destination
         )));
     }
-    let filter = Filter::new(&args.include, &args.exclude)?;
-    let source = filter.apply(remote_tree(&session, &base).await?);
-    let destination = filter.apply(if local_root.exists() {
+    let mut filter = Filter::new(&args.include, &args.exclude)?;
+    let walked = if local_root.exists() {
         local_tree(local_root.clone()).await?
     } else {
         Tree::default()
-    });
-    let plan = plan(&source, &destination, args.delete, args.jobs, |rel| {
+    };
+    filter.skip(walked.unreadable.iter().map(|(rel, _)| rel.clone()));
+    let source = filter.apply(remote_tree(&session, &base).await?);
+    let mut destination = filter.apply(walked);
+    let mut failures = Failures::default();
+    failures.extend(std::mem::take(&mut destination.unreadable));
+    let mut plan = plan(&source, &destination, args.delete, args.jobs, |rel| {
         let same_bits = source.bits(&rel) == destination.bits(&rel);
         let local = local_root.join(&rel);
         let remote = remote_path(&base, &rel);
@@ -266,9 +370,10 @@ pub async fn pull(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
             Ok(a? == b?)
         }
     })
-    .await?;
+    .await;
+    failures.extend(std::mem::take(&mut plan.failed));
     if args.dry_run {
-        return report(ctx, &args, &plan, &source.links, 0, Vec::new(), true);
+        return report(ctx, &args, &plan, &source.links, 0, failures, true);
     }
     for (rel, recursive) in &plan.remove {
         let path = local_root.join(rel);
@@ -277,17 +382,32 @@ pub async fn pull(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
         } else {
             std::fs::remove_file(&path)
         };
-        removed.map_err(local(format!("cannot remove '{}'", path.display())))?;
+        if let Err(why) = removed.map_err(local(format!("cannot remove '{}'", path.display()))) {
+            failures.add(rel, why);
+        }
     }
+    // Nothing can be pulled into a destination that cannot be made.
     std::fs::create_dir_all(&local_root)
         .map_err(local(format!("cannot create '{}'", local_root.display())))?;
     for rel in &plan.mkdir {
+        if failures.blocks(rel) {
+            continue;
+        }
         let path = local_root.join(rel);
-        std::fs::create_dir_all(&path)
-            .map_err(local(format!("cannot create '{}'", path.display())))?;
+        if let Err(why) = std::fs::create_dir_all(&path)
+            .map_err(local(format!("cannot create '{}'", path.display())))
+        {
+            failures.add_directory(rel, why);
+        }
     }
-    let bar = byte_progress(&plan, ctx, "pull");
-    let downloads = stream::iter(plan.copy.iter().cloned())
+    let wanted: Vec<(String, u64)> = plan
+        .copy
+        .iter()
+        .filter(|(rel, _)| !failures.blocks(rel))
+        .cloned()
+        .collect();
+    let bar = byte_progress(&wanted, ctx, "pull");
+    let downloads = stream::iter(wanted)
         .map(|(rel, _)| {
             let session = session.clone();
             let file = local_root.join(&rel);
@@ -304,12 +424,19 @@ pub async fn pull(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
             }
         })
         .buffer_unordered(args.jobs.max(1));
-    let (bytes, failed) = settle(downloads, &bar).await;
+    let bytes = settle(downloads, &bar, &mut failures).await;
     // Directories last, deepest first, so a read-only one is filled first.
     for rel in plan.mkdir.iter().rev() {
-        set_local_attributes(&local_root.join(rel), source.attributes.get(rel).copied())?;
+        if failures.blocking.contains(rel) || failures.untried.contains(rel) {
+            continue;
+        }
+        if let Err(why) =
+            set_local_attributes(&local_root.join(rel), source.attributes.get(rel).copied())
+        {
+            failures.add(rel, why);
+        }
     }
-    report(ctx, &args, &plan, &source.links, bytes, failed, false)
+    report(ctx, &args, &plan, &source.links, bytes, failures, false)
 }
 
 impl Tree {
@@ -334,29 +461,30 @@ fn set_local_attributes(path: &Path, attributes: Option<(Permissions, SystemTime
 }
 
 /// A bar over the bytes to transfer, with rate and ETA.
-fn byte_progress(plan: &Plan, ctx: &Ctx, label: &str) -> indicatif::ProgressBar {
-    let total = plan.copy.iter().map(|(_, size)| size).sum();
+fn byte_progress(copy: &[(String, u64)], ctx: &Ctx, label: &str) -> indicatif::ProgressBar {
+    let total = copy.iter().map(|(_, size)| size).sum();
     output::progress(Some(total), 1 << 20, ctx.quiet || ctx.json, label)
 }
 
-/// Runs every transfer to its end: the bytes moved, and the failures.
+/// Runs every transfer to its end: the bytes moved; each failure joins
+/// `failures`.
 async fn settle(
     mut transfers: impl futures::Stream<Item = (String, Outcome<u64>)> + Unpin,
     bar: &indicatif::ProgressBar,
-) -> (u64, Vec<Failed>) {
-    let (mut bytes, mut failed) = (0, Vec::new());
+    failures: &mut Failures,
+) -> u64 {
+    let mut bytes = 0;
     while let Some((rel, done)) = transfers.next().await {
         match done {
             Ok(size) => {
                 bytes += size;
                 bar.inc(size);
             }
-            Err(why) => failed.push((rel, why)),
+            Err(why) => failures.add(&rel, why),
         }
     }
     bar.finish_and_clear();
-    failed.sort_by(|a, b| a.0.cmp(&b.0));
-    (bytes, failed)
+    bytes
 }
 
 fn report(
@@ -365,22 +493,33 @@ fn report(
     plan: &Plan,
     links: &[String],
     bytes: u64,
-    failed: Vec<Failed>,
+    failures: Failures,
     dry_run: bool,
 ) -> Outcome {
-    let failed_paths: BTreeSet<&str> = failed.iter().map(|(rel, _)| rel.as_str()).collect();
+    let (failed, untried) = failures.sorted();
+    let failed_paths: BTreeSet<&str> = failed.iter().map(|(rel, ..)| rel.as_str()).collect();
     let copied: Vec<_> = plan
         .copy
         .iter()
         .map(|(rel, _)| rel.as_str())
+        .filter(|rel| !failed_paths.contains(rel) && !untried.contains(*rel))
+        .collect();
+    let made_dirs = plan
+        .mkdir
+        .iter()
+        .filter(|rel| !failed_paths.contains(rel.as_str()) && !untried.contains(*rel))
+        .count();
+    let removed: Vec<_> = plan
+        .remove
+        .iter()
+        .map(|(rel, _)| rel.as_str())
         .filter(|rel| !failed_paths.contains(rel))
         .collect();
-    let removed: Vec<_> = plan.remove.iter().map(|(rel, _)| rel.as_str()).collect();
-    let failures: Vec<(String, String, String)> = failed
+    let failures: Vec<(String, String, String, u64)> = failed
         .iter()
-        .map(|(rel, why)| {
+        .map(|(rel, why, beneath)| {
             let (reason, message) = why.text();
-            (rel.clone(), reason, message)
+            (rel.clone(), reason, message, *beneath)
         })
         .collect();
     if ctx.json {
@@ -391,12 +530,17 @@ fn report(
             "transferred": copied.len(),
             "bytes": bytes,
             "unchanged": plan.unchanged,
-            "deleted": plan.remove.len(),
-            "directories_created": plan.mkdir.len(),
+            "deleted": removed.len(),
+            "directories_created": made_dirs,
             "skipped_symlinks": links,
             "failed": failures
                 .iter()
-                .map(|(path, reason, message)| json!({"path": path, "reason": reason, "message": message}))
+                .map(|(path, reason, message, beneath)| json!({
+                    "path": path,
+                    "reason": reason,
+                    "message": message,
+                    "not_tried_beneath": beneath,
+                }))
                 .collect::<Vec<_>>(),
             "transferred_paths": copied,
             "deleted_paths": removed,
@@ -413,8 +557,13 @@ fn report(
                 println(&format!("copy   {rel}"))?;
             }
         }
-        for (path, reason, message) in &failures {
-            eprintln!("wsfs: {path}: {reason}: {message}");
+        for (path, reason, message, beneath) in &failures {
+            let mut line = format!("wsfs: {path}: {reason}: {message}");
+            if *beneath > 0 {
+                let plural = if *beneath == 1 { "entry" } else { "entries" };
+                line.push_str(&format!(" ({beneath} {plural} beneath it not transferred)"));
+            }
+            eprintln!("{line}");
         }
         if !ctx.quiet {
             for link in links {
@@ -432,7 +581,7 @@ fn report(
                 copied.len(),
                 output::human_size(bytes),
                 plan.unchanged,
-                plan.remove.len()
+                removed.len()
             );
             if !links.is_empty() {
                 line.push_str(&format!(", {} symlinks skipped", links.len()));
@@ -446,23 +595,17 @@ fn report(
     if failures.is_empty() {
         Ok(())
     } else {
+        let plural = if failures.len() == 1 { "" } else { "s" };
         Err(Failure::Local(format!(
-            "{} of {} transfers failed (listed above)",
-            failures.len(),
-            plan.copy.len()
+            "{} failure{plural} (listed above); the rest was transferred",
+            failures.len()
         )))
     }
 }
 
 /// Decides what to do; `same(rel)` compares a file present on both sides
 /// with equal sizes, `jobs` at a time.
-async fn plan<F, Fut>(
-    source: &Tree,
-    destination: &Tree,
-    delete: bool,
-    jobs: usize,
-    same: F,
-) -> Outcome<Plan>
+async fn plan<F, Fut>(source: &Tree, destination: &Tree, delete: bool, jobs: usize, same: F) -> Plan
 where
     F: Fn(String) -> Fut,
     Fut: Future<Output = Outcome<bool>>,
@@ -487,10 +630,10 @@ where
         })
         .buffer_unordered(jobs.max(1));
     while let Some((rel, size, same)) = compared.next().await {
-        if same? {
-            plan.unchanged += 1;
-        } else {
-            plan.copy.push((rel, size));
+        match same {
+            Ok(true) => plan.unchanged += 1,
+            Ok(false) => plan.copy.push((rel, size)),
+            Err(why) => plan.failed.push((rel, why)),
         }
     }
     plan.copy.sort();
@@ -528,7 +671,7 @@ where
         .retain(|(rel, _)| !ancestors(rel).any(|a| removed_dirs.contains(a)));
     plan.remove.sort();
     plan.remove.dedup();
-    Ok(plan)
+    plan
 }
 
 /// `a/b/c` gives `a/b`, then `a`.
@@ -586,26 +729,46 @@ async fn local_tree(root: PathBuf) -> Outcome<Tree> {
     .map_err(|e| Failure::Local(format!("the directory walk failed: {e}")))?
 }
 
+/// Reads `dir` into `tree`. Only the top directory's failure is an error:
+/// below it, an entry that cannot be read is set aside in
+/// `tree.unreadable` (a directory stays listed, so that the filter keeps
+/// its counterpart on the other side untouched) and the walk goes on.
 fn walk(dir: &Path, prefix: &str, tree: &mut Tree) -> Outcome {
     let entries =
         std::fs::read_dir(dir).map_err(local(format!("cannot read '{}'", dir.display())))?;
     for entry in entries {
-        let entry = entry.map_err(local(format!("cannot read '{}'", dir.display())))?;
+        let entry = match entry.map_err(local(format!("cannot read '{}'", dir.display()))) {
+            Ok(entry) => entry,
+            Err(why) => {
+                tree.unreadable.push((prefix.to_string(), why));
+                break;
+            }
+        };
         let name = entry.file_name();
+        let join = |name: &str| {
+            if prefix.is_empty() {
+                name.to_string()
+            } else {
+                format!("{prefix}/{name}")
+            }
+        };
         let Some(name) = name.to_str() else {
-            return Err(Failure::Local(format!(
+            let why = Failure::Local(format!(
                 "'{}' is not a UTF-8 name, which a workspace path must be",
                 entry.path().display()
-            )));
+            ));
+            tree.unreadable.push((join(&name.to_string_lossy()), why));
+            continue;
         };
-        let rel = if prefix.is_empty() {
-            name.to_string()
-        } else {
-            format!("{prefix}/{name}")
+        let rel = join(name);
+        let kind = match entry.file_type() {
+            Ok(kind) => kind,
+            Err(e) => {
+                let why = Failure::Local(format!("cannot stat '{}': {e}", entry.path().display()));
+                tree.unreadable.push((rel, why));
+                continue;
+            }
         };
-        let kind = entry
-            .file_type()
-            .map_err(local(format!("cannot stat '{}'", entry.path().display())))?;
         if kind.is_symlink() {
             tree.links.push(rel);
             continue;
@@ -613,15 +776,22 @@ fn walk(dir: &Path, prefix: &str, tree: &mut Tree) -> Outcome {
         if !kind.is_dir() && !kind.is_file() {
             continue;
         }
-        let meta = entry
-            .metadata()
-            .map_err(local(format!("cannot stat '{}'", entry.path().display())))?;
+        let meta = match entry.metadata() {
+            Ok(meta) => meta,
+            Err(e) => {
+                let why = Failure::Local(format!("cannot stat '{}': {e}", entry.path().display()));
+                tree.unreadable.push((rel, why));
+                continue;
+            }
+        };
         let bits =
             Permissions::masked(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()));
         let modified = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
         tree.attributes.insert(rel.clone(), (bits, modified));
         if kind.is_dir() {
-            walk(&entry.path(), &rel, tree)?;
+            if let Err(why) = walk(&entry.path(), &rel, tree) {
+                tree.unreadable.push((rel.clone(), why));
+            }
             tree.dirs.insert(rel);
         } else {
             tree.files.insert(rel, meta.len());
@@ -665,13 +835,12 @@ mod tests {
             attributes: BTreeMap::new(),
             links: Vec::new(),
             held: BTreeSet::new(),
+            unreadable: Vec::new(),
         }
     }
 
     async fn plan_of(source: &Tree, destination: &Tree, delete: bool, same: bool) -> Plan {
-        plan(source, destination, delete, 4, |_| async move { Ok(same) })
-            .await
-            .unwrap()
+        plan(source, destination, delete, 4, |_| async move { Ok(same) }).await
     }
 
     #[tokio::test]
