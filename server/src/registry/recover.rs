@@ -181,12 +181,16 @@ impl SessionRegistry {
         };
         bucket.retry_removals().await;
         let held: std::collections::HashSet<String> = bucket.held_sessions().into_iter().collect();
-<<<<<<< HEAD
-        for session in self.list() {
-            if let Some(holder) = self.tend(bucket, &held, &session).await {
-                self.surrender(&session.record.id, holder);
-            }
-        }
+        futures::stream::iter(self.list())
+            .for_each_concurrent(LEASES_AT_ONCE, |session| {
+                let held = &held;
+                async move {
+                    if let Some(holder) = self.tend(bucket, held, &session).await {
+                        self.surrender(&session.record.id, holder);
+                    }
+                }
+            })
+            .await;
     }
 
     /// Takes or renews the lease of DIRECTORY `session`, a session that a
@@ -198,8 +202,9 @@ impl SessionRegistry {
         self.tend(bucket, &held, session).await
     }
 
-    /// Takes or renews `session`'s lease (`held`: those this server holds);
-    /// the holder when another replica took it.
+    /// Takes or renews `session`'s lease (`held`: those this server holds),
+    /// waiting at most one renewal interval for the bucket; the holder
+    /// when another replica took it.
     async fn tend(
         &self,
         bucket: &Arc<Bucket>,
@@ -210,19 +215,34 @@ impl SessionRegistry {
             return None;
         }
         let id = &session.record.id;
-        let outcome = if held.contains(id) {
-            bucket.renew(id).await
-        } else {
+        let held = held.contains(id);
+        let bound = crate::objstore::lease::renewal_interval(bucket.lease_ttl());
+        let leased = tokio::time::timeout(bound, async {
+            if held {
+                return bucket.renew(id).await;
+            }
             match bucket.acquire(id, false, false).await {
-                Ok(()) => self
-                    .upload_unknown(bucket, session)
-                    .await
-                    .map(|()| Renewal::Renewed),
+                Ok(_) => Ok(Renewal::Renewed),
                 Err(Error::SessionLeased { holder, .. }) => Ok(Renewal::Lost { holder }),
                 Err(e) => Err(e),
             }
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::Unavailable {
+                message: format!("the object store did not answer within {bound:?}"),
+            })
+        });
+        // Just taken (a start, or the bucket added since): the upload,
+        // unbounded, follows.
+        let tended = match leased {
+            Ok(Renewal::Renewed) if !held => self
+                .upload_unknown(bucket, session)
+                .await
+                .map(|()| Renewal::Renewed),
+            other => other,
         };
-        match outcome {
+        match tended {
             Ok(Renewal::Renewed | Renewal::NotHeld) => None,
             Ok(Renewal::Lost { holder }) => Some(holder),
             Err(e) => {
@@ -230,55 +250,6 @@ impl SessionRegistry {
                 None
             }
         }
-=======
-        let sessions = self
-            .list()
-            .into_iter()
-            .filter(|s| s.record.backend == BackendKind::Directory);
-        let bound = crate::objstore::lease::renewal_interval(bucket.lease_ttl());
-        futures::stream::iter(sessions)
-            .for_each_concurrent(LEASES_AT_ONCE, |session| {
-                let held = held.contains(&session.record.id);
-                async move {
-                    let id = session.record.id.clone();
-                    let leased = tokio::time::timeout(bound, async {
-                        if held {
-                            return bucket.renew(&id).await;
-                        }
-                        match bucket.acquire(&id, false, false).await {
-                            Ok(_) => Ok(Renewal::Renewed),
-                            Err(Error::SessionLeased { holder, .. }) => {
-                                Ok(Renewal::Lost { holder })
-                            }
-                            Err(e) => Err(e),
-                        }
-                    })
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(Error::Unavailable {
-                            message: format!("the object store did not answer within {bound:?}"),
-                        })
-                    });
-                    // Just taken (a start, or the bucket added since): the
-                    // upload, unbounded, follows.
-                    let tended = match leased {
-                        Ok(Renewal::Renewed) if !held => self
-                            .upload_unknown(bucket, &session)
-                            .await
-                            .map(|()| Renewal::Renewed),
-                        other => other,
-                    };
-                    match tended {
-                        Ok(Renewal::Renewed | Renewal::NotHeld) => {}
-                        Ok(Renewal::Lost { holder }) => self.surrender(&id, holder),
-                        Err(e) => {
-                            tracing::warn!(session = %id, error = %e, "the session's lease could not be renewed")
-                        }
-                    }
-                }
-            })
-            .await;
->>>>>>> lease
     }
 
     /// Uploads a session the bucket has no record of.
