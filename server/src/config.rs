@@ -178,8 +178,10 @@ pub struct ServerConfig {
     pub replica_id: Option<String>,
 
     /// How long a session lease in the object store lasts unless renewed;
-    /// the holder renews it every third of this. A lost replica's sessions
-    /// can be recovered elsewhere once it ran out.
+    /// the holder renews it every third of this, and stops serving a
+    /// session a quarter of this before its lease runs out (the margin for
+    /// the replicas' clocks) until a renewal succeeds. A lost replica's
+    /// sessions can be recovered elsewhere once it ran out.
     #[arg(long, env = "WSFS_LEASE_TTL", value_parser = humantime::parse_duration, default_value = "30s")]
     pub lease_ttl: Duration,
 
