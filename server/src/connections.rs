@@ -54,6 +54,27 @@ pub const SHED_WAIT: Duration = Duration::from_secs(1);
 /// count).
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
+/// How many connections the kernel may queue for the accept loop (capped by
+/// `net.core.somaxconn`). The loop drains the queue as fast as it can, since
+/// it never stops accepting; a full queue drops a client's SYN, which it
+/// sends again only a second later. The default (128) was kept full by an
+/// attacker with more silent sockets than that.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// The server's listening socket on `addr`.
+pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As the standard library's bind does: a restarted server may bind
+    // its port while the last one's connections linger in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Raises the soft open-file limit to the hard one and returns the soft
 /// limit now in force (`None`: unlimited or unknown).
 pub fn raise_open_file_limit() -> Option<u64> {
@@ -391,6 +412,11 @@ impl Conn {
     fn must_close(&mut self, cx: &mut Context<'_>) -> Option<std::io::Error> {
         let activity = &self.info.activity;
         if self.shed.as_mut().poll(cx).is_ready() {
+            // Closed with a reset, as are silent peers below: no TIME_WAIT
+            // is left on the server for each one, whose 4-tuple a new
+            // client reusing the port would otherwise run into (its SYN
+            // answered late, after a 1 s retransmission).
+            let _ = self.io.set_zero_linger();
             return Some(std::io::Error::new(
                 std::io::ErrorKind::ConnectionAborted,
                 "shed to admit a newer connection at the connection cap (--max-connections, --max-connections-per-peer)",
@@ -398,6 +424,7 @@ impl Conn {
         }
         while self.clock.as_mut().poll(cx).is_ready() {
             if activity.received.load(Ordering::SeqCst) < HELLO_BYTES {
+                let _ = self.io.set_zero_linger();
                 return Some(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     format!(
@@ -524,7 +551,15 @@ pub fn incoming(
                 match admission.admit(&io, Some(remote.ip().to_canonical())) {
                     Admitted::In(slot, victim_closed) => {
                         if let Some(closed) = victim_closed {
-                            let _ = tokio::time::timeout(SHED_WAIT, closed.cancelled()).await;
+                            if tokio::time::timeout(SHED_WAIT, closed.cancelled())
+                                .await
+                                .is_err()
+                            {
+                                tracing::warn!(
+                                    wait = ?SHED_WAIT,
+                                    "a shed connection has not closed yet: admitting the newcomer anyway"
+                                );
+                            }
                         }
                         // Small frames (a Stat answer, a grep match) must
                         // not wait for Nagle's algorithm: that adds up to
@@ -534,6 +569,7 @@ pub fn incoming(
                         return Some((Ok(conn), (listener, admission)));
                     }
                     Admitted::Refused(why) => {
+                        let _ = io.set_zero_linger();
                         drop(io);
                         admission.refused(why);
                     }

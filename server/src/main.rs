@@ -36,7 +36,7 @@ async fn main() -> std::process::ExitCode {
     // Every connection and every DIRECTORY session holds descriptors.
     let open_files = wsfs_server::connections::raise_open_file_limit();
     tracing::info!(?open_files, "open-file limit");
-    let listener = match tokio::net::TcpListener::bind(config.listen).await {
+    let listener = match wsfs_server::connections::listen(config.listen) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("wsfs-server: cannot listen on {}: {e}", config.listen);

@@ -45,7 +45,7 @@ impl Server {
     pub fn start_limited(address_space: u64, args: &[&str], env: &[(&str, &str)]) -> Server {
         let data = tempfile::tempdir().expect("temporary data directory");
         let log = data.path().join("server.log");
-        let (child, addr, stdout) = spawn(data.path(), &log, address_space, args, env);
+        let (child, addr, stdout) = spawn(data.path(), &log, address_space, args, env, &[]);
         Server {
             child,
             url: format!("http://{addr}"),
@@ -54,6 +54,41 @@ impl Server {
             log,
             _stdout: stdout,
         }
+    }
+
+    /// The binary with `args` in a user namespace of its own whose
+    /// inotify watch limit is `watches` (`max_inotify_watches`, which the
+    /// namespace's root may lower for itself alone); `None` when `unshare`
+    /// is not installed.
+    pub fn start_with_watch_limit(watches: u32, args: &[&str]) -> Option<Server> {
+        let unshare = wsfs_tests::kit::system_tool("unshare")?;
+        let wrapper = [
+            unshare.display().to_string(),
+            "--user".into(),
+            "--map-root-user".into(),
+            "--".into(),
+            "sh".into(),
+            "-c".into(),
+            format!("echo {watches} > /proc/sys/user/max_inotify_watches && exec \"$0\" \"$@\""),
+        ];
+        let data = tempfile::tempdir().expect("temporary data directory");
+        let log = data.path().join("server.log");
+        let (child, addr, stdout) = spawn(
+            data.path(),
+            &log,
+            DEFAULT_ADDRESS_SPACE,
+            args,
+            &[],
+            &wrapper,
+        );
+        Some(Server {
+            child,
+            url: format!("http://{addr}"),
+            addr,
+            data,
+            log,
+            _stdout: stdout,
+        })
     }
 
     /// The server's `--data-dir`.
@@ -178,13 +213,22 @@ fn spawn(
     address_space: u64,
     args: &[&str],
     env: &[(&str, &str)],
+    wrapper: &[String],
 ) -> (Child, std::net::SocketAddr, std::io::BufReader<ChildStdout>) {
     let stderr = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .expect("server log");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_wsfs-server"));
+    let binary = env!("CARGO_BIN_EXE_wsfs-server");
+    let mut command = match wrapper.split_first() {
+        Some((program, wrapper_args)) => {
+            let mut c = Command::new(program);
+            c.args(wrapper_args).arg(binary);
+            c
+        }
+        None => Command::new(binary),
+    };
     command
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data.join("data"))
@@ -258,6 +302,7 @@ impl Server {
             &self.log,
             DEFAULT_ADDRESS_SPACE,
             args,
+            &[],
             &[],
         );
         self.child = child;

@@ -137,3 +137,66 @@ async fn past_the_watch_limit_sessions_are_scanned_by_one_thread() {
     );
     server.assert_serves_bystander().await;
 }
+
+#[tokio::test]
+async fn past_the_kernels_watch_limit_a_root_is_scanned_and_gives_its_watches_back() {
+    const LIMIT: usize = 20;
+    // The kernel's own limit, lowered for this server alone.
+    let Some(mut server) = Server::start_with_watch_limit(LIMIT as u32, &[]) else {
+        return;
+    };
+    let client = server.client().await;
+    let (session, info) = client.create(SessionOptions::directory()).await.unwrap();
+    let root = info.root_path.expect("a DIRECTORY session has a root");
+    let mut events = session.watch("").recursive().stream().await.unwrap();
+    assert_eq!(next_change(&mut events).await.kind(), ChangeKind::Ready);
+
+    // More directories than the kernel will watch, made from outside.
+    for i in 0..LIMIT + 10 {
+        std::fs::create_dir(root.join(format!("d{i}"))).unwrap();
+    }
+    let started = Instant::now();
+    while !server.log().contains("scanning its root") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the root did not fall back to scanning: {}",
+            server.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A file in a directory the kernel would not watch is still reported.
+    let late = format!("d{}/late.txt", LIMIT + 9);
+    let written = Instant::now();
+    std::fs::write(root.join(&late), "from a container\n").unwrap();
+    let event = loop {
+        let e = next_change(&mut events).await;
+        if e.path == late {
+            break e;
+        }
+    };
+    let scanned_after = written.elapsed();
+    assert_eq!(
+        (event.kind(), event.caller.as_str()),
+        (ChangeKind::Created, "external")
+    );
+
+    // The scanned root gave its watches back: a new session is watched by
+    // the kernel again.
+    let (_, watches) = server.inotify();
+    assert!(
+        watches < LIMIT,
+        "{watches} watches held after the fall-back"
+    );
+    let (other, info) = client.create(SessionOptions::directory()).await.unwrap();
+    let other_root = info.root_path.expect("a DIRECTORY session has a root");
+    let native_after = outside_change_reported_after(&other, &other_root, "outside.txt").await;
+    assert!(
+        native_after < REPORTED_WITHIN,
+        "a session under the limit again was reported after {native_after:?}"
+    );
+    eprintln!(
+        "watch limit {LIMIT}: a root past it scanned, its change reported after {scanned_after:?}; \
+         {watches} watches left; a new session reported natively after {native_after:?}"
+    );
+    server.assert_serves_bystander().await;
+}
