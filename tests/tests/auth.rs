@@ -297,3 +297,39 @@ async fn directory_session_tokens_survive_a_restart() {
         "still me\n"
     );
 }
+
+/// A session a stop left with work to finish (here an abandoned upload in
+/// its staging directory) recovers in the background after the restart:
+/// refused UNAVAILABLE until then, and served with its tokens after.
+#[tokio::test]
+async fn tokens_of_a_session_recovered_at_start_survive_a_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let with_tokens = |c: &mut wsfs_server::ServerConfig| c.admin_token = Some(ADMIN.into());
+    let server = TestServer::start_at(data.path(), with_tokens).await;
+    let admin = admin(&server).await;
+    let (_, info) = admin.create(SessionOptions::directory()).await.unwrap();
+    let alice = admin.issue_token(&info.id, "alice").await.unwrap().token;
+    server.stop().await.unwrap();
+    let staging = data.path().join("sessions").join(&info.id).join("staging");
+    std::fs::write(staging.join(".wsfs-tmp-abandoned"), b"an upload cut short").unwrap();
+
+    let server = TestServer::start_at(data.path(), with_tokens).await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let as_alice = client.session(&info.id).with_token(&alice).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match as_alice.write_str("a.txt", "still me\n").await {
+            Ok(_) => break,
+            Err(wsfs::Error::Unavailable { message }) => {
+                assert!(message.contains("being recovered"), "{message}");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "still recovering after 60 s"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("alice's token after the restart: {e:?}"),
+        }
+    }
+    assert!(!staging.join(".wsfs-tmp-abandoned").exists());
+}
