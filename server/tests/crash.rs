@@ -1754,6 +1754,18 @@ async fn a_recursive_delete_killed_part_way_is_all_or_nothing() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // A MEMORY session deletes as before: the count, and the tree gone.
+    let (memory, _) = client.create(SessionOptions::memory()).await.unwrap();
+    memory
+        .import_from_reader(std::io::Cursor::new(archive.clone()))
+        .await
+        .unwrap();
+    let deleted = memory
+        .delete(&parse_path("big").unwrap(), options)
+        .await
+        .unwrap();
+    assert_eq!(deleted, (full.len() - without.len()) as u64);
+    assert_eq!(listing(&memory).await.unwrap(), without);
     server.kill();
     println!(
         "crash: {kills} recursive deletes killed: {whole} whole, {gone} gone (CRASH_SEED={seed})"

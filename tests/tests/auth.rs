@@ -264,16 +264,26 @@ async fn serve_refuses_tokens_off_on_a_public_address() {
     assert!(err.to_string().contains("--insecure"), "{err}");
 }
 
-#[tokio::test]
-async fn directory_session_tokens_survive_a_restart() {
-    let data = tempfile::tempdir().unwrap();
-    let with_tokens = |c: &mut wsfs_server::ServerConfig| c.admin_token = Some(ADMIN.into());
-    let server = TestServer::start_at(data.path(), with_tokens).await;
+fn with_tokens(c: &mut wsfs_server::ServerConfig) {
+    c.admin_token = Some(ADMIN.into());
+}
+
+/// A DIRECTORY session made on a server with tokens over `data`, which is
+/// then stopped: the session, and the token issued to alice.
+async fn session_with_alice(data: &std::path::Path) -> (wsfs_client::SessionInfo, String) {
+    let server = TestServer::start_at(data, with_tokens).await;
     let admin = admin(&server).await;
     let (_, info) = admin.create(SessionOptions::directory()).await.unwrap();
     let alice = admin.issue_token(&info.id, "alice").await.unwrap().token;
-    let system = info.token.clone().unwrap();
     server.stop().await.unwrap();
+    (info, alice)
+}
+
+#[tokio::test]
+async fn directory_session_tokens_survive_a_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let (info, alice) = session_with_alice(data.path()).await;
+    let system = info.token.clone().unwrap();
     // Only hashes are on disk.
     let saved = std::fs::read_to_string(
         data.path()
@@ -304,12 +314,7 @@ async fn directory_session_tokens_survive_a_restart() {
 #[tokio::test]
 async fn tokens_of_a_session_recovered_at_start_survive_a_restart() {
     let data = tempfile::tempdir().unwrap();
-    let with_tokens = |c: &mut wsfs_server::ServerConfig| c.admin_token = Some(ADMIN.into());
-    let server = TestServer::start_at(data.path(), with_tokens).await;
-    let admin = admin(&server).await;
-    let (_, info) = admin.create(SessionOptions::directory()).await.unwrap();
-    let alice = admin.issue_token(&info.id, "alice").await.unwrap().token;
-    server.stop().await.unwrap();
+    let (info, alice) = session_with_alice(data.path()).await;
     let staging = data.path().join("sessions").join(&info.id).join("staging");
     std::fs::write(staging.join(".wsfs-tmp-abandoned"), b"an upload cut short").unwrap();
 

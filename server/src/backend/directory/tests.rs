@@ -803,6 +803,12 @@ fn across_filesystems_a_removed_tree_waits_in_a_hidden_directory_of_the_root() {
             .files,
         1
     );
+    let snapshotted: Vec<String> = crate::snapshots::tree(b)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.path.as_str().to_string())
+        .collect();
+    assert_eq!(snapshotted, ["keep"]);
     assert!(DirectoryBackend::removals_left(&fx.root));
     b.finish_removals().unwrap();
     assert_eq!(names(&fx.root), ["keep"]);
