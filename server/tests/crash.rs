@@ -23,6 +23,13 @@
 //! disk): after the restart the workspace is the old tree or the new one,
 //! whole, and the new one when the call had answered.
 //!
+//! Then the first answer after a restart: Restore, ImportArchive, a
+//! restore of one path and a recursive Delete of 3,000 files killed part
+//! way, the server called as it accepts: the session answers the old tree
+//! or the new (the whole directory or none), refusing UNAVAILABLE while it
+//! recovers, as other sessions answer. Last, a full disk (a tmpfs the test
+//! mounts, root only): every path refused with one reason, nothing left.
+//!
 //! Scope: SIGKILL keeps the kernel's page cache, so "acknowledged" means
 //! "handed to the kernel" here. Power loss is not covered by this test:
 //! it runs the server with the default `--durability none`, which does not
