@@ -575,6 +575,21 @@ mod tests {
         assert_eq!(s.tree(), target());
     }
 
+    /// Emptying the workspace (a recursive Delete of the root) cut short
+    /// after its first removal is completed at start.
+    #[test]
+    fn an_emptying_cut_short_is_completed_at_start() {
+        let s = Session::new();
+        old_tree(&s);
+        s.put("deep/er/file.txt", "x\n");
+        let b = s.backend();
+        b.begin_intent(&Intent::emptying("delete")).unwrap();
+        b.remove(&p("gone.txt"), true).unwrap();
+        assert!(recover(&s.dir, &s.root, Durability::None, None).unwrap());
+        assert!(s.tree().is_empty(), "{:?}", s.tree());
+        assert!(s.backend().pending_intent().unwrap().is_none());
+    }
+
     #[test]
     fn a_corrupt_intent_record_fails_recovery_and_changes_nothing() {
         let s = Session::new();

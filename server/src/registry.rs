@@ -525,6 +525,22 @@ impl SessionRegistry {
             .cloned()
     }
 
+    /// The ids of the DIRECTORY sessions served here and of those being
+    /// recovered after a restart (served once whole).
+    pub fn directory_sessions(&self) -> Vec<String> {
+        let sessions = self.sessions.read().unwrap_or_else(|e| e.into_inner());
+        let live = sessions
+            .values()
+            .filter(|s| s.record.backend == BackendKind::Directory)
+            .map(|s| s.record.id.clone());
+        let unavailable = self.unavailable.read().unwrap_or_else(|e| e.into_inner());
+        let recovering = unavailable
+            .values()
+            .filter(|u| u.recovering)
+            .map(|u| u.record.id.clone());
+        live.chain(recovering).collect()
+    }
+
     /// Every recorded session that could not be reopened.
     pub fn list_unavailable(&self) -> Vec<Unavailable> {
         let mut all: Vec<_> = self
@@ -1068,7 +1084,9 @@ impl SessionRegistry {
             // it; a root elsewhere is never inside it.
             let durability = self.config.durability;
             tokio::task::spawn_blocking(move || {
-                std::fs::remove_dir_all(&dir)?;
+                // The remover thread may be removing a deleted tree in its
+                // staging directory meanwhile: a second pass ends a race.
+                std::fs::remove_dir_all(&dir).or_else(|_| std::fs::remove_dir_all(&dir))?;
                 match dir.parent() {
                     Some(sessions) if durability.is_fsync() => {
                         std::fs::File::open(sessions)?.sync_all()

@@ -23,6 +23,13 @@
 //! disk): after the restart the workspace is the old tree or the new one,
 //! whole, and the new one when the call had answered.
 //!
+//! Then the first answer after a restart: Restore, ImportArchive, a
+//! restore of one path and a recursive Delete of 3,000 files killed part
+//! way, the server called as it accepts: the session answers the old tree
+//! or the new (the whole directory or none), refusing UNAVAILABLE while it
+//! recovers, as other sessions answer. Last, a full disk (a tmpfs the test
+//! mounts, root only): every path refused with one reason, nothing left.
+//!
 //! Scope: SIGKILL keeps the kernel's page cache, so "acknowledged" means
 //! "handed to the kernel" here. Power loss is not covered by this test:
 //! it runs the server with the default `--durability none`, which does not
@@ -282,6 +289,11 @@ struct Server {
 
 impl Server {
     fn start(data_dir: &Path, log: &Path) -> Server {
+        Server::start_with(data_dir, log, &[])
+    }
+
+    /// [`Server::start`] with more arguments.
+    fn start_with(data_dir: &Path, log: &Path, args: &[&std::ffi::OsStr]) -> Server {
         let stderr = std::fs::File::options()
             .create(true)
             .append(true)
@@ -290,6 +302,7 @@ impl Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_wsfs-server"))
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
+            .args(args)
             .env_remove("WSFS_ADMIN_TOKEN")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
@@ -1637,12 +1650,36 @@ fn shown_difference(now: &Shown, expected: &Shown) -> String {
 /// kills.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recursive_delete_killed_part_way_is_all_or_nothing() {
-    let kills: usize = env("CRASH_DELETE_KILLS", 4);
+    deletes_killed(env("CRASH_DELETE_KILLS", 4), None).await;
+}
+
+/// The same for a session rooted on another filesystem than its staging
+/// directory (a tmpfs the test mounts; root only): the tree waits in the
+/// root's hidden `.wsfs-tmp-removing`, emptied before the session answers
+/// after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recursive_delete_across_filesystems_is_all_or_nothing_too() {
+    let Some(disk) = SmallDisk::mount("64m", 20_000) else {
+        return;
+    };
+    deletes_killed(env("CRASH_DELETE_KILLS", 4), Some(&disk.mount)).await;
+}
+
+/// Recursive Deletes of `big/` (3,000 files) killed `kills` times, in a
+/// session of its own directory or rooted in `rooted_in`; see
+/// [`a_recursive_delete_killed_part_way_is_all_or_nothing`].
+async fn deletes_killed(kills: usize, rooted_in: Option<&Path>) {
     let seed = crash_seed();
-    println!("crash: {kills} recursive deletes killed, CRASH_SEED={seed}");
+    println!(
+        "crash: {kills} recursive deletes killed (rooted in {rooted_in:?}), CRASH_SEED={seed}"
+    );
     let mut rng = Rng(seed);
     let (_scratch, data_dir, log) = scratch();
-    let mut server = Server::start(&data_dir, &log);
+    let allowed: Vec<&std::ffi::OsStr> = match rooted_in {
+        Some(dir) => vec!["--allow-root".as_ref(), dir.as_os_str()],
+        None => Vec::new(),
+    };
+    let mut server = Server::start_with(&data_dir, &log, &allowed);
     let client = Client::connect(&server.url).await.unwrap();
     let files: Vec<(String, Vec<u8>)> = big_files("big")
         .into_iter()
@@ -1653,9 +1690,15 @@ async fn a_recursive_delete_killed_part_way_is_all_or_nothing() {
     let full = shown(&tree_of(&files, &[]));
     let mut without = full.clone();
     without.retain(|path, _| path != "big" && !path.starts_with("big/"));
-    let (_, info) = client.create(SessionOptions::directory()).await.unwrap();
+    let options = match rooted_in {
+        Some(dir) => SessionOptions::directory().root(dir),
+        None => SessionOptions::directory(),
+    };
+    let (_, info) = client.create(options).await.unwrap();
     let id = info.id.clone();
     let staging = data_dir.join("sessions").join(&id).join("staging");
+    // Where a deleted tree waits across filesystems.
+    let removing = info.root_path.unwrap().join(".wsfs-tmp-removing");
     let (mut whole, mut gone) = (0, 0);
     for iteration in 0..kills {
         let client = Client::connect(&server.url).await.unwrap();
@@ -1686,7 +1729,7 @@ async fn a_recursive_delete_killed_part_way_is_all_or_nothing() {
             .ok()
             .and_then(|joined| joined.ok())
             .and_then(|result| result.ok());
-        server = Server::start(&data_dir, &log);
+        server = Server::start_with(&data_dir, &log, &allowed);
         let client = Client::connect(&server.url).await.unwrap();
         let (first, refused) = first_listing(&client, &id).await;
         let what = format!(
@@ -1716,6 +1759,10 @@ async fn a_recursive_delete_killed_part_way_is_all_or_nothing() {
             );
         }
         let staged: Vec<_> = std::fs::read_dir(&staging).unwrap().flatten().collect();
+        assert!(
+            entries_in(&removing).is_empty(),
+            "{what}: the root's removal directory is not empty once the session answers"
+        );
         assert!(
             staged.is_empty(),
             "{what}: the staging directory holds {} entries once the session answers",
@@ -1747,13 +1794,26 @@ async fn a_recursive_delete_killed_part_way_is_all_or_nothing() {
     assert_eq!(deleted, (full.len() - without.len()) as u64);
     assert_eq!(listing(&session).await.unwrap(), without);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while std::fs::read_dir(&staging).unwrap().next().is_some() {
+    while std::fs::read_dir(&staging).unwrap().next().is_some() || !entries_in(&removing).is_empty()
+    {
         assert!(
             Instant::now() < deadline,
             "the deleted tree was not removed within 60 s"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // A MEMORY session deletes as before: the count, and the tree gone.
+    let (memory, _) = client.create(SessionOptions::memory()).await.unwrap();
+    memory
+        .import_from_reader(std::io::Cursor::new(archive.clone()))
+        .await
+        .unwrap();
+    let deleted = memory
+        .delete(&parse_path("big").unwrap(), options)
+        .await
+        .unwrap();
+    assert_eq!(deleted, (full.len() - without.len()) as u64);
+    assert_eq!(listing(&memory).await.unwrap(), without);
     server.kill();
     println!(
         "crash: {kills} recursive deletes killed: {whole} whole, {gone} gone (CRASH_SEED={seed})"

@@ -264,16 +264,26 @@ async fn serve_refuses_tokens_off_on_a_public_address() {
     assert!(err.to_string().contains("--insecure"), "{err}");
 }
 
-#[tokio::test]
-async fn directory_session_tokens_survive_a_restart() {
-    let data = tempfile::tempdir().unwrap();
-    let with_tokens = |c: &mut wsfs_server::ServerConfig| c.admin_token = Some(ADMIN.into());
-    let server = TestServer::start_at(data.path(), with_tokens).await;
+fn with_tokens(c: &mut wsfs_server::ServerConfig) {
+    c.admin_token = Some(ADMIN.into());
+}
+
+/// A DIRECTORY session made on a server with tokens over `data`, which is
+/// then stopped: the session, and the token issued to alice.
+async fn session_with_alice(data: &std::path::Path) -> (wsfs_client::SessionInfo, String) {
+    let server = TestServer::start_at(data, with_tokens).await;
     let admin = admin(&server).await;
     let (_, info) = admin.create(SessionOptions::directory()).await.unwrap();
     let alice = admin.issue_token(&info.id, "alice").await.unwrap().token;
-    let system = info.token.clone().unwrap();
     server.stop().await.unwrap();
+    (info, alice)
+}
+
+#[tokio::test]
+async fn directory_session_tokens_survive_a_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let (info, alice) = session_with_alice(data.path()).await;
+    let system = info.token.clone().unwrap();
     // Only hashes are on disk.
     let saved = std::fs::read_to_string(
         data.path()
@@ -296,4 +306,35 @@ async fn directory_session_tokens_survive_a_restart() {
         as_system.read_to_string("a.txt").await.unwrap(),
         "still me\n"
     );
+}
+
+/// A session a stop left with work to finish (here an abandoned upload in
+/// its staging directory) recovers in the background after the restart:
+/// refused UNAVAILABLE until then, and served with its tokens after.
+#[tokio::test]
+async fn tokens_of_a_session_recovered_at_start_survive_a_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let (info, alice) = session_with_alice(data.path()).await;
+    let staging = data.path().join("sessions").join(&info.id).join("staging");
+    std::fs::write(staging.join(".wsfs-tmp-abandoned"), b"an upload cut short").unwrap();
+
+    let server = TestServer::start_at(data.path(), with_tokens).await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let as_alice = client.session(&info.id).with_token(&alice).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match as_alice.write_str("a.txt", "still me\n").await {
+            Ok(_) => break,
+            Err(wsfs::Error::Unavailable { message }) => {
+                assert!(message.contains("being recovered"), "{message}");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "still recovering after 60 s"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("alice's token after the restart: {e:?}"),
+        }
+    }
+    assert!(!staging.join(".wsfs-tmp-abandoned").exists());
 }

@@ -32,6 +32,16 @@ impl Server {
         SessionsClient::new(self.0.channel().await)
     }
 
+    /// A new DIRECTORY session of its own directory.
+    async fn directory_session(&self) -> proto::Session {
+        self.sessions()
+            .await
+            .create_session(directory())
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
     async fn fs(&self) -> FilesystemClient<tonic::transport::Channel> {
         FilesystemClient::new(self.0.channel().await)
     }
@@ -105,13 +115,7 @@ fn uuid_like(s: &str) -> bool {
 async fn directory_session_gets_a_fresh_directory_under_the_data_dir() {
     let data = tempfile::tempdir().unwrap();
     let server = Server::start(data.path(), vec![], MAX).await;
-    let s = server
-        .sessions()
-        .await
-        .create_session(directory())
-        .await
-        .unwrap()
-        .into_inner();
+    let s = server.directory_session().await;
     let root = PathBuf::from(&s.root_path);
     assert!(root.is_absolute());
     assert!(root.starts_with(data.path()), "{root:?}");
@@ -485,13 +489,7 @@ async fn idle_session_expires_after_its_ttl() {
 async fn directory_sessions_survive_a_restart() {
     let data = tempfile::tempdir().unwrap();
     let server = Server::start(data.path(), vec![], MAX).await;
-    let s = server
-        .sessions()
-        .await
-        .create_session(directory())
-        .await
-        .unwrap()
-        .into_inner();
+    let s = server.directory_session().await;
     let memory = server
         .sessions()
         .await
@@ -764,4 +762,66 @@ async fn sessions_report_their_files_and_bytes() {
         assert!(err.message().contains("page_size"), "{err:?}");
     }
     server.stop().await;
+}
+
+/// A session whose recovery after a restart fails (its intent record is
+/// corrupt) is listed with the reason, refused, and deletable; the record
+/// and its workspace stay as they were until it is deleted.
+#[tokio::test]
+async fn a_session_whose_recovery_fails_is_listed_refused_and_deletable() {
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start(data.path(), vec![], MAX).await;
+    let s = server.directory_session().await;
+    write(&mut server.fs().await, &s.session_id, "a.txt", "a\n")
+        .await
+        .unwrap();
+    server.stop().await;
+    let session_dir = data.path().join("sessions").join(&s.session_id);
+    std::fs::write(session_dir.join("staging/intent.json"), "{ not json").unwrap();
+
+    let server = Server::start(data.path(), vec![], MAX).await;
+    let mut sessions = server.sessions().await;
+    let get = proto::GetSessionRequest {
+        session_id: s.session_id.clone(),
+    };
+    // Refused UNAVAILABLE while it recovers, then for good with the reason.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let why = loop {
+        let shown = sessions
+            .get_session(get.clone())
+            .await
+            .unwrap()
+            .into_inner();
+        let why = shown.labels["wsfs.unavailable"].clone();
+        if why.contains("recovery failed") {
+            break why;
+        }
+        let err = read(&mut server.fs().await, &s.session_id, "a.txt")
+            .await
+            .unwrap_err();
+        assert!(
+            err.code() == Code::Unavailable || err.message().contains("recovery failed"),
+            "{err:?}"
+        );
+        assert!(std::time::Instant::now() < deadline, "still: {why}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(why.contains("intent record is corrupt"), "{why}");
+    let err = read(&mut server.fs().await, &s.session_id, "a.txt")
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "PERMISSION_DENIED", "{err:?}");
+    assert!(err.message().contains("recovery failed"), "{err:?}");
+    assert!(session_dir.join("staging/intent.json").exists());
+    assert_eq!(
+        std::fs::read_to_string(session_dir.join("root/a.txt")).unwrap(),
+        "a\n"
+    );
+    sessions
+        .delete_session(proto::DeleteSessionRequest {
+            session_id: s.session_id.clone(),
+        })
+        .await
+        .unwrap();
+    assert!(!session_dir.exists());
 }

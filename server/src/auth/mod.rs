@@ -139,18 +139,16 @@ impl Auth {
     }
 
     /// Keeps the token hashes of DIRECTORY sessions under `data_dir`, and
-    /// loads those of every DIRECTORY session `registry` reopened.
+    /// loads those of every DIRECTORY session `registry` reopened or is
+    /// recovering.
     pub fn persisted_under(
         mut self,
         data_dir: &std::path::Path,
         registry: &SessionRegistry,
     ) -> Auth {
         let dir = data_dir.join("sessions");
-        for session in registry.list() {
-            if session.record.backend != BackendKind::Directory {
-                continue;
-            }
-            let file = dir.join(&session.record.id).join(TOKENS_FILE);
+        for id in registry.directory_sessions() {
+            let file = dir.join(&id).join(TOKENS_FILE);
             let Ok(raw) = std::fs::read(&file) else {
                 continue;
             };
@@ -168,7 +166,7 @@ impl Auth {
                             self.tokens.insert(
                                 hash,
                                 tokens::TokenGrant {
-                                    session_id: session.record.id.clone(),
+                                    session_id: id.clone(),
                                     caller,
                                 },
                             );

@@ -89,7 +89,7 @@ pub(crate) mod walk;
 pub use super::TEMP_PREFIX;
 pub(crate) use intent::INTENT_NAME;
 pub use owner::Owner;
-pub use removal::{removals_pending, REMOVING_DIR};
+pub use removal::REMOVING_DIR;
 pub use staging::{DirectoryStaged, Displaced};
 pub(crate) use sys::{copy_data, next_data};
 

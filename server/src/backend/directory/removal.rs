@@ -25,7 +25,7 @@ use rustix::fd::{AsFd, OwnedFd};
 use rustix::fs::Mode;
 use rustix::io::Errno;
 use std::ffi::{CStr, CString};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, OnceLock};
 use wsfs::{CanonicalPath, Result};
@@ -148,9 +148,7 @@ impl DirectoryBackend {
             drop(aside);
             return;
         }
-        let remover = remover();
-        remover.pending.fetch_add(1, Ordering::SeqCst);
-        let queue = remover.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let queue = remover().queue.lock().unwrap_or_else(|e| e.into_inner());
         let refused = match queue.as_ref() {
             Some(queue) => queue.send(aside).err().map(|e| e.0),
             None => Some(aside),
@@ -158,7 +156,6 @@ impl DirectoryBackend {
         if let Some(aside) = refused {
             // No remover thread: removed here.
             drop(aside);
-            remover.pending.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
@@ -168,11 +165,11 @@ fn removing_name() -> CString {
     CString::new(REMOVING_DIR).unwrap_or_default()
 }
 
-/// The server's one remover thread and what it has yet to remove.
+/// The server's one remover thread: what it is given, it removes, in
+/// order (dropping a [`TempEntry`] removes it).
 struct Remover {
     /// `None` when the thread could not be started.
     queue: Mutex<Option<Sender<TempEntry>>>,
-    pending: AtomicUsize,
 }
 
 fn remover() -> &'static Remover {
@@ -181,24 +178,12 @@ fn remover() -> &'static Remover {
         let (queue, trees) = std::sync::mpsc::channel::<TempEntry>();
         let started = std::thread::Builder::new()
             .name("wsfs-remover".to_string())
-            .spawn(move || {
-                for tree in trees {
-                    // Dropping the entry removes it.
-                    drop(tree);
-                    remover().pending.fetch_sub(1, Ordering::SeqCst);
-                }
-            });
+            .spawn(move || trees.into_iter().for_each(drop));
         if let Err(e) = &started {
             tracing::warn!(error = %e, "no remover thread: deleted directories are removed in the call");
         }
         Remover {
             queue: Mutex::new(started.ok().map(|_| queue)),
-            pending: AtomicUsize::new(0),
         }
     })
-}
-
-/// Trees moved out of workspaces and not removed yet.
-pub fn removals_pending() -> usize {
-    remover().pending.load(Ordering::SeqCst)
 }

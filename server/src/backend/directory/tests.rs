@@ -732,3 +732,86 @@ fn copying_a_directory_under_a_swap_race_answers_a_contract_reason() {
     );
     assert!(fx.staging_entries().is_empty());
 }
+
+/// Waits (bounded) for the remover thread to empty `dir`.
+fn emptied(dir: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !names(dir).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "'{}' still holds {:?} after 60 s",
+            dir.display(),
+            names(dir)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_recursive_remove_takes_the_tree_out_at_once_and_removes_it_after() {
+    let fx = fixture();
+    let b = DirectoryBackend::open(&fx.root, &fx.staging)
+        .unwrap()
+        .removing_later();
+    for f in ["d/a", "d/e/b", "d/e/c", "keep"] {
+        write(&b, f, b"x").unwrap();
+    }
+    assert_eq!(b.remove(&p("d"), true).unwrap(), 5);
+    assert_eq!(names(&fx.root), ["keep"]);
+    assert_eq!(walk(&b, ""), ["keep"]);
+    assert_eq!(
+        crate::quota::usage(&b, &CanonicalPath::root())
+            .unwrap()
+            .files,
+        1
+    );
+    emptied(&fx.staging);
+    // Emptying the root keeps nothing but the root.
+    write(&b, "d/a", b"x").unwrap();
+    assert_eq!(b.remove(&CanonicalPath::root(), true).unwrap(), 3);
+    assert!(names(&fx.root).is_empty());
+    emptied(&fx.staging);
+}
+
+/// With the staging directory on another filesystem, a removed tree waits
+/// in the root's hidden [`REMOVING_DIR`]: no listing, walk or quota count
+/// sees it, and [`DirectoryBackend::finish_removals`] (at start) removes
+/// what a stop left there.
+#[test]
+fn across_filesystems_a_removed_tree_waits_in_a_hidden_directory_of_the_root() {
+    let fx = fixture();
+    let b = &fx.backend;
+    b.cross_device.store(true, Ordering::Relaxed);
+    write(b, "d/a", b"x").unwrap();
+    write(b, "d/e/b", b"x").unwrap();
+    write(b, "keep", b"x").unwrap();
+    assert_eq!(b.remove(&p("d"), true).unwrap(), 4);
+    assert_eq!(names(&fx.root), [REMOVING_DIR, "keep"]);
+    assert!(fx.staging_entries().is_empty());
+    // What a stop left half removed there.
+    let left = fx.root.join(REMOVING_DIR).join(".wsfs-tmp-left");
+    std::fs::create_dir_all(left.join("deep")).unwrap();
+    std::fs::write(left.join("deep/file"), b"x").unwrap();
+    assert_eq!(
+        paths(&b.list(&CanonicalPath::root(), 8, 100).unwrap().0),
+        ["keep"]
+    );
+    assert_eq!(walk(b, ""), ["keep"]);
+    assert_eq!(
+        crate::quota::usage(b, &CanonicalPath::root())
+            .unwrap()
+            .files,
+        1
+    );
+    let snapshotted: Vec<String> = crate::snapshots::tree(b)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.path.as_str().to_string())
+        .collect();
+    assert_eq!(snapshotted, ["keep"]);
+    assert!(DirectoryBackend::removals_left(&fx.root));
+    b.finish_removals().unwrap();
+    assert_eq!(names(&fx.root), ["keep"]);
+    assert!(!DirectoryBackend::removals_left(&fx.root));
+    b.finish_removals().unwrap();
+}
