@@ -695,7 +695,7 @@ pub async fn tree(ctx: &mut Ctx, args: TreeArgs) -> Outcome {
         _ => (d, f + 1),
     });
     let by_parent = children(entries);
-    println(&format!("{}", base.display()))?;
+    println(base.display())?;
     let mut lines = Vec::new();
     tree_lines(&by_parent, base.as_str(), "", &mut lines);
     for line in &lines {
