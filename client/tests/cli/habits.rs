@@ -601,3 +601,41 @@ fn help_says_what_read_only_and_ignore_case_do_and_groups_have_examples() {
     assert!(help(&["session", "list", "--help"]).contains("proxy"));
     assert!(help(&["watch", "--help"]).contains("--since 0"));
 }
+
+#[test]
+fn an_unavailable_from_a_running_server_does_not_ask_whether_it_runs() {
+    // A server whose one container runtime cannot reach any container.
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let mut config = wsfs_server::ServerConfig::for_tests(data_dir);
+            config.listen = addr;
+            config.container_runtimes = vec!["broken=false".parse().unwrap()];
+            tx.send(format!("http://{addr}")).unwrap();
+            let _ = wsfs_server::serve(config, listener, std::future::pending()).await;
+        });
+    });
+    let server = rx.recv().unwrap();
+    let args = [
+        "session",
+        "create",
+        "--container",
+        "box",
+        "--runtime",
+        "broken",
+        "--workdir",
+        "/srv",
+    ];
+    let refused = wsfs_with(None, &args, b"", &server).fails_with("UNAVAILABLE");
+    assert!(
+        !refused.stderr.contains("is wsfs-server running"),
+        "{}",
+        refused.stderr
+    );
+    assert!(refused.stderr.contains("is running but"), "{}", refused.stderr);
+}
