@@ -9,6 +9,9 @@ use serde_json::json;
 use std::time::Duration;
 use wsfs_client::{Client, Error};
 
+/// The runtime `wsfs doctor` asks for to learn which the server has.
+const PROBE_RUNTIME: &str = "wsfs-doctor-probe";
+
 /// How long a probe of the server may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -375,6 +378,33 @@ async fn features(ctx: &Ctx, client: &Client, checks: &mut Vec<Check>) {
     let nobody = "00000000-0000-4000-8000-000000000000";
     let store = client.recover_session(nobody, None, false).await;
     let has_store = !matches!(&store, Err(Error::FailedPrecondition { message }) if message.contains("object store"));
+    // A runtime no operator names: refused, saying which runtimes there
+    // are (or that there are none), before anything is started.
+    let probe = wsfs_client::SessionOptions::container(PROBE_RUNTIME, "wsfs-doctor", "/");
+    let runtimes = match client.create_session(probe).await {
+        Err(Error::FailedPrecondition { message }) if message.contains("container runtime") => {
+            "none (no --container-runtime: no CONTAINER sessions)".to_string()
+        }
+        Err(Error::InvalidArgument { message }) if message.contains("this server has:") => {
+            let names = message
+                .rsplit("this server has:")
+                .next()
+                .unwrap_or("")
+                .trim();
+            format!("{names} (CONTAINER sessions through them)")
+        }
+        Ok(info) => {
+            let _ = client.delete_session(&info.id).await;
+            format!("'{PROBE_RUNTIME}' and maybe more")
+        }
+        Err(e) => format!("unknown ({e})"),
+    };
+    checks.push(Check {
+        name: "containers",
+        ok: true,
+        said: runtimes,
+        fix: None,
+    });
     checks.push(Check {
         name: "object store",
         ok: true,

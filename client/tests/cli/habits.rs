@@ -571,6 +571,11 @@ fn version_and_doctor_say_what_works_and_what_to_fix() {
         "{}",
         healthy.stdout
     );
+    assert!(
+        healthy.stdout.contains("containers   none"),
+        "{}",
+        healthy.stdout
+    );
     let (server, _dir) = token_server();
     let admin = wsfs_token(&server, ADMIN_TOKEN, None, &["doctor", "--json"])
         .ok()
@@ -631,11 +636,21 @@ fn an_unavailable_from_a_running_server_does_not_ask_whether_it_runs() {
         "--workdir",
         "/srv",
     ];
+    let doctor = wsfs_with(None, &["doctor"], b"", &server).ok();
+    assert!(
+        doctor.stdout.contains("containers   broken"),
+        "{}",
+        doctor.stdout
+    );
     let refused = wsfs_with(None, &args, b"", &server).fails_with("UNAVAILABLE");
     assert!(
         !refused.stderr.contains("is wsfs-server running"),
         "{}",
         refused.stderr
     );
-    assert!(refused.stderr.contains("is running but"), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("is running but"),
+        "{}",
+        refused.stderr
+    );
 }
