@@ -73,7 +73,9 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The flags every command takes, listed apart from each command's own.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
 pub struct Global {
     /// Server URL [default: the one `wsfs use` saved, else
     /// http://127.0.0.1:50051].

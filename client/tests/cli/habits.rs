@@ -605,6 +605,19 @@ fn help_says_what_read_only_and_ignore_case_do_and_groups_have_examples() {
     }
     assert!(help(&["session", "list", "--help"]).contains("proxy"));
     assert!(help(&["watch", "--help"]).contains("--since 0"));
+    // Each command's own flags apart from the global ones.
+    let grep = help(&["grep", "--help"]);
+    let (own, global) = grep
+        .split_once("Global options:")
+        .expect("a global section");
+    assert!(
+        own.contains("--ignore-case") && !own.contains("--server"),
+        "{grep}"
+    );
+    assert!(
+        global.contains("--server") && !global.contains("--ignore-case"),
+        "{grep}"
+    );
 }
 
 #[test]
