@@ -667,3 +667,18 @@ fn an_unavailable_from_a_running_server_does_not_ask_whether_it_runs() {
         refused.stderr
     );
 }
+
+#[test]
+fn push_goes_on_past_a_local_name_that_is_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    let ws = Workspace::new();
+    let dir = tempfile::tempdir().unwrap();
+    write_tree(dir.path(), &[("ok.txt", "ok")]);
+    let bad = dir.path().join(std::ffi::OsStr::from_bytes(b"bad\xff.txt"));
+    std::fs::write(bad, "bad").unwrap();
+    let run = ws.run(&["push", dir.path().to_str().unwrap(), "out"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("not a UTF-8 name"), "{}", run.stderr);
+    assert!(run.stdout.contains("transferred 1 files"), "{}", run.stdout);
+    assert_eq!(ws.cat("out/ok.txt"), "ok");
+}
