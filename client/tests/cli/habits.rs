@@ -292,23 +292,40 @@ fn watch_since_0_replays_from_the_first_event() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let lines: Vec<String> = std::io::BufReader::new(child.stdout.take().unwrap())
-            .lines()
-            .map(|l| l.unwrap())
-            .filter(|l| !l.contains("KEEPALIVE"))
-            .take(3)
-            .collect();
+        // Lines as they come, until three or a generous deadline (a
+        // watch that replays nothing would otherwise wait forever).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if !line.contains("KEEPALIVE") && tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut lines = Vec::new();
+        while lines.len() < 3 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => lines.push(line),
+                Err(_) => break,
+            }
+        }
         child.kill().unwrap();
         let _ = child.wait();
         lines
     };
     let all = watch(&["watch", "--since", "0"]);
+    assert_eq!(all.len(), 3, "{all:?}");
     assert!(all[0].contains("READY"), "{all:?}");
     assert!(all[1].starts_with("1 CREATED first.txt"), "{all:?}");
     assert!(all[2].starts_with("2 CREATED second.txt"), "{all:?}");
     // The first event is filtered as the stream filters the rest.
     ws.run(&["write", "third.txt", "3"]).ok();
     let some = watch(&["watch", "--since", "0", "-g", "{second,third}.txt"]);
+    assert_eq!(some.len(), 3, "{some:?}");
     assert!(some[1].starts_with("2 CREATED second.txt"), "{some:?}");
     assert!(some[2].starts_with("3 CREATED third.txt"), "{some:?}");
 }
