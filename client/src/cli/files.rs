@@ -841,6 +841,19 @@ fn du_order(a: &str, b: &str) -> std::cmp::Ordering {
 pub async fn head(ctx: &mut Ctx, args: HeadArgs) -> Outcome {
     let session = ctx.session().await?;
     let path = parse_path(&args.path)?;
+    if args.lines == 0 {
+        // Still a refusal for a path that is not a text file.
+        session
+            .read(
+                &path,
+                LineRange {
+                    offset: 0,
+                    limit: Some(1),
+                },
+            )
+            .await?;
+        return Ok(());
+    }
     let range = LineRange {
         offset: 0,
         limit: Some(args.lines),

@@ -402,6 +402,8 @@ fn tree_du_head_tail_and_touch() {
         "line 29\nline 30\n"
     );
     assert_eq!(ws.run(&["head", "log.txt"]).ok().stdout.lines().count(), 10);
+    assert_eq!(ws.run(&["head", "-n", "0", "log.txt"]).ok().stdout, "");
+    assert_eq!(ws.run(&["tail", "-n", "0", "log.txt"]).ok().stdout, "");
     ws.run(&["touch", "new.txt"]).ok();
     assert_eq!(ws.cat("new.txt"), "");
     let before = ws.run(&["stat", "--json", "log.txt"]).ok().json();
