@@ -1517,6 +1517,25 @@ fn the_readme_tour_runs_as_written() {
 // --- help -------------------------------------------------------------
 
 #[test]
+fn the_readme_library_example_is_the_compiled_one() {
+    let readme = include_str!("../../README.md");
+    let example = include_str!("../examples/library.rs");
+    let section = readme
+        .split("### Using wsfs-client as a library")
+        .nth(1)
+        .expect("the README's library section");
+    let block = section
+        .split("```rust\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("its Rust block");
+    assert_eq!(
+        block, example,
+        "README and client/examples/library.rs differ"
+    );
+}
+
+#[test]
 fn every_subcommand_has_help_with_an_example() {
     let commands: &[&[&str]] = &[
         &[],
@@ -1551,6 +1570,16 @@ fn every_subcommand_has_help_with_an_example() {
         &["token", "issue"],
         &["pull"],
         &["push"],
+        &["session"],
+        &["snapshot"],
+        &["token"],
+        &["tree"],
+        &["du"],
+        &["head"],
+        &["tail"],
+        &["touch"],
+        &["version"],
+        &["doctor"],
     ];
     for command in commands {
         let mut args = command.to_vec();

@@ -73,7 +73,9 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The flags every command takes, listed apart from each command's own.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
 pub struct Global {
     /// Server URL [default: the one `wsfs use` saved, else
     /// http://127.0.0.1:50051].
@@ -101,7 +103,7 @@ pub enum Command {
     /// Create, list, show and remove sessions.
     #[command(
         subcommand,
-        after_help = "Examples:\n  export WSFS_SESSION=$(wsfs session create)\n  wsfs session create --directory --max-write-bytes 1G --ttl 3600\n  wsfs session list\n  wsfs session rm $WSFS_SESSION"
+        after_help = "Examples:\n  wsfs session create --directory --max-write-bytes 1G --ttl 3600\n  export WSFS_SESSION=$(wsfs session create)\n  wsfs session list\n  wsfs session rm $WSFS_SESSION"
     )]
     Session(SessionCommand),
     /// List a directory.
@@ -211,7 +213,7 @@ pub enum Command {
     /// Issue bearer tokens for callers.
     #[command(
         subcommand,
-        after_help = "Issuing needs the admin token or the session's system token (the one\n`wsfs session create` prints once).\n\nExample:\n  WSFS_TOKEN=$(wsfs token issue agent-1) wsfs write home/agent-1/notes.md hi"
+        after_help = "Issuing needs the admin token or the session's system token (the one\n`wsfs session create` prints once).\n\nExamples:\n  wsfs token issue agent-1\n  WSFS_TOKEN=$(wsfs token issue agent-1) wsfs write home/agent-1/notes.md hi"
     )]
     Token(TokenCommand),
     /// Mirror a remote directory into a local one (only files that differ).

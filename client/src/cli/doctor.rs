@@ -9,6 +9,9 @@ use serde_json::json;
 use std::time::Duration;
 use wsfs_client::{Client, Error};
 
+/// The runtime `wsfs doctor` asks for to learn which the server has.
+const PROBE_RUNTIME: &str = "wsfs-doctor-probe";
+
 /// How long a probe of the server may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -20,6 +23,8 @@ struct TlsProblem {
     said: &'static str,
     /// What to do.
     fix: &'static str,
+    /// Whether only a server that speaks TLS gives this failure.
+    from_tls_server: bool,
 }
 
 const TLS_PROBLEMS: &[TlsProblem] = &[
@@ -29,6 +34,7 @@ const TLS_PROBLEMS: &[TlsProblem] = &[
                as a server's own certificate (CaUsedAsEndEntity)",
         fix: "make the certificate with `-addext basicConstraints=critical,CA:FALSE` (`openssl \
               req -x509` marks it as an authority by default) (README, TLS)",
+        from_tls_server: true,
     },
     TlsProblem {
         marks: &["UnknownIssuer"],
@@ -36,22 +42,26 @@ const TLS_PROBLEMS: &[TlsProblem] = &[
         fix: "pass the certificate that signed the server's (the server's own, when \
               self-signed) with --ca FILE or WSFS_CA; without it only the system's authorities \
               are trusted",
+        from_tls_server: true,
     },
     TlsProblem {
         marks: &["NotValidForName"],
         said: "the server's certificate does not name the host in the server address",
         fix: "reach the server by a name its certificate holds (its subjectAltName), or issue \
               it a certificate for this name",
+        from_tls_server: true,
     },
     TlsProblem {
         marks: &["Expired", "NotValidYet"],
         said: "the server's certificate is outside its validity period",
         fix: "renew the server's certificate (or check this machine's clock)",
+        from_tls_server: true,
     },
     TlsProblem {
         marks: &["InvalidContentType", "corrupt message", "InvalidMessage"],
         said: "the server does not speak TLS: it answered in plaintext",
         fix: "use an http:// address for this server (WSFS_SERVER or --server)",
+        from_tls_server: false,
     },
     TlsProblem {
         marks: &["invalid peer certificate"],
@@ -59,6 +69,7 @@ const TLS_PROBLEMS: &[TlsProblem] = &[
         fix: "without --ca the system's authorities decide; with --ca (WSFS_CA) it must be the \
               certificate that signed the server's (or the server's own, when self-signed); and \
               it must name the server's host (subjectAltName)",
+        from_tls_server: true,
     },
 ];
 
@@ -123,18 +134,26 @@ pub fn unavailable_hint(message: &str, server: &str) -> Option<String> {
     })
 }
 
+/// What the transport's own failures say, once connected (a failure to
+/// connect says `cannot connect to`, and is explained by its cause).
+const TRANSPORT_MARKS: &[&str] = &[
+    "transport error",
+    "h2 protocol error",
+    "operation was canceled",
+];
+
 /// Whether a call failed because the connection broke under it rather
 /// than because the server refused it.
 pub fn connection_broke(error: &Error) -> bool {
     match error {
-        Error::Cancelled { message } => message.contains("operation was canceled"),
-        // A status without a code of its own: the transport failed.
-        Error::Internal { message } => {
-            message.starts_with("Unknown: transport error")
-                || message.starts_with("h2 protocol error")
-        }
-        Error::Unavailable { message } => {
-            !message.starts_with("cannot connect to ") && tls_problem(message).is_none()
+        // A server's own refusals say what they are about; these are the
+        // codes a broken transport comes back as (INTERNAL for a status
+        // without a code of its own).
+        Error::Cancelled { message }
+        | Error::Unavailable { message }
+        | Error::Internal { message } => {
+            !message.starts_with("cannot connect to ")
+                && TRANSPORT_MARKS.iter().any(|m| message.contains(m))
         }
         _ => false,
     }
@@ -174,7 +193,7 @@ async fn speaks_tls(https_url: &str) -> bool {
     match tokio::time::timeout(PROBE_TIMEOUT, Client::connect(https_url)).await {
         Ok(Ok(_)) => true,
         Ok(Err(Error::Unavailable { message })) => {
-            tls_problem(&message).is_some_and(|p| !p.marks.contains(&"InvalidContentType"))
+            tls_problem(&message).is_some_and(|p| p.from_tls_server)
         }
         _ => false,
     }
@@ -210,9 +229,7 @@ async fn probe(ctx: &mut Ctx) -> Outcome<Client> {
         match client.token_session().await {
             Ok(_) => Ok(client),
             Err(e) if connection_broke(&e) => Err(explain_broken_connection(&ctx.server, e).await),
-            Err(Error::Unavailable { message }) => {
-                Err(Failure::Remote(Error::Unavailable { message }))
-            }
+            Err(e @ Error::Unavailable { .. }) => Err(e.into()),
             Err(_) => Ok(client),
         }
     };
@@ -375,6 +392,33 @@ async fn features(ctx: &Ctx, client: &Client, checks: &mut Vec<Check>) {
     let nobody = "00000000-0000-4000-8000-000000000000";
     let store = client.recover_session(nobody, None, false).await;
     let has_store = !matches!(&store, Err(Error::FailedPrecondition { message }) if message.contains("object store"));
+    // A runtime no operator names: refused, saying which runtimes there
+    // are (or that there are none), before anything is started.
+    let probe = wsfs_client::SessionOptions::container(PROBE_RUNTIME, "wsfs-doctor", "/");
+    let runtimes = match client.create_session(probe).await {
+        Err(Error::FailedPrecondition { message }) if message.contains("container runtime") => {
+            "none (no --container-runtime: no CONTAINER sessions)".to_string()
+        }
+        Err(Error::InvalidArgument { message }) if message.contains("this server has:") => {
+            let names = message
+                .rsplit("this server has:")
+                .next()
+                .unwrap_or("")
+                .trim();
+            format!("{names} (CONTAINER sessions through them)")
+        }
+        Ok(info) => {
+            let _ = client.delete_session(&info.id).await;
+            format!("'{PROBE_RUNTIME}' and maybe more")
+        }
+        Err(e) => format!("unknown ({e})"),
+    };
+    checks.push(Check {
+        name: "containers",
+        ok: true,
+        said: runtimes,
+        fix: None,
+    });
     checks.push(Check {
         name: "object store",
         ok: true,

@@ -37,48 +37,57 @@ pub async fn ls(ctx: &mut Ctx, args: LsArgs) -> Outcome {
             "truncated": listing.truncated,
         }));
     }
-    // Columns as wide as their widest value, as ls -l: a DIRECTORY
-    // session's versions are 16-digit clocks where MEMORY counts from 1.
+    for line in ls_lines(&listing.entries, &base, args.long) {
+        println(&line)?;
+    }
+    if listing.truncated {
+        eprintln!("wsfs: the listing was cut at the server's entry limit");
+    }
+    Ok(())
+}
+
+/// The lines of `ls`: names relative to `base` (directories with a `/`),
+/// or with `long`, kind and bits, size, time and version in columns as
+/// wide as their widest value, as ls -l aligns them (a DIRECTORY
+/// session's versions are 16-digit clocks where MEMORY counts from 1).
+fn ls_lines(entries: &[wsfs_client::Metadata], base: &CanonicalPath, long: bool) -> Vec<String> {
     let width = |value: fn(&wsfs_client::Metadata) -> u64| {
-        listing
-            .entries
+        entries
             .iter()
             .map(|e| value(e).to_string().len())
             .max()
             .unwrap_or(1)
     };
     let (size_width, version_width) = (width(|e| e.size), width(|e| e.version));
-    for entry in &listing.entries {
-        let shown = entry
-            .path
-            .strip_prefix(&base)
-            .map_or_else(|| entry.path.to_string(), |p| p.to_string());
-        let suffix = if entry.kind == FileKind::Directory {
-            "/"
-        } else {
-            ""
-        };
-        if args.long {
+    entries
+        .iter()
+        .map(|entry| {
+            let shown = entry
+                .path
+                .strip_prefix(base)
+                .map_or_else(|| entry.path.to_string(), |p| p.to_string());
+            let suffix = if entry.kind == FileKind::Directory {
+                "/"
+            } else {
+                ""
+            };
+            if !long {
+                return format!("{shown}{suffix}");
+            }
             let kind = match entry.kind {
                 FileKind::File => '-',
                 FileKind::Directory => 'd',
                 FileKind::Symlink => 'l',
             };
-            println(&format!(
+            format!(
                 "{kind}{} {:>size_width$} {} v{:<version_width$} {shown}{suffix}",
                 entry.permissions,
                 entry.size,
                 output::time(entry.modified),
                 entry.version,
-            ))?;
-        } else {
-            println(&format!("{shown}{suffix}"))?;
-        }
-    }
-    if listing.truncated {
-        eprintln!("wsfs: the listing was cut at the server's entry limit");
-    }
-    Ok(())
+            )
+        })
+        .collect()
 }
 
 pub async fn cat(ctx: &mut Ctx, args: CatArgs) -> Outcome {
@@ -695,7 +704,7 @@ pub async fn tree(ctx: &mut Ctx, args: TreeArgs) -> Outcome {
         _ => (d, f + 1),
     });
     let by_parent = children(entries);
-    println(&format!("{}", base.display()))?;
+    println(base.display())?;
     let mut lines = Vec::new();
     tree_lines(&by_parent, base.as_str(), "", &mut lines);
     for line in &lines {
@@ -832,6 +841,19 @@ fn du_order(a: &str, b: &str) -> std::cmp::Ordering {
 pub async fn head(ctx: &mut Ctx, args: HeadArgs) -> Outcome {
     let session = ctx.session().await?;
     let path = parse_path(&args.path)?;
+    if args.lines == 0 {
+        // Still a refusal for a path that is not a text file.
+        session
+            .read(
+                &path,
+                LineRange {
+                    offset: 0,
+                    limit: Some(1),
+                },
+            )
+            .await?;
+        return Ok(());
+    }
     let range = LineRange {
         offset: 0,
         limit: Some(args.lines),
@@ -888,4 +910,45 @@ pub async fn touch(ctx: &mut Ctx, args: TouchArgs) -> Outcome {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(path: &str, size: u64, version: u64) -> wsfs_client::Metadata {
+        wsfs_client::Metadata {
+            path: parse_path(path).unwrap(),
+            kind: FileKind::File,
+            size,
+            created: std::time::UNIX_EPOCH,
+            modified: std::time::UNIX_EPOCH,
+            version,
+            permissions: Permissions::FILE_DEFAULT,
+        }
+    }
+
+    #[test]
+    fn ls_long_columns_are_as_wide_as_their_widest_value() {
+        let entries = [
+            entry("a", 1, 3),
+            entry("b", 1_234_567_890_123_456, 1_795_694_438_060_779),
+        ];
+        let lines = ls_lines(&entries, &CanonicalPath::root(), true);
+        let name_at: Vec<_> = lines.iter().map(|l| l.rfind(' ').unwrap()).collect();
+        assert_eq!(name_at[0], name_at[1], "{lines:#?}");
+        let version_at: Vec<_> = lines.iter().map(|l| l.find(" v").unwrap()).collect();
+        assert_eq!(version_at[0], version_at[1], "{lines:#?}");
+        assert_eq!(
+            ls_lines(&entries, &CanonicalPath::root(), false),
+            ["a", "b"]
+        );
+    }
+
+    #[test]
+    fn du_puts_a_directory_after_everything_beneath_it() {
+        let mut dirs = vec!["", "a", "a/b", "a-c", "a/b/c", "b"];
+        dirs.sort_by(|x, y| du_order(x, y));
+        assert_eq!(dirs, ["a/b/c", "a/b", "a", "a-c", "b", ""]);
+    }
 }

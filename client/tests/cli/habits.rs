@@ -292,23 +292,40 @@ fn watch_since_0_replays_from_the_first_event() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let lines: Vec<String> = std::io::BufReader::new(child.stdout.take().unwrap())
-            .lines()
-            .map(|l| l.unwrap())
-            .filter(|l| !l.contains("KEEPALIVE"))
-            .take(3)
-            .collect();
+        // Lines as they come, until three or a generous deadline (a
+        // watch that replays nothing would otherwise wait forever).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if !line.contains("KEEPALIVE") && tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut lines = Vec::new();
+        while lines.len() < 3 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => lines.push(line),
+                Err(_) => break,
+            }
+        }
         child.kill().unwrap();
         let _ = child.wait();
         lines
     };
     let all = watch(&["watch", "--since", "0"]);
+    assert_eq!(all.len(), 3, "{all:?}");
     assert!(all[0].contains("READY"), "{all:?}");
     assert!(all[1].starts_with("1 CREATED first.txt"), "{all:?}");
     assert!(all[2].starts_with("2 CREATED second.txt"), "{all:?}");
     // The first event is filtered as the stream filters the rest.
     ws.run(&["write", "third.txt", "3"]).ok();
     let some = watch(&["watch", "--since", "0", "-g", "{second,third}.txt"]);
+    assert_eq!(some.len(), 3, "{some:?}");
     assert!(some[1].starts_with("2 CREATED second.txt"), "{some:?}");
     assert!(some[2].starts_with("3 CREATED third.txt"), "{some:?}");
 }
@@ -385,6 +402,8 @@ fn tree_du_head_tail_and_touch() {
         "line 29\nline 30\n"
     );
     assert_eq!(ws.run(&["head", "log.txt"]).ok().stdout.lines().count(), 10);
+    assert_eq!(ws.run(&["head", "-n", "0", "log.txt"]).ok().stdout, "");
+    assert_eq!(ws.run(&["tail", "-n", "0", "log.txt"]).ok().stdout, "");
     ws.run(&["touch", "new.txt"]).ok();
     assert_eq!(ws.cat("new.txt"), "");
     let before = ws.run(&["stat", "--json", "log.txt"]).ok().json();
@@ -571,6 +590,11 @@ fn version_and_doctor_say_what_works_and_what_to_fix() {
         "{}",
         healthy.stdout
     );
+    assert!(
+        healthy.stdout.contains("containers   none"),
+        "{}",
+        healthy.stdout
+    );
     let (server, _dir) = token_server();
     let admin = wsfs_token(&server, ADMIN_TOKEN, None, &["doctor", "--json"])
         .ok()
@@ -600,4 +624,80 @@ fn help_says_what_read_only_and_ignore_case_do_and_groups_have_examples() {
     }
     assert!(help(&["session", "list", "--help"]).contains("proxy"));
     assert!(help(&["watch", "--help"]).contains("--since 0"));
+    // Each command's own flags apart from the global ones.
+    let grep = help(&["grep", "--help"]);
+    let (own, global) = grep
+        .split_once("Global options:")
+        .expect("a global section");
+    assert!(
+        own.contains("--ignore-case") && !own.contains("--server"),
+        "{grep}"
+    );
+    assert!(
+        global.contains("--server") && !global.contains("--ignore-case"),
+        "{grep}"
+    );
+}
+
+#[test]
+fn an_unavailable_from_a_running_server_does_not_ask_whether_it_runs() {
+    // A server whose one container runtime cannot reach any container.
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let mut config = wsfs_server::ServerConfig::for_tests(data_dir);
+            config.listen = addr;
+            config.container_runtimes = vec!["broken=false".parse().unwrap()];
+            tx.send(format!("http://{addr}")).unwrap();
+            let _ = wsfs_server::serve(config, listener, std::future::pending()).await;
+        });
+    });
+    let server = rx.recv().unwrap();
+    let args = [
+        "session",
+        "create",
+        "--container",
+        "box",
+        "--runtime",
+        "broken",
+        "--workdir",
+        "/srv",
+    ];
+    let doctor = wsfs_with(None, &["doctor"], b"", &server).ok();
+    assert!(
+        doctor.stdout.contains("containers   broken"),
+        "{}",
+        doctor.stdout
+    );
+    let refused = wsfs_with(None, &args, b"", &server).fails_with("UNAVAILABLE");
+    assert!(
+        !refused.stderr.contains("is wsfs-server running"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains("is running but"),
+        "{}",
+        refused.stderr
+    );
+}
+
+#[test]
+fn push_goes_on_past_a_local_name_that_is_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    let ws = Workspace::new();
+    let dir = tempfile::tempdir().unwrap();
+    write_tree(dir.path(), &[("ok.txt", "ok")]);
+    let bad = dir.path().join(std::ffi::OsStr::from_bytes(b"bad\xff.txt"));
+    std::fs::write(bad, "bad").unwrap();
+    let run = ws.run(&["push", dir.path().to_str().unwrap(), "out"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("not a UTF-8 name"), "{}", run.stderr);
+    assert!(run.stdout.contains("transferred 1 files"), "{}", run.stdout);
+    assert_eq!(ws.cat("out/ok.txt"), "ok");
 }

@@ -258,7 +258,9 @@ async fn mcp_multi_edit_applies_all_or_nothing() {
         "NO_MATCH",
     )
     .await;
-    assert!(failed.contains("edit 2 of 2"), "{failed}");
+    // The edit's index apart from the path, which is quoted alone.
+    assert!(failed.contains("'m.txt' (edit 2 of 2)"), "{failed}");
+    assert!(!failed.contains("m.txt (edit"), "{failed}");
     assert_eq!(ws.cat("m.txt"), "alpha\nbeta\ngamma\n");
 
     let dry = ok(
@@ -401,6 +403,11 @@ async fn mcp_snapshot_and_restore_undo_changes() {
     );
     let diff = ok(&client, "diff_snapshot", json!({"snapshot_id": id})).await;
     assert_eq!(diff, "M  keep.txt\nA  new.txt\n");
+    // Named as the CLI names snapshots: by tag, by the start of the id.
+    let by_tag = ok(&client, "diff_snapshot", json!({"snapshot_id": "before"})).await;
+    assert_eq!(by_tag, diff);
+    let by_prefix = ok(&client, "diff_snapshot", json!({"snapshot_id": &id[..8]})).await;
+    assert_eq!(by_prefix, diff);
     // One path first: keep.txt comes back, new.txt stays.
     let one = ok(
         &client,
@@ -411,7 +418,8 @@ async fn mcp_snapshot_and_restore_undo_changes() {
     assert!(one.contains("at keep.txt (1 files"), "{one}");
     assert_eq!(ws.cat("keep.txt"), "v1\n");
     assert_eq!(ws.cat("new.txt"), "x\n");
-    ok(&client, "restore", json!({"snapshot_id": id})).await;
+    let restored = ok(&client, "restore", json!({"snapshot_id": "before"})).await;
+    assert!(restored.contains(&id), "the full id is said: {restored}");
     assert_eq!(ws.cat("keep.txt"), "v1\n");
     refused(
         &client,
@@ -420,13 +428,14 @@ async fn mcp_snapshot_and_restore_undo_changes() {
         "FILE_NOT_FOUND",
     )
     .await;
-    refused(
+    let missing = refused(
         &client,
         "restore",
         json!({"snapshot_id": "00000000-0000-0000-0000-000000000000"}),
         "SNAPSHOT_NOT_FOUND",
     )
     .await;
+    assert!(missing.contains("list_snapshots"), "what to do: {missing}");
     let clean = ok(&client, "diff_snapshot", json!({"snapshot_id": id})).await;
     assert!(clean.contains("nothing changed"), "{clean}");
     client.cancel().await.unwrap();
