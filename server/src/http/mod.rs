@@ -149,7 +149,8 @@ pub async fn serve(
     use tower::ServiceExt;
     let config = registry.config();
     let slots = Arc::new(tokio::sync::Semaphore::new(
-        crate::connections::Limits::new(config.max_connections, config.max_connections_per_peer).max,
+        crate::connections::Limits::new(config.max_connections, config.max_connections_per_peer)
+            .max,
     ));
     let header_timeout = config.handshake_timeout;
     let request_timeout = config.http.http_request_timeout;
