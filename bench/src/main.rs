@@ -36,6 +36,7 @@ mod corpus;
 mod durability;
 mod fork;
 mod grep;
+mod http;
 mod machine;
 mod objstore;
 mod report;
@@ -62,6 +63,8 @@ enum Which {
     Fork,
     Durability,
     Objstore,
+    /// DeepFabric's VFS API over HTTP beside gRPC (a server of its own).
+    Http,
     /// Not part of `all`: it needs the `wsfs-server` binary for the inner
     /// end.
     Container,
@@ -84,7 +87,9 @@ impl Which {
             Which::Archive => vec![tools::ZIP, tools::UNZIP],
             Which::Fork => vec![tools::CP],
             Which::Objstore => vec![tools::RSYNC],
-            Which::Bytes | Which::Small | Which::Durability | Which::Container => Vec::new(),
+            Which::Bytes | Which::Small | Which::Durability | Which::Http | Which::Container => {
+                Vec::new()
+            }
         }
     }
 
@@ -353,6 +358,32 @@ async fn run(cli: Cli) -> Result<(), String> {
             )
             .await?,
         );
+    }
+    if wants(Which::Http) {
+        let bin = cli
+            .server_bin
+            .clone()
+            .or_else(server::sibling_server_binary);
+        match (&cli.server, bin) {
+            (Some(_), _) => notes.push(
+                "http: skipped, it starts a server of its own with --http-listen".to_string(),
+            ),
+            (None, None) => notes.push(
+                "http: skipped, no wsfs-server binary next to this program (build it with \
+                 `cargo build --release -p wsfs-server`) or given with --server-bin"
+                    .to_string(),
+            ),
+            (None, Some(bin)) => rows.extend(
+                http::run(
+                    &bin,
+                    &base.join("http-data"),
+                    settings.small_ops,
+                    settings.runs,
+                    &mut notes,
+                )
+                .await?,
+            ),
+        }
     }
     if wants(Which::Snapshot) || wants(Which::Archive) || wants(Which::Fork) {
         let client = wsfs_client::Client::connect(&server.url)

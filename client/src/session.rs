@@ -27,10 +27,17 @@ const PAGE_LINES: u64 = 10_000;
 /// between its pages.
 const READ_ATTEMPTS: usize = 3;
 
+/// The scheme chibi's tools write workspace paths with
+/// (`vfs:///shared/notes.md`); [`parse_path`] accepts it.
+pub const VFS_SCHEME: &str = "vfs://";
+
 /// Parses a workspace path the way the server will, so a path that climbs
 /// out of the root fails here, before any call, with the server's error.
 /// Length limits are the session's business and are left to the server.
+/// A path written as chibi writes them, `vfs:///shared/notes.md`, is the
+/// workspace path after the scheme (`/shared/notes.md`).
 pub fn parse_path(raw: &str) -> Result<CanonicalPath> {
+    let raw = raw.strip_prefix(VFS_SCHEME).unwrap_or(raw);
     CanonicalPath::parse(raw, &PathLimits::UNLIMITED)
 }
 
@@ -353,6 +360,23 @@ mod tests {
                 path: "a/../../etc".into()
             }
         );
+    }
+
+    #[test]
+    fn chibi_vfs_paths_name_the_workspace_path_after_the_scheme() {
+        assert_eq!(
+            parse_path("vfs:///shared/notes.md").unwrap(),
+            parse_path("shared/notes.md").unwrap()
+        );
+        assert!(parse_path("vfs:///").unwrap().is_root());
+        assert_eq!(
+            parse_path("vfs:///../etc").unwrap_err(),
+            Error::PathEscapesRoot {
+                path: "/../etc".into()
+            }
+        );
+        // Only a leading scheme is one: elsewhere `vfs:` is a name.
+        assert_eq!(parse_path("a/vfs://b").unwrap().as_str(), "a/vfs:/b");
     }
 
     #[test]

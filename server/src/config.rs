@@ -391,6 +391,37 @@ mod tests {
     }
 
     #[test]
+    fn http_flags_are_checked() {
+        let parse = |args: &[&str]| ServerConfig::try_parse_from([&["wsfs-server"], args].concat());
+        let c = parse(&["--http-listen", "127.0.0.1:3000"]).unwrap();
+        assert_eq!(c.http.http_listen, Some("127.0.0.1:3000".parse().unwrap()));
+        assert_eq!(
+            c.http,
+            crate::http::HttpConfig {
+                http_listen: c.http.http_listen,
+                ..Default::default()
+            }
+        );
+        let loopback = "127.0.0.1:1".parse().unwrap();
+        for (flag, value, refusal) in [
+            ("--http-request-timeout", "0s", "longer than zero"),
+            ("--http-session-idle-ttl", "500ms", "at least 1s"),
+        ] {
+            let err = parse(&[flag, value])
+                .unwrap()
+                .validate(loopback)
+                .unwrap_err();
+            assert!(err.contains(flag) && err.contains(refusal), "{err}");
+        }
+        assert!(parse(&["--http-session-idle-ttl", "0s"])
+            .unwrap()
+            .validate(loopback)
+            .is_ok());
+        let err = parse(&["--http-session-backend", "container"]).unwrap_err();
+        assert!(err.to_string().contains("memory"), "{err}");
+    }
+
+    #[test]
     fn insecure_or_a_token_opens_other_addresses() {
         let mut c = config();
         c.insecure = true;

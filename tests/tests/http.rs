@@ -590,3 +590,40 @@ async fn the_http_listener_is_refused_off_loopback_without_tokens() {
         .unwrap_err();
     assert!(err.to_string().contains("--http-listen"), "{err}");
 }
+
+#[tokio::test]
+async fn a_watcher_on_grpc_sees_the_changes_made_over_http() {
+    use futures::StreamExt;
+    let s = Server::start().await;
+    ok(&s.execute("watched", "list_files", json!({})).await);
+    let grpc = s.client().await;
+    let session = grpc.session(session_id("watched"));
+    let mut events = session.watch("").recursive().stream().await.unwrap();
+    ok(&s.write_file("watched", "out/result.txt", "done").await);
+    ok(&s
+        .execute(
+            "watched",
+            "delete_file",
+            json!({"file_path": "out/result.txt"}),
+        )
+        .await);
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while seen.len() < 2 {
+        let event = tokio::time::timeout_at(deadline, events.next())
+            .await
+            .expect("the changes arrive")
+            .expect("the stream stays open")
+            .unwrap();
+        if event.path == "out/result.txt" {
+            seen.push(event.kind());
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            wsfs::proto::ChangeKind::Created,
+            wsfs::proto::ChangeKind::Deleted
+        ]
+    );
+}

@@ -123,6 +123,11 @@ impl HttpConfig {
         if self.http_request_timeout.is_zero() {
             return Err("--http-request-timeout must be longer than zero".to_string());
         }
+        // Session TTLs are whole seconds: a shorter one would mean never.
+        let ttl = self.http_session_idle_ttl;
+        if !ttl.is_zero() && ttl < Duration::from_secs(1) {
+            return Err("--http-session-idle-ttl must be 0s (never) or at least 1s".to_string());
+        }
         Ok(())
     }
 }
