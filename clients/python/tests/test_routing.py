@@ -45,8 +45,8 @@ def render(listen: int, replicas: list[str], tmp: str) -> str:
                 out += [line.replace("127.0.0.1:50051", r) for r in replicas]
                 counts[0] += 1
             continue
-        if "listen 8080 " in line:
-            line = line.replace("8080", f"127.0.0.1:{listen}")
+        if "listen 127.0.0.1:8080 " in line:
+            line = line.replace("127.0.0.1:8080", f"127.0.0.1:{listen}")
             counts[1] += 1
         if "/var/log/nginx/wsfs-access.log" in line:
             line = line.replace("/var/log/nginx/wsfs-access.log", os.path.join(tmp, "access.log"))
