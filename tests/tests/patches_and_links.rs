@@ -2,8 +2,9 @@
 //! conformance suite's empty workspaces cannot stand for, on every backend
 //! over gRPC: read-only sessions, quotas and lowered per-write limits
 //! refuse them with their code, reason and message and change nothing; a
-//! patch is one change event and a link one more; and the wire refuses
-//! PATCH's fields and messages in the other modes.
+//! patch is one change event and a link one more; snapshots and archives
+//! leave links out; and the wire refuses PATCH's fields and messages in
+//! the other modes.
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -309,5 +310,32 @@ async fn the_wire_refuses_patch_fields_and_offsets_outside_mode_patch() {
         let mut bytes = Vec::new();
         s.session.download("f.txt", &mut bytes).await.unwrap();
         assert_eq!(bytes, b"KEep\0\0!", "{}", s.name);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_and_archives_leave_links_out_and_restores_remove_them() {
+    for s in subjects(|o| o.seed_file("f.txt", "kept")).await {
+        let id = s.session.id().to_string();
+        s.session.create_symlink("l", "f.txt").await.unwrap();
+
+        let taken = s.client.snapshot(&id, "with a link").await.unwrap();
+        let mut archive = Vec::new();
+        s.session
+            .export_to_writer(&mut archive, None)
+            .await
+            .unwrap();
+        s.client.restore(&id, &taken.id).await.unwrap();
+
+        assert_eq!(taken.file_count, 1, "{}", s.name);
+        let after_restore: Vec<_> = state(&s.session).await.into_iter().map(|e| e.0).collect();
+        assert_eq!(after_restore, ["f.txt"], "{}", s.name);
+        s.session.create_symlink("l2", "f.txt").await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.zip");
+        std::fs::write(&file, &archive).unwrap();
+        s.session.import_from(&file).await.unwrap();
+        let after_import: Vec<_> = state(&s.session).await.into_iter().map(|e| e.0).collect();
+        assert_eq!(after_import, ["f.txt"], "{}", s.name);
     }
 }
