@@ -74,6 +74,11 @@ step "Read a page" '"totalLines": "3"' -- -d "{\"session_id\": \"$S\", \"path\":
 # WriteBytes is a client stream: the header, then data messages (base64).
 step "WriteBytes (client stream)" '"sizeBytes": "6"' -- -d "{\"header\": {\"session_id\": \"$S\", \"path\": \"bin/blob\"}} {\"data\": \"AAEC\"} {\"data\": \"AwQF\"}" "$addr" wsfs.v1.Filesystem/WriteBytes
 step "ReadBytes (server stream)" '"data": "AAECAwQF"' -- -d "{\"session_id\": \"$S\", \"path\": \"bin/blob\"}" "$addr" wsfs.v1.Filesystem/ReadBytes
+# Mode PATCH changes bytes in place: an offset message moves the position,
+# data is written there (0xFF at offset 1); the rest of the file is kept.
+step "WriteBytes in mode PATCH (one byte)" '"bytesWritten": "1"' -- -d "{\"header\": {\"session_id\": \"$S\", \"path\": \"bin/blob\", \"mode\": \"PATCH\"}} {\"offset\": \"1\"} {\"data\": \"/w==\"}" "$addr" wsfs.v1.Filesystem/WriteBytes
+step "ReadBytes after the patch" '"data": "AP8CAwQF"' -- -d "{\"session_id\": \"$S\", \"path\": \"bin/blob\"}" "$addr" wsfs.v1.Filesystem/ReadBytes
+step "WriteBytes in mode PATCH (truncate_to)" '"sizeBytes": "2"' -- -d "{\"header\": {\"session_id\": \"$S\", \"path\": \"bin/blob\", \"mode\": \"PATCH\", \"truncate_to\": \"2\"}}" "$addr" wsfs.v1.Filesystem/WriteBytes
 step "Edit (dry run, with diff)" '+fn start() {' -- -d "{\"session_id\": \"$S\", \"path\": \"src/main.rs\", \"old_text\": \"fn main\", \"new_text\": \"fn start\", \"dry_run\": true}" "$addr" wsfs.v1.Filesystem/Edit
 step "Mkdir" '"created": true' -- -d "{\"session_id\": \"$S\", \"path\": \"docs/notes\"}" "$addr" wsfs.v1.Filesystem/Mkdir
 step "Copy" '"destination": "src/copy.rs"' -- -d "{\"session_id\": \"$S\", \"source\": \"src/main.rs\", \"destination\": \"src/copy.rs\"}" "$addr" wsfs.v1.Filesystem/Copy
@@ -84,6 +89,9 @@ step "Grep (server stream)" '"matches": "2"' -- -d "{\"session_id\": \"$S\", \"p
 step "Stat" '"kind": "FILE"' -- -d "{\"session_id\": \"$S\", \"path\": \"src/main.rs\"}" "$addr" wsfs.v1.Filesystem/Stat
 # Permission bits are numbers on the wire: 493 is 0o755 (rwxr-xr-x).
 step "SetAttributes (chmod 755)" '"permissions": 493' -- -d "{\"session_id\": \"$S\", \"path\": \"src/main.rs\", \"permissions\": 493}" "$addr" wsfs.v1.Filesystem/SetAttributes
+# A symbolic link is made and read as a link; the server never follows it.
+step "Symlink" '"symlinkTarget": "main.rs"' -- -d "{\"session_id\": \"$S\", \"path\": \"src/link\", \"target\": \"main.rs\"}" "$addr" wsfs.v1.Filesystem/Symlink
+step "Stat of a link" '"kind": "SYMLINK"' -- -d "{\"session_id\": \"$S\", \"path\": \"src/link\"}" "$addr" wsfs.v1.Filesystem/Stat
 step "Exists" '"exists": true' -- -d "{\"session_id\": \"$S\", \"path\": \"docs\"}" "$addr" wsfs.v1.Filesystem/Exists
 step "Delete (recursive)" '"deleted": "3"' -- -d "{\"session_id\": \"$S\", \"path\": \"docs\", \"recursive\": true}" "$addr" wsfs.v1.Filesystem/Delete
 
@@ -91,6 +99,8 @@ echo "== errors carry google.rpc.ErrorInfo"
 refused "Stat of a removed path: FILE_NOT_FOUND" FILE_NOT_FOUND -- -d "{\"session_id\": \"$S\", \"path\": \"docs\"}" "$addr" wsfs.v1.Filesystem/Stat
 refused "Read above the root: PATH_ESCAPES_ROOT" PATH_ESCAPES_ROOT -- -d "{\"session_id\": \"$S\", \"path\": \"../etc/passwd\"}" "$addr" wsfs.v1.Filesystem/Read
 refused "SetAttributes with setuid (0o4755): INVALID_ARGUMENT" INVALID_ARGUMENT -- -d "{\"session_id\": \"$S\", \"path\": \"src/main.rs\", \"permissions\": 2541}" "$addr" wsfs.v1.Filesystem/SetAttributes
+refused "Read through a link: PERMISSION_DENIED" PERMISSION_DENIED -- -d "{\"session_id\": \"$S\", \"path\": \"src/link\"}" "$addr" wsfs.v1.Filesystem/Read
+refused "WriteBytes in mode PATCH of a missing file: FILE_NOT_FOUND" FILE_NOT_FOUND -- -d "{\"header\": {\"session_id\": \"$S\", \"path\": \"no/such\", \"mode\": \"PATCH\"}} {\"data\": \"eA==\"}" "$addr" wsfs.v1.Filesystem/WriteBytes
 refused "Edit without a match: NO_MATCH" NO_MATCH -- -d "{\"session_id\": \"$S\", \"path\": \"src/main.rs\", \"old_text\": \"zzz\", \"new_text\": \"y\"}" "$addr" wsfs.v1.Filesystem/Edit
 
 echo "== change events"

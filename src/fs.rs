@@ -16,7 +16,8 @@ use std::time::SystemTime;
 pub enum FileKind {
     File,
     Directory,
-    /// Only in directory-backed workspaces; never followed.
+    /// Never followed: created by Symlink or found in a directory-backed
+    /// workspace, read as a link (its target), never through.
     Symlink,
 }
 
@@ -32,6 +33,9 @@ pub struct Metadata {
     pub version: u64,
     /// Symlinks report what the link itself holds (usually `rwxrwxrwx`).
     pub permissions: Permissions,
+    /// A symlink's target as stored (never resolved); `None` for files and
+    /// directories.
+    pub symlink_target: Option<String>,
 }
 
 impl Metadata {
@@ -274,6 +278,93 @@ impl Attributes {
     }
 }
 
+/// How a patch changes a file ([`Filesystem::patch_bytes`]): first its
+/// length, then the bytes of each [`PatchChunk`] in order, all in one
+/// commit with one new version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PatchOptions {
+    /// The length the file is cut or extended (with zeros) to before any
+    /// bytes are written; `None` keeps it.
+    pub truncate_to: Option<u64>,
+    /// A missing file is created empty first, instead of `FILE_NOT_FOUND`.
+    pub create_missing: bool,
+    /// With `create_missing`: make missing parent directories.
+    pub create_parents: bool,
+    /// `Some(0)`: the path must not exist yet (with `create_missing`).
+    pub if_version: Option<u64>,
+    /// As in [`WriteOptions::permissions`].
+    pub permissions: Option<Permissions>,
+    /// As in [`WriteOptions::modified`].
+    pub modified: Option<SystemTime>,
+}
+
+impl Default for PatchOptions {
+    fn default() -> Self {
+        PatchOptions {
+            truncate_to: None,
+            create_missing: false,
+            create_parents: true,
+            if_version: None,
+            permissions: None,
+            modified: None,
+        }
+    }
+}
+
+/// Bytes a patch writes at `offset`. Bytes not written are kept; writing
+/// past the end extends the file, a gap reading as zeros. A later chunk
+/// overwrites an earlier one where they overlap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatchChunk {
+    pub offset: u64,
+    pub data: Bytes,
+}
+
+/// The chunks of a patch, in the order they apply.
+pub type PatchChunks = BoxStream<'static, Result<PatchChunk>>;
+
+/// The longest symlink target, in bytes: Linux's `PATH_MAX` less the NUL,
+/// what a DIRECTORY session's filesystem holds.
+pub const MAX_SYMLINK_TARGET_BYTES: usize = 4095;
+
+/// Options of Symlink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SymlinkOptions {
+    pub create_parents: bool,
+}
+
+impl Default for SymlinkOptions {
+    fn default() -> Self {
+        SymlinkOptions {
+            create_parents: true,
+        }
+    }
+}
+
+/// Refuses a symlink target no backend stores: empty, over
+/// [`MAX_SYMLINK_TARGET_BYTES`], or holding a NUL. Nothing else is
+/// checked: the target is data, never resolved by the server.
+pub fn check_symlink_target(path: &CanonicalPath, target: &str) -> Result<()> {
+    let refuse = |why: String| {
+        Err(crate::Error::invalid_argument(format!(
+            "cannot make the symbolic link '{path}': its target {why}"
+        )))
+    };
+    if target.is_empty() {
+        return refuse("is empty".to_string());
+    }
+    if target.len() > MAX_SYMLINK_TARGET_BYTES {
+        return refuse(format!(
+            "is {} bytes long; at most {MAX_SYMLINK_TARGET_BYTES} are allowed",
+            target.len()
+        ));
+    }
+    if target.contains('\0') {
+        return refuse("contains a NUL byte".to_string());
+    }
+    Ok(())
+}
+
 /// Options of Move and Copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TransferOptions {
@@ -466,4 +557,23 @@ pub trait Filesystem: Send + Sync {
         path: &CanonicalPath,
         attributes: Attributes,
     ) -> Result<AttributesOutcome>;
+
+    /// Changes byte ranges and/or the length of a file in one commit: one
+    /// new version, all or nothing (see [`PatchOptions`], [`PatchChunk`]).
+    /// `bytes_written` counts the bytes the chunks carry.
+    async fn patch_bytes(
+        &self,
+        path: &CanonicalPath,
+        options: PatchOptions,
+        data: PatchChunks,
+    ) -> Result<WriteOutcome>;
+
+    /// Creates a symbolic link holding `target`, stored verbatim and never
+    /// followed ([`check_symlink_target`]); returns the link's metadata.
+    async fn symlink(
+        &self,
+        path: &CanonicalPath,
+        target: &str,
+        options: SymlinkOptions,
+    ) -> Result<Metadata>;
 }

@@ -6,8 +6,9 @@
 //! that replaces the last run's, as a WriteBytes over a file does).
 //! Then `wsfs get FILE -` of the same file, the CLI run as a person runs
 //! it (a process, from start to exit, its output to /dev/null), beside the
-//! same raw TCP read; and the server's peak memory growth while each
-//! stream runs.
+//! same raw TCP read; a 4 KiB patch (WriteBytes in mode PATCH) into the
+//! middle of the uploaded file beside the upload of the whole file; and the
+//! server's peak memory growth while each stream runs.
 
 use crate::corpus::Noise;
 use crate::report::{Row, Samples, Target};
@@ -66,6 +67,40 @@ async fn read_once(fs: &mut Fs, session: &str, size: u64) -> Result<Duration, St
     let elapsed = started.elapsed();
     if received != size {
         return Err(format!("ReadBytes returned {received} of {size} bytes"));
+    }
+    Ok(elapsed)
+}
+
+/// Bytes a patch changes in the middle of the uploaded file.
+const PATCH_BYTES: usize = 4096;
+
+/// WriteBytes in mode PATCH: `PATCH_BYTES` at the middle of the file the
+/// write runs left, which keeps its size.
+async fn patch_once(fs: &mut Fs, session: &str, size: u64, run: u8) -> Result<Duration, String> {
+    use proto::write_bytes_request::Payload;
+    let header = proto::WriteBytesHeader {
+        session_id: session.to_string(),
+        path: UPLOAD_NAME.to_string(),
+        mode: proto::WriteMode::Patch as i32,
+        ..Default::default()
+    };
+    let messages = [
+        Payload::Header(header),
+        Payload::Offset(size / 2),
+        Payload::Data(vec![run; PATCH_BYTES].into()),
+    ]
+    .map(|payload| proto::WriteBytesRequest {
+        payload: Some(payload),
+    });
+    let started = Instant::now();
+    let done = fs
+        .write_bytes(futures::stream::iter(messages))
+        .await
+        .map_err(|s| format!("WriteBytes in mode PATCH failed: {}", s.message()))?
+        .into_inner();
+    let elapsed = started.elapsed();
+    if done.size_bytes as u64 != size || done.bytes_written as usize != PATCH_BYTES {
+        return Err(format!("the patch left {} bytes", done.size_bytes));
     }
     Ok(elapsed)
 }
@@ -319,7 +354,8 @@ pub async fn run(
     }
 
     let (mut read, mut raw_read, mut write, mut raw_write) = Default::default();
-    let mut get = Samples::default();
+    let (mut get, mut patch_ms, mut write_ms) = Default::default();
+    let ms = |s: &mut Samples, d: Duration| s.push(d.as_secs_f64() * 1000.0);
     let push = |s: &mut Samples, d: Duration| s.push(mb_per_s(size, d));
     for run in 1..=runs {
         eprintln!("bytes: run {run}/{runs}");
@@ -331,7 +367,9 @@ pub async fn run(
         for first in [run % 2 == 1, run % 2 == 0] {
             recycle_memory(&source)?;
             if first {
-                push(&mut write, write_once(&mut fs, &session.id, &source).await?);
+                let took = write_once(&mut fs, &session.id, &source).await?;
+                push(&mut write, took);
+                ms(&mut write_ms, took);
             } else {
                 push(&mut raw_write, raw_write_once(&source).await?);
             }
@@ -339,6 +377,8 @@ pub async fn run(
         if let Some(cli) = &cli {
             push(&mut get, cli_get_once(cli, url, &session.id, dir).await?);
         }
+        let took = patch_once(&mut fs, &session.id, size, run as u8).await?;
+        ms(&mut patch_ms, took);
     }
     let mut rows = vec![
         Row::new(format!("ReadBytes {label}, throughput"), "MB/s", read)
@@ -351,6 +391,13 @@ pub async fn run(
         )
         .baseline("raw TCP to a new file on disk, swapped in", raw_write)
         .target(Target::AtLeastShare(0.6)),
+        Row::new(
+            format!("WriteBytes in mode PATCH: {PATCH_BYTES} B into the {label} file, time"),
+            "ms",
+            patch_ms,
+        )
+        .baseline("WriteBytes of the whole file", write_ms)
+        .target(Target::None),
     ];
     if cli.is_some() {
         rows.push(

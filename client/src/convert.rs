@@ -18,8 +18,8 @@ pub(crate) use wsfs::wire::{server_count, server_path, system_time, utf8_path};
 use wsfs::{
     Attributes, AttributesOutcome, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
     EditOutcome, EditSpec, Error, FileKind, GlobOutcome, GlobQuery, GrepQuery, LineRange, Listing,
-    Metadata, MkdirOptions, Permissions, Result, TextPage, TransferOptions, WriteMode,
-    WriteOptions, WriteOutcome,
+    Metadata, MkdirOptions, PatchOptions, Permissions, Result, SymlinkOptions, TextPage,
+    TransferOptions, WriteMode, WriteOptions, WriteOutcome,
 };
 
 // ---------------------------------------------------------------- scalars
@@ -131,19 +131,76 @@ pub(crate) fn write_bytes_header(
     path: &CanonicalPath,
     options: WriteOptions,
 ) -> proto::WriteBytesRequest {
-    proto::WriteBytesRequest {
-        payload: Some(proto::write_bytes_request::Payload::Header(
-            proto::WriteBytesHeader {
-                session_id: session_id.to_string(),
-                path: path.as_str().to_string(),
-                mode: write_mode(options.mode).into(),
-                create_parents: Some(options.create_parents),
-                if_version: options.if_version,
-                permissions: options.permissions.map(Permissions::bits),
-                modified_at: options.modified.map(prost_types::Timestamp::from),
-            },
-        )),
+    upload_header(proto::WriteBytesHeader {
+        mode: write_mode(options.mode).into(),
+        create_parents: Some(options.create_parents),
+        if_version: options.if_version,
+        permissions: options.permissions.map(Permissions::bits),
+        modified_at: options.modified.map(prost_types::Timestamp::from),
+        ..upload_target(session_id, path)
+    })
+}
+
+/// The header of a PATCH upload.
+pub(crate) fn patch_header(
+    session_id: &str,
+    path: &CanonicalPath,
+    options: PatchOptions,
+) -> proto::WriteBytesRequest {
+    upload_header(proto::WriteBytesHeader {
+        mode: proto::WriteMode::Patch.into(),
+        create_parents: Some(options.create_parents),
+        if_version: options.if_version,
+        permissions: options.permissions.map(Permissions::bits),
+        modified_at: options.modified.map(prost_types::Timestamp::from),
+        truncate_to: options.truncate_to,
+        create_missing: options.create_missing,
+        ..upload_target(session_id, path)
+    })
+}
+
+/// A header naming only the session and the file.
+fn upload_target(session_id: &str, path: &CanonicalPath) -> proto::WriteBytesHeader {
+    proto::WriteBytesHeader {
+        session_id: session_id.to_string(),
+        path: path.as_str().to_string(),
+        ..Default::default()
     }
+}
+
+fn upload_header(header: proto::WriteBytesHeader) -> proto::WriteBytesRequest {
+    proto::WriteBytesRequest {
+        payload: Some(proto::write_bytes_request::Payload::Header(header)),
+    }
+}
+
+/// A PATCH upload's message that moves the write position.
+pub(crate) fn write_bytes_offset(offset: u64) -> proto::WriteBytesRequest {
+    proto::WriteBytesRequest {
+        payload: Some(proto::write_bytes_request::Payload::Offset(offset)),
+    }
+}
+
+pub(crate) fn symlink_request(
+    session_id: &str,
+    path: &CanonicalPath,
+    target: &str,
+    options: SymlinkOptions,
+) -> proto::SymlinkRequest {
+    proto::SymlinkRequest {
+        session_id: session_id.to_string(),
+        path: path.as_str().to_string(),
+        target: target.to_string(),
+        create_parents: Some(options.create_parents),
+    }
+}
+
+/// The new link's entry; an answer without one is the server's fault.
+pub(crate) fn symlink_metadata(r: proto::SymlinkResponse) -> Result<Metadata> {
+    let entry = r
+        .entry
+        .ok_or_else(|| Error::internal("the server answered Symlink without the link's entry"))?;
+    entry_metadata(entry)
 }
 
 pub(crate) fn write_bytes_data(data: Bytes) -> proto::WriteBytesRequest {
@@ -344,7 +401,13 @@ pub(crate) fn entry_metadata(e: proto::Entry) -> Result<Metadata> {
         modified: system_time(e.modified_at),
         version: e.version,
         permissions: server_permissions(e.permissions)?,
+        symlink_target: link_target(e.symlink_target),
     })
+}
+
+/// A link's target as the wire carries it: empty for everything else.
+fn link_target(target: String) -> Option<String> {
+    Some(target).filter(|t| !t.is_empty())
 }
 
 pub(crate) fn listing(r: proto::ListResponse) -> Result<Listing> {
@@ -379,6 +442,7 @@ pub(crate) fn stat_metadata(r: proto::StatResponse) -> Result<Metadata> {
         modified: system_time(r.modified_at),
         version: r.version,
         permissions: server_permissions(r.permissions)?,
+        symlink_target: link_target(r.symlink_target),
     })
 }
 

@@ -17,8 +17,9 @@ use wsfs::proto::sessions_client::SessionsClient;
 use wsfs::{
     Attributes, AttributesOutcome, ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
     EditOutcome, EditSpec, Error, FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent,
-    GrepQuery, LineRange, Listing, Metadata, MkdirOptions, PathLimits, Result, TextPage,
-    TransferOptions, WriteOptions, WriteOutcome, DEFAULT_CHUNK_SIZE,
+    GrepQuery, LineRange, Listing, Metadata, MkdirOptions, PatchChunk, PatchChunks, PatchOptions,
+    PathLimits, Result, SymlinkOptions, TextPage, TransferOptions, WriteOptions, WriteOutcome,
+    DEFAULT_CHUNK_SIZE,
 };
 
 /// Lines per Read in [`Session::read_to_string`].
@@ -195,6 +196,68 @@ impl Session {
         self.write_bytes(&path, options, data).await
     }
 
+    /// Writes `data` at `offset` of an existing file, keeping every other
+    /// byte (writing past the end extends it, a gap reading as zeros): one
+    /// commit that sends only `data`.
+    pub async fn write_at(
+        &self,
+        path: &str,
+        offset: u64,
+        data: impl Into<Bytes>,
+    ) -> Result<WriteOutcome> {
+        self.patch(path, [(offset, data.into())], None).await
+    }
+
+    /// Cuts an existing file to `len` bytes, or extends it with zeros.
+    pub async fn truncate(&self, path: &str, len: u64) -> Result<WriteOutcome> {
+        self.patch(path, [], Some(len)).await
+    }
+
+    /// Sets an existing file's length to `truncate_to` (when given), then
+    /// writes each `(offset, bytes)` in order, as one commit with one new
+    /// version; only these bytes travel. See [`Filesystem::patch_bytes`]
+    /// for the options this leaves at their defaults.
+    pub async fn patch(
+        &self,
+        path: &str,
+        ranges: impl IntoIterator<Item = (u64, Bytes)>,
+        truncate_to: Option<u64>,
+    ) -> Result<WriteOutcome> {
+        let chunks: Vec<Result<PatchChunk>> = ranges
+            .into_iter()
+            .map(|(offset, data)| Ok(PatchChunk { offset, data }))
+            .collect();
+        let options = PatchOptions {
+            truncate_to,
+            ..PatchOptions::default()
+        };
+        let data = futures::stream::iter(chunks).boxed();
+        self.patch_bytes(&parse_path(path)?, options, data).await
+    }
+
+    /// Creates the symbolic link `path` holding `target` (stored as given,
+    /// never followed by the server), making missing parents.
+    pub async fn create_symlink(&self, path: &str, target: &str) -> Result<Metadata> {
+        self.symlink(&parse_path(path)?, target, SymlinkOptions::default())
+            .await
+    }
+
+    /// Sends an upload's request body and awaits the answer; the body's
+    /// source failing aborts the call with its own error.
+    async fn send_upload<S>(&self, body: S, abort: Arc<UploadAbort>) -> Result<WriteOutcome>
+    where
+        S: futures::Stream<Item = wsfs::proto::WriteBytesRequest> + Send + 'static,
+    {
+        let mut request = self.request(body);
+        abort.arm(request.cancellation_handle());
+        let result = self.stub().write_bytes(request).await;
+        // The source's own error says more than the cancelled call.
+        if let Some(error) = abort.take_error() {
+            return Err(error);
+        }
+        convert::write_outcome(result?.into_inner())
+    }
+
     /// A search of this workspace; see [`GrepBuilder`].
     pub fn grep_query(&self, pattern: impl Into<String>) -> GrepBuilder<'_> {
         GrepBuilder::new(self, pattern.into())
@@ -257,14 +320,31 @@ impl Filesystem for Session {
     ) -> Result<WriteOutcome> {
         let abort = Arc::new(UploadAbort::default());
         let header = convert::write_bytes_header(&self.id, path, options);
-        let mut request = self.request(stream::upload_body(header, data, abort.clone()));
-        abort.arm(request.cancellation_handle());
-        let result = self.stub().write_bytes(request).await;
-        // The source's own error says more than the cancelled call.
-        if let Some(error) = abort.take_error() {
-            return Err(error);
-        }
-        convert::write_outcome(result?.into_inner())
+        let body = stream::upload_body(header, data, abort.clone());
+        self.send_upload(body, abort).await
+    }
+
+    async fn patch_bytes(
+        &self,
+        path: &CanonicalPath,
+        options: PatchOptions,
+        data: PatchChunks,
+    ) -> Result<WriteOutcome> {
+        let abort = Arc::new(UploadAbort::default());
+        let header = convert::patch_header(&self.id, path, options);
+        let body = stream::patch_body(header, data, abort.clone());
+        self.send_upload(body, abort).await
+    }
+
+    async fn symlink(
+        &self,
+        path: &CanonicalPath,
+        target: &str,
+        options: SymlinkOptions,
+    ) -> Result<Metadata> {
+        let request = convert::symlink_request(&self.id, path, target, options);
+        let response = self.stub().symlink(self.request(request)).await?;
+        convert::symlink_metadata(response.into_inner())
     }
 
     async fn edit(&self, path: &CanonicalPath, edit: EditSpec) -> Result<EditOutcome> {

@@ -13,7 +13,9 @@ use futures::stream::{self, BoxStream, Stream, StreamExt};
 use std::sync::{Arc, Mutex, OnceLock};
 use tonic::{CancellationHandle, Status};
 use wsfs::proto::{self, read_bytes_response::Payload as ReadPayload};
-use wsfs::{ByteChunks, ByteStream, Error, GrepEvent, Result, MAX_CHUNK_SIZE};
+use wsfs::{
+    ByteChunks, ByteStream, Error, GrepEvent, PatchChunk, PatchChunks, Result, MAX_CHUNK_SIZE,
+};
 
 /// Awaits the ReadBytes header; the returned [`ByteStream`] yields the data
 /// that follows and checks it adds up to the length the header announced.
@@ -143,27 +145,58 @@ pub(crate) fn upload_body(
     data: ByteChunks,
     abort: Arc<UploadAbort>,
 ) -> impl Stream<Item = proto::WriteBytesRequest> + Send + 'static {
-    let chunks = stream::unfold(data, move |mut data| {
+    upload_messages(header, data, abort, |chunk| {
+        split(chunk, MAX_CHUNK_SIZE)
+            .map(convert::write_bytes_data)
+            .collect()
+    })
+}
+
+/// [`upload_body`] of a PATCH: each chunk's data follows an offset message
+/// when it does not start where the one before it ended (the position
+/// starts at 0).
+pub(crate) fn patch_body(
+    header: proto::WriteBytesRequest,
+    data: PatchChunks,
+    abort: Arc<UploadAbort>,
+) -> impl Stream<Item = proto::WriteBytesRequest> + Send + 'static {
+    let mut position = 0u64;
+    upload_messages(header, data, abort, move |chunk: PatchChunk| {
+        let mut messages = Vec::new();
+        if chunk.data.is_empty() {
+            return messages;
+        }
+        if chunk.offset != position {
+            messages.push(convert::write_bytes_offset(chunk.offset));
+        }
+        position = chunk.offset.saturating_add(chunk.data.len() as u64);
+        messages.extend(split(chunk.data, MAX_CHUNK_SIZE).map(convert::write_bytes_data));
+        messages
+    })
+}
+
+/// `header`, then the messages `encode` makes of each item, aborting the
+/// call (see [`upload_body`]) when an item is an error.
+fn upload_messages<T: Send + 'static>(
+    header: proto::WriteBytesRequest,
+    items: BoxStream<'static, Result<T>>,
+    abort: Arc<UploadAbort>,
+    encode: impl FnMut(T) -> Vec<proto::WriteBytesRequest> + Send + 'static,
+) -> impl Stream<Item = proto::WriteBytesRequest> + Send + 'static {
+    let items = stream::unfold(items, move |mut items| {
         let abort = abort.clone();
         async move {
-            loop {
-                match data.next().await {
-                    Some(Ok(chunk)) if chunk.is_empty() => continue,
-                    Some(Ok(chunk)) => return Some((chunk, data)),
-                    Some(Err(error)) => {
-                        abort.fail(error);
-                        return future::pending().await;
-                    }
-                    None => return None,
+            match items.next().await {
+                Some(Ok(item)) => Some((item, items)),
+                Some(Err(error)) => {
+                    abort.fail(error);
+                    future::pending().await
                 }
+                None => None,
             }
         }
     });
-    stream::once(future::ready(header)).chain(
-        chunks
-            .flat_map(|chunk| stream::iter(split(chunk, MAX_CHUNK_SIZE)))
-            .map(convert::write_bytes_data),
-    )
+    stream::once(future::ready(header)).chain(items.map(encode).flat_map(stream::iter))
 }
 
 /// Cuts a chunk into pieces of at most `max` bytes, without copying.
@@ -342,6 +375,42 @@ mod tests {
         let sizes: Vec<usize> = messages[1..].iter().map(payload_len).collect();
         assert_eq!(sizes, vec![MAX_CHUNK_SIZE, MAX_CHUNK_SIZE, 1, 1]);
         assert!(abort.take_error().is_none());
+    }
+
+    #[tokio::test]
+    async fn patch_body_sends_an_offset_only_where_a_chunk_does_not_follow_on() {
+        let chunk = |offset, data: &'static [u8]| {
+            Ok(PatchChunk {
+                offset,
+                data: Bytes::from_static(data),
+            })
+        };
+        let data = stream::iter(vec![
+            chunk(0, b"ab"),
+            chunk(2, b"cd"),
+            chunk(9, b""),
+            chunk(10, b"x"),
+            chunk(0, b"y"),
+        ])
+        .boxed();
+        let abort = Arc::new(UploadAbort::default());
+        let messages: Vec<_> = patch_body(header_message(), data, abort)
+            .skip(1)
+            .map(|m| m.payload)
+            .collect()
+            .await;
+        let data = |d: &'static [u8]| Some(WritePayload::Data(Bytes::from_static(d)));
+        assert_eq!(
+            messages,
+            vec![
+                data(b"ab"),
+                data(b"cd"),
+                Some(WritePayload::Offset(10)),
+                data(b"x"),
+                Some(WritePayload::Offset(0)),
+                data(b"y"),
+            ]
+        );
     }
 
     #[tokio::test]

@@ -44,7 +44,7 @@
 //! there; a caller that left before that point abandons it, and the work
 //! changes nothing, exactly as if it had run in the caller's future.
 
-use crate::backend::{Backend, CommitMode, Content, OpenFile, StagedFile};
+use crate::backend::{Backend, CommitMode, Content, OpenFile, Patch, PatchRange, StagedFile};
 use crate::claims::PathLocks;
 use crate::limits::SessionLimits;
 use crate::quota::{self, Ledger, Usage};
@@ -57,8 +57,9 @@ use std::sync::Arc;
 use wsfs::{
     Attributes, AttributesOutcome, ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
     EditOutcome, EditSpec, Error, FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent,
-    GrepQuery, LineRange, Listing, Metadata, MkdirOptions, Result, TextPage, TransferOptions,
-    WriteMode, WriteOptions, WriteOutcome, MAX_CHUNK_SIZE,
+    GrepQuery, LineRange, Listing, Metadata, MkdirOptions, PatchChunk, PatchChunks, PatchOptions,
+    Result, SymlinkOptions, TextPage, TransferOptions, WriteMode, WriteOptions, WriteOutcome,
+    MAX_CHUNK_SIZE,
 };
 
 /// Most bytes one text Read page carries; longer pages are cut at a line
@@ -70,6 +71,10 @@ pub const MAX_LIST_ENTRIES: usize = 100_000;
 
 /// Uploads are handed to the backend in batches of about this size.
 const STAGE_BATCH_BYTES: usize = 1024 * 1024;
+
+/// Most separate ranges one patch writes (touching ranges count as one):
+/// the list is held in memory until the commit, 16 bytes a range.
+pub const MAX_PATCH_RANGES: usize = 65_536;
 
 /// How far a ReadBytes producer may read ahead of the stream on disk
 /// (in whole chunks, at least one). With one chunk queued the reading
@@ -249,6 +254,17 @@ impl<B: Backend> Workspace<B> {
         self.writable_for(path.as_str(), format_args!("change '{path}'"))
     }
 
+    /// [`Self::writable`] for a call that writes a file's bytes (`verb`
+    /// says which): the root is no file.
+    fn writable_file(&self, path: &CanonicalPath, verb: &str) -> Result<()> {
+        if path.is_root() {
+            return Err(Error::invalid_argument(format!(
+                "cannot {verb} the workspace root; name a file inside it"
+            )));
+        }
+        self.writable(path)
+    }
+
     fn check_size(&self, path: &CanonicalPath, size: u64) -> Result<()> {
         if size > self.limits.max_write_bytes {
             return Err(Error::TooLarge {
@@ -299,21 +315,58 @@ impl<B: Backend> Workspace<B> {
             } else {
                 bytes_written
             };
-            let removed = current
-                .as_ref()
-                .map(|_| Usage::file(old))
-                .unwrap_or_default();
-            let reserved = quota.reserve(b, &limits, &path, removed, Usage::file(new))?;
-            let meta = reserved.land(|| b.commit(staged, &path, mode))?;
-            Ok(WriteOutcome {
-                path,
+            let landing = Landing {
+                quota: &quota,
+                limits: &limits,
+                current: current.as_ref(),
+                size: new,
                 bytes_written,
-                size: meta.size,
-                version: meta.version,
-                created: current.is_none(),
-            })
+            };
+            landing.land(b, path, |b, path| b.commit(staged, path, mode))
         })
         .await
+    }
+
+    /// Stages an upload's bytes as they arrive, outside the write lock,
+    /// refusing it once it passes the per-write limit. A stream that
+    /// breaks off drops what was staged.
+    async fn stage_upload(&self, path: &CanonicalPath, mut data: ByteChunks) -> Result<B::Staged> {
+        let mut staged = self.run(|b| b.stage()).await?;
+        let mut batch: Vec<Bytes> = Vec::new();
+        let (mut batched, mut total) = (0usize, 0u64);
+        loop {
+            let next = data.next().await;
+            if let Some(chunk) = &next {
+                let chunk = chunk.as_ref().map_err(Clone::clone)?;
+                total += chunk.len() as u64;
+                self.check_size(path, total)?;
+                batched += chunk.len();
+                batch.push(chunk.clone());
+            }
+            if batched >= STAGE_BATCH_BYTES || (next.is_none() && !batch.is_empty()) {
+                let chunks = std::mem::take(&mut batch);
+                batched = 0;
+                staged = if B::BLOCKING {
+                    tokio::task::spawn_blocking(move || {
+                        for c in &chunks {
+                            staged.write_chunk(c)?;
+                        }
+                        Ok::<_, Error>(staged)
+                    })
+                    .await
+                    .map_err(|e| Error::internal(format!("storage task failed: {e}")))??
+                } else {
+                    for c in &chunks {
+                        staged.write_chunk(c)?;
+                    }
+                    staged
+                };
+            }
+            if next.is_none() {
+                break;
+            }
+        }
+        Ok(staged)
     }
 
     /// Reads a whole text file that an edit may rewrite.
@@ -340,6 +393,43 @@ impl<B: Backend> Workspace<B> {
             path: path.as_str().to_string(),
         })?;
         Ok((text, file.meta))
+    }
+}
+
+/// The last step of a write that replaces (or creates) one file, under
+/// its claim: the quota for the file's new size is reserved, the commit
+/// runs, and the answer is made.
+struct Landing<'a> {
+    quota: &'a Ledger,
+    limits: &'a SessionLimits,
+    /// The file before the write; `None`: there was none.
+    current: Option<&'a Metadata>,
+    /// Its size after the write.
+    size: u64,
+    bytes_written: u64,
+}
+
+impl Landing<'_> {
+    fn land<B: Backend>(
+        self,
+        b: &B,
+        path: CanonicalPath,
+        commit: impl FnOnce(&B, &CanonicalPath) -> Result<Metadata>,
+    ) -> Result<WriteOutcome> {
+        let removed = self
+            .current
+            .map(|m| Usage::file(m.size))
+            .unwrap_or_default();
+        let added = Usage::file(self.size);
+        let reserved = self.quota.reserve(b, self.limits, &path, removed, added)?;
+        let meta = reserved.land(|| commit(b, &path))?;
+        Ok(WriteOutcome {
+            path,
+            bytes_written: self.bytes_written,
+            size: meta.size,
+            version: meta.version,
+            created: self.current.is_none(),
+        })
     }
 }
 
@@ -656,50 +746,99 @@ impl<B: Backend> Filesystem for Workspace<B> {
         &self,
         path: &CanonicalPath,
         options: WriteOptions,
-        mut data: ByteChunks,
+        data: ByteChunks,
     ) -> Result<WriteOutcome> {
-        if path.is_root() {
-            return Err(Error::invalid_argument(
-                "cannot write the workspace root; name a file inside it",
-            ));
-        }
-        self.writable(path)?;
-        let mut staged = self.run(|b| b.stage()).await?;
-        let mut batch: Vec<Bytes> = Vec::new();
-        let (mut batched, mut total) = (0usize, 0u64);
-        loop {
-            let next = data.next().await;
-            if let Some(chunk) = &next {
-                let chunk = chunk.as_ref().map_err(Clone::clone)?;
-                total += chunk.len() as u64;
-                self.check_size(path, total)?;
-                batched += chunk.len();
-                batch.push(chunk.clone());
-            }
-            if batched >= STAGE_BATCH_BYTES || (next.is_none() && !batch.is_empty()) {
-                let chunks = std::mem::take(&mut batch);
-                batched = 0;
-                staged = if B::BLOCKING {
-                    tokio::task::spawn_blocking(move || {
-                        for c in &chunks {
-                            staged.write_chunk(c)?;
-                        }
-                        Ok::<_, Error>(staged)
-                    })
-                    .await
-                    .map_err(|e| Error::internal(format!("storage task failed: {e}")))??
-                } else {
-                    for c in &chunks {
-                        staged.write_chunk(c)?;
-                    }
-                    staged
-                };
-            }
-            if next.is_none() {
-                break;
-            }
-        }
+        self.writable_file(path, "write")?;
+        let staged = self.stage_upload(path, data).await?;
         self.commit(path, staged, options).await
+    }
+
+    async fn patch_bytes(
+        &self,
+        path: &CanonicalPath,
+        options: PatchOptions,
+        data: PatchChunks,
+    ) -> Result<WriteOutcome> {
+        self.writable_file(path, "patch")?;
+        let ranges = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let admitted = ranges.clone();
+        let (p, limit) = (path.clone(), self.limits.max_write_bytes);
+        let bytes = data
+            .map(move |chunk| {
+                let mut ranges = admitted.lock().unwrap_or_else(|e| e.into_inner());
+                admit_chunk(&p, &mut ranges, chunk?)
+            })
+            .boxed();
+        let staged = self.stage_upload(path, bytes).await?;
+        let patch = Patch {
+            truncate_to: options.truncate_to,
+            ranges: std::mem::take(&mut *ranges.lock().unwrap_or_else(|e| e.into_inner())),
+            create_missing: options.create_missing,
+        };
+        let (path, limits, quota) = (path.clone(), self.limits, self.quota.clone());
+        self.locked(vec![path.clone()], move |b| {
+            let current = b.metadata(&path)?;
+            check_version(&path, current.as_ref(), options.if_version)?;
+            match current.as_ref().map(|m| m.kind) {
+                None if !options.create_missing => {
+                    return Err(Error::FileNotFound {
+                        path: path.as_str().to_string(),
+                    })
+                }
+                Some(FileKind::Directory) => {
+                    return Err(Error::IsADirectory {
+                        path: path.as_str().to_string(),
+                    })
+                }
+                Some(FileKind::Symlink) => return Err(crate::backend::symlink_denied(&path, true)),
+                _ => {}
+            }
+            let old = current.as_ref().map_or(0, |m| m.size);
+            let size = patch.size_after(old);
+            // What a patch adds to the file costs what writing it costs: a
+            // gap or an extension is bytes the server makes.
+            if size.saturating_sub(old) > limit {
+                return Err(Error::TooLarge {
+                    path: path.as_str().to_string(),
+                    size: size - old,
+                    limit,
+                });
+            }
+            let bytes_written = staged.len();
+            let mode = CommitMode {
+                append: false,
+                create_parents: options.create_parents,
+                permissions: options.permissions,
+                modified: options.modified,
+                swap_out: true,
+            };
+            let landing = Landing {
+                quota: &quota,
+                limits: &limits,
+                current: current.as_ref(),
+                size,
+                bytes_written,
+            };
+            landing.land(b, path, |b, path| {
+                b.commit_patch(staged, path, &patch, mode)
+            })
+        })
+        .await
+    }
+
+    async fn symlink(
+        &self,
+        path: &CanonicalPath,
+        target: &str,
+        options: SymlinkOptions,
+    ) -> Result<Metadata> {
+        wsfs::check_symlink_target(path, target)?;
+        self.writable(path)?;
+        let (path, target) = (path.clone(), target.to_string());
+        self.locked(vec![path.clone()], move |b| {
+            b.symlink(&path, &target, options.create_parents)
+        })
+        .await
     }
 
     async fn edit(&self, path: &CanonicalPath, edit: EditSpec) -> Result<EditOutcome> {
@@ -962,6 +1101,44 @@ impl<B: Backend> Filesystem for Workspace<B> {
     }
 }
 
+/// Adds one chunk of a patch to its list of ranges (a chunk that
+/// continues the last range extends it) and hands on its bytes.
+fn admit_chunk(
+    path: &CanonicalPath,
+    ranges: &mut Vec<PatchRange>,
+    chunk: PatchChunk,
+) -> Result<Bytes> {
+    let len = chunk.data.len() as u64;
+    if len == 0 {
+        return Ok(chunk.data);
+    }
+    if chunk
+        .offset
+        .checked_add(len)
+        .is_none_or(|end| end > i64::MAX as u64)
+    {
+        return Err(Error::invalid_argument(format!(
+            "a patch of '{path}' writes {len} bytes at offset {}, past the largest file size",
+            chunk.offset
+        )));
+    }
+    if let Some(last) = ranges.last_mut().filter(|last| last.end() == chunk.offset) {
+        last.len += len;
+        return Ok(chunk.data);
+    }
+    if ranges.len() == MAX_PATCH_RANGES {
+        return Err(Error::invalid_argument(format!(
+            "a patch of '{path}' may write at most {MAX_PATCH_RANGES} separate ranges; \
+             join neighbouring writes or send several patches"
+        )));
+    }
+    ranges.push(PatchRange {
+        offset: chunk.offset,
+        len,
+    });
+    Ok(chunk.data)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1010,6 +1187,57 @@ mod tests {
             ws.read(&p, LineRange::default()).await.unwrap().content,
             "kept"
         );
+    }
+
+    fn chunk(offset: u64, data: &'static [u8]) -> PatchChunk {
+        PatchChunk {
+            offset,
+            data: Bytes::from_static(data),
+        }
+    }
+
+    #[test]
+    fn touching_patch_chunks_are_one_range_and_empty_ones_none() {
+        let path = CanonicalPath::from_canonical("f");
+        let mut ranges = Vec::new();
+        for c in [
+            chunk(0, b"ab"),
+            chunk(2, b"c"),
+            chunk(9, b""),
+            chunk(5, b"x"),
+        ] {
+            admit_chunk(&path, &mut ranges, c).unwrap();
+        }
+        assert_eq!(
+            ranges,
+            [
+                PatchRange { offset: 0, len: 3 },
+                PatchRange { offset: 5, len: 1 }
+            ]
+        );
+    }
+
+    #[test]
+    fn a_patch_of_too_many_ranges_is_refused_at_the_first_one_over() {
+        let path = CanonicalPath::from_canonical("f");
+        let mut ranges = Vec::new();
+        for i in 0..MAX_PATCH_RANGES as u64 {
+            admit_chunk(&path, &mut ranges, chunk(i * 2, b"x")).unwrap();
+        }
+        // One that touches the last range still fits.
+        admit_chunk(
+            &path,
+            &mut ranges,
+            chunk(MAX_PATCH_RANGES as u64 * 2 - 1, b"y"),
+        )
+        .unwrap();
+        let err = admit_chunk(&path, &mut ranges, chunk(u64::from(u32::MAX), b"z")).unwrap_err();
+        assert_eq!(err.reason(), "INVALID_ARGUMENT");
+        assert!(
+            err.to_string().contains("at most 65536 separate ranges"),
+            "{err}"
+        );
+        assert_eq!(ranges.len(), MAX_PATCH_RANGES);
     }
 
     fn page(text: &str, offset: u64, limit: Option<u64>) -> (String, u64, u64, bool) {

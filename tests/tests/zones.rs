@@ -206,6 +206,39 @@ async fn set_attributes_is_a_write_and_keeps_to_the_callers_zones() {
 }
 
 #[tokio::test]
+async fn patches_and_links_are_writes_and_keep_to_the_callers_zones() {
+    for options in [SessionOptions::memory(), SessionOptions::directory()] {
+        let s = swarm(options).await;
+        let before = snapshot(&s.system).await;
+        for path in ["home/bob/plan.md", "sys/rules.md", "top.md"] {
+            let patched = s.alice.write_at(path, 0, "X").await.unwrap_err();
+            assert_denied(patched, "may not write");
+            let link = format!("{path}.link");
+            let linked = s.alice.create_symlink(&link, "x").await.unwrap_err();
+            assert_denied(linked, "may not write");
+        }
+        assert_eq!(snapshot(&s.system).await, before);
+
+        s.bob.write_at("home/bob/plan.md", 0, "B").await.unwrap();
+        s.alice.truncate("shared/board.md", 2).await.unwrap();
+        s.alice
+            .create_symlink("home/alice/board", "../../shared/board.md")
+            .await
+            .unwrap();
+        assert_eq!(
+            s.system.read_to_string("home/bob/plan.md").await.unwrap(),
+            "Bob's plan\n"
+        );
+        assert_eq!(
+            s.system.read_to_string("shared/board.md").await.unwrap(),
+            "bo"
+        );
+        let link = s.system.stat(&p("home/alice/board")).await.unwrap();
+        assert_eq!(link.kind, FileKind::Symlink);
+    }
+}
+
+#[tokio::test]
 async fn recursive_delete_touching_others_files_is_refused_whole() {
     let s = swarm(SessionOptions::directory()).await;
     s.alice

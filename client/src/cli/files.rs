@@ -925,6 +925,7 @@ mod tests {
             modified: std::time::UNIX_EPOCH,
             version,
             permissions: Permissions::FILE_DEFAULT,
+            symlink_target: None,
         }
     }
 

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use wsfs::{
     Attributes, AttributesOutcome, ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
     EditOutcome, EditSpec, Error, FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent,
-    GrepQuery, LineRange, Listing, Metadata, MkdirOptions, Result, TextPage, TransferOptions,
-    WriteOptions, WriteOutcome,
+    GrepQuery, LineRange, Listing, Metadata, MkdirOptions, PatchChunks, PatchOptions, Result,
+    SymlinkOptions, TextPage, TransferOptions, WriteOptions, WriteOutcome,
 };
 
 pub use wsfs::Layout;
@@ -246,6 +246,26 @@ impl Filesystem for Guarded {
     ) -> Result<AttributesOutcome> {
         self.check(Operation::Write, &[path])?;
         self.inner.set_attributes(path, attributes).await
+    }
+
+    async fn patch_bytes(
+        &self,
+        path: &CanonicalPath,
+        options: PatchOptions,
+        data: PatchChunks,
+    ) -> Result<WriteOutcome> {
+        self.check(Operation::Write, &[path])?;
+        self.inner.patch_bytes(path, options, data).await
+    }
+
+    async fn symlink(
+        &self,
+        path: &CanonicalPath,
+        target: &str,
+        options: SymlinkOptions,
+    ) -> Result<Metadata> {
+        self.check(Operation::Write, &[path])?;
+        self.inner.symlink(path, target, options).await
     }
 }
 

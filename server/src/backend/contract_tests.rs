@@ -4,7 +4,10 @@
 //! when it compiles. What only one backend can show (files changed behind
 //! its back, symlinks, its staging directory) is tested beside it.
 
-use super::{Backend, CommitMode, Content, DirectoryBackend, MemoryBackend, OpenFile, StagedFile};
+use super::{
+    Backend, CommitMode, Content, DirectoryBackend, MemoryBackend, OpenFile, Patch, PatchRange,
+    StagedFile,
+};
 use std::io::Read;
 use wsfs::{CanonicalPath, Error, FileKind, Metadata, PathLimits, Permissions, Result};
 
@@ -191,6 +194,8 @@ contract_suite!(
     a_file_in_the_middle_of_a_path_is_not_a_directory,
     staged_files_are_never_listed_and_dropped_ones_leave_nothing,
     reserved_temp_names_are_refused,
+    a_patch_commits_whole_and_a_refused_one_leaves_nothing,
+    links_are_made_listed_and_never_followed,
 );
 
 fn commit_then_open_round_trips<S: Subject>(s: &S) {
@@ -496,4 +501,102 @@ fn reserved_temp_names_are_refused<S: Subject>(s: &S) {
         Err(Error::InvalidPath { .. })
     ));
     assert!(top(b).is_empty());
+}
+
+/// Commits a patch of `path` whose ranges are `(offset, bytes)`.
+fn patch<B: Backend>(
+    b: &B,
+    path: &str,
+    truncate_to: Option<u64>,
+    ranges: &[(u64, &[u8])],
+    create_missing: bool,
+) -> Result<Metadata> {
+    let mut staged = b.stage()?;
+    let mut patch = Patch {
+        truncate_to,
+        create_missing,
+        ..Patch::default()
+    };
+    for (offset, bytes) in ranges {
+        staged.write_chunk(bytes)?;
+        patch.ranges.push(PatchRange {
+            offset: *offset,
+            len: bytes.len() as u64,
+        });
+    }
+    let mode = CommitMode {
+        create_parents: true,
+        swap_out: true,
+        ..CommitMode::default()
+    };
+    b.commit_patch(staged, &p(path), &patch, mode)
+}
+
+fn a_patch_commits_whole_and_a_refused_one_leaves_nothing<S: Subject>(s: &S) {
+    let b = s.backend();
+    let old = write(b, "f.bin", b"0123456789").unwrap();
+    let reader = b.open(&p("f.bin")).unwrap();
+
+    let meta = patch(b, "f.bin", Some(4), &[(6, b"xy"), (1, b"A")], false).unwrap();
+
+    assert_eq!(meta.size, 8);
+    assert!(meta.version > old.version);
+    assert_eq!(read(b, "f.bin").unwrap(), b"0A23\0\0xy");
+    assert_eq!(read_open(reader).unwrap(), b"0123456789", "the old version");
+    assert!(s.leftovers().is_empty(), "{:?}", s.leftovers());
+    let made = patch(b, "new/g.bin", None, &[(1, b"g")], true).unwrap();
+    assert_eq!(
+        (made.size, read(b, "new/g.bin").unwrap()),
+        (2, b"\0g".to_vec())
+    );
+
+    b.mkdir(&p("d"), true, DIR).unwrap();
+    b.symlink(&p("l"), "f.bin", false).unwrap();
+    let before = read(b, "f.bin").unwrap();
+    let refusals = [
+        ("missing", patch(b, "missing", None, &[(0, b"x")], false)),
+        ("d", patch(b, "d", None, &[(0, b"x")], true)),
+        ("l", patch(b, "l", None, &[(0, b"x")], true)),
+    ];
+    for (path, refused) in refusals {
+        let reason = refused.unwrap_err().reason();
+        let expected = match path {
+            "missing" => "FILE_NOT_FOUND",
+            "d" => "IS_A_DIRECTORY",
+            _ => "PERMISSION_DENIED",
+        };
+        assert_eq!(reason, expected, "{path}");
+    }
+    assert!(b.metadata(&p("missing")).unwrap().is_none());
+    assert_eq!(read(b, "f.bin").unwrap(), before);
+    assert!(s.leftovers().is_empty(), "{:?}", s.leftovers());
+}
+
+fn links_are_made_listed_and_never_followed<S: Subject>(s: &S) {
+    let b = s.backend();
+    write(b, "f.txt", b"target").unwrap();
+
+    let made = b.symlink(&p("d/l"), "../f.txt", true).unwrap();
+
+    assert_eq!(made.kind, FileKind::Symlink);
+    assert_eq!(made.symlink_target.as_deref(), Some("../f.txt"));
+    assert_eq!(made.size, 8);
+    let listed = b.list(&p("d"), 1, 10).unwrap().0;
+    assert_eq!(listed[0].symlink_target.as_deref(), Some("../f.txt"));
+    assert!(matches!(
+        b.symlink(&p("d/l"), "x", true),
+        Err(Error::AlreadyExists { .. })
+    ));
+    assert!(matches!(
+        b.open(&p("d/l")),
+        Err(Error::PermissionDenied { .. })
+    ));
+    assert!(matches!(
+        b.set_attributes(&p("d/l"), Some(DIR), None),
+        Err(Error::PermissionDenied { .. })
+    ));
+    assert_eq!(walk(b, ""), ["f.txt"]);
+    assert_eq!(b.remove(&p("d/l"), true).unwrap(), 1);
+    assert_eq!(read(b, "f.txt").unwrap(), b"target");
+    assert!(s.leftovers().is_empty(), "{:?}", s.leftovers());
 }

@@ -5,7 +5,10 @@
 //! is exactly the order listings, globs and greps report. File contents are
 //! `Bytes`: an open file is a cheap clone that later writes never change.
 
-use super::{check_name, check_transfer, Backend, CommitMode, Content, OpenFile, StagedFile};
+use super::{
+    check_name, check_transfer, symlink_denied, Backend, CommitMode, Content, OpenFile, Patch,
+    StagedFile,
+};
 use bytes::{Bytes, BytesMut};
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -13,9 +16,25 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, FileKind, Metadata, Permissions, Result};
 
+/// What a node is.
+#[derive(Clone, PartialEq, Eq)]
+enum Body {
+    Directory,
+    File(Bytes),
+    /// A symbolic link and its target, never followed.
+    Link(String),
+}
+
+impl From<Option<Bytes>> for Body {
+    /// An image's entry: `None` is a directory.
+    fn from(data: Option<Bytes>) -> Body {
+        data.map_or(Body::Directory, Body::File)
+    }
+}
+
 #[derive(Clone)]
 struct Node {
-    data: Option<Bytes>, // None: a directory
+    body: Body,
     created: SystemTime,
     modified: SystemTime,
     version: u64,
@@ -24,22 +43,32 @@ struct Node {
 
 impl Node {
     fn is_dir(&self) -> bool {
-        self.data.is_none()
+        self.body == Body::Directory
+    }
+
+    /// A regular file's bytes; `None` for a directory or a link.
+    fn data(&self) -> Option<&Bytes> {
+        match &self.body {
+            Body::File(data) => Some(data),
+            _ => None,
+        }
     }
 
     fn meta(&self, path: &str) -> Metadata {
+        let (kind, size, symlink_target) = match &self.body {
+            Body::Directory => (FileKind::Directory, 0, None),
+            Body::File(data) => (FileKind::File, data.len() as u64, None),
+            Body::Link(target) => (FileKind::Symlink, target.len() as u64, Some(target.clone())),
+        };
         Metadata {
             path: CanonicalPath::from_canonical(path),
-            kind: if self.is_dir() {
-                FileKind::Directory
-            } else {
-                FileKind::File
-            },
-            size: self.data.as_ref().map_or(0, |d| d.len() as u64),
+            kind,
+            size,
             created: self.created,
             modified: self.modified,
             version: self.version,
             permissions: self.permissions,
+            symlink_target,
         }
     }
 }
@@ -57,10 +86,10 @@ impl Tree {
         self.clock
     }
 
-    fn new_node(&mut self, data: Option<Bytes>, permissions: Permissions) -> Node {
+    fn new_node(&mut self, body: Body, permissions: Permissions) -> Node {
         let now = SystemTime::now();
         Node {
-            data,
+            body,
             created: now,
             modified: now,
             version: self.tick(),
@@ -75,7 +104,7 @@ impl Tree {
         match old.filter(|n| entry.same_as(n)) {
             Some(node) => node,
             None => {
-                let mut node = self.new_node(entry.data.clone(), entry.permissions);
+                let mut node = self.new_node(entry.data.clone().into(), entry.permissions);
                 node.modified = entry.modified;
                 node
             }
@@ -111,6 +140,10 @@ impl Tree {
         for a in chain.into_iter().rev() {
             match self.nodes.get(a.as_str()) {
                 Some(n) if n.is_dir() => {}
+                Some(Node {
+                    body: Body::Link(_),
+                    ..
+                }) => return Err(symlink_denied(&a, false)),
                 Some(_) => {
                     return Err(Error::NotADirectory {
                         path: a.as_str().to_string(),
@@ -144,10 +177,50 @@ impl Tree {
             to_make.push(dir);
         }
         for dir in to_make.into_iter().rev() {
-            let node = self.new_node(None, Permissions::DIRECTORY_DEFAULT);
+            let node = self.new_node(Body::Directory, Permissions::DIRECTORY_DEFAULT);
             self.nodes.insert(dir.as_str().to_string(), node);
         }
         Ok(())
+    }
+
+    /// The file a write replaces at `path` (`None`: nothing there yet);
+    /// a directory or a symlink there is refused, as every backend does.
+    fn writable_file(&self, path: &CanonicalPath) -> Result<Option<Node>> {
+        if path.is_root() {
+            return Err(Error::IsADirectory {
+                path: String::new(),
+            });
+        }
+        let existing = self.lookup(path)?.cloned();
+        match existing.as_ref().map(|n| &n.body) {
+            Some(Body::Directory) => Err(Error::IsADirectory {
+                path: path.as_str().to_string(),
+            }),
+            Some(Body::Link(_)) => Err(symlink_denied(path, true)),
+            _ => Ok(existing),
+        }
+    }
+
+    /// Puts a new version of the file at `path` holding `data`, in place
+    /// of `existing`, and returns its metadata.
+    fn put_file(
+        &mut self,
+        path: &CanonicalPath,
+        existing: Option<Node>,
+        data: Bytes,
+        mode: CommitMode,
+    ) -> Metadata {
+        let permissions = mode.permissions_over(existing.as_ref().map(|n| n.permissions));
+        let mut node = self.new_node(Body::File(data), permissions);
+        if let Some(old) = existing {
+            node.created = old.created;
+        }
+        if let Some(modified) = mode.modified {
+            node.modified = modified;
+        }
+        let meta = node.meta(path.as_str());
+        self.nodes.insert(path.as_str().to_string(), node);
+        meta
     }
 
     /// The node at `path`. Every call that names a path comes through
@@ -226,7 +299,7 @@ impl MemoryBackend {
         nodes.insert(
             String::new(),
             Node {
-                data: None,
+                body: Body::Directory,
                 created: now,
                 modified: now,
                 version: 1,
@@ -304,11 +377,12 @@ impl Backend for MemoryBackend {
     fn open(&self, path: &CanonicalPath) -> Result<OpenFile> {
         let tree = self.tree();
         let node = tree.lookup(path)?.ok_or_else(|| not_found(path))?;
-        match &node.data {
-            None => Err(Error::IsADirectory {
+        match &node.body {
+            Body::Directory => Err(Error::IsADirectory {
                 path: path.as_str().to_string(),
             }),
-            Some(data) => Ok(OpenFile {
+            Body::Link(_) => Err(symlink_denied(path, true)),
+            Body::File(data) => Ok(OpenFile {
                 meta: node.meta(path.as_str()),
                 content: Content::Memory(data.clone()),
             }),
@@ -325,26 +399,11 @@ impl Backend for MemoryBackend {
         path: &CanonicalPath,
         mode: CommitMode,
     ) -> Result<Metadata> {
-        if path.is_root() {
-            return Err(Error::IsADirectory {
-                path: String::new(),
-            });
-        }
         let mut tree = self.tree();
-        let existing = tree.lookup(path)?.cloned();
-        if existing.as_ref().is_some_and(Node::is_dir) {
-            return Err(Error::IsADirectory {
-                path: path.as_str().to_string(),
-            });
-        }
+        let existing = tree.writable_file(path)?;
         tree.ensure_parent(path, mode.create_parents)?;
-        let data = match (&existing, mode.append) {
-            (
-                Some(Node {
-                    data: Some(old), ..
-                }),
-                true,
-            ) => {
+        let data = match (existing.as_ref().and_then(Node::data), mode.append) {
+            (Some(old), true) => {
                 let mut joined = BytesMut::with_capacity(old.len() + staged.0.len());
                 joined.extend_from_slice(old);
                 joined.extend_from_slice(&staged.0);
@@ -352,14 +411,69 @@ impl Backend for MemoryBackend {
             }
             _ => staged.0.freeze(),
         };
-        let permissions = mode.permissions_over(existing.as_ref().map(|n| n.permissions));
-        let mut node = tree.new_node(Some(data), permissions);
-        if let Some(old) = existing {
-            node.created = old.created;
+        Ok(tree.put_file(path, existing, data, mode))
+    }
+
+    fn commit_patch(
+        &self,
+        staged: MemoryStaged,
+        path: &CanonicalPath,
+        patch: &Patch,
+        mode: CommitMode,
+    ) -> Result<Metadata> {
+        let staged_len: u64 = patch.ranges.iter().map(|r| r.len).sum();
+        if staged_len != staged.len() {
+            return Err(Error::internal(format!(
+                "a patch of '{path}' names {staged_len} bytes but {} were staged",
+                staged.len()
+            )));
         }
-        if let Some(modified) = mode.modified {
-            node.modified = modified;
+        let mut tree = self.tree();
+        let existing = tree.writable_file(path)?;
+        if existing.is_none() {
+            if !patch.create_missing {
+                return Err(not_found(path));
+            }
+            tree.ensure_parent(path, mode.create_parents)?;
         }
+        let old = existing
+            .as_ref()
+            .and_then(Node::data)
+            .cloned()
+            .unwrap_or_default();
+        // The one copy a patch costs: the new version is built whole, so
+        // readers of the old one keep reading it unchanged.
+        let mut data = BytesMut::with_capacity(patch.size_after(old.len() as u64) as usize);
+        let base = patch.base_len(old.len() as u64) as usize;
+        data.extend_from_slice(&old[..base.min(old.len())]);
+        data.resize(base, 0);
+        let mut from = 0usize;
+        for range in &patch.ranges {
+            let (at, len) = (range.offset as usize, range.len as usize);
+            if data.len() < at + len {
+                data.resize(at + len, 0);
+            }
+            data[at..at + len].copy_from_slice(&staged.0[from..from + len]);
+            from += len;
+        }
+        Ok(tree.put_file(path, existing, data.freeze(), mode))
+    }
+
+    fn symlink(
+        &self,
+        path: &CanonicalPath,
+        target: &str,
+        create_parents: bool,
+    ) -> Result<Metadata> {
+        let mut tree = self.tree();
+        if path.is_root() || tree.lookup(path)?.is_some() {
+            return Err(Error::AlreadyExists {
+                path: path.as_str().to_string(),
+            });
+        }
+        tree.ensure_parent(path, create_parents)?;
+        // A link's own bits, as Linux gives every link.
+        let node = tree.new_node(Body::Link(target.to_string()), Permissions::masked(0o777));
         let meta = node.meta(path.as_str());
         tree.nodes.insert(path.as_str().to_string(), node);
         Ok(meta)
@@ -388,7 +502,7 @@ impl Backend for MemoryBackend {
             None => {}
         }
         tree.ensure_parent(path, parents)?;
-        let node = tree.new_node(None, permissions);
+        let node = tree.new_node(Body::Directory, permissions);
         tree.nodes.insert(path.as_str().to_string(), node);
         Ok(true)
     }
@@ -400,7 +514,9 @@ impl Backend for MemoryBackend {
         modified: Option<SystemTime>,
     ) -> Result<Metadata> {
         let mut tree = self.tree();
-        tree.lookup(path)?.ok_or_else(|| not_found(path))?;
+        if let Body::Link(_) = tree.lookup(path)?.ok_or_else(|| not_found(path))?.body {
+            return Err(symlink_denied(path, true));
+        }
         let version = tree.tick();
         let node = tree
             .nodes
@@ -458,10 +574,11 @@ impl Backend for MemoryBackend {
     ) -> Result<Box<dyn Iterator<Item = Result<CanonicalPath>> + Send>> {
         let tree = self.tree();
         let files: Vec<CanonicalPath> = match tree.lookup(base) {
-            Ok(Some(n)) if !n.is_dir() => vec![base.clone()],
+            Ok(Some(n)) if n.data().is_some() => vec![base.clone()],
+            Ok(Some(n)) if !n.is_dir() => Vec::new(),
             Ok(Some(_)) => tree
                 .descendants(base.as_str())
-                .filter(|(_, n)| !n.is_dir())
+                .filter(|(_, n)| n.data().is_some())
                 .map(|(k, _)| CanonicalPath::from_canonical(k.as_str()))
                 .collect(),
             Ok(None) | Err(Error::NotADirectory { .. }) => Vec::new(),
@@ -493,7 +610,7 @@ impl ImageEntry {
     /// The same content and bits: what Restore and DiffSnapshot treat as
     /// unchanged (a modification time alone is not a change).
     fn same_as(&self, node: &Node) -> bool {
-        self.data == node.data && self.permissions == node.permissions
+        Body::from(self.data.clone()) == node.body && self.permissions == node.permissions
     }
 }
 
@@ -550,19 +667,25 @@ impl FromIterator<(String, ImageEntry)> for MemoryImage {
 }
 
 impl MemoryBackend {
-    /// The whole tree as it is now.
+    /// The whole tree as it is now. Symlinks are left out, as a
+    /// DIRECTORY snapshot leaves them out.
     pub fn image(&self) -> MemoryImage {
         let tree = self.tree();
         MemoryImage {
             entries: tree
                 .descendants("")
-                .map(|(k, n)| {
+                .filter_map(|(k, n)| {
+                    let data = match &n.body {
+                        Body::Directory => None,
+                        Body::File(data) => Some(data.clone()),
+                        Body::Link(_) => return None,
+                    };
                     let entry = ImageEntry {
-                        data: n.data.clone(),
+                        data,
                         permissions: n.permissions,
                         modified: n.modified,
                     };
-                    (k.clone(), entry)
+                    Some((k.clone(), entry))
                 })
                 .collect(),
         }
@@ -577,7 +700,7 @@ impl MemoryBackend {
         let mut nodes = BTreeMap::new();
         let root = match tree.nodes.remove("") {
             Some(root) => root,
-            None => tree.new_node(None, Permissions::DIRECTORY_DEFAULT),
+            None => tree.new_node(Body::Directory, Permissions::DIRECTORY_DEFAULT),
         };
         nodes.insert(String::new(), root);
         for (path, entry) in &image.entries {
@@ -616,7 +739,7 @@ impl MemoryBackend {
         }
         let files: Vec<(&str, u64)> = here
             .iter()
-            .filter_map(|k| Some((k.as_str(), tree.nodes[k].data.as_ref()?.len() as u64)))
+            .filter_map(|k| Some((k.as_str(), tree.nodes[k].data()?.len() as u64)))
             .collect();
         check(&files)?;
         let mut old: BTreeMap<String, Node> = here
@@ -639,7 +762,7 @@ impl MemoryBackend {
                 .entries
                 .get(p.as_str())
                 .map_or(Permissions::DIRECTORY_DEFAULT, |e| e.permissions);
-            let node = tree.new_node(None, bits);
+            let node = tree.new_node(Body::Directory, bits);
             tree.nodes.insert(p.as_str().to_string(), node);
         }
         for (path, entry) in image.subtree(at) {

@@ -16,9 +16,9 @@
 //! - [`Backend::commit`] replaces a file atomically: readers see the old or
 //!   the new content, never a mix, and a staged file that is dropped without
 //!   commit leaves no trace;
-//! - symlinks (directory backend) are never followed: they are listed as
-//!   `FileKind::Symlink`; opening, writing or resolving through one is
-//!   `PermissionDenied`.
+//! - symlinks are never followed: they are listed as `FileKind::Symlink`
+//!   with their target; opening, writing or resolving through one is
+//!   `PermissionDenied` ([`symlink_denied`]).
 
 use bytes::Bytes;
 use std::time::SystemTime;
@@ -51,6 +51,20 @@ pub fn check_name(path: &CanonicalPath) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// Why a symlink at or on the way to `path` (`last`: at it) is refused:
+/// the one refusal every backend gives.
+pub fn symlink_denied(path: &CanonicalPath, last: bool) -> Error {
+    let message = if last {
+        format!("'{path}' is a symbolic link; wsfs never follows symbolic links")
+    } else {
+        format!("'{path}' goes through a symbolic link; wsfs never follows symbolic links")
+    };
+    Error::PermissionDenied {
+        path: path.as_str().to_string(),
+        message,
+    }
 }
 
 /// A file a walk listed ([`Backend::walk_listed`]).
@@ -150,6 +164,49 @@ impl CommitMode {
     }
 }
 
+/// What a patch does to a file, in order: its length set to
+/// `truncate_to` (cut, or extended with zeros), then each range written
+/// with the next bytes of the staged file. Workspace-level rules (limits,
+/// quotas, versions) are checked before a backend sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Patch {
+    pub truncate_to: Option<u64>,
+    /// In the order they apply; their bytes follow one another in the
+    /// staged file.
+    pub ranges: Vec<PatchRange>,
+    /// A missing file starts empty instead of being `FileNotFound`.
+    pub create_missing: bool,
+}
+
+/// `len` bytes written at `offset` of the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PatchRange {
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl PatchRange {
+    /// Where the range ends; the workspace refuses ranges that overflow.
+    pub fn end(&self) -> u64 {
+        self.offset.saturating_add(self.len)
+    }
+}
+
+impl Patch {
+    /// The file's length once the length is set, before the ranges.
+    pub fn base_len(&self, before: u64) -> u64 {
+        self.truncate_to.unwrap_or(before)
+    }
+
+    /// The file's length after the patch, given its length before.
+    pub fn size_after(&self, before: u64) -> u64 {
+        self.ranges
+            .iter()
+            .map(PatchRange::end)
+            .fold(self.base_len(before), u64::max)
+    }
+}
+
 /// Storage for one workspace.
 pub trait Backend: Send + Sync + 'static {
     type Staged: StagedFile;
@@ -200,6 +257,28 @@ pub trait Backend: Send + Sync + 'static {
         path: &CanonicalPath,
         mode: CommitMode,
     ) -> Result<Metadata>;
+
+    /// Atomically replaces the file at `path` with its current content
+    /// changed by `patch` (the bytes of its ranges, in order, in `staged`)
+    /// and returns the new metadata (with a new version). Missing:
+    /// `FileNotFound`, unless `patch.create_missing` (then it starts empty,
+    /// and its parents are made as `mode.create_parents` says); otherwise
+    /// the errors of [`Backend::commit`]. On error nothing changed.
+    fn commit_patch(
+        &self,
+        staged: Self::Staged,
+        path: &CanonicalPath,
+        patch: &Patch,
+        mode: CommitMode,
+    ) -> Result<Metadata>;
+
+    /// Creates a symlink at `path` holding `target` (already checked by
+    /// [`wsfs::check_symlink_target`]) and returns its metadata, with a new
+    /// version. Anything at `path` (the root too): `AlreadyExists`; a parent
+    /// missing and not `create_parents`: `FileNotFound` naming the parent; a
+    /// symlink on the way: `PermissionDenied`.
+    fn symlink(&self, path: &CanonicalPath, target: &str, create_parents: bool)
+        -> Result<Metadata>;
 
     /// Removes a file, a symlink (the link itself), or a directory (with
     /// `recursive` when not empty: `DirectoryNotEmpty` otherwise). The root

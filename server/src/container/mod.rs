@@ -503,6 +503,28 @@ impl Filesystem for Container {
             .forward(|l| async move { l.session.exists(path).await })
             .await
     }
+
+    async fn patch_bytes(
+        &self,
+        path: &CanonicalPath,
+        options: wsfs::PatchOptions,
+        data: wsfs::PatchChunks,
+    ) -> Result<WriteOutcome> {
+        self.0
+            .forward(|l| async move { l.session.patch_bytes(path, options, data).await })
+            .await
+    }
+
+    async fn symlink(
+        &self,
+        path: &CanonicalPath,
+        target: &str,
+        options: wsfs::SymlinkOptions,
+    ) -> Result<Metadata> {
+        self.0
+            .forward(|l| async move { l.session.symlink(path, target, options).await })
+            .await
+    }
 }
 
 #[async_trait::async_trait]

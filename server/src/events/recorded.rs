@@ -10,8 +10,8 @@ use std::sync::Arc;
 use wsfs::{
     Attributes, AttributesOutcome, ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
     EditOutcome, EditSpec, FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent, GrepQuery,
-    LineRange, Listing, Metadata, MkdirOptions, Result, TextPage, TransferOptions, WriteOptions,
-    WriteOutcome,
+    LineRange, Listing, Metadata, MkdirOptions, PatchChunks, PatchOptions, Result, SymlinkOptions,
+    TextPage, TransferOptions, WriteOptions, WriteOutcome,
 };
 
 /// A caller's view of a session's workspace that records its changes.
@@ -183,6 +183,28 @@ impl Filesystem for Recorded {
     ) -> Result<AttributesOutcome> {
         let m = self.inner.set_attributes(path, attributes).await?;
         self.record(ChangeKind::Modified, path, None, m.version);
+        Ok(m)
+    }
+
+    async fn patch_bytes(
+        &self,
+        path: &CanonicalPath,
+        options: PatchOptions,
+        data: PatchChunks,
+    ) -> Result<WriteOutcome> {
+        let w = self.inner.patch_bytes(path, options, data).await?;
+        self.record_write(&w);
+        Ok(w)
+    }
+
+    async fn symlink(
+        &self,
+        path: &CanonicalPath,
+        target: &str,
+        options: SymlinkOptions,
+    ) -> Result<Metadata> {
+        let m = self.inner.symlink(path, target, options).await?;
+        self.record(ChangeKind::Created, path, None, m.version);
         Ok(m)
     }
 }

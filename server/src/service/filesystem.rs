@@ -13,8 +13,8 @@ use tonic::{Request, Response, Status, Streaming};
 use wsfs::proto::{self, filesystem_server};
 use wsfs::{
     Attributes, ByteRange, CanonicalPath, DeleteOptions, EditSpec, Error, FileKind, Filesystem,
-    GlobQuery, GrepQuery, LineRange, Metadata, MkdirOptions, Permissions, Result, TransferOptions,
-    WriteMode, WriteOptions, WriteOutcome,
+    GlobQuery, GrepQuery, LineRange, Metadata, MkdirOptions, PatchChunk, PatchOptions, Permissions,
+    Result, SymlinkOptions, TransferOptions, WriteMode, WriteOptions, WriteOutcome,
 };
 
 pub struct FilesystemService {
@@ -110,11 +110,14 @@ pub(crate) fn kind_to_proto(kind: FileKind) -> proto::FileKind {
     }
 }
 
-fn mode_from_proto(mode: i32) -> Result<WriteMode> {
+/// A Write's or WriteBytes' mode; PATCH, which only WriteBytes takes, is
+/// `None`.
+fn mode_from_proto(mode: i32) -> Result<Option<WriteMode>> {
     match proto::WriteMode::try_from(mode) {
-        Ok(proto::WriteMode::Overwrite) => Ok(WriteMode::Overwrite),
-        Ok(proto::WriteMode::Create) => Ok(WriteMode::Create),
-        Ok(proto::WriteMode::Append) => Ok(WriteMode::Append),
+        Ok(proto::WriteMode::Overwrite) => Ok(Some(WriteMode::Overwrite)),
+        Ok(proto::WriteMode::Create) => Ok(Some(WriteMode::Create)),
+        Ok(proto::WriteMode::Append) => Ok(Some(WriteMode::Append)),
+        Ok(proto::WriteMode::Patch) => Ok(None),
         Err(_) => Err(Error::invalid_argument(format!(
             "unknown write mode {mode}"
         ))),
@@ -131,7 +134,18 @@ fn entry(m: Metadata) -> proto::Entry {
         version: m.version,
         created_at: timestamp(m.created),
         permissions: m.permissions.bits(),
+        symlink_target: m.symlink_target.unwrap_or_default(),
     }
+}
+
+/// The fields only PATCH takes, refused in the other modes.
+fn no_patch_fields(header: &proto::WriteBytesHeader) -> Result<()> {
+    if header.truncate_to.is_some() || header.create_missing {
+        return Err(Error::invalid_argument(
+            "truncate_to and create_missing apply to mode PATCH only",
+        ));
+    }
+    Ok(())
 }
 
 /// Bits a request names, refused above `0o777`.
@@ -266,8 +280,11 @@ impl filesystem_server::Filesystem for FilesystemService {
         traced("Write", &r.session_id, &r.path, async {
             let s = self.session(&metadata, &r.session_id)?;
             let path = s.path(&r.path)?;
+            let mode = mode_from_proto(r.mode)?.ok_or_else(|| {
+                Error::invalid_argument("mode PATCH is for WriteBytes; Write replaces or appends")
+            })?;
             let options = WriteOptions {
-                mode: mode_from_proto(r.mode)?,
+                mode,
                 create_parents: r.create_parents.unwrap_or(true),
                 if_version: r.if_version,
                 permissions: permissions(r.permissions)?,
@@ -306,29 +323,40 @@ impl filesystem_server::Filesystem for FilesystemService {
             let s = self.session(&metadata, &header.session_id)?;
             let permit = s.session.open_stream()?;
             let path = s.path(&header.path)?;
+            let create_parents = header.create_parents.unwrap_or(true);
+            let permissions = permissions(header.permissions)?;
+            let modified = request_time("modified_at", header.modified_at)?;
+            let Some(mode) = mode_from_proto(header.mode)? else {
+                let options = PatchOptions {
+                    truncate_to: header.truncate_to,
+                    create_missing: header.create_missing,
+                    create_parents,
+                    if_version: header.if_version,
+                    permissions,
+                    modified,
+                };
+                let chunks = patch_chunks(incoming);
+                return to_the_end(async move {
+                    let _permit = permit;
+                    let w = s.fs.patch_bytes(&path, options, chunks).await?;
+                    Ok(write_response(w))
+                })
+                .await;
+            };
+            no_patch_fields(&header)?;
             let options = WriteOptions {
-                mode: mode_from_proto(header.mode)?,
-                create_parents: header.create_parents.unwrap_or(true),
+                mode,
+                create_parents,
                 if_version: header.if_version,
-                permissions: permissions(header.permissions)?,
-                modified: request_time("modified_at", header.modified_at)?,
+                permissions,
+                modified,
             };
             let chunks = incoming
-                .map(|m| match m {
-                    Ok(proto::WriteBytesRequest {
-                        payload: Some(Payload::Data(d)),
-                    }) => Ok::<Bytes, Error>(d),
-                    Ok(_) => Err(Error::invalid_argument(
-                        "only the first WriteBytes message may be a header",
+                .map(|m| match upload_message(m)? {
+                    Upload::Data(d) => Ok::<Bytes, Error>(d),
+                    Upload::Offset(_) => Err(Error::invalid_argument(
+                        "offset messages belong to mode PATCH; this upload replaces or appends",
                     )),
-                    Err(status) => Err(super::resets::undecodable(&status).unwrap_or_else(|| {
-                        Error::Cancelled {
-                            message: format!(
-                                "the upload broke off before it finished: {}",
-                                wsfs::path::quote(status.message())
-                            ),
-                        }
-                    })),
                 })
                 .boxed();
             to_the_end(async move {
@@ -531,7 +559,30 @@ impl filesystem_server::Filesystem for FilesystemService {
                 modified_at: timestamp(m.modified),
                 version: m.version,
                 permissions: m.permissions.bits(),
+                symlink_target: m.symlink_target.unwrap_or_default(),
             })
+        })
+        .await
+    }
+
+    async fn symlink(
+        &self,
+        request: Request<proto::SymlinkRequest>,
+    ) -> std::result::Result<Response<proto::SymlinkResponse>, Status> {
+        let (metadata, _, r) = request.into_parts();
+        traced("Symlink", &r.session_id, &r.path, async {
+            let s = self.session(&metadata, &r.session_id)?;
+            let path = s.path(&r.path)?;
+            let options = SymlinkOptions {
+                create_parents: r.create_parents.unwrap_or(true),
+            };
+            to_the_end(async move {
+                let m = s.fs.symlink(&path, &r.target, options).await?;
+                Ok(proto::SymlinkResponse {
+                    entry: Some(entry(m)),
+                })
+            })
+            .await
         })
         .await
     }
@@ -754,6 +805,72 @@ impl FilesystemService {
         })
         .await
     }
+}
+
+/// A message of an upload after its header.
+enum Upload {
+    Data(Bytes),
+    Offset(u64),
+}
+
+/// The next message of an upload, or why the upload failed.
+fn upload_message(m: std::result::Result<proto::WriteBytesRequest, Status>) -> Result<Upload> {
+    use proto::write_bytes_request::Payload;
+    match m {
+        Ok(proto::WriteBytesRequest {
+            payload: Some(Payload::Data(data)),
+        }) => Ok(Upload::Data(data)),
+        Ok(proto::WriteBytesRequest {
+            payload: Some(Payload::Offset(offset)),
+        }) => Ok(Upload::Offset(offset)),
+        Ok(_) => Err(Error::invalid_argument(
+            "only the first WriteBytes message may be a header",
+        )),
+        Err(status) => {
+            Err(
+                super::resets::undecodable(&status).unwrap_or_else(|| Error::Cancelled {
+                    message: format!(
+                        "the upload broke off before it finished: {}",
+                        wsfs::path::quote(status.message())
+                    ),
+                }),
+            )
+        }
+    }
+}
+
+/// A PATCH upload's messages as chunks: each data message is written at
+/// the current position, which an offset message sets and the data moves
+/// on.
+fn patch_chunks(incoming: Streaming<proto::WriteBytesRequest>) -> wsfs::PatchChunks {
+    futures::stream::unfold(
+        (incoming, 0u64, false),
+        |(mut incoming, mut position, failed)| async move {
+            if failed {
+                return None;
+            }
+            loop {
+                let item = match upload_message(incoming.next().await?) {
+                    Ok(Upload::Offset(offset)) => {
+                        position = offset;
+                        continue;
+                    }
+                    Ok(Upload::Data(data)) => {
+                        let chunk = PatchChunk {
+                            offset: position,
+                            data,
+                        };
+                        position = position.saturating_add(chunk.data.len() as u64);
+                        Ok(chunk)
+                    }
+                    Err(e) => Err(e),
+                };
+                let failed = item.is_err();
+                return Some((item, (incoming, position, failed)));
+            }
+        },
+    )
+    .boxed()
 }
 
 /// Payload bytes of a ReadBytes message, for the stream's closing log line.

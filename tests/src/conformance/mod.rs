@@ -25,9 +25,11 @@ pub mod glob;
 pub mod grep;
 pub mod list;
 pub mod mkdir;
+pub mod patch;
 pub mod read;
 pub mod read_bytes;
 pub mod stat;
+pub mod symlinks;
 pub mod transfer;
 pub mod write;
 pub mod write_bytes;
@@ -229,6 +231,47 @@ macro_rules! conformance_suite {
             concurrency {
                 concurrent_overwrites_are_read_whole,
             }
+            patch {
+                a_range_is_written_and_the_rest_kept,
+                ranges_apply_in_order_and_a_later_one_wins,
+                writing_past_the_end_extends_with_zeros,
+                truncate_to_cuts_the_file,
+                truncate_to_extends_with_zeros,
+                truncate_to_applies_before_the_ranges,
+                an_empty_patch_is_a_new_version_of_the_same_bytes,
+                a_small_change_to_a_large_file_keeps_every_other_byte,
+                the_files_bits_are_kept_unless_named,
+                modified_at_is_set_when_asked,
+                a_missing_file_is_file_not_found_and_nothing_is_made,
+                create_missing_makes_an_empty_file_and_its_parents,
+                create_missing_without_create_parents_needs_the_parent,
+                a_directory_is_is_a_directory,
+                the_root_is_invalid_argument,
+                stale_if_version_is_version_mismatch_and_changes_nothing,
+                matching_if_version_patches,
+                if_version_zero_with_create_missing_creates_only_a_new_file,
+                a_broken_stream_leaves_the_file_as_it_was,
+                bytes_over_the_write_limit_are_too_large,
+                growing_the_file_past_the_write_limit_is_too_large,
+                a_range_past_the_largest_offset_is_invalid_argument,
+                an_open_stream_keeps_reading_the_old_version,
+            }
+            symlinks {
+                a_link_is_made_and_read_as_a_link,
+                files_and_directories_have_no_target,
+                any_target_is_stored_verbatim,
+                a_target_of_the_longest_length_is_kept,
+                bad_targets_are_invalid_argument_and_make_nothing,
+                anything_already_there_is_already_exists,
+                without_create_parents_a_missing_parent_is_file_not_found,
+                reading_a_link_is_permission_denied,
+                writing_to_a_link_is_permission_denied_and_changes_nothing,
+                a_path_through_a_link_is_permission_denied,
+                deleting_a_link_removes_the_link_only,
+                move_and_copy_carry_the_link_itself,
+                mkdir_over_a_link_is_already_exists,
+                glob_and_grep_skip_links,
+            }
             attributes {
                 new_files_and_directories_get_the_defaults,
                 write_write_bytes_and_mkdir_set_the_bits_asked_for,
@@ -288,9 +331,11 @@ mod tests {
         ("grep", include_str!("grep.rs")),
         ("list", include_str!("list.rs")),
         ("mkdir", include_str!("mkdir.rs")),
+        ("patch", include_str!("patch.rs")),
         ("read", include_str!("read.rs")),
         ("read_bytes", include_str!("read_bytes.rs")),
         ("stat", include_str!("stat.rs")),
+        ("symlinks", include_str!("symlinks.rs")),
         ("transfer", include_str!("transfer.rs")),
         ("write", include_str!("write.rs")),
         ("write_bytes", include_str!("write_bytes.rs")),

@@ -2,7 +2,7 @@
 
 use super::support::*;
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use wsfs::{ByteRange, ByteStream, Filesystem, DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE};
 
 /// Deterministic bytes that are not a repeating short pattern.
@@ -242,18 +242,11 @@ pub async fn directory_is_is_a_directory(fs: &dyn Filesystem) {
 pub async fn open_stream_keeps_reading_the_old_version(fs: &dyn Filesystem) {
     let old = vec![b'a'; 40_000];
     let old_version = put_bytes(fs, "f.bin", &old).await.version;
-    let mut stream = fs
-        .read_bytes(&p("f.bin"), ByteRange::default(), 1000)
-        .await
-        .unwrap();
-    let mut received = stream.chunks.next().await.unwrap().unwrap().to_vec();
 
-    let new = put_bytes(fs, "f.bin", &vec![b'b'; 50_000]).await;
-    while let Some(chunk) = stream.chunks.next().await {
-        received.extend_from_slice(&chunk.unwrap());
-    }
+    let (version, received, new) =
+        read_across(fs, "f.bin", put_bytes(fs, "f.bin", &vec![b'b'; 50_000])).await;
 
-    assert_eq!(stream.version, old_version);
+    assert_eq!(version, old_version);
     assert_eq!(received, old, "the stream mixed versions or ended early");
     assert!(new.version > old_version);
     assert_eq!(read_all(fs, "f.bin").await, vec![b'b'; 50_000]);

@@ -72,6 +72,29 @@ pub async fn read_text(fs: &dyn Filesystem, path: &str) -> String {
     String::from_utf8(read_all(fs, path).await).expect("file is UTF-8")
 }
 
+/// Opens a ReadBytes of `path` in 1,000-byte chunks, takes one chunk, runs
+/// `change`, then reads the rest: the version the stream announced and
+/// every byte it carried.
+pub async fn read_across<F: std::future::Future>(
+    fs: &dyn Filesystem,
+    path: &str,
+    change: F,
+) -> (u64, Vec<u8>, F::Output) {
+    let mut stream = fs
+        .read_bytes(&p(path), ByteRange::default(), 1000)
+        .await
+        .unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    let first = stream.chunks.next().await.expect("a first chunk");
+    let mut received = first
+        .unwrap_or_else(|e| panic!("reading {path}: {e}"))
+        .to_vec();
+    let changed = change.await;
+    while let Some(chunk) = stream.chunks.next().await {
+        received.extend_from_slice(&chunk.unwrap_or_else(|e| panic!("reading {path}: {e}")));
+    }
+    (stream.version, received, changed)
+}
+
 /// The file's current version.
 pub async fn version(fs: &dyn Filesystem, path: &str) -> u64 {
     fs.stat(&p(path))
@@ -100,7 +123,7 @@ pub fn expect_err<T: Debug>(result: Result<T>, reason: &str) -> Error {
 }
 
 /// One entry of a [`snapshot`]: path, kind, size, version, permission bits,
-/// and the bytes of a file.
+/// the bytes of a file and the target of a link.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotEntry {
     pub path: String,
@@ -109,6 +132,7 @@ pub struct SnapshotEntry {
     pub version: u64,
     pub permissions: u32,
     pub content: Option<Vec<u8>>,
+    pub symlink_target: Option<String>,
 }
 
 /// Everything in the workspace, sorted by path: what "changes nothing" is
@@ -137,6 +161,7 @@ pub async fn snapshot(fs: &dyn Filesystem) -> Vec<SnapshotEntry> {
                 version: entry.version,
                 permissions: entry.permissions.bits(),
                 content,
+                symlink_target: entry.symlink_target,
             });
         }
     }

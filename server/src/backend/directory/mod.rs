@@ -72,12 +72,15 @@
 //! # Layout
 //!
 //! `sys` is the system-call layer and the descriptor walk to a directory;
-//! `versions` the fingerprints; `staging` writes and commits; `walk` list,
-//! copy, remove and count; `intent` the replacement record. The snapshot
+//! `versions` the fingerprints; `staging` writes and commits; `patch`
+//! ranged writes; `links` symlinks made and read; `walk` list, copy,
+//! remove and count; `intent` the replacement record. The snapshot
 //! store's tree walk (`crate::snapshots`) descends with `sys` and `walk`.
 
 mod intent;
+mod links;
 mod owner;
+mod patch;
 mod removal;
 mod staging;
 pub(crate) mod sys;
@@ -93,7 +96,7 @@ pub use removal::REMOVING_DIR;
 pub use staging::{DirectoryStaged, Displaced};
 pub(crate) use sys::{copy_data, next_data};
 
-use super::{Backend, CommitMode, Content, Listed, ListedFiles, OpenFile};
+use super::{Backend, CommitMode, Content, Listed, ListedFiles, OpenFile, Patch};
 use crate::durability::Durability;
 use crate::journal::Intent;
 use owner::claim;
@@ -316,6 +319,25 @@ impl Backend for DirectoryBackend {
             .map(|(meta, _displaced)| meta)
     }
 
+    fn commit_patch(
+        &self,
+        staged: DirectoryStaged,
+        path: &CanonicalPath,
+        patch: &Patch,
+        mode: CommitMode,
+    ) -> Result<Metadata> {
+        self.patch_with(staged, path, patch, mode)
+    }
+
+    fn symlink(
+        &self,
+        path: &CanonicalPath,
+        target: &str,
+        create_parents: bool,
+    ) -> Result<Metadata> {
+        self.make_symlink(path, target, create_parents)
+    }
+
     fn settle(&self) -> Result<()> {
         self.durability().settle_fs(&self.root)
     }
@@ -522,15 +544,7 @@ impl Backend for DirectoryBackend {
             FileKind::Symlink => {
                 let target = read_link(&src_dir, &src_name, src)?;
                 self.install(&dst_dir, &dst_name, dst, replace, |home, _| {
-                    let name = TempEntry::new_name();
-                    rustix::fs::symlinkat(&target, home.as_fd(), &name).map_err(|e| io(e, dst))?;
-                    let temp = TempEntry::adopt(home, name, false);
-                    if let Some(owner) = &self.owner {
-                        owner
-                            .claim_at(home.as_fd(), &temp.name)
-                            .map_err(|e| io(e, dst))?;
-                    }
-                    Ok(temp)
+                    self.build_link(home, &target, dst)
                 })?;
                 created = 1;
             }

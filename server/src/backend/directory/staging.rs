@@ -107,7 +107,7 @@ pub struct DirectoryStaged {
 impl DirectoryStaged {
     /// The staged file, reopened by its name in the staging directory (a
     /// directory only the server writes) when `finish` closed it.
-    fn into_parts(self) -> Result<(File, TempEntry)> {
+    pub(super) fn into_parts(self) -> Result<(File, TempEntry)> {
         let file = match self.file {
             Some(file) => file,
             None => rustix::fs::openat(

@@ -129,6 +129,7 @@ impl Stat {
             modified: system_time(self.mtime),
             version,
             permissions: self.permissions(),
+            symlink_target: None,
         }
     }
 
@@ -222,17 +223,7 @@ pub(crate) fn io(e: Errno, path: &CanonicalPath) -> Error {
     Error::from_io(e.into(), path)
 }
 
-pub(super) fn symlink_denied(path: &CanonicalPath, last: bool) -> Error {
-    let message = if last {
-        format!("'{path}' is a symbolic link; wsfs never follows symbolic links")
-    } else {
-        format!("'{path}' goes through a symbolic link; wsfs never follows symbolic links")
-    };
-    Error::PermissionDenied {
-        path: path.as_str().to_string(),
-        message,
-    }
-}
+pub(super) use crate::backend::symlink_denied;
 
 pub(super) fn not_regular(path: &CanonicalPath) -> Error {
     Error::PermissionDenied {

@@ -815,3 +815,54 @@ fn across_filesystems_a_removed_tree_waits_in_a_hidden_directory_of_the_root() {
     assert!(!DirectoryBackend::removals_left(&fx.root));
     b.finish_removals().unwrap();
 }
+
+#[test]
+fn a_patch_copies_the_file_with_its_holes_and_leaves_the_old_inode_whole() {
+    use std::os::unix::fs::MetadataExt;
+    let fx = fixture();
+    let b = &fx.backend;
+    let size = 8u64 << 20;
+    let file = File::create(fx.root.join("sparse.bin")).unwrap();
+    file.write_all_at(b"head", 0).unwrap();
+    file.write_all_at(b"tail", size - 4).unwrap();
+    drop(file);
+    let sparse = std::fs::metadata(fx.root.join("sparse.bin"))
+        .unwrap()
+        .blocks()
+        * 512
+        < size;
+    std::fs::hard_link(fx.root.join("sparse.bin"), fx.outside.join("old")).unwrap();
+    let patch = crate::backend::Patch {
+        ranges: vec![crate::backend::PatchRange { offset: 4, len: 4 }],
+        ..Default::default()
+    };
+    for cross_device in [false, true] {
+        b.cross_device.store(cross_device, Ordering::Relaxed);
+        let mut staged = b.stage().unwrap();
+        staged.write_chunk(b"BODY").unwrap();
+        let mode = CommitMode {
+            swap_out: true,
+            ..CommitMode::default()
+        };
+
+        let meta = b
+            .commit_patch(staged, &p("sparse.bin"), &patch, mode)
+            .unwrap();
+
+        assert_eq!(meta.size, size);
+        let now = std::fs::read(fx.root.join("sparse.bin")).unwrap();
+        assert_eq!(&now[..8], b"headBODY");
+        assert_eq!(&now[now.len() - 4..], b"tail");
+        assert!(now[8..now.len() - 4].iter().all(|&byte| byte == 0));
+        if sparse {
+            let blocks = std::fs::metadata(fx.root.join("sparse.bin"))
+                .unwrap()
+                .blocks();
+            assert!(blocks * 512 < size, "the hole was filled: {blocks} blocks");
+        }
+        assert_eq!(names(&fx.root), ["sparse.bin"]);
+        assert!(fx.staging_entries().is_empty());
+    }
+    let old = std::fs::read(fx.outside.join("old")).unwrap();
+    assert_eq!(&old[..8], b"head\0\0\0\0", "the old inode was written to");
+}

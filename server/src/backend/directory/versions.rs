@@ -1,5 +1,6 @@
 //! Versions: what was last seen at each path, and its fingerprint.
 
+use super::links::link_target;
 use super::sys::{cname, io, stat_at, Fingerprint, Stat, RACE_RETRIES};
 use super::DirectoryBackend;
 use rustix::fd::AsFd;
@@ -96,7 +97,9 @@ impl DirectoryBackend {
             Err(Errno::NOENT) => Ok(None),
             Err(e) => Err(io(e, path)),
         })?;
-        Ok(found.map(|((), st, version)| st.metadata(path, version)))
+        found
+            .map(|((), st, version)| link_target(dir.as_fd(), &name, st.metadata(path, version)))
+            .transpose()
     }
 
     /// [`Self::observe_at`] of many entries of `dir` (name, path): each is

@@ -1,5 +1,6 @@
 //! Walks by descriptor: list, copy, remove, count, and the lazy file walk.
 
+use super::links::link_target;
 use super::owner::{claim, Owner};
 use super::staging::Replace;
 use super::sys::{
@@ -264,7 +265,8 @@ impl DirectoryBackend {
             match item {
                 Item::Entry(name) => {
                     let meta = match observed.next() {
-                        Some(meta) => meta,
+                        Some(Some(meta)) => Some(link_target(dir, &cname(name, path)?, meta)?),
+                        Some(None) => None,
                         // Past the batch: only reached when entries of the
                         // batch were gone.
                         None => self.observe_at(dir, name, &path.join(name)?)?,

@@ -19,6 +19,7 @@ class WriteMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OVERWRITE: _ClassVar[WriteMode]
     CREATE: _ClassVar[WriteMode]
     APPEND: _ClassVar[WriteMode]
+    PATCH: _ClassVar[WriteMode]
 
 class ChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -37,6 +38,7 @@ SYMLINK: FileKind
 OVERWRITE: WriteMode
 CREATE: WriteMode
 APPEND: WriteMode
+PATCH: WriteMode
 CHANGE_KIND_UNSPECIFIED: ChangeKind
 CREATED: ChangeKind
 MODIFIED: ChangeKind
@@ -133,15 +135,17 @@ class WriteRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., content: _Optional[str] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., create_parents: bool = ..., if_version: _Optional[int] = ..., permissions: _Optional[int] = ...) -> None: ...
 
 class WriteBytesRequest(_message.Message):
-    __slots__ = ("header", "data")
+    __slots__ = ("header", "data", "offset")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
     header: WriteBytesHeader
     data: bytes
-    def __init__(self, header: _Optional[_Union[WriteBytesHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+    offset: int
+    def __init__(self, header: _Optional[_Union[WriteBytesHeader, _Mapping]] = ..., data: _Optional[bytes] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class WriteBytesHeader(_message.Message):
-    __slots__ = ("session_id", "path", "mode", "create_parents", "if_version", "permissions", "modified_at")
+    __slots__ = ("session_id", "path", "mode", "create_parents", "if_version", "permissions", "modified_at", "truncate_to", "create_missing")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +153,8 @@ class WriteBytesHeader(_message.Message):
     IF_VERSION_FIELD_NUMBER: _ClassVar[int]
     PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
     MODIFIED_AT_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATE_TO_FIELD_NUMBER: _ClassVar[int]
+    CREATE_MISSING_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     path: str
     mode: WriteMode
@@ -156,7 +162,9 @@ class WriteBytesHeader(_message.Message):
     if_version: int
     permissions: int
     modified_at: _timestamp_pb2.Timestamp
-    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., create_parents: bool = ..., if_version: _Optional[int] = ..., permissions: _Optional[int] = ..., modified_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    truncate_to: int
+    create_missing: bool
+    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., mode: _Optional[_Union[WriteMode, str]] = ..., create_parents: bool = ..., if_version: _Optional[int] = ..., permissions: _Optional[int] = ..., modified_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., truncate_to: _Optional[int] = ..., create_missing: bool = ...) -> None: ...
 
 class WriteResponse(_message.Message):
     __slots__ = ("path", "bytes_written", "size_bytes", "version", "created")
@@ -285,7 +293,7 @@ class ListRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., depth: _Optional[int] = ...) -> None: ...
 
 class Entry(_message.Message):
-    __slots__ = ("name", "path", "kind", "size_bytes", "modified_at", "version", "created_at", "permissions")
+    __slots__ = ("name", "path", "kind", "size_bytes", "modified_at", "version", "created_at", "permissions", "symlink_target")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -294,6 +302,7 @@ class Entry(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    SYMLINK_TARGET_FIELD_NUMBER: _ClassVar[int]
     name: str
     path: str
     kind: FileKind
@@ -302,7 +311,8 @@ class Entry(_message.Message):
     version: int
     created_at: _timestamp_pb2.Timestamp
     permissions: int
-    def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ..., kind: _Optional[_Union[FileKind, str]] = ..., size_bytes: _Optional[int] = ..., modified_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., permissions: _Optional[int] = ...) -> None: ...
+    symlink_target: str
+    def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ..., kind: _Optional[_Union[FileKind, str]] = ..., size_bytes: _Optional[int] = ..., modified_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., permissions: _Optional[int] = ..., symlink_target: _Optional[str] = ...) -> None: ...
 
 class ListResponse(_message.Message):
     __slots__ = ("path", "entries", "truncated")
@@ -407,7 +417,7 @@ class StatRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
 
 class StatResponse(_message.Message):
-    __slots__ = ("path", "kind", "size_bytes", "created_at", "modified_at", "version", "permissions")
+    __slots__ = ("path", "kind", "size_bytes", "created_at", "modified_at", "version", "permissions", "symlink_target")
     PATH_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -415,6 +425,7 @@ class StatResponse(_message.Message):
     MODIFIED_AT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    SYMLINK_TARGET_FIELD_NUMBER: _ClassVar[int]
     path: str
     kind: FileKind
     size_bytes: int
@@ -422,7 +433,8 @@ class StatResponse(_message.Message):
     modified_at: _timestamp_pb2.Timestamp
     version: int
     permissions: int
-    def __init__(self, path: _Optional[str] = ..., kind: _Optional[_Union[FileKind, str]] = ..., size_bytes: _Optional[int] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., modified_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., permissions: _Optional[int] = ...) -> None: ...
+    symlink_target: str
+    def __init__(self, path: _Optional[str] = ..., kind: _Optional[_Union[FileKind, str]] = ..., size_bytes: _Optional[int] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., modified_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., permissions: _Optional[int] = ..., symlink_target: _Optional[str] = ...) -> None: ...
 
 class ExistsRequest(_message.Message):
     __slots__ = ("session_id", "path")
@@ -517,3 +529,21 @@ class SetAttributesResponse(_message.Message):
     modified_at: _timestamp_pb2.Timestamp
     version: int
     def __init__(self, path: _Optional[str] = ..., permissions: _Optional[int] = ..., modified_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
+
+class SymlinkRequest(_message.Message):
+    __slots__ = ("session_id", "path", "target", "create_parents")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    CREATE_PARENTS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    path: str
+    target: str
+    create_parents: bool
+    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., target: _Optional[str] = ..., create_parents: bool = ...) -> None: ...
+
+class SymlinkResponse(_message.Message):
+    __slots__ = ("entry",)
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    entry: Entry
+    def __init__(self, entry: _Optional[_Union[Entry, _Mapping]] = ...) -> None: ...

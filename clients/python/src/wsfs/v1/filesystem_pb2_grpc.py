@@ -121,6 +121,11 @@ class FilesystemStub(object):
                 request_serializer=wsfs_dot_v1_dot_filesystem__pb2.SetAttributesRequest.SerializeToString,
                 response_deserializer=wsfs_dot_v1_dot_filesystem__pb2.SetAttributesResponse.FromString,
                 _registered_method=True)
+        self.Symlink = channel.unary_unary(
+                '/wsfs.v1.Filesystem/Symlink',
+                request_serializer=wsfs_dot_v1_dot_filesystem__pb2.SymlinkRequest.SerializeToString,
+                response_deserializer=wsfs_dot_v1_dot_filesystem__pb2.SymlinkResponse.FromString,
+                _registered_method=True)
 
 
 class FilesystemServicer(object):
@@ -239,6 +244,14 @@ class FilesystemServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Symlink(self, request, context):
+        """Creates a symbolic link; its target is stored verbatim and never
+        followed by the server. Stat and List report it in symlink_target.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FilesystemServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -326,6 +339,11 @@ def add_FilesystemServicer_to_server(servicer, server):
                     servicer.SetAttributes,
                     request_deserializer=wsfs_dot_v1_dot_filesystem__pb2.SetAttributesRequest.FromString,
                     response_serializer=wsfs_dot_v1_dot_filesystem__pb2.SetAttributesResponse.SerializeToString,
+            ),
+            'Symlink': grpc.unary_unary_rpc_method_handler(
+                    servicer.Symlink,
+                    request_deserializer=wsfs_dot_v1_dot_filesystem__pb2.SymlinkRequest.FromString,
+                    response_serializer=wsfs_dot_v1_dot_filesystem__pb2.SymlinkResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -789,6 +807,33 @@ class Filesystem(object):
             '/wsfs.v1.Filesystem/SetAttributes',
             wsfs_dot_v1_dot_filesystem__pb2.SetAttributesRequest.SerializeToString,
             wsfs_dot_v1_dot_filesystem__pb2.SetAttributesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Symlink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wsfs.v1.Filesystem/Symlink',
+            wsfs_dot_v1_dot_filesystem__pb2.SymlinkRequest.SerializeToString,
+            wsfs_dot_v1_dot_filesystem__pb2.SymlinkResponse.FromString,
             options,
             channel_credentials,
             insecure,
