@@ -197,6 +197,14 @@ impl Failures {
         true
     }
 
+    /// The files of `copy` that no failed directory blocks.
+    fn unblocked(&mut self, copy: &[(String, u64)]) -> Vec<(String, u64)> {
+        copy.iter()
+            .filter(|(rel, _)| !self.blocks(rel))
+            .cloned()
+            .collect()
+    }
+
     fn extend(&mut self, failed: impl IntoIterator<Item = Failed>) {
         self.failed.extend(failed);
     }
@@ -299,12 +307,7 @@ pub async fn push(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
             failures.add_directory(rel, why);
         }
     }
-    let wanted: Vec<(String, u64)> = plan
-        .copy
-        .iter()
-        .filter(|(rel, _)| !failures.blocks(rel))
-        .cloned()
-        .collect();
+    let wanted = failures.unblocked(&plan.copy);
     let bar = byte_progress(&wanted, ctx, "push");
     let uploads = stream::iter(wanted)
         .map(|(rel, size)| {
@@ -400,12 +403,7 @@ pub async fn pull(ctx: &mut Ctx, args: SyncArgs) -> Outcome {
             failures.add_directory(rel, why);
         }
     }
-    let wanted: Vec<(String, u64)> = plan
-        .copy
-        .iter()
-        .filter(|(rel, _)| !failures.blocks(rel))
-        .cloned()
-        .collect();
+    let wanted = failures.unblocked(&plan.copy);
     let bar = byte_progress(&wanted, ctx, "pull");
     let downloads = stream::iter(wanted)
         .map(|(rel, _)| {
