@@ -88,8 +88,8 @@ pub async fn serve(
 
 /// Binds `--http-listen`.
 pub async fn bind_http(addr: std::net::SocketAddr) -> wsfs::Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
+    // The same deep backlog as the gRPC listener's.
+    connections::listen(addr)
         .map_err(|e| wsfs::Error::internal(format!("cannot listen for HTTP on {addr}: {e}")))
 }
 
@@ -257,7 +257,12 @@ pub async fn serve_with_http(
         .add_service(filesystem)
         .add_service(sessions)
         .serve_with_incoming_shutdown(
-            connections::incoming(listener, connection_limits, timeouts),
+            connections::incoming(
+                listener,
+                connection_limits,
+                timeouts,
+                connections::Hello::Http2,
+            ),
             signalled,
         );
     let served = tokio::select! {
