@@ -207,18 +207,7 @@ impl Server {
     /// Sends SIGTERM and waits up to `within` for the process to exit;
     /// `Some(status)` when it did.
     pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        // SAFETY: signalling our own child by pid.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-        }
-        let deadline = std::time::Instant::now() + within;
-        while std::time::Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        wsfs_tests::cluster::terminate(&mut self.child, within)
     }
 }
 
