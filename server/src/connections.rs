@@ -1,6 +1,8 @@
 //! Client connections: how many the server holds, who goes when a newcomer
 //! finds them full, how long one may take to say hello, and how long one
-//! may sit without a call.
+//! may sit without a call. Both listeners, gRPC and the HTTP face, admit
+//! their connections by these rules, each into a table of its own; they
+//! differ only in what counts as a client's hello ([`Hello`]).
 //!
 //! The server accepts every connection the kernel queues, and admits it
 //! into a table of at most `--max-connections`, of which one peer address
@@ -18,10 +20,11 @@
 //! before it goes on.
 //!
 //! Every connection is a [`Conn`], whose reads carry a clock: a connection
-//! that has not sent [`HELLO_BYTES`] within `--handshake-timeout`, or that
+//! that has not said its hello within `--handshake-timeout`, or that
 //! has had no call running for `--idle-timeout`, fails its next read and is
 //! closed; so does one that was shed. Calls are counted per connection by
-//! [`CallsLayer`], which sees each connection's [`ConnInfo`] in the request.
+//! [`CallsLayer`], which sees each connection's [`ConnInfo`] in the request
+//! (the HTTP face opens a [`CallGuard`] per request itself).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -41,6 +44,27 @@ use tokio_util::sync::{CancellationToken, DropGuard, WaitForCancellationFutureOw
 /// SETTINGS frame (a 9-byte header at least). With TLS the hello alone is
 /// longer, so there the deadline covers the first flight.
 pub const HELLO_BYTES: u64 = 24 + 9;
+
+/// What a listener's clients say first; until they have, a connection is
+/// handshaking (shed first, and closed at `--handshake-timeout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hello {
+    /// HTTP/2 (gRPC): [`HELLO_BYTES`] bytes.
+    Http2,
+    /// HTTP/1.1 (the HTTP face): a whole request head, which a call's start
+    /// tells. Bytes alone would let half a request line pass for a hello.
+    Request,
+}
+
+impl Hello {
+    /// What a connection that runs out of `--handshake-timeout` did not send.
+    fn missing(self) -> &'static str {
+        match self {
+            Hello::Http2 => "no HTTP/2 handshake",
+            Hello::Request => "no whole HTTP request",
+        }
+    }
+}
 
 /// The fewest connections a derived `--max-connections` allows.
 const MIN_DERIVED_CONNECTIONS: usize = 16;
@@ -133,6 +157,9 @@ pub struct Timeouts {
 /// ended.
 struct Activity {
     opened: Instant,
+    hello: Hello,
+    /// Whether a call has started on it (a hello of either kind).
+    called: std::sync::atomic::AtomicBool,
     /// Bytes read from the peer so far (only compared with [`HELLO_BYTES`]).
     received: AtomicU64,
     calls: AtomicUsize,
@@ -141,6 +168,12 @@ struct Activity {
 }
 
 impl Activity {
+    /// Whether the peer's hello has been read.
+    fn greeted(&self) -> bool {
+        self.called.load(Ordering::SeqCst)
+            || (self.hello == Hello::Http2 && self.received.load(Ordering::SeqCst) >= HELLO_BYTES)
+    }
+
     fn last(&self) -> Instant {
         self.opened + Duration::from_millis(self.last_ms.load(Ordering::SeqCst))
     }
@@ -184,10 +217,13 @@ impl Entry {
 
     /// Whether the peer has not yet sent its hello, read or not.
     fn handshaking(&self) -> bool {
-        let received = self.activity.received.load(Ordering::SeqCst);
-        if received >= HELLO_BYTES {
+        if self.activity.greeted() {
             return false;
         }
+        if self.activity.hello == Hello::Request {
+            return true;
+        }
+        let received = self.activity.received.load(Ordering::SeqCst);
         // SAFETY: the descriptor stays open while its entry is in the table
         // (the caller holds the table's lock).
         let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
@@ -211,6 +247,7 @@ impl Entry {
 /// The connection table under [`Limits`].
 pub struct Admission {
     limits: Limits,
+    hello: Hello,
     table: Mutex<Table>,
 }
 
@@ -223,9 +260,10 @@ enum Admitted {
 }
 
 impl Admission {
-    pub fn new(limits: Limits) -> Arc<Admission> {
+    pub fn new(limits: Limits, hello: Hello) -> Arc<Admission> {
         Arc::new(Admission {
             limits,
+            hello,
             table: Mutex::new(Table {
                 conns: HashMap::new(),
                 live: 0,
@@ -268,6 +306,8 @@ impl Admission {
         table.next_id += 1;
         let activity = Arc::new(Activity {
             opened: Instant::now(),
+            hello: self.hello,
+            called: std::sync::atomic::AtomicBool::new(false),
             received: AtomicU64::new(0),
             calls: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
@@ -423,12 +463,13 @@ impl Conn {
             ));
         }
         while self.clock.as_mut().poll(cx).is_ready() {
-            if activity.received.load(Ordering::SeqCst) < HELLO_BYTES {
+            if !activity.greeted() {
                 let _ = self.io.set_zero_linger();
                 return Some(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     format!(
-                        "no HTTP/2 handshake within {:?} (--handshake-timeout)",
+                        "{} within {:?} (--handshake-timeout)",
+                        activity.hello.missing(),
                         self.timeouts.handshake
                     ),
                 ));
@@ -519,6 +560,13 @@ impl AsyncWrite for Conn {
     }
 }
 
+impl Conn {
+    /// What the connection's requests know of it.
+    pub fn info(&self) -> &ConnInfo {
+        &self.info
+    }
+}
+
 impl tonic::transport::server::Connected for Conn {
     type ConnectInfo = ConnInfo;
 
@@ -527,15 +575,16 @@ impl tonic::transport::server::Connected for Conn {
     }
 }
 
-/// Accepted connections under `limits`. Accept errors (a descriptor limit
-/// reached, a peer gone before it was accepted) are logged and waited out
-/// rather than ending the server.
+/// Accepted connections under `limits`, whose clients say `hello` first.
+/// Accept errors (a descriptor limit reached, a peer gone before it was
+/// accepted) are logged and waited out rather than ending the server.
 pub fn incoming(
     listener: TcpListener,
     limits: Limits,
     timeouts: Timeouts,
+    hello: Hello,
 ) -> impl futures::Stream<Item = std::io::Result<Conn>> + Send + 'static {
-    let admission = Admission::new(limits);
+    let admission = Admission::new(limits, hello);
     futures::stream::unfold(
         (listener, admission),
         move |(listener, admission)| async move {
@@ -616,12 +665,18 @@ pub fn call_span(request: &http::Request<()>) -> tracing::Span {
 }
 
 /// One running call; ending it restarts its connection's idle clock.
-struct CallGuard(Option<Arc<Activity>>);
+pub struct CallGuard(Option<Arc<Activity>>);
 
 impl CallGuard {
     fn open<B>(request: &http::Request<B>) -> CallGuard {
-        let activity = conn_info(request).map(|i| i.activity.clone());
+        CallGuard::on(conn_info(request))
+    }
+
+    /// A call on `conn` (`None`: a connection not counted) until dropped.
+    pub fn on(conn: Option<&ConnInfo>) -> CallGuard {
+        let activity = conn.map(|i| i.activity.clone());
         if let Some(a) = &activity {
+            a.called.store(true, Ordering::SeqCst);
             a.calls.fetch_add(1, Ordering::SeqCst);
         }
         CallGuard(activity)

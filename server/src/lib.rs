@@ -61,9 +61,14 @@ pub(crate) const UPLOAD_STREAM_WINDOW_BYTES: u32 = 2 * 1024 * 1024;
 /// and at most this much buffered per connection.
 pub(crate) const UPLOAD_CONNECTION_WINDOW_BYTES: u32 = 2 * UPLOAD_STREAM_WINDOW_BYTES;
 
+/// The longest a graceful shutdown waits, in all, for the object store to
+/// take back the server's leases.
+const LEASE_RELEASE_BOUND: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Serves wsfs on `listener` until `shutdown` resolves, then stops
 /// accepting, ends every Watch (UNAVAILABLE), gives other calls
-/// `--shutdown-grace` to finish, and returns. With `--http-listen`, also
+/// `--shutdown-grace` to finish, gives back its leases in the object store
+/// (at most [`LEASE_RELEASE_BOUND`]), and returns. With `--http-listen`, also
 /// serves DeepFabric's VFS API there ([`http`]).
 pub async fn serve(
     config: ServerConfig,
@@ -88,8 +93,8 @@ pub async fn serve(
 
 /// Binds `--http-listen`.
 pub async fn bind_http(addr: std::net::SocketAddr) -> wsfs::Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
+    // The same deep backlog as the gRPC listener's.
+    connections::listen(addr)
         .map_err(|e| wsfs::Error::internal(format!("cannot listen for HTTP on {addr}: {e}")))
 }
 
@@ -208,6 +213,7 @@ pub async fn serve_with_http(
     ))
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let bucket = registry.bucket().cloned();
     let sessions = SessionsServer::new(service::SessionsService::new(registry, auth))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -257,7 +263,12 @@ pub async fn serve_with_http(
         .add_service(filesystem)
         .add_service(sessions)
         .serve_with_incoming_shutdown(
-            connections::incoming(listener, connection_limits, timeouts),
+            connections::incoming(
+                listener,
+                connection_limits,
+                timeouts,
+                connections::Hello::Http2,
+            ),
             signalled,
         );
     let served = tokio::select! {
@@ -277,6 +288,14 @@ pub async fn serve_with_http(
     }
     if let Some(face) = http_face {
         face.abort();
+    }
+    // Calls have ended: another replica may recover these sessions now
+    // rather than when their leases run out.
+    if let Some(bucket) = bucket {
+        let released = bucket.release_all(LEASE_RELEASE_BOUND).await;
+        if released > 0 {
+            tracing::info!(released, "leases given back");
+        }
     }
     served
 }

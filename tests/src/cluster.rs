@@ -45,6 +45,13 @@ impl Replica {
         start_replica(dir, index, setup)
     }
 
+    /// Stops the process as an operator does (SIGTERM) and waits for it
+    /// to exit, at most `within`; its exit status, or `None` if it still
+    /// runs.
+    pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        terminate(&mut self.child, within)
+    }
+
     /// Kills the process at once, as a lost machine would vanish.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -158,6 +165,23 @@ impl Drop for Cluster {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Sends `child` SIGTERM and waits up to `within` for it to exit;
+/// `Some(status)` when it did.
+pub fn terminate(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    // SAFETY: signalling our own child by pid.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let started = std::time::Instant::now();
+    while started.elapsed() < within {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
 }
 
 /// The binary `name` that cargo built beside this test binary.

@@ -467,3 +467,54 @@ async fn a_restarted_replica_serves_its_sessions_once_its_previous_runs_lease_ra
     drop(r0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A replica stopped gracefully (SIGTERM) gives back its leases: another
+/// replica recovers its session at once, without force, long before the
+/// lease would have run out, and serves it.
+#[tokio::test]
+async fn a_replica_stopped_gracefully_gives_back_its_leases() {
+    // The default: far longer than the test takes once the lease is back.
+    const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+    let (dir, bucket, url) = file_bucket();
+    let mirrored = |index| ReplicaSetup::mirrored(&url, index, DEFAULT_LEASE, vec![]);
+    let mut r0 = Replica::start(&dir, 0, &mirrored(0));
+    let c0 = Client::connect(&r0.url()).await.unwrap();
+    let (session, id) = session_on(&c0, "saved\n").await;
+    c0.snapshot(&id, "before the stop").await.unwrap();
+    let state = workspace_state(&session).await;
+    let held_until = file_lease_expiries(&bucket, &id)
+        .into_iter()
+        .max()
+        .expect("a lease");
+    drop((session, c0));
+
+    // Waited for off the runtime, which meanwhile closes the client's
+    // connection as the stopping server asks.
+    let stopping = Instant::now();
+    let (status, _r0) = tokio::task::spawn_blocking(move || (r0.terminate(PATIENCE), r0))
+        .await
+        .unwrap();
+    let status = status.expect("replica 0 stops on SIGTERM");
+    let stopped_in = stopping.elapsed();
+    assert!(status.success(), "replica 0 exited with {status}");
+
+    let r1 = Replica::start(&dir, 1, &mirrored(1));
+    let c1 = Client::connect(&r1.url()).await.unwrap();
+    let recovering = Instant::now();
+    let recovered = c1.recover_session(&id, None, false).await;
+    let recovered_at = now_ms();
+    eprintln!(
+        "stopped in {stopped_in:?}, recovered elsewhere in {:?}",
+        recovering.elapsed()
+    );
+    assert_eq!(recovered.expect("recovered without force").id, id);
+    assert!(
+        recovered_at < held_until,
+        "recovered at {recovered_at}, not before the old lease ran out at {held_until}"
+    );
+    let on_r1 = c1.session(&id);
+    assert_eq!(workspace_state(&on_r1).await, state);
+    on_r1.write_str("a.txt", "after\n").await.unwrap();
+    drop(r1);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -17,9 +17,13 @@
 //! answers; the files are the registry's and the workspace's, opened the
 //! way the gRPC service opens them, with the same tokens.
 //!
-//! Bounded like the gRPC listener: at most `--max-connections` connections
-//! (HTTP/1.1), a request's headers within `--handshake-timeout` (which also
-//! closes a keep-alive connection idle that long), a body of at most
+//! Bounded like the gRPC listener, and by the same rules
+//! ([`crate::connections`]): at most `--max-connections` connections
+//! (HTTP/1.1; `--max-connections-per-peer` from one address), a newcomer
+//! at the cap admitted by shedding the least active one (still without a
+//! whole request, oldest first, else idle longest; never one with a
+//! request running), a request's headers within `--handshake-timeout`
+//! (which also closes a keep-alive connection idle that long), a body of at most
 //! [`MAX_BODY_BYTES`], each request answered within
 //! `--http-request-timeout`, and sessions within `--max-sessions`.
 
@@ -150,13 +154,16 @@ pub async fn serve(
     auth: Arc<Auth>,
     stopping: CancellationToken,
 ) {
+    use crate::connections::{self, CallGuard, Hello};
+    use futures::StreamExt;
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tower::ServiceExt;
     let config = registry.config();
-    let slots = Arc::new(tokio::sync::Semaphore::new(
-        crate::connections::Limits::new(config.max_connections, config.max_connections_per_peer)
-            .max,
-    ));
+    let limits = connections::Limits::new(config.max_connections, config.max_connections_per_peer);
+    let timeouts = connections::Timeouts {
+        handshake: config.handshake_timeout,
+        idle: config.idle_timeout,
+    };
     let header_timeout = config.handshake_timeout;
     let request_timeout = config.http.http_request_timeout;
     let face = Arc::new(Face {
@@ -166,34 +173,33 @@ pub async fn serve(
         creating: tokio::sync::Mutex::new(()),
     });
     let router = router(face);
+    let incoming = connections::incoming(listener, limits, timeouts, Hello::Request);
+    let mut incoming = std::pin::pin!(incoming);
     let mut connections = tokio::task::JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => p,
-            () = stopping.cancelled() => return,
-        };
-        let Ok(permit) = permit else { return };
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
+        let conn = tokio::select! {
+            conn = incoming.next() => match conn {
+                Some(Ok(conn)) => conn,
+                Some(Err(e)) => {
                     tracing::warn!(error = %e, "http: accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
+                None => return,
             },
             () = stopping.cancelled() => return,
         };
-        let _ = stream.set_nodelay(true);
         let router = router.clone();
+        let info = conn.info().clone();
         connections.spawn(async move {
-            let _permit = permit;
             let answer = hyper::service::service_fn(move |request| {
                 let router = router.clone();
+                // Counted until the answer's body is sent: a connection
+                // with a request running is never shed.
+                let call = CallGuard::on(Some(&info));
                 async move {
                     let answered = tokio::time::timeout(request_timeout, router.oneshot(request));
-                    Ok::<_, std::convert::Infallible>(match answered.await {
+                    let response = match answered.await {
                         Ok(Ok(response)) => response,
                         Ok(Err(never)) => match never {},
                         Err(_) => refusal(
@@ -204,13 +210,19 @@ pub async fn serve(
                                 humantime::format_duration(request_timeout)
                             ),
                         ),
-                    })
+                    };
+                    Ok::<_, std::convert::Infallible>(response.map(|body| {
+                        Body::new(body.map_frame(move |frame| {
+                            let _held = &call;
+                            frame
+                        }))
+                    }))
                 }
             });
             let served = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_timeout)
-                .serve_connection(TokioIo::new(stream), answer)
+                .serve_connection(TokioIo::new(conn), answer)
                 .await;
             if let Err(e) = served {
                 tracing::debug!(error = %e, "http: connection ended");

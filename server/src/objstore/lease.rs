@@ -56,6 +56,9 @@ use wsfs::{Error, Result};
 /// How long before its lease expires a holder stops serving: a quarter
 /// of the lease's length (7.5 s of the default 30 s). Replicas' clocks
 /// must differ by less than this.
+/// How many leases a shutdown gives back at once.
+const RELEASES_AT_ONCE: usize = 16;
+
 pub fn skew_margin(ttl: Duration) -> Duration {
     ttl / 4
 }
@@ -341,6 +344,33 @@ impl Bucket {
                 let _ = self.store.put_opts(&key, json.into(), create).await;
             }
         }
+    }
+
+    /// Gives back every lease this server holds, as a graceful shutdown
+    /// does, so that another replica may recover the sessions at once
+    /// rather than when the leases run out. Best effort within `within`:
+    /// the leases the bucket has not taken back by then run out on their
+    /// own. How many were given back.
+    pub async fn release_all(&self, within: Duration) -> usize {
+        use futures::StreamExt;
+        let held = self.held_sessions();
+        let released = std::sync::atomic::AtomicUsize::new(0);
+        let releasing = futures::stream::iter(&held).for_each_concurrent(RELEASES_AT_ONCE, |id| {
+            let released = &released;
+            async move {
+                self.release(id).await;
+                released.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        if tokio::time::timeout(within, releasing).await.is_err() {
+            tracing::warn!(
+                held = held.len(),
+                released = released.load(std::sync::atomic::Ordering::SeqCst),
+                ?within,
+                "the object store did not take back every lease in time: the others run out on their own"
+            );
+        }
+        released.into_inner()
     }
 
     /// Every session this server holds a lease on.

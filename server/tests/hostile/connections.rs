@@ -1,13 +1,13 @@
 //! The connection cap under attack: silent sockets are shed for newcomers,
 //! connections with a call running never are, and one peer address holds
-//! at most its share.
+//! at most its share; on the gRPC listener and on the HTTP face alike.
 
 use crate::harness::{closed_within, next_change, Events, Server, EMPTY_SETTINGS, PREFACE};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use wsfs_client::{ChangeKind, Client, SessionOptions};
 
@@ -139,13 +139,14 @@ async fn refused_at_once(local: &str, server: SocketAddr) -> bool {
     }
 }
 
-/// `sockets` silent connections (the HTTP/2 preface and nothing more), each
-/// reopened as soon as the server closes it, until `stop`; counts the
-/// opens and the closes. The attacker runs on a thread of its own, as another process
+/// `sockets` silent connections (`first`, such as the HTTP/2 preface, and
+/// nothing more), each reopened as soon as the server closes it, until
+/// `stop`; counts the opens and the closes. The attacker runs on a thread of its own, as another process
 /// would: the bystander's client is not starved by it, only the server.
 fn attack(
     addr: SocketAddr,
     sockets: usize,
+    first: &'static [u8],
     stop: &Arc<AtomicBool>,
     opened: &Arc<AtomicUsize>,
     closes: &Arc<AtomicUsize>,
@@ -161,7 +162,7 @@ fn attack(
             let tasks: Vec<_> = (0..sockets)
                 .map(|_| {
                     let counters = (stop.clone(), opened.clone(), closes.clone());
-                    tokio::spawn(silent_socket(addr, counters))
+                    tokio::spawn(silent_socket(addr, first, counters))
                 })
                 .collect();
             for t in tasks {
@@ -174,13 +175,13 @@ fn attack(
 type Counters = (Arc<AtomicBool>, Arc<AtomicUsize>, Arc<AtomicUsize>);
 
 /// One of [`attack`]'s sockets, counting its opens and closes.
-async fn silent_socket(addr: SocketAddr, (stop, opened, closes): Counters) {
+async fn silent_socket(addr: SocketAddr, first: &[u8], (stop, opened, closes): Counters) {
     while !stop.load(Ordering::SeqCst) {
         let Ok(mut s) = TcpStream::connect(addr).await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
-        if s.write_all(PREFACE).await.is_err() {
+        if s.write_all(first).await.is_err() {
             continue;
         }
         opened.fetch_add(1, Ordering::SeqCst);
@@ -209,7 +210,7 @@ async fn a_bystander_is_served_while_an_attacker_holds_ten_times_the_cap_in_sile
 
     let stop = Arc::new(AtomicBool::new(false));
     let (opened, closes) = (Arc::default(), Arc::default());
-    let attacker = attack(server.addr, 10 * CAP, &stop, &opened, &closes);
+    let attacker = attack(server.addr, 10 * CAP, PREFACE, &stop, &opened, &closes);
     // Until the attacker has opened all its sockets (admitted, or queued
     // while the server stops accepting), or for 5 s.
     let started = Instant::now();
@@ -328,5 +329,112 @@ async fn one_peer_address_holds_at_most_its_share_and_sheds_its_least_active_fir
     // made in its slot.
     drop(watchers.pop());
     assert_watchers_still_served(&server, &session_id, &mut watchers, "after.txt").await;
+    server.assert_serves_bystander().await;
+}
+
+/// One HTTP/1.1 exchange on a new connection to the HTTP face: the answer,
+/// read until the server closes it.
+async fn http_exchange(addr: SocketAddr, method: &str, path: &str, body: &str) -> String {
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .expect("connect to the HTTP face");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("send the request");
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .await
+        .expect("read the answer");
+    answer
+}
+
+/// One round of a DeepFabric client with a deadline: `GET /vfs/health`,
+/// then a `write_file` through `POST /vfs/execute`, each on a connection
+/// of its own, within [`BYSTANDER_ROUND`]; how long it took.
+async fn http_bystander_round(addr: SocketAddr, round: usize) -> Duration {
+    let started = Instant::now();
+    let served = tokio::time::timeout(BYSTANDER_ROUND, async move {
+        let health = http_exchange(addr, "GET", "/vfs/health", "").await;
+        let body = format!(
+            r#"{{"session_id": "bystander-{round}", "tool": "write_file", "args": {{"file_path": "/served.txt", "content": "served"}}}}"#
+        );
+        let written = http_exchange(addr, "POST", "/vfs/execute", &body).await;
+        (health, written)
+    })
+    .await;
+    let Ok((health, written)) = served else {
+        panic!("the HTTP bystander was not served within {BYSTANDER_ROUND:?}");
+    };
+    assert!(
+        health.starts_with("HTTP/1.1 200") && health.contains("healthy"),
+        "GET /vfs/health: {health}"
+    );
+    assert!(
+        written.starts_with("HTTP/1.1 200") && written.contains(r#""success":true"#),
+        "POST /vfs/execute: {written}"
+    );
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn the_http_face_serves_a_bystander_while_an_attacker_holds_ten_times_the_cap_in_silent_connections(
+) {
+    const CAP: usize = 40;
+    // Far longer than a bystander's round: slots are freed by shedding,
+    // not by the clock.
+    let mut server = Server::start(&[
+        "--max-connections",
+        &CAP.to_string(),
+        "--handshake-timeout",
+        "60s",
+        "--http-listen",
+        "127.0.0.1:0",
+    ]);
+    let http = server.http_addr();
+    let baseline = server.open_fds();
+
+    // Half the sockets send nothing, half the start of a request line.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (opened, closes) = (Arc::default(), Arc::default());
+    let attackers = [
+        attack(http, 5 * CAP, b"", &stop, &opened, &closes),
+        attack(http, 5 * CAP, b"GET /vfs/hea", &stop, &opened, &closes),
+    ];
+    let started = Instant::now();
+    while opened.load(Ordering::SeqCst) < 10 * CAP && started.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let mut rounds = Vec::new();
+    let mut most_fds = 0;
+    for round in 0..5 {
+        rounds.push(http_bystander_round(http, round).await);
+        most_fds = most_fds.max(server.open_fds());
+    }
+    assert!(
+        most_fds <= baseline + CAP + 8,
+        "the server held {most_fds} descriptors with a cap of {CAP} HTTP connections (before the attack: {baseline})"
+    );
+    let reopened = closes.load(Ordering::SeqCst);
+    assert!(
+        reopened >= CAP,
+        "only {reopened} silent connections were closed: the bystander got in some other way"
+    );
+
+    stop.store(true, Ordering::SeqCst);
+    for attacker in attackers {
+        attacker.join().expect("the attacker's thread");
+    }
+    eprintln!(
+        "HTTP face, cap {CAP}, {} silent sockets reopened {reopened} times: bystander rounds {rounds:?}, most fds {most_fds} (before {baseline})",
+        10 * CAP
+    );
+    http_bystander_round(http, 5).await;
     server.assert_serves_bystander().await;
 }

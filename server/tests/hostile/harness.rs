@@ -27,8 +27,9 @@ pub struct Server {
     pub addr: std::net::SocketAddr,
     data: TempDir,
     log: PathBuf,
-    /// Held so the server's stdout stays open.
-    _stdout: std::io::BufReader<ChildStdout>,
+    /// Held so the server's stdout stays open; its later lines name the
+    /// other listeners.
+    stdout: std::io::BufReader<ChildStdout>,
 }
 
 impl Server {
@@ -52,7 +53,7 @@ impl Server {
             addr,
             data,
             log,
-            _stdout: stdout,
+            stdout,
         }
     }
 
@@ -87,7 +88,7 @@ impl Server {
             addr,
             data,
             log,
-            _stdout: stdout,
+            stdout,
         })
     }
 
@@ -137,6 +138,21 @@ impl Server {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
             .map(|d| d.count())
             .unwrap_or(0)
+    }
+
+    /// The address of the HTTP face (`--http-listen`), from the line the
+    /// server prints after the one naming its gRPC address.
+    pub fn http_addr(&mut self) -> std::net::SocketAddr {
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .expect("read the server's second line");
+        line.split("on http://")
+            .nth(1)
+            .and_then(|a| a.trim().parse().ok())
+            .unwrap_or_else(|| {
+                panic!("the server did not say where its HTTP face listens: {line:?}")
+            })
     }
 
     /// Whether the process is still running (not exited, not killed).
@@ -191,18 +207,7 @@ impl Server {
     /// Sends SIGTERM and waits up to `within` for the process to exit;
     /// `Some(status)` when it did.
     pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        // SAFETY: signalling our own child by pid.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-        }
-        let deadline = std::time::Instant::now() + within;
-        while std::time::Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        wsfs_tests::cluster::terminate(&mut self.child, within)
     }
 }
 
@@ -308,7 +313,7 @@ impl Server {
         self.child = child;
         self.addr = addr;
         self.url = format!("http://{addr}");
-        self._stdout = stdout;
+        self.stdout = stdout;
     }
 }
 
