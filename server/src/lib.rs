@@ -151,6 +151,10 @@ pub async fn serve_with_http(
         config.replica_id = Some(objstore::default_replica_id(&config.data_dir)?);
     }
     let registry = Arc::new(registry::SessionRegistry::open(Arc::new(config))?);
+    // A bucket that is missing or out of reach stops the start, with why.
+    if let Some(bucket) = registry.bucket() {
+        bucket.check_at_start().await?;
+    }
     // Sessions a stop left half done are finished in the background, each
     // refused (UNAVAILABLE) until its own recovery ends; the others answer
     // at once.
