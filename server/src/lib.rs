@@ -254,6 +254,7 @@ pub async fn serve_with_http(
     let serving = builder
         .trace_fn(connections::call_span)
         .layer(connections::CallsLayer)
+        .layer(tower::util::MapResponseLayer::new(with_version))
         .layer(service::resets::layer())
         .add_service(health)
         .add_service(reflection_v1)
@@ -283,6 +284,15 @@ pub async fn serve_with_http(
         face.abort();
     }
     served
+}
+
+/// `response` naming this server's version ([`wsfs::SERVER_VERSION_HEADER`]).
+fn with_version<B>(mut response: ::http::Response<B>) -> ::http::Response<B> {
+    response.headers_mut().insert(
+        wsfs::SERVER_VERSION_HEADER,
+        ::http::HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
+    );
+    response
 }
 
 /// The server's TLS identity from `--tls-cert` and `--tls-key`, if given.
