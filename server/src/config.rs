@@ -167,7 +167,9 @@ pub struct ServerConfig {
     /// every replica: `s3://bucket/prefix` (credentials and endpoint from
     /// the usual `AWS_*` variables, `AWS_ENDPOINT_URL` and
     /// `AWS_ALLOW_HTTP=true` for a local S3 API) or `file:///dir`. Any
-    /// replica can then bring a session back with RecoverSession.
+    /// replica can then bring a session back with RecoverSession. The
+    /// bucket must exist: the server lists it at start and refuses to
+    /// start when it cannot.
     #[arg(long, env = "WSFS_OBJECT_STORE", value_name = "URL")]
     pub object_store: Option<String>,
 
