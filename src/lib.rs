@@ -56,3 +56,7 @@ pub const ERROR_DOMAIN: &str = "wsfs.v1";
 /// consistent`). A server refuses a call whose metadata names another
 /// session than its body; calls without it still work against one server.
 pub const SESSION_HEADER: &str = "x-wsfs-session";
+
+/// The response header in which a server names its version, on every
+/// answer (refusals included); `wsfs version` shows it.
+pub const SERVER_VERSION_HEADER: &str = "wsfs-server-version";

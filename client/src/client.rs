@@ -146,6 +146,32 @@ impl Client {
         convert::session_info(response.into_inner())
     }
 
+    /// The version the server names in its answers
+    /// ([`wsfs::SERVER_VERSION_HEADER`]); `None` from a server that names
+    /// none. One GetSession naming no session: its refusal carries the
+    /// header as well as an answer would.
+    pub async fn server_version(&self) -> Result<Option<String>> {
+        let request = proto::GetSessionRequest {
+            session_id: String::new(),
+        };
+        let called = self
+            .sessions
+            .clone()
+            .get_session(self.credentials.about(request))
+            .await;
+        let metadata = match &called {
+            Ok(response) => response.metadata(),
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                return Err(status.clone().into())
+            }
+            Err(status) => status.metadata(),
+        };
+        Ok(metadata
+            .get(wsfs::SERVER_VERSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string))
+    }
+
     /// The session this client's token opens (a GetSession naming none):
     /// how a holder of nothing but a session's token finds its session.
     /// The admin token, or no token, names no session: `InvalidArgument`.

@@ -365,6 +365,23 @@ fn unreachable_server_fails_with_unavailable_and_asks_whether_it_runs() {
 }
 
 #[test]
+fn version_shows_the_client_and_the_version_the_server_reports() {
+    // One workspace: the client and the server share its version.
+    let version = env!("CARGO_PKG_VERSION");
+    let run = wsfs_with(None, &["version"], b"", server_url()).ok();
+    assert!(
+        run.stdout.contains(&format!("wsfs {version}\n"))
+            && run.stdout.contains(&format!("(wsfs-server {version})")),
+        "{}",
+        run.stdout
+    );
+    let json = wsfs_with(None, &["version", "--json"], b"", server_url())
+        .ok()
+        .json();
+    assert_eq!(json["server"]["version"], version, "{json}");
+}
+
+#[test]
 fn a_bare_host_and_port_is_an_http_server() {
     let ws = Workspace::new();
     let bare = server_url().trim_start_matches("http://");

@@ -19,13 +19,14 @@ pub enum LogFormat {
 #[derive(Debug, Clone, Parser)]
 #[command(name = "wsfs-server", version, about)]
 pub struct ServerConfig {
-    /// Address to listen on.
-    #[arg(long, env = "WSFS_LISTEN", default_value = "127.0.0.1:50051")]
+    /// Address to listen on: `IP:PORT` or `HOST:PORT` (a host name is
+    /// resolved at start: `localhost:50051` listens on 127.0.0.1).
+    #[arg(long, env = "WSFS_LISTEN", default_value = "127.0.0.1:50051", value_parser = parse_listen)]
     pub listen: SocketAddr,
 
     /// Serve Prometheus metrics (`GET /metrics`, plain HTTP) on this
-    /// address; off unless given.
-    #[arg(long, env = "WSFS_METRICS_LISTEN")]
+    /// address (`IP:PORT` or `HOST:PORT`); off unless given.
+    #[arg(long, env = "WSFS_METRICS_LISTEN", value_parser = parse_listen)]
     pub metrics_listen: Option<SocketAddr>,
 
     /// Where DIRECTORY sessions live (default: the user's data directory, or
@@ -166,7 +167,9 @@ pub struct ServerConfig {
     /// every replica: `s3://bucket/prefix` (credentials and endpoint from
     /// the usual `AWS_*` variables, `AWS_ENDPOINT_URL` and
     /// `AWS_ALLOW_HTTP=true` for a local S3 API) or `file:///dir`. Any
-    /// replica can then bring a session back with RecoverSession.
+    /// replica can then bring a session back with RecoverSession. The
+    /// bucket must exist: the server lists it at start and refuses to
+    /// start when it cannot.
     #[arg(long, env = "WSFS_OBJECT_STORE", value_name = "URL")]
     pub object_store: Option<String>,
 
@@ -249,6 +252,42 @@ pub const DEFAULT_MAX_STREAMS_PER_CONNECTION: u32 = 256;
 
 /// The shortest admin token accepted.
 pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
+
+/// A listening address from the command line: `IP:PORT`, or `HOST:PORT`
+/// with the host name resolved here, once, at start (an IPv4 address
+/// first when the name has both kinds, so `localhost` is 127.0.0.1). The
+/// result is the address bound, so the loopback rule
+/// ([`ServerConfig::validate`]) judges what actually listens.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    let example = "e.g. 127.0.0.1:50051 or localhost:50051";
+    let (host, port) = s
+        .rsplit_once(':')
+        .filter(|(host, _)| !host.is_empty())
+        .ok_or_else(|| format!("'{s}' is not HOST:PORT ({example})"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("'{port}' is not a port number (0 to 65535) in '{s}' ({example})"))?;
+    let unresolved = |why: String| {
+        format!(
+            "the host name '{host}' does not resolve ({why}): give an IP address \
+             (127.0.0.1:{port} for this machine only) or a name this machine resolves"
+        )
+    };
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| unresolved(e.to_string()))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| unresolved("no address".to_string()))
+}
 
 pub fn default_data_dir() -> PathBuf {
     dirs::data_dir()
@@ -443,6 +482,47 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("none") && err.contains("fsync"), "{err}");
+    }
+
+    #[test]
+    fn listen_takes_a_host_name_and_the_rule_judges_what_it_resolves_to() {
+        let parse = |args: &[&str]| ServerConfig::try_parse_from([&["wsfs-server"], args].concat());
+        let c = parse(&[
+            "--listen",
+            "localhost:50051",
+            "--metrics-listen",
+            "localhost:9090",
+        ])
+        .unwrap();
+        assert!(c.listen.ip().is_loopback(), "{}", c.listen);
+        assert_eq!(c.listen.port(), 50051);
+        let metrics = c.metrics_listen.unwrap();
+        assert!(
+            metrics.ip().is_loopback() && metrics.port() == 9090,
+            "{metrics}"
+        );
+        assert!(c.validate(c.listen).is_ok(), "loopback: tokens may be off");
+        let literal = parse(&["--listen", "[::1]:7"]).unwrap();
+        assert_eq!(literal.listen, "[::1]:7".parse().unwrap());
+    }
+
+    #[test]
+    fn a_listen_address_that_does_not_resolve_is_refused_with_what_to_give() {
+        let parse = |args: &[&str]| ServerConfig::try_parse_from([&["wsfs-server"], args].concat());
+        // Not a valid host name: refused without asking any name server.
+        let err = parse(&["--listen", "no such host:50051"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("'no such host' does not resolve") && err.contains("127.0.0.1:50051"),
+            "{err}"
+        );
+        let err = parse(&["--listen", "localhost"]).unwrap_err().to_string();
+        assert!(err.contains("not HOST:PORT"), "{err}");
+        let err = parse(&["--metrics-listen", "localhost:http"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a port number"), "{err}");
     }
 
     #[test]

@@ -156,6 +156,10 @@ pub async fn serve_with_http(
         config.replica_id = Some(objstore::default_replica_id(&config.data_dir)?);
     }
     let registry = Arc::new(registry::SessionRegistry::open(Arc::new(config))?);
+    // A bucket that is missing or out of reach stops the start, with why.
+    if let Some(bucket) = registry.bucket() {
+        bucket.check_at_start().await?;
+    }
     // Sessions a stop left half done are finished in the background, each
     // refused (UNAVAILABLE) until its own recovery ends; the others answer
     // at once.
@@ -256,6 +260,7 @@ pub async fn serve_with_http(
     let serving = builder
         .trace_fn(connections::call_span)
         .layer(connections::CallsLayer)
+        .layer(tower::util::MapResponseLayer::new(with_version))
         .layer(service::resets::layer())
         .add_service(health)
         .add_service(reflection_v1)
@@ -298,6 +303,15 @@ pub async fn serve_with_http(
         }
     }
     served
+}
+
+/// `response` naming this server's version ([`wsfs::SERVER_VERSION_HEADER`]).
+fn with_version<B>(mut response: ::http::Response<B>) -> ::http::Response<B> {
+    response.headers_mut().insert(
+        wsfs::SERVER_VERSION_HEADER,
+        ::http::HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
+    );
+    response
 }
 
 /// The server's TLS identity from `--tls-cert` and `--tls-key`, if given.

@@ -573,3 +573,68 @@ async fn recover_session_needs_the_admin_token_and_refuses_unknown_ids_changing_
     assert!(!bucket.path().join("sessions").join(unknown).exists());
     assert_eq!(admin.list_sessions().await.unwrap().len(), 1);
 }
+
+/// The exit status and stderr of `wsfs-server` started with `args` and
+/// `envs`; panics when it is still running after a minute (it served
+/// instead of refusing).
+fn refused_start(args: &[&str], envs: &[(String, String)]) -> String {
+    let dir = fresh_dir();
+    let mut child = std::process::Command::new(wsfs_tests::cluster::binary("wsfs-server"))
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.join("data"))
+        .args(args)
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the server started instead of refusing {args:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+    stderr
+}
+
+/// A bucket that was never created stops the server at start, naming the
+/// bucket and how to create it, rather than failing calls later.
+#[test]
+fn a_bucket_that_was_never_created_stops_the_server_at_start() {
+    let Some(moto) = Moto::start() else {
+        eprintln!("moto_server is not installed: skipped");
+        return;
+    };
+    let stderr = refused_start(&["--object-store", "s3://never-created/wsfs"], &moto.envs());
+    assert!(
+        stderr.contains("'never-created' does not exist")
+            && stderr.contains("aws s3 mb s3://never-created"),
+        "{stderr}"
+    );
+}
+
+/// A `file://` store whose directory cannot be made stops the server at
+/// start, naming it.
+#[test]
+fn a_directory_store_that_cannot_be_made_stops_the_server_at_start() {
+    let dir = fresh_dir();
+    let in_the_way = dir.join("a-file");
+    std::fs::write(&in_the_way, b"not a directory").unwrap();
+    let url = file_url(&in_the_way.join("bucket"));
+    let stderr = refused_start(&["--object-store", &url], &[]);
+    assert!(
+        stderr.contains(&url) && stderr.contains("cannot be used"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -240,7 +240,8 @@ pub enum Command {
     /// Create empty files, or set an existing one's modification time to now.
     #[command(after_help = "Example:\n  wsfs touch notes/todo.md")]
     Touch(TouchArgs),
-    /// Print this client's version, and whether the server answers.
+    /// Print this client's version, and whether the server answers and
+    /// with which version.
     #[command(after_help = "Example:\n  wsfs version")]
     Version,
     /// Check the connection: the server answers, over TLS or plaintext, what

@@ -203,8 +203,12 @@ async fn speaks_tls(https_url: &str) -> bool {
 pub async fn version(ctx: &mut Ctx) -> Outcome {
     let client_version = env!("CARGO_PKG_VERSION");
     let reached = probe(ctx).await;
+    let server_version = match &reached {
+        Ok(client) => server_version(client).await,
+        Err(_) => None,
+    };
     let server = match &reached {
-        Ok(_) => "reachable (it does not report its version)".to_string(),
+        Ok(_) => format!("reachable ({})", reported(&server_version)),
         Err(f) => format!("not reachable: {}", f.text().1),
     };
     if ctx.json {
@@ -213,12 +217,25 @@ pub async fn version(ctx: &mut Ctx) -> Outcome {
             "server": {
                 "address": ctx.server,
                 "reachable": reached.is_ok(),
-                "version": null,
+                "version": server_version,
             },
         }));
     }
     println(&format!("wsfs {client_version}"))?;
     println(&format!("server {}: {server}", ctx.server))
+}
+
+/// The version the server reports, if it reports one.
+async fn server_version(client: &Client) -> Option<String> {
+    client.server_version().await.ok().flatten()
+}
+
+/// The server's version in words.
+fn reported(version: &Option<String>) -> String {
+    match version {
+        Some(v) => format!("wsfs-server {v}"),
+        None => "its version is not reported".to_string(),
+    }
 }
 
 /// Connects and makes one call that every server answers (a GetSession of
@@ -266,13 +283,14 @@ pub async fn doctor(ctx: &mut Ctx) -> Outcome {
     });
     let reached = probe(ctx).await;
     match &reached {
-        Ok(_) => checks.push(Check {
+        Ok(client) => checks.push(Check {
             name: "server",
             ok: true,
             said: format!(
-                "{} answers, over {} (its version is not reported)",
+                "{} answers, over {} ({})",
                 ctx.server,
-                if tls { "TLS" } else { "plaintext" }
+                if tls { "TLS" } else { "plaintext" },
+                reported(&server_version(client).await)
             ),
             fix: None,
         }),

@@ -580,6 +580,8 @@ fn version_and_doctor_say_what_works_and_what_to_fix() {
     assert!(version.stdout.contains("reachable"), "{}", version.stdout);
     let healthy = wsfs_with(None, &["doctor"], b"", server_url()).ok();
     assert!(healthy.stdout.contains("plaintext"), "{}", healthy.stdout);
+    let reported = format!("(wsfs-server {})", env!("CARGO_PKG_VERSION"));
+    assert!(healthy.stdout.contains(&reported), "{}", healthy.stdout);
     assert!(
         healthy.stdout.contains("tokens       off"),
         "{}",
@@ -600,6 +602,9 @@ fn version_and_doctor_say_what_works_and_what_to_fix() {
         .ok()
         .json();
     assert_eq!(admin["ok"], true, "{admin}");
+    // A refused call names the server's version too.
+    let refused = wsfs_token(&server, "wsfs_not_a_token", None, &["version"]).ok();
+    assert!(refused.stdout.contains(&reported), "{}", refused.stdout);
     let bad = wsfs_token(&server, "wsfs_not_a_token", None, &["doctor"]);
     assert_eq!(bad.code, 1, "{}", bad.stdout);
     assert!(bad.stdout.contains("FAIL token"), "{}", bad.stdout);

@@ -135,6 +135,44 @@ impl Bucket {
         })
     }
 
+    /// Lists the store once, at start, so that a missing bucket, wrong
+    /// credentials or an endpoint out of reach stop the server with the
+    /// reason and what to do, rather than failing calls later.
+    pub async fn check_at_start(&self) -> Result<()> {
+        use futures::StreamExt;
+        let Some(Err(e)) = self.store.list(None).next().await else {
+            return Ok(());
+        };
+        let text = e.to_string();
+        let todo = match url::Url::parse(&self.url) {
+            Ok(u) if u.scheme() == "s3" => {
+                let bucket = u.host_str().unwrap_or_default();
+                if matches!(e, object_store::Error::NotFound { .. })
+                    || text.contains("NoSuchBucket")
+                {
+                    format!(
+                        "the bucket '{bucket}' does not exist: create it (e.g. `aws s3 mb s3://{bucket}`, \
+                         with `--endpoint-url` for a local S3 API) or name another"
+                    )
+                } else {
+                    format!(
+                        "check that the endpoint is reachable (AWS_ENDPOINT_URL, AWS_REGION) and that \
+                         the credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) may list the bucket '{bucket}'"
+                    )
+                }
+            }
+            _ => {
+                "check that the directory exists and this server may read and write it".to_string()
+            }
+        };
+        Err(Error::Unavailable {
+            message: format!(
+                "--object-store {} cannot be used: {todo} (listing it failed: {text})",
+                self.url
+            ),
+        })
+    }
+
     /// This server's name in leases.
     pub fn replica(&self) -> &str {
         &self.replica
