@@ -492,8 +492,12 @@ mod tests {
             "localhost:50051",
             "--metrics-listen",
             "localhost:9090",
+            "--http-listen",
+            "localhost:3000",
         ])
         .unwrap();
+        let http = c.http.http_listen.unwrap();
+        assert!(http.ip().is_loopback() && http.port() == 3000, "{http}");
         assert!(c.listen.ip().is_loopback(), "{}", c.listen);
         assert_eq!(c.listen.port(), 50051);
         let metrics = c.metrics_listen.unwrap();

@@ -83,7 +83,7 @@ pub struct HttpConfig {
     /// plain HTTP on this address; off unless given. Without tokens only a
     /// loopback address is allowed (or `--insecure`); with tokens, requests
     /// need `authorization: Bearer <token>`.
-    #[arg(long, env = "WSFS_HTTP_LISTEN")]
+    #[arg(long, env = "WSFS_HTTP_LISTEN", value_parser = crate::config::parse_listen)]
     pub http_listen: Option<SocketAddr>,
 
     /// Where the sessions the HTTP face creates keep their files.
