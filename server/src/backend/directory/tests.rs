@@ -529,6 +529,25 @@ fn is_link(path: &Path) -> Option<bool> {
         .map(|m| m.file_type().is_symlink())
 }
 
+/// Writes "inside" to the file `path` (or to `path/name`, `path` being a
+/// directory) without following a link at either step. The swapping
+/// thread below must not escape by itself: the backend may put back,
+/// unchanged, a link it moved aside, between the thread's removal of
+/// that name and its write.
+fn write_without_following(path: &Path, name: Option<&str>) {
+    use rustix::fs::{Mode, OFlags};
+    let file_flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW;
+    let mode = Mode::from_raw_mode(0o644);
+    let file = match name {
+        None => rustix::fs::open(path, file_flags, mode),
+        Some(name) => rustix::fs::open(path, OFlags::DIRECTORY | OFlags::NOFOLLOW, Mode::empty())
+            .and_then(|dir| rustix::fs::openat(&dir, name, file_flags, mode)),
+    };
+    if let Ok(fd) = file {
+        let _ = rustix::io::write(&fd, b"inside");
+    }
+}
+
 /// Makes `real` a real entry (made by `make`) and `link` a symlink to
 /// `target`, whatever is there now.
 fn reset_pair(real: &Path, link: &Path, target: &Path, make: impl Fn(&Path)) {
@@ -579,10 +598,10 @@ fn swapping_entries_for_symlinks_never_lets_an_operation_escape() {
                     let _ = std::fs::create_dir(&boxed);
                     reset_pair(&sub, &sub_link, &outside, |p| {
                         let _ = std::fs::create_dir(p);
-                        let _ = std::fs::write(p.join("f"), b"inside");
+                        write_without_following(p, Some("f"));
                     });
                     reset_pair(&file, &file_link, &secret, |p| {
-                        let _ = std::fs::write(p, b"inside");
+                        write_without_following(p, None);
                     });
                 }
                 i += 1;
