@@ -122,16 +122,34 @@ impl Cluster {
         setup: impl Fn(usize) -> ReplicaSetup,
     ) -> Option<Cluster> {
         let nginx = crate::kit::system_tool("nginx")?;
-        Some(Cluster::start_with(&nginx, replicas, setup))
+        Some(Cluster::start_with(&nginx, replicas, setup, ""))
     }
 
-    fn start_with(nginx: &Path, replicas: usize, setup: impl Fn(usize) -> ReplicaSetup) -> Cluster {
+    /// [`Cluster::start`] with `locations` (nginx `location` blocks) placed
+    /// before the shipped file's `location /`: a proxy that answers some
+    /// calls itself, as a gateway that forbids a method does.
+    pub fn start_with_locations(replicas: usize, locations: &str) -> Option<Cluster> {
+        let nginx = crate::kit::system_tool("nginx")?;
+        Some(Cluster::start_with(
+            &nginx,
+            replicas,
+            |_| ReplicaSetup::default(),
+            locations,
+        ))
+    }
+
+    fn start_with(
+        nginx: &Path,
+        replicas: usize,
+        setup: impl Fn(usize) -> ReplicaSetup,
+        locations: &str,
+    ) -> Cluster {
         let dir = fresh_dir();
         let replicas: Vec<Replica> = (0..replicas)
             .map(|i| start_replica(&dir, i, &setup(i)))
             .collect();
         let addrs: Vec<SocketAddr> = replicas.iter().map(|r| r.addr).collect();
-        let (nginx, proxy) = start_nginx(nginx, &dir, &addrs);
+        let (nginx, proxy) = start_nginx(nginx, &dir, &addrs, locations);
         Cluster {
             replicas,
             proxy,
@@ -283,9 +301,15 @@ fn start_replica(dir: &Path, index: usize, setup: &ReplicaSetup) -> Replica {
 }
 
 /// The shipped configuration with its replicas, listening port and file
-/// paths replaced, and nothing else. Panics when the shipped file no
-/// longer has the lines it replaces, so that the two cannot drift apart.
-pub fn render_nginx_conf(listen: SocketAddr, replicas: &[SocketAddr], dir: &Path) -> String {
+/// paths replaced, and `locations` put before its `location /` (nothing
+/// else). Panics when the shipped file no longer has the lines it
+/// replaces, so that the two cannot drift apart.
+pub fn render_nginx_conf(
+    listen: SocketAddr,
+    replicas: &[SocketAddr],
+    dir: &Path,
+    locations: &str,
+) -> String {
     const SERVER: &str = "server 127.0.0.1:50051 ";
     const LISTEN: &str = "listen 127.0.0.1:8080 ";
     const ACCESS_LOG: &str = "/var/log/nginx/wsfs-access.log";
@@ -303,6 +327,9 @@ pub fn render_nginx_conf(listen: SocketAddr, replicas: &[SocketAddr], dir: &Path
                 replaced.0 += 1;
             }
             continue;
+        }
+        if trimmed == "location / {" {
+            out.push_str(locations);
         }
         if line.contains(LISTEN) {
             out.push_str(&line.replacen("127.0.0.1:8080", &listen.to_string(), 1));
@@ -336,10 +363,15 @@ pub fn render_nginx_conf(listen: SocketAddr, replicas: &[SocketAddr], dir: &Path
 /// nginx on a free loopback port. The port is found free, released, then
 /// bound by nginx: another process may take it in between, so a start that
 /// fails is tried again on a fresh port.
-fn start_nginx(nginx: &Path, dir: &Path, replicas: &[SocketAddr]) -> (Child, SocketAddr) {
+fn start_nginx(
+    nginx: &Path,
+    dir: &Path,
+    replicas: &[SocketAddr],
+    locations: &str,
+) -> (Child, SocketAddr) {
     const ATTEMPTS: usize = 3;
     for _ in 0..ATTEMPTS {
-        if let Some(started) = try_start_nginx(nginx, dir, replicas) {
+        if let Some(started) = try_start_nginx(nginx, dir, replicas, locations) {
             return started;
         }
     }
@@ -351,13 +383,14 @@ fn try_start_nginx(
     nginx: &Path,
     dir: &Path,
     replicas: &[SocketAddr],
+    locations: &str,
 ) -> Option<(Child, SocketAddr)> {
     let listen = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
         probe.local_addr().expect("its address")
     };
     let conf = dir.join("nginx.conf");
-    std::fs::write(&conf, render_nginx_conf(listen, replicas, dir)).expect("nginx.conf");
+    std::fs::write(&conf, render_nginx_conf(listen, replicas, dir, locations)).expect("nginx.conf");
     let mut command = Command::new(nginx);
     command
         .arg("-p")

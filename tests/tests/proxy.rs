@@ -361,6 +361,60 @@ async fn the_cli_works_through_the_proxy() {
     assert!(placement(cluster, "cli").await.is_empty());
 }
 
+/// A gateway may forbid ListSessions (it would list one replica's sessions
+/// only). `wsfs session list` through it says so in one line, with what to
+/// do, whether the gateway refuses with a bare HTTP status or a gRPC one;
+/// the advice works: the replica itself lists.
+#[test]
+fn session_list_through_a_proxy_that_forbids_it_says_so_in_one_line() {
+    let refusals = [
+        "return 403;",
+        "default_type application/grpc;\n\
+         add_header grpc-status 7 always;\n\
+         add_header grpc-message \"listing is not allowed here\" always;\n\
+         return 204;",
+    ];
+    let home = tempfile::tempdir().unwrap();
+    for refusal in refusals {
+        let locations = format!("location = /wsfs.v1.Sessions/ListSessions {{\n{refusal}\n}}\n");
+        let Some(cluster) = Cluster::start_with_locations(1, &locations) else {
+            return;
+        };
+        let list = |server: &str| {
+            std::process::Command::new(binary("wsfs"))
+                .args(["session", "list"])
+                .env_remove("WSFS_TOKEN")
+                .env_remove("WSFS_SESSION")
+                .env_remove("WSFS_CA")
+                .env("WSFS_SERVER", server)
+                .env("WSFS_CONFIG", home.path().join("context.json"))
+                .output()
+                .expect("wsfs runs")
+        };
+        let refused = list(&cluster.url());
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(1), "{refusal}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(
+            stderr.starts_with(&format!(
+                "wsfs: PERMISSION_DENIED: a proxy or gateway at {} refused to list sessions",
+                cluster.url()
+            )),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("wsfs session list --server http://HOST:PORT"),
+            "{stderr}"
+        );
+        let direct = list(&cluster.replicas[0].url());
+        assert!(
+            direct.status.success(),
+            "{}",
+            String::from_utf8_lossy(&direct.stderr)
+        );
+    }
+}
+
 /// The Kubernetes sketch is not run, but its proxy configuration must stay
 /// the tested one: the same directives as `deploy/nginx/wsfs.conf`, but for
 /// the replicas' addresses, the listening address and the access log's

@@ -50,6 +50,9 @@ pub enum Failure {
     /// A refusal, with what to do in this command's own words rather than
     /// the reason's usual hint: exit 1.
     Hinted(Error, String),
+    /// A refusal told in one line of this command's own (what happened and
+    /// what to do), in place of the server's sentence and the hint: exit 1.
+    Said(Error, String),
 }
 
 impl Failure {
@@ -58,6 +61,7 @@ impl Failure {
     pub fn text(&self) -> (String, String) {
         match self {
             Failure::Remote(e) | Failure::Hinted(e, _) => (e.reason().to_string(), e.to_string()),
+            Failure::Said(e, line) => (e.reason().to_string(), line.clone()),
             Failure::Local(m) => ("LOCAL".to_string(), m.clone()),
             Failure::Usage(m) => ("USAGE".to_string(), m.clone()),
             Failure::Silent(code) | Failure::Code(code, _) => {
@@ -360,6 +364,13 @@ fn report(failure: Failure, json: bool, reach: &Reach) -> ExitCode {
             error.reason().to_string(),
             remote_message(&error),
             Some(hint),
+        ),
+        Failure::Said(error, line) if !json => (1, error.reason().to_string(), line, None),
+        Failure::Said(error, line) => (
+            1,
+            error.reason().to_string(),
+            remote_message(&error),
+            Some(line),
         ),
         Failure::Local(message) => (1, "LOCAL".to_string(), message, None),
         Failure::Usage(message) => (2, "USAGE".to_string(), message, None),

@@ -525,6 +525,27 @@ fn a_session_token_on_session_list_is_told_the_admin_token_is_needed() {
         "{}",
         refused.stderr
     );
+    // One line, in the CLI's words (not the header to send), with the
+    // command that serves a session's token.
+    assert_eq!(
+        refused.stderr,
+        "wsfs: UNAUTHENTICATED: listing sessions needs the server's admin token, and the token \
+         sent (WSFS_TOKEN or --token) is not it: a session's token opens that one session \
+         (`wsfs session show` shows it)\n"
+    );
+    // That command works with the token alone.
+    let shown = wsfs_token(&server, token, None, &["session", "show", "--json"])
+        .ok()
+        .json();
+    assert_eq!(shown["session_id"], created["session_id"]);
+    // Without any token: set it, in one line.
+    let refused = wsfs_with(None, &["session", "list"], b"", &server).fails_with("UNAUTHENTICATED");
+    assert_eq!(refused.stderr.lines().count(), 1, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("set WSFS_TOKEN"),
+        "{}",
+        refused.stderr
+    );
 }
 
 #[test]
