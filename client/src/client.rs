@@ -181,7 +181,7 @@ impl Client {
 
     /// Every session of the server. Through a proxy in front of several
     /// servers, the sessions of the one server that calls naming no session
-    /// reach (see the README's "Running several servers").
+    /// reach (see docs/DEPLOY.md, "Running several servers").
     pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
         self.list_sessions_labelled(&BTreeMap::new(), false).await
     }

@@ -79,3 +79,19 @@ pub use watch::{ChangeEvent, ChangeKind, ChangesResponse, WatchBuilder};
 pub use wsfs;
 pub use wsfs::fs::*;
 pub use wsfs::{CanonicalPath, Error, PathLimits, Permissions, Result};
+
+/// The Rust blocks of the README and of `docs/`, compiled as doc tests
+/// (`cargo test -p wsfs-client --doc`). Every page with a Rust block is
+/// listed here; `wsfs-tests`' `docs` test fails when one is missing.
+#[cfg(doctest)]
+// The other blocks' info strings say in words why they are not run
+// (`sh no-run: needs Docker`), which rustdoc reads as malformed attributes.
+#[allow(rustdoc::invalid_codeblock_attributes)]
+mod docs {
+    #[doc = include_str!("../../README.md")]
+    pub struct Readme;
+    #[doc = include_str!("../../docs/API.md")]
+    pub struct Api;
+    #[doc = include_str!("../../docs/SECURITY.md")]
+    pub struct Security;
+}

@@ -33,7 +33,7 @@ const TLS_PROBLEMS: &[TlsProblem] = &[
         said: "the server's certificate is marked as a certificate authority, which TLS refuses \
                as a server's own certificate (CaUsedAsEndEntity)",
         fix: "make the certificate with `-addext basicConstraints=critical,CA:FALSE` (`openssl \
-              req -x509` marks it as an authority by default) (README, TLS)",
+              req -x509` marks it as an authority by default) (docs/SECURITY.md, TLS)",
         from_tls_server: true,
     },
     TlsProblem {
@@ -124,7 +124,7 @@ pub fn unavailable_hint(message: &str, server: &str) -> Option<String> {
     {
         format!(
             "a proxy at {server} answered, but no wsfs-server behind it did: start the server it \
-             sends this session to, or fix its list of servers (README, Running several servers)"
+             sends this session to, or fix its list of servers (docs/DEPLOY.md)"
         )
     } else {
         format!(
