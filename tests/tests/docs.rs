@@ -32,6 +32,9 @@ const DOCS_ADDRESS: &str = "127.0.0.1:50051";
 /// How long one shell block may run (it ends at once when done).
 const BLOCK_DEADLINE: Duration = Duration::from_secs(300);
 
+/// The Python test that runs every `python` block.
+const PYTHON_RUNNER: &str = "clients/python/tests/test_docs.py";
+
 /// Programs a shell block may call beyond bash, coreutils and `wsfs`.
 const TOOLS: &[&str] = &["grpcurl", "jq", "unzip"];
 
@@ -184,6 +187,9 @@ fn check_of(block: &Block, doctested: &str) -> Result<Check, String> {
             ))
         }
         "rust" => Ok(Check::DocTest),
+        "python" if !repo().join(PYTHON_RUNNER).is_file() => {
+            Err(format!("{PYTHON_RUNNER}, which runs the Python blocks, is missing"))
+        }
         "python" => Ok(Check::Python),
         "json" => Ok(Check::Json),
         "" => Err("has no language (rustdoc would compile it as Rust)".into()),
