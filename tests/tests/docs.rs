@@ -30,7 +30,7 @@ use wsfs_tests::kit::system_tool;
 const DOCS_ADDRESS: &str = "127.0.0.1:50051";
 
 /// How long one shell block may run (it ends at once when done).
-const BLOCK_DEADLINE: Duration = Duration::from_secs(300);
+const BLOCK_DEADLINE: Duration = Duration::from_secs(120);
 
 /// The Python test that runs every `python` block.
 const PYTHON_RUNNER: &str = "clients/python/tests/test_docs.py";
