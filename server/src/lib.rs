@@ -2,9 +2,9 @@
 //!
 //! The wsfs gRPC server. Requests flow one way:
 //!
-//! gRPC request → [`service`] (parse at the edge, authorize) →
-//! [`wsfs::Filesystem`] → [`workspace::Workspace`] (the contract's shared
-//! logic) → [`backend::Backend`] (memory or directory storage).
+//! gRPC request → [`service`] (parse at the edge, authorize) → [`layers`]
+//! (events, zones) → [`workspace::Workspace`] (the contract's shared logic)
+//! → [`backend::Backend`] (memory or directory storage).
 //!
 //! [`registry::SessionRegistry`] owns every session and its workspace;
 //! [`search`] holds glob and the ripgrep-class grep, [`glob`] the one glob
@@ -23,6 +23,7 @@ pub mod exporter;
 pub mod faults;
 pub mod glob;
 pub mod http;
+pub(crate) mod layers;
 pub mod journal;
 pub mod limits;
 pub mod metrics;

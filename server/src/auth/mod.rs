@@ -8,9 +8,9 @@
 //!   metadata becomes a caller. Tokens are on when the server has an admin
 //!   token (`--admin-token`), off otherwise (then only on loopback, or with
 //!   `--insecure`; see [`crate::config::ServerConfig::validate`]);
-//! - [`zones`]: the SWARM layout's one permission function and
-//!   [`zones::Guarded`], the `Filesystem` view that applies it in front of
-//!   every backend.
+//! - [`zones`]: the SWARM layout's one permission function, which the
+//!   zones layer ([`crate::layers::Guarded`]) applies in front of every
+//!   backend.
 //!
 //! With tokens on, a Filesystem call opens exactly the session its token
 //! belongs to: a token of session A naming session B is refused with
@@ -34,7 +34,7 @@ use tonic::metadata::MetadataMap;
 use wsfs::{Error, Result};
 
 pub use tokens::TokenStore;
-pub use zones::{Guarded, Layout, Operation};
+pub use zones::{Layout, Operation};
 
 /// The metadata key naming the caller when tokens are off.
 pub const CALLER_HEADER: &str = "x-wsfs-caller";
