@@ -289,7 +289,7 @@ impl Scope {
         let glob = if glob.is_empty() {
             None
         } else {
-            Some(crate::glob::compile_glob(glob)?)
+            Some(crate::pattern::compile_glob(glob)?)
         };
         Ok(Scope {
             base,

@@ -7,10 +7,11 @@
 //! → [`backend::Backend`] (memory or directory storage).
 //!
 //! [`registry::SessionRegistry`] owns every session and its workspace;
-//! [`search`] holds glob and the ripgrep-class grep, [`glob`] the one glob
-//! dialect every call that takes a glob compiles with; [`serve`] runs it all
-//! with health and reflection; [`archive`] exports and imports ZIP archives;
-//! [`snapshots`] takes, restores and reads back each session's snapshots.
+//! [`search`] holds glob and the ripgrep-class grep, [`pattern`] the bound
+//! on every pattern and the one glob dialect every call that takes a glob
+//! compiles with; [`serve`] runs it all with health and reflection;
+//! [`archive`] exports and imports ZIP archives; [`snapshots`] takes,
+//! restores and reads back each session's snapshots.
 
 pub mod archive;
 pub mod auth;
@@ -21,14 +22,14 @@ pub mod durability;
 pub mod events;
 pub mod exporter;
 pub mod faults;
-pub mod glob;
 pub mod http;
-pub(crate) mod layers;
 pub mod journal;
+pub(crate) mod layers;
 pub mod limits;
 pub mod metrics;
 pub mod mounts;
 pub mod objstore;
+pub mod pattern;
 pub mod producer;
 pub mod quota;
 pub mod search;
