@@ -17,6 +17,7 @@ pub mod archive;
 pub mod auth;
 pub mod backend;
 pub mod claims;
+pub(crate) mod clock;
 pub mod container;
 pub mod durability;
 pub mod events;
