@@ -20,23 +20,13 @@ pub use zones::Guarded;
 
 use crate::auth::{Caller, Layout};
 use crate::events::EventLog;
-use crate::registry::Session;
 use std::sync::Arc;
 use wsfs::Filesystem;
 
-/// Session `session`'s workspace as `caller` sees it for one call: behind
-/// the caller's zone check, recording the call's changes.
-pub(crate) fn for_caller(session: &Session, caller: Caller) -> Arc<dyn Filesystem> {
-    stack(
-        session.fs.clone(),
-        caller,
-        session.record.layout,
-        session.events.clone(),
-    )
-}
-
-/// The layers over `workspace`, outermost first: events, then zones.
-fn stack(
+/// A session's `workspace` as `caller` sees it for one call, outermost
+/// first: recording the call's changes in `events`, behind the caller's
+/// zone check in a session of `layout`.
+pub(crate) fn for_caller(
     workspace: Arc<dyn Filesystem>,
     caller: Caller,
     layout: Layout,
@@ -159,7 +149,8 @@ mod tests {
             crate::SessionLimits::default(),
         ));
         let events = Arc::new(EventLog::new(DEFAULT_RING_EVENTS));
-        let view = |caller: Caller| stack(workspace.clone(), caller, Layout::Swarm, events.clone());
+        let view =
+            |caller: Caller| for_caller(workspace.clone(), caller, Layout::Swarm, events.clone());
         let (system, alice) = (view(Caller::System), view(Caller::Named("alice".into())));
 
         for (call, answer) in every_change(&*system, "sys").await {

@@ -49,7 +49,12 @@ pub(crate) fn open(
     let caller = auth.filesystem_caller(metadata, id)?;
     tracing::Span::current().record("caller", caller.name());
     let session = registry.get(id)?;
-    let fs = crate::layers::for_caller(&session, caller);
+    let fs = crate::layers::for_caller(
+        session.fs.clone(),
+        caller,
+        session.record.layout,
+        session.events.clone(),
+    );
     Ok(Opened { session, fs })
 }
 
