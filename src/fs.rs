@@ -577,3 +577,217 @@ pub trait Filesystem: Send + Sync {
         options: SymlinkOptions,
     ) -> Result<Metadata>;
 }
+
+/// A cross-cutting view over another [`Filesystem`] (zones, events,
+/// metrics...): it names the filesystem it wraps ([`Self::inner`]) and
+/// changes only what it is about; every type that is a layer is a
+/// `Filesystem` through the blanket impl below. Each method is the
+/// `Filesystem` method of the same name.
+///
+/// The reads forward to [`Self::inner`] unless a layer overrides them, so
+/// a new read touches no layer. The calls that change the workspace have
+/// no default: every layer decides for each of them (a zone check or an
+/// event forgotten on a new kind of change would be a silent hole, so it
+/// is a compile error instead).
+#[async_trait::async_trait]
+pub trait FilesystemLayer: Send + Sync {
+    /// The filesystem this layer wraps.
+    fn inner(&self) -> &dyn Filesystem;
+
+    async fn read(&self, path: &CanonicalPath, range: LineRange) -> Result<TextPage> {
+        self.inner().read(path, range).await
+    }
+
+    async fn read_bytes(
+        &self,
+        path: &CanonicalPath,
+        range: ByteRange,
+        chunk_size: usize,
+    ) -> Result<ByteStream> {
+        self.inner().read_bytes(path, range, chunk_size).await
+    }
+
+    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {
+        self.inner().list(path, depth).await
+    }
+
+    async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {
+        self.inner().glob(query).await
+    }
+
+    async fn grep(&self, query: GrepQuery) -> Result<BoxStream<'static, Result<GrepEvent>>> {
+        self.inner().grep(query).await
+    }
+
+    async fn stat(&self, path: &CanonicalPath) -> Result<Metadata> {
+        self.inner().stat(path).await
+    }
+
+    async fn exists(&self, path: &CanonicalPath) -> Result<Option<FileKind>> {
+        self.inner().exists(path).await
+    }
+
+    async fn write(
+        &self,
+        path: &CanonicalPath,
+        content: &str,
+        options: WriteOptions,
+    ) -> Result<WriteOutcome>;
+
+    async fn write_bytes(
+        &self,
+        path: &CanonicalPath,
+        options: WriteOptions,
+        data: ByteChunks,
+    ) -> Result<WriteOutcome>;
+
+    async fn edit(&self, path: &CanonicalPath, edit: EditSpec) -> Result<EditOutcome>;
+
+    async fn delete(&self, path: &CanonicalPath, options: DeleteOptions) -> Result<u64>;
+
+    async fn mkdir(&self, path: &CanonicalPath, options: MkdirOptions) -> Result<bool>;
+
+    async fn rename(
+        &self,
+        source: &CanonicalPath,
+        destination: &CanonicalPath,
+        options: TransferOptions,
+    ) -> Result<u64>;
+
+    async fn copy(
+        &self,
+        source: &CanonicalPath,
+        destination: &CanonicalPath,
+        options: TransferOptions,
+    ) -> Result<u64>;
+
+    async fn set_attributes(
+        &self,
+        path: &CanonicalPath,
+        attributes: Attributes,
+    ) -> Result<AttributesOutcome>;
+
+    async fn patch_bytes(
+        &self,
+        path: &CanonicalPath,
+        options: PatchOptions,
+        data: PatchChunks,
+    ) -> Result<WriteOutcome>;
+
+    async fn symlink(
+        &self,
+        path: &CanonicalPath,
+        target: &str,
+        options: SymlinkOptions,
+    ) -> Result<Metadata>;
+}
+
+#[async_trait::async_trait]
+impl<L: FilesystemLayer> Filesystem for L {
+    async fn read(&self, path: &CanonicalPath, range: LineRange) -> Result<TextPage> {
+        FilesystemLayer::read(self, path, range).await
+    }
+
+    async fn read_bytes(
+        &self,
+        path: &CanonicalPath,
+        range: ByteRange,
+        chunk_size: usize,
+    ) -> Result<ByteStream> {
+        FilesystemLayer::read_bytes(self, path, range, chunk_size).await
+    }
+
+    async fn write(
+        &self,
+        path: &CanonicalPath,
+        content: &str,
+        options: WriteOptions,
+    ) -> Result<WriteOutcome> {
+        FilesystemLayer::write(self, path, content, options).await
+    }
+
+    async fn write_bytes(
+        &self,
+        path: &CanonicalPath,
+        options: WriteOptions,
+        data: ByteChunks,
+    ) -> Result<WriteOutcome> {
+        FilesystemLayer::write_bytes(self, path, options, data).await
+    }
+
+    async fn edit(&self, path: &CanonicalPath, edit: EditSpec) -> Result<EditOutcome> {
+        FilesystemLayer::edit(self, path, edit).await
+    }
+
+    async fn delete(&self, path: &CanonicalPath, options: DeleteOptions) -> Result<u64> {
+        FilesystemLayer::delete(self, path, options).await
+    }
+
+    async fn mkdir(&self, path: &CanonicalPath, options: MkdirOptions) -> Result<bool> {
+        FilesystemLayer::mkdir(self, path, options).await
+    }
+
+    async fn rename(
+        &self,
+        source: &CanonicalPath,
+        destination: &CanonicalPath,
+        options: TransferOptions,
+    ) -> Result<u64> {
+        FilesystemLayer::rename(self, source, destination, options).await
+    }
+
+    async fn copy(
+        &self,
+        source: &CanonicalPath,
+        destination: &CanonicalPath,
+        options: TransferOptions,
+    ) -> Result<u64> {
+        FilesystemLayer::copy(self, source, destination, options).await
+    }
+
+    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {
+        FilesystemLayer::list(self, path, depth).await
+    }
+
+    async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {
+        FilesystemLayer::glob(self, query).await
+    }
+
+    async fn grep(&self, query: GrepQuery) -> Result<BoxStream<'static, Result<GrepEvent>>> {
+        FilesystemLayer::grep(self, query).await
+    }
+
+    async fn stat(&self, path: &CanonicalPath) -> Result<Metadata> {
+        FilesystemLayer::stat(self, path).await
+    }
+
+    async fn exists(&self, path: &CanonicalPath) -> Result<Option<FileKind>> {
+        FilesystemLayer::exists(self, path).await
+    }
+
+    async fn set_attributes(
+        &self,
+        path: &CanonicalPath,
+        attributes: Attributes,
+    ) -> Result<AttributesOutcome> {
+        FilesystemLayer::set_attributes(self, path, attributes).await
+    }
+
+    async fn patch_bytes(
+        &self,
+        path: &CanonicalPath,
+        options: PatchOptions,
+        data: PatchChunks,
+    ) -> Result<WriteOutcome> {
+        FilesystemLayer::patch_bytes(self, path, options, data).await
+    }
+
+    async fn symlink(
+        &self,
+        path: &CanonicalPath,
+        target: &str,
+        options: SymlinkOptions,
+    ) -> Result<Metadata> {
+        FilesystemLayer::symlink(self, path, target, options).await
+    }
+}

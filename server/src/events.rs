@@ -8,10 +8,12 @@
 //! channel to move past its cursor. Replay and live delivery are the same
 //! read of the ring, so a resumed watcher neither loses nor repeats events.
 //!
-//! Events are appended by [`Recorded`], the `Filesystem` view the service
-//! opens for each call, after the call succeeds, because only there are
-//! both the outcome and the caller known: backends stay free of callers. When the ring no longer holds the event after a cursor, the
-//! reader gets [`Since::Resync`] and should re-read the workspace.
+//! Events are appended by the events layer ([`crate::layers::Recorded`]),
+//! part of the view the service opens for each call, after the call
+//! succeeds, because only there are both the outcome and the caller known:
+//! backends stay free of callers. When the ring no longer holds the event
+//! after a cursor, the reader gets [`Since::Resync`] and should re-read the
+//! workspace.
 //! Restore and ImportArchive replace the workspace wholesale; they are
 //! recorded as a [`EventLog::barrier`], which every reader behind it sees as
 //! a resync. A DIRECTORY session also has an [`ExternalWatcher`], which
@@ -21,9 +23,7 @@
 
 use crate::auth::EXTERNAL_CALLER;
 
-mod recorded;
 mod watcher;
-pub use recorded::Recorded;
 use watcher::Seen;
 
 use std::collections::VecDeque;
@@ -289,7 +289,7 @@ impl Scope {
         let glob = if glob.is_empty() {
             None
         } else {
-            Some(crate::glob::compile_glob(glob)?)
+            Some(crate::pattern::compile_glob(glob)?)
         };
         Ok(Scope {
             base,

@@ -87,7 +87,7 @@ impl IntentFile {
             path: path.as_str().to_string(),
             staged: staged.journal_name(),
             size: staged.len(),
-            sha256: sha256.map(hex),
+            sha256: sha256.map(hex::encode),
             modified: None,
         }
     }
@@ -113,10 +113,6 @@ impl Intent {
     fn bits(&self, path: &str) -> Option<Permissions> {
         self.permissions.get(path).map(|&b| Permissions::masked(b))
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Runs `changes` (the replacement's steps, on `backend`) between recording
@@ -294,7 +290,7 @@ fn holds(path: &Path, expected: Option<&str>) -> Result<bool> {
             Err(e) => return Err(fail(e)),
         }
     }
-    Ok(hex(&hasher.finalize()) == expected)
+    Ok(hex::encode(hasher.finalize()) == expected)
 }
 
 #[cfg(test)]

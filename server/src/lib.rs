@@ -2,32 +2,35 @@
 //!
 //! The wsfs gRPC server. Requests flow one way:
 //!
-//! gRPC request → [`service`] (parse at the edge, authorize) →
-//! [`wsfs::Filesystem`] → [`workspace::Workspace`] (the contract's shared
-//! logic) → [`backend::Backend`] (memory or directory storage).
+//! gRPC request → [`service`] (parse at the edge, authorize) → [`layers`]
+//! (events, zones) → [`workspace::Workspace`] (the contract's shared logic)
+//! → [`backend::Backend`] (memory or directory storage).
 //!
 //! [`registry::SessionRegistry`] owns every session and its workspace;
-//! [`search`] holds glob and the ripgrep-class grep, [`glob`] the one glob
-//! dialect every call that takes a glob compiles with; [`serve`] runs it all
-//! with health and reflection; [`archive`] exports and imports ZIP archives;
-//! [`snapshots`] takes, restores and reads back each session's snapshots.
+//! [`search`] holds glob and the ripgrep-class grep, [`pattern`] the bound
+//! on every pattern and the one glob dialect every call that takes a glob
+//! compiles with; [`serve`] runs it all with health and reflection;
+//! [`archive`] exports and imports ZIP archives; [`snapshots`] takes,
+//! restores and reads back each session's snapshots.
 
 pub mod archive;
 pub mod auth;
 pub mod backend;
 pub mod claims;
+pub(crate) mod clock;
 pub mod container;
 pub mod durability;
 pub mod events;
 pub mod exporter;
 pub mod faults;
-pub mod glob;
 pub mod http;
 pub mod journal;
+pub(crate) mod layers;
 pub mod limits;
 pub mod metrics;
 pub mod mounts;
 pub mod objstore;
+pub mod pattern;
 pub mod producer;
 pub mod quota;
 pub mod search;

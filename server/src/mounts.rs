@@ -29,7 +29,7 @@
 //! Mounts are copied in order, later ones overwriting earlier ones at the
 //! same path; seed files are written after every mount.
 
-use crate::glob::compile_glob_set;
+use crate::pattern::compile_glob_set;
 use crate::quota::Usage;
 use futures::stream::StreamExt;
 use globset::GlobSet;

@@ -11,6 +11,7 @@
 use crate::archive::import::ArchiveTarget;
 use crate::auth::zones::{Layout, ZONE_DIRS};
 use crate::backend::{Backend, DirectoryBackend, MemoryBackend};
+use crate::clock::now_ms;
 use crate::config::ServerConfig;
 use crate::limits::SessionLimits;
 use crate::snapshots::{MemorySnapshots, SnapshotStore};
@@ -232,12 +233,6 @@ impl Session {
     pub async fn closed(&self) {
         self.closed.cancelled().await
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Session {

@@ -8,9 +8,9 @@
 //!   metadata becomes a caller. Tokens are on when the server has an admin
 //!   token (`--admin-token`), off otherwise (then only on loopback, or with
 //!   `--insecure`; see [`crate::config::ServerConfig::validate`]);
-//! - [`zones`]: the SWARM layout's one permission function and
-//!   [`zones::Guarded`], the `Filesystem` view that applies it in front of
-//!   every backend.
+//! - [`zones`]: the SWARM layout's one permission function, which the
+//!   zones layer ([`crate::layers::Guarded`]) applies in front of every
+//!   backend.
 //!
 //! With tokens on, a Filesystem call opens exactly the session its token
 //! belongs to: a token of session A naming session B is refused with
@@ -34,7 +34,7 @@ use tonic::metadata::MetadataMap;
 use wsfs::{Error, Result};
 
 pub use tokens::TokenStore;
-pub use zones::{Guarded, Layout, Operation};
+pub use zones::{Layout, Operation};
 
 /// The metadata key naming the caller when tokens are off.
 pub const CALLER_HEADER: &str = "x-wsfs-caller";
@@ -194,7 +194,7 @@ impl Auth {
                 .of_session(id)
                 .into_iter()
                 .map(|(hash, caller)| PersistedToken {
-                    sha256: to_hex(&hash),
+                    sha256: hex::encode(hash),
                     caller: caller.name().to_string(),
                 })
                 .collect();
@@ -368,19 +368,8 @@ fn bearer(metadata: &MetadataMap) -> Result<&str> {
     Ok(token.trim())
 }
 
-fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn from_hex(text: &str) -> Option<[u8; 32]> {
-    let mut out = [0u8; 32];
-    if text.len() != 64 {
-        return None;
-    }
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
+    hex::FromHex::from_hex(text).ok()
 }
 
 /// SHA-256, the one hash of secrets.

@@ -27,12 +27,7 @@ pub fn new_token() -> Result<String> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)
         .map_err(|e| Error::internal(format!("no randomness for a token: {e}")))?;
-    let mut token = String::with_capacity(5 + 64);
-    token.push_str("wsfs_");
-    for b in bytes {
-        token.push_str(&format!("{b:02x}"));
-    }
-    Ok(token)
+    Ok(format!("wsfs_{}", hex::encode(bytes)))
 }
 
 /// Every live token, by hash.

@@ -2,8 +2,9 @@
 //!
 //! "Thin trait, fat router": backends know nothing of callers. [`check`]
 //! decides every write from (caller, layout, operation, paths) alone, and
-//! [`Guarded`] — a per-request `Filesystem` view over a session's
-//! workspace — calls it before every operation that changes anything.
+//! the zones layer ([`crate::layers::Guarded`], a per-request view over a
+//! session's workspace) calls it before every operation that changes
+//! anything.
 //!
 //! | zone | who writes |
 //! | --- | --- |
@@ -19,14 +20,7 @@
 //! session has no zones: every caller writes everywhere.
 
 use super::Caller;
-use futures::stream::BoxStream;
-use std::sync::Arc;
-use wsfs::{
-    Attributes, AttributesOutcome, ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
-    EditOutcome, EditSpec, Error, FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent,
-    GrepQuery, LineRange, Listing, Metadata, MkdirOptions, PatchChunks, PatchOptions, Result,
-    SymlinkOptions, TextPage, TransferOptions, WriteOptions, WriteOutcome,
-};
+use wsfs::{CanonicalPath, Error, Result};
 
 pub use wsfs::Layout;
 
@@ -118,154 +112,6 @@ fn writable_by(name: &str, path: &CanonicalPath) -> std::result::Result<(), Stri
         _ => Err(
             "outside shared/ and home/<caller>/ only the session's system caller writes".to_string(),
         ),
-    }
-}
-
-/// A session's workspace as one caller sees it: reads pass through, every
-/// change is first put to [`check`].
-pub struct Guarded {
-    inner: Arc<dyn Filesystem>,
-    caller: Caller,
-    layout: Layout,
-}
-
-impl Guarded {
-    pub fn new(inner: Arc<dyn Filesystem>, caller: Caller, layout: Layout) -> Guarded {
-        Guarded {
-            inner,
-            caller,
-            layout,
-        }
-    }
-
-    pub fn caller(&self) -> &Caller {
-        &self.caller
-    }
-
-    fn check(&self, op: Operation, paths: &[&CanonicalPath]) -> Result<()> {
-        check(&self.caller, self.layout, op, paths)
-    }
-}
-
-#[async_trait::async_trait]
-impl Filesystem for Guarded {
-    async fn read(&self, path: &CanonicalPath, range: LineRange) -> Result<TextPage> {
-        self.inner.read(path, range).await
-    }
-
-    async fn read_bytes(
-        &self,
-        path: &CanonicalPath,
-        range: ByteRange,
-        chunk_size: usize,
-    ) -> Result<ByteStream> {
-        self.inner.read_bytes(path, range, chunk_size).await
-    }
-
-    async fn write(
-        &self,
-        path: &CanonicalPath,
-        content: &str,
-        options: WriteOptions,
-    ) -> Result<WriteOutcome> {
-        self.check(Operation::Write, &[path])?;
-        self.inner.write(path, content, options).await
-    }
-
-    async fn write_bytes(
-        &self,
-        path: &CanonicalPath,
-        options: WriteOptions,
-        data: ByteChunks,
-    ) -> Result<WriteOutcome> {
-        self.check(Operation::Write, &[path])?;
-        self.inner.write_bytes(path, options, data).await
-    }
-
-    async fn edit(&self, path: &CanonicalPath, edit: EditSpec) -> Result<EditOutcome> {
-        // A dry run answers with the diff the edit would make, at the
-        // edit's cost: it is allowed only where the edit is.
-        self.check(Operation::Edit, &[path])?;
-        self.inner.edit(path, edit).await
-    }
-
-    async fn delete(&self, path: &CanonicalPath, options: DeleteOptions) -> Result<u64> {
-        self.check(Operation::Delete, &[path])?;
-        self.inner.delete(path, options).await
-    }
-
-    async fn mkdir(&self, path: &CanonicalPath, options: MkdirOptions) -> Result<bool> {
-        self.check(Operation::Mkdir, &[path])?;
-        self.inner.mkdir(path, options).await
-    }
-
-    async fn rename(
-        &self,
-        source: &CanonicalPath,
-        destination: &CanonicalPath,
-        options: TransferOptions,
-    ) -> Result<u64> {
-        self.check(Operation::Move, &[source, destination])?;
-        self.inner.rename(source, destination, options).await
-    }
-
-    async fn copy(
-        &self,
-        source: &CanonicalPath,
-        destination: &CanonicalPath,
-        options: TransferOptions,
-    ) -> Result<u64> {
-        self.check(Operation::Copy, &[source, destination])?;
-        self.inner.copy(source, destination, options).await
-    }
-
-    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {
-        self.inner.list(path, depth).await
-    }
-
-    async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {
-        self.inner.glob(query).await
-    }
-
-    async fn grep(&self, query: GrepQuery) -> Result<BoxStream<'static, Result<GrepEvent>>> {
-        self.inner.grep(query).await
-    }
-
-    async fn stat(&self, path: &CanonicalPath) -> Result<Metadata> {
-        self.inner.stat(path).await
-    }
-
-    async fn exists(&self, path: &CanonicalPath) -> Result<Option<FileKind>> {
-        self.inner.exists(path).await
-    }
-
-    async fn set_attributes(
-        &self,
-        path: &CanonicalPath,
-        attributes: Attributes,
-    ) -> Result<AttributesOutcome> {
-        self.check(Operation::Write, &[path])?;
-        self.inner.set_attributes(path, attributes).await
-    }
-
-    async fn patch_bytes(
-        &self,
-        path: &CanonicalPath,
-        options: PatchOptions,
-        data: PatchChunks,
-    ) -> Result<WriteOutcome> {
-        self.check(Operation::Write, &[path])?;
-        self.inner.patch_bytes(path, options, data).await
-    }
-
-    async fn symlink(
-        &self,
-        path: &CanonicalPath,
-        target: &str,
-        options: SymlinkOptions,
-    ) -> Result<Metadata> {
-        self.check(Operation::Write, &[path])?;
-        self.inner.symlink(path, target, options).await
     }
 }
 

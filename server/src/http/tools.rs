@@ -20,9 +20,7 @@ use crate::service::filesystem::Opened;
 use crate::service::to_the_end;
 use serde_json::Value;
 use wsfs::path::quote;
-use wsfs::{
-    CanonicalPath, DeleteOptions, Error, FileKind, Filesystem, LineRange, Result, WriteOptions,
-};
+use wsfs::{CanonicalPath, DeleteOptions, Error, FileKind, LineRange, Result, WriteOptions};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Tool {

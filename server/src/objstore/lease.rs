@@ -48,9 +48,10 @@
 //! listed above it.
 
 use super::{keys, Bucket};
+use crate::clock::now_ms;
 use object_store::{ObjectStoreExt, PutMode, PutOptions};
 use serde::{Deserialize, Serialize};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 use wsfs::{Error, Result};
 
 /// How long before its lease expires a holder stops serving: a quarter
@@ -124,12 +125,6 @@ enum Claim {
     /// Another writer holds the session (its lease, as far as it could be
     /// read).
     Lost(Lease),
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn format_ms(ms: u64) -> String {

@@ -1,8 +1,8 @@
 //! `wsfs.v1.Filesystem`.
 
 use super::{timestamp, to_the_end, traced, LoggedStream};
-use crate::auth::{Auth, Guarded};
-use crate::events::{Change, ChangeKind, Recorded, Scope, Since};
+use crate::auth::Auth;
+use crate::events::{Change, ChangeKind, Scope, Since};
 use crate::metrics::{Gauge, ACTIVE_WATCHES};
 use crate::registry::{Session, SessionRegistry, StreamPermit};
 use bytes::Bytes;
@@ -49,8 +49,10 @@ pub(crate) fn open(
     let caller = auth.filesystem_caller(metadata, id)?;
     tracing::Span::current().record("caller", caller.name());
     let session = registry.get(id)?;
-    let fs = Recorded::new(
-        Guarded::new(session.fs.clone(), caller, session.record.layout),
+    let fs = crate::layers::for_caller(
+        session.fs.clone(),
+        caller,
+        session.record.layout,
         session.events.clone(),
     );
     Ok(Opened { session, fs })
@@ -60,7 +62,7 @@ pub(crate) fn open(
 /// caller's zone check, recording the call's changes.
 pub(crate) struct Opened {
     pub(crate) session: Arc<Session>,
-    pub(crate) fs: Recorded,
+    pub(crate) fs: Arc<dyn Filesystem>,
 }
 
 impl Opened {

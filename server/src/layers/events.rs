@@ -1,28 +1,31 @@
-//! [`Recorded`]: the `Filesystem` view the service opens for one call,
-//! which appends each change the call made to the session's [`EventLog`]
-//! in the caller's name. It wraps the zones' [`Guarded`], so a refused
-//! call records nothing; reads pass straight through.
+//! The events layer: appends each change a call made to the session's
+//! [`EventLog`] in the caller's name, once the call has succeeded. It sits
+//! outside the zones layer, so a refused call records nothing; reads pass
+//! straight through.
 
-use super::{ChangeKind, EventLog};
-use crate::auth::Guarded;
-use futures::stream::BoxStream;
+use crate::events::{ChangeKind, EventLog};
 use std::sync::Arc;
 use wsfs::{
-    Attributes, AttributesOutcome, ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
-    EditOutcome, EditSpec, FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent, GrepQuery,
-    LineRange, Listing, Metadata, MkdirOptions, PatchChunks, PatchOptions, Result, SymlinkOptions,
-    TextPage, TransferOptions, WriteOptions, WriteOutcome,
+    Attributes, AttributesOutcome, ByteChunks, CanonicalPath, DeleteOptions, EditOutcome, EditSpec,
+    Filesystem, FilesystemLayer, Metadata, MkdirOptions, PatchChunks, PatchOptions, Result,
+    SymlinkOptions, TransferOptions, WriteOptions, WriteOutcome,
 };
 
 /// A caller's view of a session's workspace that records its changes.
 pub struct Recorded {
-    inner: Guarded,
+    inner: Arc<dyn Filesystem>,
     events: Arc<EventLog>,
+    /// The name the events carry: `system` or a swarm member.
+    caller: String,
 }
 
 impl Recorded {
-    pub fn new(inner: Guarded, events: Arc<EventLog>) -> Recorded {
-        Recorded { inner, events }
+    pub fn new(inner: Arc<dyn Filesystem>, events: Arc<EventLog>, caller: String) -> Recorded {
+        Recorded {
+            inner,
+            events,
+            caller,
+        }
     }
 
     /// Records a change this call made, in the caller's name.
@@ -33,8 +36,7 @@ impl Recorded {
         to: Option<&CanonicalPath>,
         version: u64,
     ) {
-        let caller = self.inner.caller().name();
-        self.events.append(kind, path, to, version, caller);
+        self.events.append(kind, path, to, version, &self.caller);
     }
 
     /// Records a write: a new file is created, an old one modified.
@@ -74,18 +76,9 @@ impl Recorded {
 }
 
 #[async_trait::async_trait]
-impl Filesystem for Recorded {
-    async fn read(&self, path: &CanonicalPath, range: LineRange) -> Result<TextPage> {
-        self.inner.read(path, range).await
-    }
-
-    async fn read_bytes(
-        &self,
-        path: &CanonicalPath,
-        range: ByteRange,
-        chunk_size: usize,
-    ) -> Result<ByteStream> {
-        self.inner.read_bytes(path, range, chunk_size).await
+impl FilesystemLayer for Recorded {
+    fn inner(&self) -> &dyn Filesystem {
+        &*self.inner
     }
 
     async fn write(
@@ -154,26 +147,6 @@ impl Filesystem for Recorded {
     ) -> Result<u64> {
         let work = self.inner.copy(source, destination, options);
         self.transfer(source, destination, false, work).await
-    }
-
-    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {
-        self.inner.list(path, depth).await
-    }
-
-    async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {
-        self.inner.glob(query).await
-    }
-
-    async fn grep(&self, query: GrepQuery) -> Result<BoxStream<'static, Result<GrepEvent>>> {
-        self.inner.grep(query).await
-    }
-
-    async fn stat(&self, path: &CanonicalPath) -> Result<Metadata> {
-        self.inner.stat(path).await
-    }
-
-    async fn exists(&self, path: &CanonicalPath) -> Result<Option<FileKind>> {
-        self.inner.exists(path).await
     }
 
     async fn set_attributes(

@@ -1,17 +1,53 @@
-//! The one glob dialect. Glob, Grep's file filter, Watch's filter and the
+//! Patterns: the bound every pattern is held to, and the one glob dialect.
+//!
+//! Glob, Grep's file filter, Watch's filter and the
 //! include/exclude globs of host mounts all compile here, so a pattern a
 //! client writes means the same thing on every call that takes one: `*`,
 //! `?` and `[..]` stay inside one segment, `**` spans segments, `{a,b}`
 //! picks one, and `\` escapes the next character (`\*` is a literal star)
 //! on every platform, not only where globset enables it by default.
 //!
-//! A pattern is held to [`crate::search::MAX_PATTERN_BYTES`] before it is
-//! parsed, and a parser's complaint about it is bounded as Grep's regex
-//! complaints are.
+//! Every pattern (a glob, or Grep's regex) is held to [`MAX_PATTERN_BYTES`]
+//! before it is parsed, and a parser's complaint about it is bounded, the
+//! same way for both.
 
-use crate::search::{check_pattern, pattern_error};
 use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use wsfs::{path::quote, Error, Result};
+
+/// Longest pattern (Grep's regex, a Grep, Glob or Watch glob), in bytes.
+/// Refused before it is parsed: parsing costs memory in proportion to the
+/// pattern, and no search a person writes comes near it.
+pub const MAX_PATTERN_BYTES: usize = 64 * 1024;
+
+/// Refuses a pattern longer than [`MAX_PATTERN_BYTES`], quoting a prefix.
+pub fn check_pattern(pattern: &str) -> Result<()> {
+    if pattern.len() > MAX_PATTERN_BYTES {
+        return Err(Error::InvalidPattern {
+            pattern: quote(pattern).into_owned(),
+            message: format!(
+                "the pattern is {} bytes long; at most {MAX_PATTERN_BYTES} are allowed",
+                pattern.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The parser's complaint about `pattern`, bounded: a long pattern's
+/// message would repeat the pattern, so only its last line (the reason) is
+/// kept.
+pub(crate) fn pattern_error(pattern: &str, message: String) -> Error {
+    let message = if pattern.len() > wsfs::path::QUOTE_CHARS {
+        let last = message.lines().last().unwrap_or_default();
+        quote(last).into_owned()
+    } else {
+        message
+    };
+    Error::InvalidPattern {
+        pattern: quote(pattern).into_owned(),
+        message,
+    }
+}
 
 fn parse(pattern: &str) -> Result<Glob> {
     check_pattern(pattern)?;
