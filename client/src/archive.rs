@@ -122,8 +122,8 @@ impl Session {
         }
         let r = result?.into_inner();
         Ok((
-            crate::convert::server_count("file_count", r.file_count)?,
-            crate::convert::server_count("total_bytes", r.total_bytes)?,
+            wsfs::wire::server_count("file_count", r.file_count)?,
+            wsfs::wire::server_count("total_bytes", r.total_bytes)?,
         ))
     }
 }
