@@ -415,15 +415,17 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::WatchRequest>,
     ) -> std::result::Result<Response<Self::WatchStream>, Status> {
         let (metadata, _, r) = request.into_parts();
-        traced("Watch", &r.session_id, &r.path, async {
-            let s = self.session(&metadata, &r.session_id)?;
+        let (id, raw) = shown(&r.session_id, &r.path);
+        traced("Watch", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
             let permit = s.session.open_watch()?;
-            let scope = Scope::new(s.path(&r.path)?, r.recursive, &r.glob)?;
+            let c = call::Watch::parse(r, s.limits())?;
+            let scope = Scope::new(c.path, c.recursive, &c.glob)?;
             let keepalive =
                 std::time::Duration::from_millis(self.registry.config().watch_keepalive_ms.max(1));
             let stopping = self.registry.stopping();
-            let events = watch_stream(s.session, scope, r.since_seq, keepalive, permit, stopping);
-            Ok(LoggedStream::new(events, "Watch", &r.session_id, &r.path, |_| 0).boxed())
+            let events = watch_stream(s.session, scope, c.since_seq, keepalive, permit, stopping);
+            Ok(LoggedStream::new(events, "Watch", &id, &raw, |_| 0).boxed())
         })
         .await
     }

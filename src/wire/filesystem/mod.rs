@@ -15,7 +15,7 @@ mod reads;
 pub use changes::{
     Delete, Edit, Mkdir, SetAttributes, Symlink, Transfer, Upload, UploadPart, Write,
 };
-pub use reads::{byte_stream, Exists, Glob, Grep, List, Read, ReadBytes, Stat};
+pub use reads::{byte_stream, Exists, Glob, Grep, List, Read, ReadBytes, Stat, Watch};
 
 use crate::{CanonicalPath, PathLimits, Result};
 

@@ -1,4 +1,5 @@
-//! The calls that read: Read, ReadBytes, List, Stat, Exists, Glob, Grep.
+//! The calls that read: Read, ReadBytes, List, Stat, Exists, Glob, Grep,
+//! Watch.
 
 use super::{link_target, request_path, Request};
 use crate::wire::{
@@ -457,6 +458,46 @@ impl Request for Grep {
             fixed_string: q.fixed_string,
             max_matches: saturate_u32(q.max_matches),
             context_lines: q.context_lines,
+        })
+    }
+}
+
+// ------------------------------------------------------------------ Watch
+
+/// Watch: the changes under a path, live. The glob is compiled by the
+/// server, which alone knows its glob syntax's limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watch {
+    pub session_id: String,
+    pub path: CanonicalPath,
+    /// The whole subtree, not only the path and its direct children.
+    pub recursive: bool,
+    /// Only paths (relative to `path`) matching it; empty: all.
+    pub glob: String,
+    /// Resume after this seq; 0: from now.
+    pub since_seq: u64,
+}
+
+impl Request for Watch {
+    type Message = proto::WatchRequest;
+
+    fn parse(r: proto::WatchRequest, limits: &PathLimits) -> Result<Self> {
+        Ok(Watch {
+            path: request_path(&r.path, limits)?,
+            session_id: r.session_id,
+            recursive: r.recursive,
+            glob: r.glob,
+            since_seq: r.since_seq,
+        })
+    }
+
+    fn message(self) -> Result<proto::WatchRequest> {
+        Ok(proto::WatchRequest {
+            session_id: self.session_id,
+            path: wire_path(&self.path),
+            recursive: self.recursive,
+            glob: self.glob,
+            since_seq: self.since_seq,
         })
     }
 }
