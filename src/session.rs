@@ -280,7 +280,7 @@ impl TryFrom<proto::SnapshotInfo> for SnapshotInfo {
     }
 }
 
-/// What a restore put back.
+/// What a restore or an archive import put back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Restored {
     pub file_count: u64,
@@ -303,6 +303,27 @@ impl TryFrom<proto::RestoreResponse> for Restored {
     type Error = Error;
 
     fn try_from(r: proto::RestoreResponse) -> Result<Self> {
+        Ok(Restored {
+            file_count: server_count("file_count", r.file_count)?,
+            total_bytes: server_count("total_bytes", r.total_bytes)?,
+        })
+    }
+}
+
+impl From<Restored> for proto::ImportArchiveResponse {
+    fn from(r: Restored) -> Self {
+        proto::ImportArchiveResponse {
+            file_count: wire_count(r.file_count),
+            total_bytes: wire_count(r.total_bytes),
+        }
+    }
+}
+
+/// A negative count is the server's fault: `INTERNAL`.
+impl TryFrom<proto::ImportArchiveResponse> for Restored {
+    type Error = Error;
+
+    fn try_from(r: proto::ImportArchiveResponse) -> Result<Self> {
         Ok(Restored {
             file_count: server_count("file_count", r.file_count)?,
             total_bytes: server_count("total_bytes", r.total_bytes)?,
@@ -380,6 +401,10 @@ mod tests {
         };
         assert_eq!(
             Restored::try_from(proto::RestoreResponse::from(restored)).unwrap(),
+            restored
+        );
+        assert_eq!(
+            Restored::try_from(proto::ImportArchiveResponse::from(restored)).unwrap(),
             restored
         );
     }
