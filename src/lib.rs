@@ -13,8 +13,12 @@
 //! - [`Filesystem`]: the operations every backend and the client implement,
 //!   in Rust types. The conformance suite is written against this trait;
 //! - [`session`]: the session and snapshot types both sides share
-//!   ([`BackendKind`], [`Layout`], [`HostMount`], [`SnapshotInfo`],
-//!   [`Restored`]) with their wire conversions.
+//!   ([`BackendKind`], [`Layout`], [`HostMount`], [`RequestedLimits`],
+//!   [`SnapshotInfo`], [`Restored`]) with their wire conversions;
+//! - [`wire`]: every other translation between the generated messages and
+//!   these types, one call type per Filesystem RPC
+//!   ([`wire::filesystem`]), so that server and client never translate on
+//!   their own.
 //!
 //! ```
 //! use wsfs::{CanonicalPath, PathLimits};
@@ -34,7 +38,9 @@ pub use error::{Error, Result};
 pub use fs::*;
 pub use path::{CanonicalPath, PathLimits};
 pub use permissions::Permissions;
-pub use session::{BackendKind, HostMount, Layout, Restored, SnapshotInfo, SnapshotRef};
+pub use session::{
+    BackendKind, HostMount, Layout, RequestedLimits, Restored, SnapshotInfo, SnapshotRef,
+};
 
 /// Generated gRPC types and service stubs for package `wsfs.v1`.
 pub mod proto {

@@ -171,6 +171,49 @@ impl TryFrom<HostMount> for proto::HostMount {
     }
 }
 
+/// The limits a session's creation asks for, as the wire carries them. A
+/// zero field asks for the server's default (and, for `max_files` and
+/// `max_total_bytes`, for no limit). The server resolves these against its
+/// own maxima into the limits the session enforces, which GetSession
+/// reports in the same shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RequestedLimits {
+    /// Largest single write in bytes (default 32 MiB).
+    pub max_write_bytes: u64,
+    /// Path depth in segments (default 16).
+    pub max_path_depth: u32,
+    /// Characters per path segment (default 80).
+    pub max_segment_length: u32,
+    /// Files in the workspace.
+    pub max_files: u64,
+    /// Bytes in the workspace.
+    pub max_total_bytes: u64,
+}
+
+impl From<proto::SessionLimits> for RequestedLimits {
+    fn from(l: proto::SessionLimits) -> Self {
+        RequestedLimits {
+            max_write_bytes: l.max_write_bytes,
+            max_path_depth: l.max_path_depth,
+            max_segment_length: l.max_segment_length,
+            max_files: l.max_files,
+            max_total_bytes: l.max_total_bytes,
+        }
+    }
+}
+
+impl From<RequestedLimits> for proto::SessionLimits {
+    fn from(l: RequestedLimits) -> Self {
+        proto::SessionLimits {
+            max_write_bytes: l.max_write_bytes,
+            max_path_depth: l.max_path_depth,
+            max_segment_length: l.max_segment_length,
+            max_files: l.max_files,
+            max_total_bytes: l.max_total_bytes,
+        }
+    }
+}
+
 /// One snapshot of one session: what a fork is made from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SnapshotRef {
@@ -237,7 +280,7 @@ impl TryFrom<proto::SnapshotInfo> for SnapshotInfo {
     }
 }
 
-/// What a restore put back.
+/// What a restore or an archive import put back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Restored {
     pub file_count: u64,
@@ -267,6 +310,27 @@ impl TryFrom<proto::RestoreResponse> for Restored {
     }
 }
 
+impl From<Restored> for proto::ImportArchiveResponse {
+    fn from(r: Restored) -> Self {
+        proto::ImportArchiveResponse {
+            file_count: wire_count(r.file_count),
+            total_bytes: wire_count(r.total_bytes),
+        }
+    }
+}
+
+/// A negative count is the server's fault: `INTERNAL`.
+impl TryFrom<proto::ImportArchiveResponse> for Restored {
+    type Error = Error;
+
+    fn try_from(r: proto::ImportArchiveResponse) -> Result<Self> {
+        Ok(Restored {
+            file_count: server_count("file_count", r.file_count)?,
+            total_bytes: server_count("total_bytes", r.total_bytes)?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,6 +351,62 @@ mod tests {
         }
         assert_eq!(BackendKind::from_wire(99), None);
         assert_eq!(Layout::from_wire(-1), None);
+    }
+
+    #[test]
+    fn requested_limits_round_trip() {
+        let limits = RequestedLimits {
+            max_write_bytes: 1,
+            max_path_depth: 2,
+            max_segment_length: 3,
+            max_files: 4,
+            max_total_bytes: 5,
+        };
+        let wire = proto::SessionLimits::from(limits);
+        assert_eq!(RequestedLimits::from(wire), limits);
+    }
+
+    #[test]
+    fn host_mounts_round_trip() {
+        let mount = HostMount::new("/data/src", "src")
+            .include("**/*.rs")
+            .exclude("target/**")
+            .max_bytes(7)
+            .follow_symlinks(true);
+        let wire = proto::HostMount::try_from(mount.clone()).unwrap();
+        assert_eq!(HostMount::from(wire), mount);
+    }
+
+    #[test]
+    fn snapshot_types_round_trip() {
+        let r = SnapshotRef {
+            session_id: "a".into(),
+            snapshot_id: "b".into(),
+        };
+        assert_eq!(SnapshotRef::from(proto::SnapshotRef::from(r.clone())), r);
+        let info = SnapshotInfo {
+            id: "67e55044-10b1-426f-9247-bb680e5fe0c8".into(),
+            tag: "t".into(),
+            created_at: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(9),
+            file_count: 3,
+            total_bytes: 40,
+        };
+        assert_eq!(
+            SnapshotInfo::try_from(proto::SnapshotInfo::from(&info)).unwrap(),
+            info
+        );
+        let restored = Restored {
+            file_count: 2,
+            total_bytes: 9,
+        };
+        assert_eq!(
+            Restored::try_from(proto::RestoreResponse::from(restored)).unwrap(),
+            restored
+        );
+        assert_eq!(
+            Restored::try_from(proto::ImportArchiveResponse::from(restored)).unwrap(),
+            restored
+        );
     }
 
     /// Session records on disk name them in lowercase.

@@ -120,10 +120,7 @@ impl Session {
         if let Some(error) = abort.take_error() {
             return Err(error);
         }
-        let r = result?.into_inner();
-        Ok((
-            crate::convert::server_count("file_count", r.file_count)?,
-            crate::convert::server_count("total_bytes", r.total_bytes)?,
-        ))
+        let imported = wsfs::Restored::try_from(result?.into_inner())?;
+        Ok((imported.file_count, imported.total_bytes))
     }
 }

@@ -235,7 +235,7 @@ impl Client {
             .clone()
             .delete_session(self.credentials.about(request))
             .await?;
-        convert::server_count("files_deleted", response.into_inner().files_deleted)
+        wsfs::wire::server_count("files_deleted", response.into_inner().files_deleted)
     }
 
     /// Recreates on the server this client reaches the DIRECTORY session

@@ -1,7 +1,6 @@
 //! [`Session`]: one session's workspace, as a [`Filesystem`] and through
 //! helpers that take `&str` paths.
 
-use crate::convert;
 use crate::credentials::Credentials;
 use crate::query::{GlobBuilder, GrepBuilder};
 use crate::stream::{self, UploadAbort};
@@ -14,6 +13,8 @@ use tokio_util::io::ReaderStream;
 use tonic::transport::Channel;
 use wsfs::proto::filesystem_client::FilesystemClient;
 use wsfs::proto::sessions_client::SessionsClient;
+use wsfs::wire::filesystem::{self as call, Upload};
+use wsfs::wire::Request as _;
 use wsfs::{
     Attributes, AttributesOutcome, ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
     EditOutcome, EditSpec, Error, FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent,
@@ -255,7 +256,28 @@ impl Session {
         if let Some(error) = abort.take_error() {
             return Err(error);
         }
-        convert::write_outcome(result?.into_inner())
+        result?.into_inner().try_into()
+    }
+
+    /// The first message of an upload.
+    fn upload_header(&self, upload: Upload) -> Result<wsfs::proto::WriteBytesRequest> {
+        Ok(upload.message()?.into())
+    }
+
+    /// A Move's or Copy's request (one message for both).
+    fn transfer(
+        &self,
+        source: &CanonicalPath,
+        destination: &CanonicalPath,
+        options: TransferOptions,
+    ) -> Result<tonic::Request<wsfs::proto::TransferRequest>> {
+        let request = call::Transfer {
+            session_id: self.id.clone(),
+            source: source.clone(),
+            destination: destination.clone(),
+            options,
+        };
+        Ok(self.request(request.message()?))
     }
 
     /// A search of this workspace; see [`GrepBuilder`].
@@ -272,9 +294,13 @@ impl Session {
 #[async_trait]
 impl Filesystem for Session {
     async fn read(&self, path: &CanonicalPath, range: LineRange) -> Result<TextPage> {
-        let request = convert::read_request(&self.id, path, range)?;
-        let response = self.stub().read(self.request(request)).await?;
-        convert::text_page(response.into_inner())
+        let request = call::Read {
+            session_id: self.id.clone(),
+            path: path.clone(),
+            range,
+        };
+        let response = self.stub().read(self.request(request.message()?)).await?;
+        response.into_inner().try_into()
     }
 
     async fn read_bytes(
@@ -283,8 +309,16 @@ impl Filesystem for Session {
         range: ByteRange,
         chunk_size: usize,
     ) -> Result<ByteStream> {
-        let request = convert::read_bytes_request(&self.id, path, range, chunk_size)?;
-        let responses = self.stub().read_bytes(self.request(request)).await?;
+        let request = call::ReadBytes {
+            session_id: self.id.clone(),
+            path: path.clone(),
+            range,
+            chunk_size,
+        };
+        let responses = self
+            .stub()
+            .read_bytes(self.request(request.message()?))
+            .await?;
         let mut bytes = stream::read_bytes(responses.into_inner()).await?;
         if range.limit == Some(0) {
             // Sent as a one-byte read (the wire has no "zero bytes"); the
@@ -307,9 +341,14 @@ impl Filesystem for Session {
             let chunks = futures::stream::iter([Ok(data)]).boxed();
             return self.write_bytes(path, options, chunks).await;
         }
-        let request = convert::write_request(&self.id, path, content, options);
-        let response = self.stub().write(self.request(request)).await?;
-        convert::write_outcome(response.into_inner())
+        let request = call::Write {
+            session_id: self.id.clone(),
+            path: path.clone(),
+            content: content.to_string(),
+            options,
+        };
+        let response = self.stub().write(self.request(request.message()?)).await?;
+        response.into_inner().try_into()
     }
 
     async fn write_bytes(
@@ -319,7 +358,11 @@ impl Filesystem for Session {
         data: ByteChunks,
     ) -> Result<WriteOutcome> {
         let abort = Arc::new(UploadAbort::default());
-        let header = convert::write_bytes_header(&self.id, path, options);
+        let header = self.upload_header(Upload::Write {
+            session_id: self.id.clone(),
+            path: path.clone(),
+            options,
+        })?;
         let body = stream::upload_body(header, data, abort.clone());
         self.send_upload(body, abort).await
     }
@@ -331,7 +374,11 @@ impl Filesystem for Session {
         data: PatchChunks,
     ) -> Result<WriteOutcome> {
         let abort = Arc::new(UploadAbort::default());
-        let header = convert::patch_header(&self.id, path, options);
+        let header = self.upload_header(Upload::Patch {
+            session_id: self.id.clone(),
+            path: path.clone(),
+            options,
+        })?;
         let body = stream::patch_body(header, data, abort.clone());
         self.send_upload(body, abort).await
     }
@@ -342,26 +389,46 @@ impl Filesystem for Session {
         target: &str,
         options: SymlinkOptions,
     ) -> Result<Metadata> {
-        let request = convert::symlink_request(&self.id, path, target, options);
-        let response = self.stub().symlink(self.request(request)).await?;
-        convert::symlink_metadata(response.into_inner())
+        let request = call::Symlink {
+            session_id: self.id.clone(),
+            path: path.clone(),
+            target: target.to_string(),
+            options,
+        };
+        let response = self
+            .stub()
+            .symlink(self.request(request.message()?))
+            .await?;
+        response.into_inner().try_into()
     }
 
     async fn edit(&self, path: &CanonicalPath, edit: EditSpec) -> Result<EditOutcome> {
-        let request = convert::edit_request(&self.id, path, edit);
-        let response = self.stub().edit(self.request(request)).await?;
-        convert::edit_outcome(response.into_inner())
+        let request = call::Edit {
+            session_id: self.id.clone(),
+            path: path.clone(),
+            edit,
+        };
+        let response = self.stub().edit(self.request(request.message()?)).await?;
+        response.into_inner().try_into()
     }
 
     async fn delete(&self, path: &CanonicalPath, options: DeleteOptions) -> Result<u64> {
-        let request = convert::delete_request(&self.id, path, options);
-        let response = self.stub().delete(self.request(request)).await?;
-        convert::server_count("deleted", response.into_inner().deleted)
+        let request = call::Delete {
+            session_id: self.id.clone(),
+            path: path.clone(),
+            options,
+        };
+        let response = self.stub().delete(self.request(request.message()?)).await?;
+        call::Delete::outcome(response.into_inner())
     }
 
     async fn mkdir(&self, path: &CanonicalPath, options: MkdirOptions) -> Result<bool> {
-        let request = convert::mkdir_request(&self.id, path, options);
-        let response = self.stub().mkdir(self.request(request)).await?;
+        let request = call::Mkdir {
+            session_id: self.id.clone(),
+            path: path.clone(),
+            options,
+        };
+        let response = self.stub().mkdir(self.request(request.message()?)).await?;
         Ok(response.into_inner().created)
     }
 
@@ -371,9 +438,9 @@ impl Filesystem for Session {
         destination: &CanonicalPath,
         options: TransferOptions,
     ) -> Result<u64> {
-        let request = convert::transfer_request(&self.id, source, destination, options);
-        let response = self.stub().r#move(self.request(request)).await?;
-        convert::server_count("entries", response.into_inner().entries)
+        let request = self.transfer(source, destination, options)?;
+        let response = self.stub().r#move(request).await?;
+        call::Transfer::outcome(response.into_inner())
     }
 
     async fn copy(
@@ -382,39 +449,55 @@ impl Filesystem for Session {
         destination: &CanonicalPath,
         options: TransferOptions,
     ) -> Result<u64> {
-        let request = convert::transfer_request(&self.id, source, destination, options);
-        let response = self.stub().copy(self.request(request)).await?;
-        convert::server_count("entries", response.into_inner().entries)
+        let request = self.transfer(source, destination, options)?;
+        let response = self.stub().copy(request).await?;
+        call::Transfer::outcome(response.into_inner())
     }
 
     async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {
-        let request = convert::list_request(&self.id, path, depth);
-        let response = self.stub().list(self.request(request)).await?;
-        convert::listing(response.into_inner())
+        let request = call::List {
+            session_id: self.id.clone(),
+            path: path.clone(),
+            depth,
+        };
+        let response = self.stub().list(self.request(request.message()?)).await?;
+        response.into_inner().try_into()
     }
 
     async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {
-        let request = convert::glob_request(&self.id, query);
-        let response = self.stub().glob(self.request(request)).await?;
-        convert::glob_outcome(response.into_inner())
+        let request = call::Glob {
+            session_id: self.id.clone(),
+            query,
+        };
+        let response = self.stub().glob(self.request(request.message()?)).await?;
+        response.into_inner().try_into()
     }
 
     async fn grep(&self, query: GrepQuery) -> Result<BoxStream<'static, Result<GrepEvent>>> {
-        let request = convert::grep_request(&self.id, query);
-        let responses = self.stub().grep(self.request(request)).await?;
+        let request = call::Grep {
+            session_id: self.id.clone(),
+            query,
+        };
+        let responses = self.stub().grep(self.request(request.message()?)).await?;
         Ok(stream::grep_events(responses.into_inner()))
     }
 
     async fn stat(&self, path: &CanonicalPath) -> Result<Metadata> {
-        let request = convert::stat_request(&self.id, path);
-        let response = self.stub().stat(self.request(request)).await?;
-        convert::stat_metadata(response.into_inner())
+        let request = call::Stat {
+            session_id: self.id.clone(),
+            path: path.clone(),
+        };
+        let response = self.stub().stat(self.request(request.message()?)).await?;
+        response.into_inner().try_into()
     }
 
     async fn exists(&self, path: &CanonicalPath) -> Result<Option<FileKind>> {
-        let request = convert::exists_request(&self.id, path);
-        let response = self.stub().exists(self.request(request)).await?;
-        convert::exists_kind(response.into_inner())
+        let request = call::Exists {
+            session_id: self.id.clone(),
+            path: path.clone(),
+        };
+        let response = self.stub().exists(self.request(request.message()?)).await?;
+        response.into_inner().try_into()
     }
 
     async fn set_attributes(
@@ -422,9 +505,16 @@ impl Filesystem for Session {
         path: &CanonicalPath,
         attributes: Attributes,
     ) -> Result<AttributesOutcome> {
-        let request = convert::set_attributes_request(&self.id, path, attributes);
-        let response = self.stub().set_attributes(self.request(request)).await?;
-        convert::set_attributes_outcome(response.into_inner())
+        let request = call::SetAttributes {
+            session_id: self.id.clone(),
+            path: path.clone(),
+            attributes,
+        };
+        let response = self
+            .stub()
+            .set_attributes(self.request(request.message()?))
+            .await?;
+        response.into_inner().try_into()
     }
 }
 

@@ -23,19 +23,7 @@ pub struct ContainerSpec {
 
 /// Per-session limits. A zero field means the server's default (and, for
 /// `max_files` and `max_total_bytes`, no limit), as in the protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct SessionLimits {
-    /// Largest single write in bytes (default 32 MiB).
-    pub max_write_bytes: u64,
-    /// Path depth in segments (default 16).
-    pub max_path_depth: u32,
-    /// Characters per path segment (default 80).
-    pub max_segment_length: u32,
-    /// Files in the workspace.
-    pub max_files: u64,
-    /// Bytes in the workspace.
-    pub max_total_bytes: u64,
-}
+pub use wsfs::RequestedLimits as SessionLimits;
 
 /// What to create: a builder for `CreateSession`.
 ///

@@ -2,7 +2,6 @@
 //! [`Client::list_snapshots`] and [`Client::delete_snapshot`].
 
 use crate::client::Client;
-use crate::convert;
 use wsfs::{proto, CanonicalPath, Error, Result};
 
 pub use wsfs::{Restored, SnapshotInfo};
@@ -166,7 +165,7 @@ impl Client {
         let size = match stream.message().await? {
             Some(proto::SnapshotFileChunk {
                 payload: Some(Payload::SizeBytes(size)),
-            }) => convert::server_count("size_bytes", size)?,
+            }) => wsfs::wire::server_count("size_bytes", size)?,
             _ => {
                 return Err(Error::internal(
                     "the ReadSnapshotFile stream did not start with the file's size",

@@ -6,13 +6,14 @@
 //! The response adapters take any stream of `Result<message, Status>` (a
 //! `tonic::Streaming` in use, a plain iterator in tests).
 
-use crate::convert;
 use bytes::Bytes;
 use futures::future;
 use futures::stream::{self, BoxStream, Stream, StreamExt};
 use std::sync::{Arc, Mutex, OnceLock};
 use tonic::{CancellationHandle, Status};
 use wsfs::proto::{self, read_bytes_response::Payload as ReadPayload};
+use wsfs::wire::filesystem::{byte_stream, UploadPart};
+use wsfs::wire::server_count;
 use wsfs::{
     ByteChunks, ByteStream, Error, GrepEvent, PatchChunk, PatchChunks, Result, MAX_CHUNK_SIZE,
 };
@@ -40,8 +41,8 @@ where
             ))
         }
     };
-    let expected = convert::server_count("length", header.length)?;
-    convert::byte_stream(header, data_chunks(responses, expected))
+    let expected = server_count("length", header.length)?;
+    byte_stream(header, data_chunks(responses, expected))
 }
 
 fn data_chunks(
@@ -147,7 +148,7 @@ pub(crate) fn upload_body(
 ) -> impl Stream<Item = proto::WriteBytesRequest> + Send + 'static {
     upload_messages(header, data, abort, |chunk| {
         split(chunk, MAX_CHUNK_SIZE)
-            .map(convert::write_bytes_data)
+            .map(|data| UploadPart::Data(data).into())
             .collect()
     })
 }
@@ -167,10 +168,11 @@ pub(crate) fn patch_body(
             return messages;
         }
         if chunk.offset != position {
-            messages.push(convert::write_bytes_offset(chunk.offset));
+            messages.push(UploadPart::Offset(chunk.offset).into());
         }
         position = chunk.offset.saturating_add(chunk.data.len() as u64);
-        messages.extend(split(chunk.data, MAX_CHUNK_SIZE).map(convert::write_bytes_data));
+        messages
+            .extend(split(chunk.data, MAX_CHUNK_SIZE).map(|data| UploadPart::Data(data).into()));
         messages
     })
 }
@@ -349,11 +351,12 @@ mod tests {
     }
 
     fn header_message() -> proto::WriteBytesRequest {
-        convert::write_bytes_header(
-            "s",
-            &wsfs::CanonicalPath::parse("f", &wsfs::PathLimits::UNLIMITED).unwrap(),
-            wsfs::WriteOptions::default(),
-        )
+        let header = wsfs::wire::filesystem::Upload::Write {
+            session_id: "s".into(),
+            path: wsfs::CanonicalPath::parse("f", &wsfs::PathLimits::UNLIMITED).unwrap(),
+            options: wsfs::WriteOptions::default(),
+        };
+        wsfs::wire::Request::message(header).unwrap().into()
     }
 
     fn payload_len(m: &proto::WriteBytesRequest) -> usize {

@@ -1,10 +1,13 @@
-//! Per-session limits, resolved once against the server's maxima.
+//! Per-session limits, resolved once against the server's maxima: a
+//! creation asks for [`RequestedLimits`] (zero: the default), the session
+//! enforces the [`SessionLimits`] they resolve to.
 
-use wsfs::PathLimits;
+use wsfs::{PathLimits, RequestedLimits};
 
 pub use wsfs::DEFAULT_MAX_WRITE_BYTES;
 
-/// Limits that one session's workspace enforces.
+/// The limits one session's workspace enforces: what its creation asked
+/// for, resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionLimits {
     /// Largest single write (Write, WriteBytes, the result of an Edit).
@@ -30,9 +33,8 @@ impl Default for SessionLimits {
 impl SessionLimits {
     /// Resolves requested limits (0 = default) against the server's maximum
     /// per-write size: a session never gets more than the server allows.
-    pub fn resolve(requested: Option<&wsfs::proto::SessionLimits>, server_max_write: u64) -> Self {
+    pub fn resolve(r: &RequestedLimits, server_max_write: u64) -> Self {
         let d = SessionLimits::default();
-        let r = requested.cloned().unwrap_or_default();
         let or = |v: u64, default: u64| if v == 0 { default } else { v };
         SessionLimits {
             max_write_bytes: or(r.max_write_bytes, d.max_write_bytes.min(server_max_write))
@@ -47,6 +49,8 @@ impl SessionLimits {
         }
     }
 
+    /// The limits as GetSession reports them: in the shape of a request
+    /// that would resolve to them.
     pub fn to_proto(self) -> wsfs::proto::SessionLimits {
         wsfs::proto::SessionLimits {
             max_write_bytes: self.max_write_bytes,
@@ -64,20 +68,23 @@ mod tests {
 
     #[test]
     fn defaults_fill_zeroes() {
-        let l = SessionLimits::resolve(None, u64::MAX);
+        let l = SessionLimits::resolve(&RequestedLimits::default(), u64::MAX);
         assert_eq!(l, SessionLimits::default());
     }
 
     #[test]
     fn never_above_server_maximum() {
-        let req = wsfs::proto::SessionLimits {
+        let req = RequestedLimits {
             max_write_bytes: 1 << 40,
             ..Default::default()
         };
         assert_eq!(
-            SessionLimits::resolve(Some(&req), 1 << 20).max_write_bytes,
+            SessionLimits::resolve(&req, 1 << 20).max_write_bytes,
             1 << 20
         );
-        assert_eq!(SessionLimits::resolve(None, 1000).max_write_bytes, 1000);
+        assert_eq!(
+            SessionLimits::resolve(&RequestedLimits::default(), 1000).max_write_bytes,
+            1000
+        );
     }
 }

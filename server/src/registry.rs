@@ -90,7 +90,7 @@ pub struct SessionSpec {
     pub mounts: Vec<crate::mounts::HostMount>,
     pub seed_files: Vec<(String, bytes::Bytes)>,
     pub read_only: bool,
-    pub limits: Option<wsfs::proto::SessionLimits>,
+    pub limits: wsfs::RequestedLimits,
     pub labels: BTreeMap<String, String>,
     pub idle_ttl_seconds: u64,
     pub layout: Layout,
@@ -875,7 +875,7 @@ impl SessionRegistry {
             Some(BackendKind::Directory) => self.claim_new(&id).await?,
             _ => None,
         };
-        let limits = SessionLimits::resolve(spec.limits.as_ref(), self.config.max_write_bytes);
+        let limits = SessionLimits::resolve(&spec.limits, self.config.max_write_bytes);
         // Parse every seed path before anything is created.
         let seeds = spec
             .seed_files

@@ -104,11 +104,11 @@ fn spec(face: &Face, name: &str, id: &str) -> SessionSpec {
     SessionSpec {
         id: Some(id.to_string()),
         backend: Some(c.http_session_backend.into()),
-        limits: Some(wsfs::proto::SessionLimits {
+        limits: wsfs::RequestedLimits {
             max_files: c.http_session_max_files,
             max_total_bytes: c.http_session_max_total_bytes,
             ..Default::default()
-        }),
+        },
         labels: [(SESSION_LABEL.to_string(), name.to_string())].into(),
         idle_ttl_seconds: c.http_session_idle_ttl.as_secs(),
         ..SessionSpec::default()

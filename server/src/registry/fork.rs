@@ -44,7 +44,7 @@ impl SessionRegistry {
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let _slot = self.reserve_slot(&id)?;
-        let limits = SessionLimits::resolve(spec.limits.as_ref(), self.config.max_write_bytes);
+        let limits = SessionLimits::resolve(&spec.limits, self.config.max_write_bytes);
         let budget = crate::quota::budget(&limits, self.config.default_max_total_bytes);
         // An origin served elsewhere is read from the object store, into a
         // copy removed once the fork is made.

@@ -133,8 +133,9 @@ pub(crate) async fn import(
     })
     .await?;
     tracing::info!(session = %id, file_count, total_bytes, "archive imported");
-    Ok(proto::ImportArchiveResponse {
-        file_count: file_count as i64,
-        total_bytes: total_bytes as i64,
-    })
+    Ok(wsfs::Restored {
+        file_count,
+        total_bytes,
+    }
+    .into())
 }

@@ -5,17 +5,14 @@ use crate::auth::Auth;
 use crate::events::{Change, ChangeKind, Scope, Since};
 use crate::metrics::{Gauge, ACTIVE_WATCHES};
 use crate::registry::{Session, SessionRegistry, StreamPermit};
-use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
 use std::sync::Arc;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 use wsfs::proto::{self, filesystem_server};
-use wsfs::{
-    Attributes, ByteRange, CanonicalPath, DeleteOptions, EditSpec, Error, FileKind, Filesystem,
-    GlobQuery, GrepQuery, LineRange, Metadata, MkdirOptions, PatchChunk, PatchOptions, Permissions,
-    Result, SymlinkOptions, TransferOptions, WriteMode, WriteOptions, WriteOutcome,
-};
+use wsfs::wire::filesystem::{self as call, Upload, UploadPart};
+use wsfs::wire::Request as _;
+use wsfs::{CanonicalPath, Error, Filesystem, PatchChunk, PathLimits, Result};
 
 pub struct FilesystemService {
     registry: Arc<SessionRegistry>,
@@ -69,6 +66,11 @@ impl Opened {
     pub(crate) fn path(&self, raw: &str) -> Result<CanonicalPath> {
         self.session.path(raw)
     }
+
+    /// The limits this session's requests are parsed under.
+    pub(crate) fn limits(&self) -> &PathLimits {
+        &self.session.record.limits.path
+    }
 }
 
 fn change_kind_to_proto(kind: ChangeKind) -> proto::ChangeKind {
@@ -104,91 +106,10 @@ fn marker(kind: proto::ChangeKind, seq: u64) -> proto::ChangeEvent {
 
 type RpcStream<T> = BoxStream<'static, std::result::Result<T, Status>>;
 
-pub(crate) fn kind_to_proto(kind: FileKind) -> proto::FileKind {
-    match kind {
-        FileKind::File => proto::FileKind::File,
-        FileKind::Directory => proto::FileKind::Directory,
-        FileKind::Symlink => proto::FileKind::Symlink,
-    }
-}
-
-/// A Write's or WriteBytes' mode; PATCH, which only WriteBytes takes, is
-/// `None`.
-fn mode_from_proto(mode: i32) -> Result<Option<WriteMode>> {
-    match proto::WriteMode::try_from(mode) {
-        Ok(proto::WriteMode::Overwrite) => Ok(Some(WriteMode::Overwrite)),
-        Ok(proto::WriteMode::Create) => Ok(Some(WriteMode::Create)),
-        Ok(proto::WriteMode::Append) => Ok(Some(WriteMode::Append)),
-        Ok(proto::WriteMode::Patch) => Ok(None),
-        Err(_) => Err(Error::invalid_argument(format!(
-            "unknown write mode {mode}"
-        ))),
-    }
-}
-
-fn entry(m: Metadata) -> proto::Entry {
-    proto::Entry {
-        name: m.name().to_string(),
-        path: m.path.as_str().to_string(),
-        kind: kind_to_proto(m.kind) as i32,
-        size_bytes: m.size as i64,
-        modified_at: timestamp(m.modified),
-        version: m.version,
-        created_at: timestamp(m.created),
-        permissions: m.permissions.bits(),
-        symlink_target: m.symlink_target.unwrap_or_default(),
-    }
-}
-
-/// The fields only PATCH takes, refused in the other modes.
-fn no_patch_fields(header: &proto::WriteBytesHeader) -> Result<()> {
-    if header.truncate_to.is_some() || header.create_missing {
-        return Err(Error::invalid_argument(
-            "truncate_to and create_missing apply to mode PATCH only",
-        ));
-    }
-    Ok(())
-}
-
-/// Bits a request names, refused above `0o777`.
-fn permissions(bits: Option<u32>) -> Result<Option<Permissions>> {
-    bits.map(Permissions::new).transpose()
-}
-
-/// A time a request names; one the system cannot hold is refused.
-fn request_time(
-    field: &str,
-    ts: Option<prost_types::Timestamp>,
-) -> Result<Option<std::time::SystemTime>> {
-    ts.map(|ts| {
-        // protobuf's Timestamp keeps nanos in 0..1e9; prost would fold
-        // anything else into the seconds, silently moving the time.
-        if !(0..1_000_000_000).contains(&ts.nanos) {
-            return Err(Error::invalid_argument(format!(
-                "{field} is not a valid point in time: nanos must be 0 to 999999999 (got {})",
-                ts.nanos
-            )));
-        }
-        std::time::SystemTime::try_from(ts).map_err(|e| {
-            Error::invalid_argument(format!("{field} is not a valid point in time: {e}"))
-        })
-    })
-    .transpose()
-}
-
-fn write_response(w: WriteOutcome) -> proto::WriteResponse {
-    proto::WriteResponse {
-        path: w.path.as_str().to_string(),
-        bytes_written: w.bytes_written as i64,
-        size_bytes: w.size as i64,
-        version: w.version,
-        created: w.created,
-    }
-}
-
-fn non_negative(value: i64, field: &str) -> Result<u64> {
-    u64::try_from(value)
-        .map_err(|_| Error::invalid_argument(format!("{field} must not be negative (got {value})")))
+/// A request's session id and path as sent, for the call's log line
+/// (the request itself goes to its parse).
+fn shown(session_id: &str, path: &str) -> (String, String) {
+    (session_id.to_string(), path.to_string())
 }
 
 #[tonic::async_trait]
@@ -198,30 +119,11 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::ReadRequest>,
     ) -> std::result::Result<Response<proto::ReadResponse>, Status> {
         let (metadata, _, r) = request.into_parts();
-        traced("Read", &r.session_id, &r.path, async {
-            let s = self.session(&metadata, &r.session_id)?;
-            let path = s.path(&r.path)?;
-            let limit = match r.limit {
-                None => Some(LineRange::DEFAULT_LIMIT),
-                Some(-1) => None,
-                Some(n) => Some(u64::try_from(n).map_err(|_| {
-                    Error::invalid_argument(format!(
-                        "limit must be -1 (whole file) or at least 0 (got {n})"
-                    ))
-                })?),
-            };
-            let offset = non_negative(r.offset, "offset")?;
-            let page = s.fs.read(&path, LineRange { offset, limit }).await?;
-            Ok(proto::ReadResponse {
-                path: page.path.as_str().to_string(),
-                content: page.content,
-                total_lines: page.total_lines as i64,
-                offset: page.offset as i64,
-                limit: page.lines as i64,
-                truncated: page.truncated,
-                version: page.version,
-                size_bytes: page.size as i64,
-            })
+        let (id, raw) = shown(&r.session_id, &r.path);
+        traced("Read", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
+            let c = call::Read::parse(r, s.limits())?;
+            Ok(s.fs.read(&c.path, c.range).await?.into())
         })
         .await
     }
@@ -233,27 +135,15 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::ReadBytesRequest>,
     ) -> std::result::Result<Response<Self::ReadBytesStream>, Status> {
         let (metadata, _, r) = request.into_parts();
-        traced("ReadBytes", &r.session_id, &r.path, async {
-            let s = self.session(&metadata, &r.session_id)?;
+        let (id, raw) = shown(&r.session_id, &r.path);
+        traced("ReadBytes", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
             let permit = s.session.open_stream()?;
-            let path = s.path(&r.path)?;
-            let offset = non_negative(r.offset, "offset")?;
-            let limit = match non_negative(r.limit, "limit")? {
-                0 => None,
-                n => Some(n),
-            };
-            let stream =
-                s.fs.read_bytes(&path, ByteRange { offset, limit }, r.chunk_size as usize)
-                    .await?;
+            let c = call::ReadBytes::parse(r, s.limits())?;
+            let stream = s.fs.read_bytes(&c.path, c.range, c.chunk_size).await?;
             let header = proto::ReadBytesResponse {
                 payload: Some(proto::read_bytes_response::Payload::Header(
-                    proto::ReadBytesHeader {
-                        path: stream.path.as_str().to_string(),
-                        size_bytes: stream.size as i64,
-                        version: stream.version,
-                        offset: stream.offset as i64,
-                        length: stream.length as i64,
-                    },
+                    (&stream).into(),
                 )),
             };
             let data = stream.chunks.map(|c| {
@@ -269,7 +159,7 @@ impl filesystem_server::Filesystem for FilesystemService {
                     m
                 })
                 .boxed();
-            Ok(LoggedStream::new(messages, "ReadBytes", &r.session_id, &r.path, data_len).boxed())
+            Ok(LoggedStream::new(messages, "ReadBytes", &id, &raw, data_len).boxed())
         })
         .await
     }
@@ -279,25 +169,12 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::WriteRequest>,
     ) -> std::result::Result<Response<proto::WriteResponse>, Status> {
         let (metadata, _, r) = request.into_parts();
-        traced("Write", &r.session_id, &r.path, async {
-            let s = self.session(&metadata, &r.session_id)?;
-            let path = s.path(&r.path)?;
-            let mode = mode_from_proto(r.mode)?.ok_or_else(|| {
-                Error::invalid_argument("mode PATCH is for WriteBytes; Write replaces or appends")
-            })?;
-            let options = WriteOptions {
-                mode,
-                create_parents: r.create_parents.unwrap_or(true),
-                if_version: r.if_version,
-                permissions: permissions(r.permissions)?,
-                modified: None,
-            };
-            let content = r.content;
-            to_the_end(async move {
-                let w = s.fs.write(&path, &content, options).await?;
-                Ok(write_response(w))
-            })
-            .await
+        let (id, raw) = shown(&r.session_id, &r.path);
+        traced("Write", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
+            let c = call::Write::parse(r, s.limits())?;
+            to_the_end(async move { Ok(s.fs.write(&c.path, &c.content, c.options).await?.into()) })
+                .await
         })
         .await
     }
@@ -321,52 +198,35 @@ impl filesystem_server::Filesystem for FilesystemService {
                 .to_status());
             }
         };
-        traced("WriteBytes", &header.session_id, &header.path, async {
-            let s = self.session(&metadata, &header.session_id)?;
+        let (id, raw) = shown(&header.session_id, &header.path);
+        traced("WriteBytes", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
             let permit = s.session.open_stream()?;
-            let path = s.path(&header.path)?;
-            let create_parents = header.create_parents.unwrap_or(true);
-            let permissions = permissions(header.permissions)?;
-            let modified = request_time("modified_at", header.modified_at)?;
-            let Some(mode) = mode_from_proto(header.mode)? else {
-                let options = PatchOptions {
-                    truncate_to: header.truncate_to,
-                    create_missing: header.create_missing,
-                    create_parents,
-                    if_version: header.if_version,
-                    permissions,
-                    modified,
-                };
-                let chunks = patch_chunks(incoming);
-                return to_the_end(async move {
-                    let _permit = permit;
-                    let w = s.fs.patch_bytes(&path, options, chunks).await?;
-                    Ok(write_response(w))
-                })
-                .await;
-            };
-            no_patch_fields(&header)?;
-            let options = WriteOptions {
-                mode,
-                create_parents,
-                if_version: header.if_version,
-                permissions,
-                modified,
-            };
-            let chunks = incoming
-                .map(|m| match upload_message(m)? {
-                    Upload::Data(d) => Ok::<Bytes, Error>(d),
-                    Upload::Offset(_) => Err(Error::invalid_argument(
-                        "offset messages belong to mode PATCH; this upload replaces or appends",
-                    )),
-                })
-                .boxed();
-            to_the_end(async move {
-                let _permit = permit;
-                let w = s.fs.write_bytes(&path, options, chunks).await?;
-                Ok(write_response(w))
-            })
-            .await
+            match Upload::parse(header, s.limits())? {
+                Upload::Patch { path, options, .. } => {
+                    let chunks = patch_chunks(incoming);
+                    to_the_end(async move {
+                        let _permit = permit;
+                        Ok(s.fs.patch_bytes(&path, options, chunks).await?.into())
+                    })
+                    .await
+                }
+                Upload::Write { path, options, .. } => {
+                    let chunks = incoming
+                        .map(|m| match upload_part(m)? {
+                            UploadPart::Data(d) => Ok::<_, Error>(d),
+                            UploadPart::Offset(_) => Err(Error::invalid_argument(
+                                "offset messages belong to mode PATCH; this upload replaces or appends",
+                            )),
+                        })
+                        .boxed();
+                    to_the_end(async move {
+                        let _permit = permit;
+                        Ok(s.fs.write_bytes(&path, options, chunks).await?.into())
+                    })
+                    .await
+                }
+            }
         })
         .await
     }
@@ -376,28 +236,11 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::EditRequest>,
     ) -> std::result::Result<Response<proto::EditResponse>, Status> {
         let (metadata, _, r) = request.into_parts();
-        traced("Edit", &r.session_id, &r.path, async {
-            let s = self.session(&metadata, &r.session_id)?;
-            let path = s.path(&r.path)?;
-            let spec = EditSpec {
-                old_text: r.old_text,
-                new_text: r.new_text,
-                replace_all: r.replace_all,
-                if_version: r.if_version,
-                dry_run: r.dry_run,
-            };
-            to_the_end(async move {
-                let e = s.fs.edit(&path, spec).await?;
-                Ok(proto::EditResponse {
-                    path: e.path.as_str().to_string(),
-                    replacements: e.replacements as i64,
-                    version: e.version,
-                    diff: e.diff,
-                    dry_run: e.dry_run,
-                    size_bytes: e.size as i64,
-                })
-            })
-            .await
+        let (id, raw) = shown(&r.session_id, &r.path);
+        traced("Edit", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
+            let c = call::Edit::parse(r, s.limits())?;
+            to_the_end(async move { Ok(s.fs.edit(&c.path, c.edit).await?.into()) }).await
         })
         .await
     }
@@ -407,19 +250,13 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::DeleteRequest>,
     ) -> std::result::Result<Response<proto::DeleteResponse>, Status> {
         let (metadata, _, r) = request.into_parts();
-        traced("Delete", &r.session_id, &r.path, async {
-            let s = self.session(&metadata, &r.session_id)?;
-            let path = s.path(&r.path)?;
-            let options = DeleteOptions {
-                recursive: r.recursive,
-                allow_missing: r.allow_missing,
-                if_version: r.if_version,
-            };
+        let (id, raw) = shown(&r.session_id, &r.path);
+        traced("Delete", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
+            let c = call::Delete::parse(r, s.limits())?;
             to_the_end(async move {
-                let deleted = s.fs.delete(&path, options).await?;
-                Ok(proto::DeleteResponse {
-                    deleted: deleted as i64,
-                })
+                let deleted = s.fs.delete(&c.path, c.options).await?;
+                Ok(call::Delete::response(deleted))
             })
             .await
         })
@@ -431,20 +268,13 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::MkdirRequest>,
     ) -> std::result::Result<Response<proto::MkdirResponse>, Status> {
         let (metadata, _, r) = request.into_parts();
-        traced("Mkdir", &r.session_id, &r.path, async {
-            let s = self.session(&metadata, &r.session_id)?;
-            let path = s.path(&r.path)?;
-            let options = MkdirOptions {
-                parents: r.parents.unwrap_or(true),
-                exist_ok: r.exist_ok.unwrap_or(true),
-                permissions: permissions(r.permissions)?,
-            };
+        let (id, raw) = shown(&r.session_id, &r.path);
+        traced("Mkdir", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
+            let c = call::Mkdir::parse(r, s.limits())?;
             to_the_end(async move {
-                let created = s.fs.mkdir(&path, options).await?;
-                Ok(proto::MkdirResponse {
-                    path: path.as_str().to_string(),
-                    created,
-                })
+                let created = s.fs.mkdir(&c.path, c.options).await?;
+                Ok(c.response(created))
             })
             .await
         })
@@ -472,15 +302,11 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::ListRequest>,
     ) -> std::result::Result<Response<proto::ListResponse>, Status> {
         let (metadata, _, r) = request.into_parts();
-        traced("List", &r.session_id, &r.path, async {
-            let s = self.session(&metadata, &r.session_id)?;
-            let path = s.path(&r.path)?;
-            let listing = s.fs.list(&path, r.depth).await?;
-            Ok(proto::ListResponse {
-                path: listing.path.as_str().to_string(),
-                entries: listing.entries.into_iter().map(entry).collect(),
-                truncated: listing.truncated,
-            })
+        let (id, raw) = shown(&r.session_id, &r.path);
+        traced("List", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
+            let c = call::List::parse(r, s.limits())?;
+            Ok(s.fs.list(&c.path, c.depth).await?.into())
         })
         .await
     }
@@ -490,24 +316,11 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::GlobRequest>,
     ) -> std::result::Result<Response<proto::GlobResponse>, Status> {
         let (metadata, _, r) = request.into_parts();
-        traced("Glob", &r.session_id, &r.path, async {
-            let s = self.session(&metadata, &r.session_id)?;
-            let base = s.path(&r.path)?;
-            let outcome =
-                s.fs.glob(GlobQuery {
-                    pattern: r.pattern,
-                    base,
-                    max_results: r.max_results as u64,
-                })
-                .await?;
-            Ok(proto::GlobResponse {
-                paths: outcome
-                    .paths
-                    .into_iter()
-                    .map(|p| p.as_str().to_string())
-                    .collect(),
-                truncated: outcome.truncated,
-            })
+        let (id, raw) = shown(&r.session_id, &r.path);
+        traced("Glob", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
+            let c = call::Glob::parse(r, s.limits())?;
+            Ok(s.fs.glob(c.query).await?.into())
         })
         .await
     }
@@ -519,27 +332,19 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::GrepRequest>,
     ) -> std::result::Result<Response<Self::GrepStream>, Status> {
         let (metadata, _, r) = request.into_parts();
-        traced("Grep", &r.session_id, &r.path, async {
-            let s = self.session(&metadata, &r.session_id)?;
+        let (id, raw) = shown(&r.session_id, &r.path);
+        traced("Grep", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
             let permit = s.session.open_stream()?;
-            let base = s.path(&r.path)?;
-            let query = GrepQuery {
-                pattern: r.pattern.clone(),
-                base,
-                glob: Some(r.glob).filter(|g| !g.is_empty()),
-                case_insensitive: r.case_insensitive,
-                fixed_string: r.fixed_string,
-                max_matches: r.max_matches as u64,
-                context_lines: r.context_lines,
-            };
-            let events = s.fs.grep(query).await?;
+            let c = call::Grep::parse(r, s.limits())?;
+            let events = s.fs.grep(c.query).await?;
             let events = events
                 .map(move |e| {
                     let _held = &permit;
                     e.map(proto::GrepResponse::from).map_err(|e| e.to_status())
                 })
                 .boxed();
-            Ok(LoggedStream::new(events, "Grep", &r.session_id, &r.path, |_| 0).boxed())
+            Ok(LoggedStream::new(events, "Grep", &id, &raw, |_| 0).boxed())
         })
         .await
     }
@@ -549,20 +354,11 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::StatRequest>,
     ) -> std::result::Result<Response<proto::StatResponse>, Status> {
         let (metadata, _, r) = request.into_parts();
-        traced("Stat", &r.session_id, &r.path, async {
-            let s = self.session(&metadata, &r.session_id)?;
-            let path = s.path(&r.path)?;
-            let m = s.fs.stat(&path).await?;
-            Ok(proto::StatResponse {
-                path: m.path.as_str().to_string(),
-                kind: kind_to_proto(m.kind) as i32,
-                size_bytes: m.size as i64,
-                created_at: timestamp(m.created),
-                modified_at: timestamp(m.modified),
-                version: m.version,
-                permissions: m.permissions.bits(),
-                symlink_target: m.symlink_target.unwrap_or_default(),
-            })
+        let (id, raw) = shown(&r.session_id, &r.path);
+        traced("Stat", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
+            let c = call::Stat::parse(r, s.limits())?;
+            Ok(s.fs.stat(&c.path).await?.into())
         })
         .await
     }
@@ -572,19 +368,12 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::SymlinkRequest>,
     ) -> std::result::Result<Response<proto::SymlinkResponse>, Status> {
         let (metadata, _, r) = request.into_parts();
-        traced("Symlink", &r.session_id, &r.path, async {
-            let s = self.session(&metadata, &r.session_id)?;
-            let path = s.path(&r.path)?;
-            let options = SymlinkOptions {
-                create_parents: r.create_parents.unwrap_or(true),
-            };
-            to_the_end(async move {
-                let m = s.fs.symlink(&path, &r.target, options).await?;
-                Ok(proto::SymlinkResponse {
-                    entry: Some(entry(m)),
-                })
-            })
-            .await
+        let (id, raw) = shown(&r.session_id, &r.path);
+        traced("Symlink", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
+            let c = call::Symlink::parse(r, s.limits())?;
+            to_the_end(async move { Ok(s.fs.symlink(&c.path, &c.target, c.options).await?.into()) })
+                .await
         })
         .await
     }
@@ -594,22 +383,13 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::SetAttributesRequest>,
     ) -> std::result::Result<Response<proto::SetAttributesResponse>, Status> {
         let (metadata, _, r) = request.into_parts();
-        traced("SetAttributes", &r.session_id, &r.path, async {
-            let s = self.session(&metadata, &r.session_id)?;
-            let path = s.path(&r.path)?;
-            let attributes = Attributes {
-                permissions: permissions(r.permissions)?,
-                modified: request_time("modified_at", r.modified_at)?,
-                if_version: r.if_version,
-            };
+        let (id, raw) = shown(&r.session_id, &r.path);
+        traced("SetAttributes", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
+            let c = call::SetAttributes::parse(r, s.limits())?;
             to_the_end(async move {
-                let m = s.fs.set_attributes(&path, attributes).await?;
-                Ok(proto::SetAttributesResponse {
-                    path: path.as_str().to_string(),
-                    permissions: m.permissions.bits(),
-                    modified_at: timestamp(m.modified),
-                    version: m.version,
-                })
+                let outcome = s.fs.set_attributes(&c.path, c.attributes).await?;
+                Ok(c.response(outcome))
             })
             .await
         })
@@ -621,14 +401,11 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::ExistsRequest>,
     ) -> std::result::Result<Response<proto::ExistsResponse>, Status> {
         let (metadata, _, r) = request.into_parts();
-        traced("Exists", &r.session_id, &r.path, async {
-            let s = self.session(&metadata, &r.session_id)?;
-            let path = s.path(&r.path)?;
-            let kind = s.fs.exists(&path).await?;
-            Ok(proto::ExistsResponse {
-                exists: kind.is_some(),
-                kind: kind.map_or(proto::FileKind::Unspecified, kind_to_proto) as i32,
-            })
+        let (id, raw) = shown(&r.session_id, &r.path);
+        traced("Exists", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
+            let c = call::Exists::parse(r, s.limits())?;
+            Ok(s.fs.exists(&c.path).await?.into())
         })
         .await
     }
@@ -640,15 +417,17 @@ impl filesystem_server::Filesystem for FilesystemService {
         request: Request<proto::WatchRequest>,
     ) -> std::result::Result<Response<Self::WatchStream>, Status> {
         let (metadata, _, r) = request.into_parts();
-        traced("Watch", &r.session_id, &r.path, async {
-            let s = self.session(&metadata, &r.session_id)?;
+        let (id, raw) = shown(&r.session_id, &r.path);
+        traced("Watch", &id, &raw, async {
+            let s = self.session(&metadata, &id)?;
             let permit = s.session.open_watch()?;
-            let scope = Scope::new(s.path(&r.path)?, r.recursive, &r.glob)?;
+            let c = call::Watch::parse(r, s.limits())?;
+            let scope = Scope::new(c.path, c.recursive, &c.glob)?;
             let keepalive =
                 std::time::Duration::from_millis(self.registry.config().watch_keepalive_ms.max(1));
             let stopping = self.registry.stopping();
-            let events = watch_stream(s.session, scope, r.since_seq, keepalive, permit, stopping);
-            Ok(LoggedStream::new(events, "Watch", &r.session_id, &r.path, |_| 0).boxed())
+            let events = watch_stream(s.session, scope, c.since_seq, keepalive, permit, stopping);
+            Ok(LoggedStream::new(events, "Watch", &id, &raw, |_| 0).boxed())
         })
         .await
     }
@@ -777,31 +556,22 @@ impl FilesystemService {
         metadata: &MetadataMap,
         r: proto::TransferRequest,
     ) -> std::result::Result<Response<proto::TransferResponse>, Status> {
-        traced(method, &r.session_id, &r.source, async {
-            let s = self.session(metadata, &r.session_id)?;
-            let source = s.path(&r.source)?;
-            let destination = s.path(&r.destination)?;
-            let options = TransferOptions {
-                overwrite: r.overwrite,
-                create_parents: r.create_parents.unwrap_or(true),
-                if_version: r.if_version,
-            };
-            if method == "Copy" && options.if_version.is_some() {
+        let (id, raw) = shown(&r.session_id, &r.source);
+        traced(method, &id, &raw, async {
+            let s = self.session(metadata, &id)?;
+            let c = call::Transfer::parse(r, s.limits())?;
+            if method == "Copy" && c.options.if_version.is_some() {
                 return Err(Error::invalid_argument(
                     "if_version applies to Move, not Copy",
                 ));
             }
             to_the_end(async move {
                 let entries = if method == "Move" {
-                    s.fs.rename(&source, &destination, options).await?
+                    s.fs.rename(&c.source, &c.destination, c.options).await?
                 } else {
-                    s.fs.copy(&source, &destination, options).await?
+                    s.fs.copy(&c.source, &c.destination, c.options).await?
                 };
-                Ok(proto::TransferResponse {
-                    source: source.as_str().to_string(),
-                    destination: destination.as_str().to_string(),
-                    entries: entries as i64,
-                })
+                Ok(c.response(entries))
             })
             .await
         })
@@ -809,25 +579,10 @@ impl FilesystemService {
     }
 }
 
-/// A message of an upload after its header.
-enum Upload {
-    Data(Bytes),
-    Offset(u64),
-}
-
 /// The next message of an upload, or why the upload failed.
-fn upload_message(m: std::result::Result<proto::WriteBytesRequest, Status>) -> Result<Upload> {
-    use proto::write_bytes_request::Payload;
+fn upload_part(m: std::result::Result<proto::WriteBytesRequest, Status>) -> Result<UploadPart> {
     match m {
-        Ok(proto::WriteBytesRequest {
-            payload: Some(Payload::Data(data)),
-        }) => Ok(Upload::Data(data)),
-        Ok(proto::WriteBytesRequest {
-            payload: Some(Payload::Offset(offset)),
-        }) => Ok(Upload::Offset(offset)),
-        Ok(_) => Err(Error::invalid_argument(
-            "only the first WriteBytes message may be a header",
-        )),
+        Ok(message) => UploadPart::try_from(message),
         Err(status) => {
             Err(
                 super::resets::undecodable(&status).unwrap_or_else(|| Error::Cancelled {
@@ -852,12 +607,12 @@ fn patch_chunks(incoming: Streaming<proto::WriteBytesRequest>) -> wsfs::PatchChu
                 return None;
             }
             loop {
-                let item = match upload_message(incoming.next().await?) {
-                    Ok(Upload::Offset(offset)) => {
+                let item = match upload_part(incoming.next().await?) {
+                    Ok(UploadPart::Offset(offset)) => {
                         position = offset;
                         continue;
                     }
-                    Ok(Upload::Data(data)) => {
+                    Ok(UploadPart::Data(data)) => {
                         let chunk = PatchChunk {
                             offset: position,
                             data,

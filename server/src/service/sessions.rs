@@ -161,7 +161,7 @@ fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> 
         mounts: r.mounts.into_iter().map(wsfs::HostMount::from).collect(),
         seed_files,
         read_only: r.read_only,
-        limits: r.limits,
+        limits: r.limits.map(Into::into).unwrap_or_default(),
         labels: r.labels.into_iter().collect(),
         idle_ttl_seconds: r.idle_ttl_seconds,
         layout,
