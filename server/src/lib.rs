@@ -23,8 +23,9 @@ pub mod exporter;
 pub mod faults;
 pub mod glob;
 pub mod http;
-pub mod journal;
+pub(crate) mod kind;
 pub mod limits;
+pub mod memory;
 pub mod metrics;
 pub mod mounts;
 pub mod objstore;
@@ -37,6 +38,7 @@ pub use limits::SessionLimits;
 pub use workspace::Workspace;
 pub mod config;
 pub mod connections;
+pub mod directory;
 pub mod registry;
 pub mod service;
 pub mod snapshots;
@@ -128,8 +130,6 @@ pub async fn serve_with_http(
         ))
     })?;
     archive::import::clear_spool(&config.data_dir);
-    container::clear_abandoned(&config.data_dir);
-    let data_dir = config.data_dir.clone();
     let auth = auth::Auth::new(config.admin_token.as_ref().map(config::Secret::expose));
     let connection_limits =
         connections::Limits::new(config.max_connections, config.max_connections_per_peer);
@@ -169,7 +169,7 @@ pub async fn serve_with_http(
     registry.tend_leases().await;
     let background = objstore::background::start(registry.clone());
     let stopping = registry.stopping();
-    let auth = Arc::new(auth.persisted_under(&data_dir, &registry));
+    let auth = Arc::new(auth.persisted_under(registry.persistent_sessions()));
     if auth.tokens_on() && tls.is_none() && !bound.ip().is_loopback() {
         tracing::warn!(%bound, "tokens travel in clear text: pass --tls-cert and --tls-key");
     }

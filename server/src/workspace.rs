@@ -939,8 +939,8 @@ impl<B: Backend> Filesystem for Workspace<B> {
                 // crash cut short.
                 Some(_) if path.is_root() && options.recursive => quota.change(|| {
                     let intent =
-                        crate::journal::Intent::emptying("delete the workspace's contents");
-                    crate::journal::apply(b, &intent, || b.remove(&path, true))
+                        crate::backend::intent::Intent::emptying("delete the workspace's contents");
+                    crate::backend::intent::apply(b, &intent, || b.remove(&path, true))
                 }),
                 Some(_) => quota.change(|| b.remove(&path, options.recursive)),
             }
@@ -1142,7 +1142,7 @@ fn admit_chunk(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::memory::MemoryBackend;
+    use crate::memory::MemoryBackend;
     use wsfs::{Filesystem, WriteOptions};
 
     fn memory_workspace() -> Arc<Workspace<MemoryBackend>> {
@@ -1291,7 +1291,8 @@ mod tests {
     #[tokio::test]
     async fn read_only_refuses_writes_restores_and_imports_alike() {
         use crate::archive::import::ArchiveTarget;
-        use crate::snapshots::{MemorySnapshots, SnapshotStore};
+        use crate::memory::MemorySnapshots;
+        use crate::snapshots::SnapshotStore;
         let ws = memory_workspace();
         let p = CanonicalPath::from_canonical("f.txt");
         ws.write(&p, "before", WriteOptions::default())

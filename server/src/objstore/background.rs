@@ -2,7 +2,7 @@
 //! (`--object-store`) and snapshotting changed sessions
 //! (`--autosnapshot SECS`).
 
-use crate::registry::{BackendKind, SessionRegistry};
+use crate::registry::SessionRegistry;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +54,7 @@ async fn autosnapshot(registry: Arc<SessionRegistry>, every: Duration) {
         let sessions = registry.list();
         taken_at.retain(|id, _| sessions.iter().any(|s| &s.record.id == id));
         for session in sessions {
-            if session.record.backend == BackendKind::Container {
+            if !session.autosnapshots() {
                 continue;
             }
             let id = session.record.id.clone();
@@ -91,8 +91,8 @@ async fn prune(snapshots: &dyn crate::snapshots::SnapshotStore, id: &str, keep: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::MemoryBackend;
-    use crate::snapshots::{MemorySnapshots, SnapshotStore};
+    use crate::memory::{MemoryBackend, MemorySnapshots};
+    use crate::snapshots::SnapshotStore;
     use crate::workspace::Workspace;
 
     #[tokio::test]

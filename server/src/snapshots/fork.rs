@@ -12,18 +12,17 @@
 //! (`FICLONE` where the filesystem shares blocks, else a copy of the data
 //! runs, holes kept); a DIRECTORY origin's objects and manifests are then
 //! hard-linked into the fork's store, so that both stores share every
-//! content (see [`super::DirectorySnapshots::adopt`]).
+//! content (see [`crate::directory::DirectorySnapshots::adopt`]).
 
-use super::directory::ForkSource;
 use super::{check_restore_entry, SnapshotInfo};
-use crate::backend::memory::ImageEntry;
-use crate::backend::MemoryImage;
+use crate::directory::snapshots::ForkSource;
 use crate::limits::SessionLimits;
+use crate::memory::{ImageEntry, MemoryImage};
 use crate::quota::Usage;
 use bytes::Bytes;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, Permissions, Result};
 
@@ -201,7 +200,7 @@ fn clone_file(from: &Path, to: &Path) -> std::io::Result<std::fs::File> {
     if rustix::fs::ioctl_ficlone(&dst, &src).is_ok() {
         return Ok(dst);
     }
-    crate::backend::directory::copy_data(&src, &dst, 0).map(|_| dst)
+    crate::directory::backend::copy_data(&src, &dst, 0).map(|_| dst)
 }
 
 pub(crate) fn abandoned() -> Error {
@@ -212,4 +211,55 @@ pub(crate) fn abandoned() -> Error {
 
 fn store_error(e: std::io::Error) -> Error {
     Error::io_while(e, "reading the origin's snapshot store")
+}
+
+pub(crate) fn task_failed(e: tokio::task::JoinError) -> Error {
+    Error::internal(format!("the fork's task failed: {e}"))
+}
+
+/// What a fork has made so far: dropped before [`HalfMade::keep`] (the
+/// caller went away, or the fork failed), it stops the fork's task at its
+/// next step and removes its session directory once that task is done.
+pub(crate) struct HalfMade {
+    dir: Option<PathBuf>,
+    pub(crate) cancel: Arc<AtomicBool>,
+    /// Held by the task that makes the directory.
+    pub(crate) busy: Arc<Mutex<()>>,
+}
+
+impl HalfMade {
+    pub(crate) fn memory(cancel: Arc<AtomicBool>) -> Self {
+        HalfMade {
+            dir: None,
+            cancel,
+            busy: Arc::default(),
+        }
+    }
+
+    pub(crate) fn directory(dir: PathBuf) -> Self {
+        HalfMade {
+            dir: Some(dir),
+            cancel: Arc::default(),
+            busy: Arc::default(),
+        }
+    }
+
+    /// The fork is complete: keep what it made.
+    pub(crate) fn keep(&mut self) {
+        self.dir = None;
+    }
+}
+
+impl Drop for HalfMade {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+        if let Some(dir) = self.dir.take() {
+            let busy = self.busy.clone();
+            // Not on the runtime: this waits for the fork's task to stop.
+            std::thread::spawn(move || {
+                let _busy = busy.lock().unwrap_or_else(|e| e.into_inner());
+                let _ = std::fs::remove_dir_all(dir);
+            });
+        }
+    }
 }

@@ -46,20 +46,21 @@
 //! budget ([`crate::quota::budget`]). A snapshot whose caller goes away
 //! stops at its next step and removes every object and manifest it
 //! stored; restore checks the snapshot against the session's limits
-//! ([`super::check_restore`]) before staging.
+//! ([`crate::snapshots::check_restore`]) before staging.
 //!
 //! Snapshots written by earlier versions (a JSON list of entries in
 //! `snapshots/<uuid>.entries`) are still listed, exported and restored.
 
-use super::{
+use crate::snapshots::{
     check_restore, new_id, not_found, parse_id, Restored, SnapshotEntry, SnapshotFiles,
-    SnapshotInfo, SnapshotStore,
+    SnapshotInfo, SnapshotMirror, SnapshotStore,
 };
 // Manifests nested deeper than a workspace walk descends are corrupt.
-use crate::backend::directory::sys::MAX_TREE_DEPTH;
-use crate::backend::directory::{next_data, Displaced};
-use crate::backend::{Backend, CommitMode, Content, DirectoryBackend, StagedFile};
-use crate::journal::{self, Intent, IntentFile, Prune};
+use crate::backend::intent::{self, Intent, IntentFile, Prune};
+use crate::backend::{Backend, CommitMode, Content, StagedFile};
+use crate::directory::backend::sys::MAX_TREE_DEPTH;
+use crate::directory::backend::{next_data, Displaced};
+use crate::directory::DirectoryBackend;
 use crate::limits::SessionLimits;
 use crate::workspace::Workspace;
 use async_trait::async_trait;
@@ -99,7 +100,7 @@ pub struct DirectorySnapshots {
     default_budget: u64,
     /// The object store every snapshot is mirrored to, when the server
     /// has one ([`crate::objstore`]).
-    mirror: Option<Arc<crate::objstore::upload::SessionMirror>>,
+    mirror: Option<Arc<dyn SnapshotMirror>>,
 }
 
 impl DirectorySnapshots {
@@ -124,7 +125,7 @@ impl DirectorySnapshots {
 
     /// Mirrors every snapshot to `mirror`'s bucket: a snapshot answers
     /// once it is there.
-    pub fn mirrored(mut self, mirror: Option<Arc<crate::objstore::upload::SessionMirror>>) -> Self {
+    pub fn mirrored(mut self, mirror: Option<Arc<dyn SnapshotMirror>>) -> Self {
         self.mirror = mirror;
         self
     }
@@ -171,7 +172,7 @@ impl SnapshotStore for DirectorySnapshots {
                         tracing::warn!(snapshot = %id, error = %e, "an unmirrored snapshot could not be removed");
                     }
                 };
-                crate::objstore::upload::mirror_snapshot(mirror.clone(), info, roll_back).await
+                mirror.clone().mirror(info, Box::new(roll_back)).await
             }
             None => Ok(info),
         }
@@ -222,11 +223,11 @@ impl SnapshotStore for DirectorySnapshots {
         self.blocking(move |s| s.delete(&key)).await
     }
 
-    async fn fork_origin(&self, id: &str) -> Result<super::fork::Origin> {
+    async fn fork_origin(&self, id: &str) -> Result<crate::snapshots::fork::Origin> {
         let key = parse_id(id)?;
         let store = self.store.clone();
         self.blocking(move |s| {
-            Ok(super::fork::Origin::Directory {
+            Ok(crate::snapshots::fork::Origin::Directory {
                 info: s.read_info(&key)?.info(),
                 source: ForkSource::new(store, s.read_info(&key)?),
             })
@@ -1269,7 +1270,7 @@ fn narrow_restore(
     limits: &SessionLimits,
 ) -> Result<()> {
     if !target.iter().any(|e| e.path == *at) {
-        return Err(super::not_in_snapshot(at));
+        return Err(crate::snapshots::not_in_snapshot(at));
     }
     let mut now = crate::quota::Usage::default();
     let mut removed = crate::quota::Usage::default();
@@ -1308,7 +1309,7 @@ fn narrow_restore(
         e.path.starts_with(at) || (at.starts_with(&e.path) && !present.contains(e.path.as_str()))
     });
     live.retain(|e| e.path.starts_with(at));
-    super::check_restore_at(
+    crate::snapshots::check_restore_at(
         limits,
         at,
         now,
@@ -1323,7 +1324,7 @@ fn narrow_restore(
 /// The apply step of a restore, once every file it writes is staged:
 /// removes `doomed`, makes the snapshot's directories and commits the
 /// staged files, as one replacement a crash cannot leave half done (an
-/// intent record, [`crate::journal`]: the next start completes it).
+/// intent record, [`crate::directory::journal`]: the next start completes it).
 /// Returns the old files swapped out, for the caller to free later.
 fn apply_restore(
     b: &DirectoryBackend,
@@ -1350,7 +1351,7 @@ fn apply_restore(
             .map(|e| (e.path.as_str().to_string(), e.permissions.bits()))
             .collect(),
     };
-    journal::apply(b, &intent, || {
+    intent::apply(b, &intent, || {
         for path in doomed {
             match b.remove(path, true) {
                 // Gone with a removed ancestor, or since the walk.

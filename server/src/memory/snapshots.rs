@@ -1,11 +1,12 @@
 //! Snapshots of a MEMORY session: images of the tree, held in memory.
 
-use super::{
+use super::{MemoryBackend, MemoryImage};
+use crate::backend::Content;
+use crate::quota;
+use crate::snapshots::{
     new_id, not_found, parse_id, Restored, SnapshotEntry, SnapshotFiles, SnapshotInfo,
     SnapshotStore,
 };
-use crate::backend::{Content, MemoryBackend, MemoryImage};
-use crate::quota;
 use crate::workspace::Workspace;
 use async_trait::async_trait;
 use std::sync::{Arc, Mutex};
@@ -60,7 +61,7 @@ impl SnapshotStore for MemorySnapshots {
             .writable_for(at.as_str(), "restore a snapshot")?;
         let image = self.image(id)?;
         if at.is_root() {
-            super::check_restore(
+            crate::snapshots::check_restore(
                 self.workspace.limits(),
                 image
                     .entries()
@@ -97,7 +98,7 @@ impl SnapshotStore for MemorySnapshots {
                     let sizes = image
                         .subtree(&at)
                         .map(|(path, entry)| (path, entry.data.as_ref().map(|d| d.len() as u64)));
-                    super::check_restore_at(&limits, &at, now, removed, sizes)
+                    crate::snapshots::check_restore_at(&limits, &at, now, removed, sizes)
                 })
             })
             .await?;
@@ -119,14 +120,14 @@ impl SnapshotStore for MemorySnapshots {
         Ok(())
     }
 
-    async fn fork_origin(&self, id: &str) -> Result<super::fork::Origin> {
+    async fn fork_origin(&self, id: &str) -> Result<crate::snapshots::fork::Origin> {
         let key = parse_id(id)?;
         let snapshots = self.snapshots();
         let (info, image) = snapshots
             .iter()
             .find(|(info, _)| info.id == key)
             .ok_or_else(|| not_found(id))?;
-        Ok(super::fork::Origin::Memory {
+        Ok(crate::snapshots::fork::Origin::Memory {
             info: info.clone(),
             image: image.clone(),
         })

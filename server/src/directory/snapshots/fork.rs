@@ -5,7 +5,7 @@ use super::{
     hex, new_id, storage_error, write_json, ContentStore, FileIdentity, Hash, InfoFile, Node,
     State, Store, Tree, TreeItem, MAX_TREE_DEPTH,
 };
-use crate::backend::DirectoryBackend;
+use crate::directory::DirectoryBackend;
 use crate::snapshots::fork::{abandoned, EntryAttributes, FileSource, Visit};
 use crate::snapshots::SnapshotInfo;
 use sha2::{Digest, Sha256};
