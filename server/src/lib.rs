@@ -28,7 +28,7 @@ pub mod limits;
 pub mod memory;
 pub mod metrics;
 pub mod mounts;
-pub mod objstore;
+pub(crate) mod objstore;
 pub mod producer;
 pub mod quota;
 pub mod search;
@@ -39,9 +39,9 @@ pub use workspace::Workspace;
 pub mod config;
 pub mod connections;
 pub mod directory;
-pub mod registry;
+pub(crate) mod registry;
 pub mod service;
-pub mod snapshots;
+pub(crate) mod snapshots;
 
 pub use config::ServerConfig;
 
@@ -167,7 +167,7 @@ pub async fn serve_with_http(
     // Leases before the first call: a session recovered elsewhere while
     // this server was down is not served here.
     registry.tend_leases().await;
-    let background = objstore::background::start(registry.clone());
+    let background = registry::background::start(registry.clone());
     let stopping = registry.stopping();
     let auth = Arc::new(auth.persisted_under(registry.persistent_sessions()));
     if auth.tokens_on() && tls.is_none() && !bound.ip().is_loopback() {

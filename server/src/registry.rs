@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use wsfs::{CanonicalPath, Error, Filesystem, Result};
 
+pub(crate) mod background;
 mod factory;
 mod fork;
 mod labels;
@@ -22,7 +23,7 @@ mod recover;
 mod session;
 
 pub use crate::kind::{SessionRecord, SessionSpec, SnapshotRef};
-pub use labels::{check_labels, MAX_LABELS, MAX_LABEL_BYTES};
+pub use labels::{check_labels, MAX_LABEL_BYTES};
 use session::{now_ms, Activity};
 pub use session::{Session, StreamPermit};
 pub use wsfs::BackendKind;

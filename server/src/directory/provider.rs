@@ -148,7 +148,7 @@ impl BackendProvider for DirectoryProvider {
                         return Err(abandoned());
                     }
                     create_session_dirs(&session_dir, &root, true)?;
-                    origin.materialise(&root, &cancel)?;
+                    super::snapshots::materialise(&origin, &root, &cancel)?;
                     let b = DirectoryBackend::open(&root, &session_dir.join("staging"))?
                         .with_durability(durability)
                         .removing_later();

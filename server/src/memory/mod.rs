@@ -60,7 +60,7 @@ impl BackendProvider for MemoryProvider {
         let _cancel_on_drop = HalfMade::memory(cancel.clone());
         let image = {
             let origin = origin.clone();
-            tokio::task::spawn_blocking(move || origin.memory_image(&cancel))
+            tokio::task::spawn_blocking(move || snapshots::image_of(&origin, &cancel))
         };
         let image = image.await.map_err(task_failed)??;
         let ws = Arc::new(Workspace::new(MemoryBackend::new(), record.limits));

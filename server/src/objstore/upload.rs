@@ -67,10 +67,6 @@ impl SessionMirror {
         }
     }
 
-    pub fn bucket(&self) -> &Arc<Bucket> {
-        &self.bucket
-    }
-
     /// Sends snapshot `snapshot_id` (already stored locally): what the
     /// bucket lacks of its tree, the session record naming it as the
     /// latest, and its record last. Refused while this replica's lease on

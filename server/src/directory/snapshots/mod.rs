@@ -96,7 +96,7 @@ mod tree;
 use content::{
     hex, parse_hash, read_sparse, storage_error, write_atomic, write_json, ContentStore, Piece,
 };
-pub use fork::{first_snapshot, ForkSource};
+pub use fork::{first_snapshot, materialise, ForkSource};
 use manifest::{Node, Tree, TreeItem};
 use records::{FlatEntry, FlatFile, InfoFile, LegacyEntry};
 use store::{split_parent, State, Store};
@@ -246,10 +246,10 @@ impl SnapshotStore for DirectorySnapshots {
         let key = parse_id(id)?;
         let store = self.store.clone();
         self.blocking(move |s| {
-            Ok(crate::snapshots::fork::Origin::Directory {
-                info: s.read_info(&key)?.info(),
-                source: ForkSource::new(store, s.read_info(&key)?),
-            })
+            Ok(crate::snapshots::fork::Origin::new(
+                s.read_info(&key)?.info(),
+                ForkSource::new(store, s.read_info(&key)?),
+            ))
         })
         .await
     }

@@ -2,7 +2,7 @@
 //! (`--object-store`) and snapshotting changed sessions
 //! (`--autosnapshot SECS`).
 
-use crate::registry::SessionRegistry;
+use super::SessionRegistry;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +19,7 @@ pub const AUTO_KEEP: usize = 10;
 pub fn start(registry: Arc<SessionRegistry>) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     if let Some(bucket) = registry.bucket() {
-        let every = super::lease::renewal_interval(bucket.lease_ttl());
+        let every = crate::objstore::lease::renewal_interval(bucket.lease_ttl());
         let registry = registry.clone();
         tasks.push(tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
