@@ -6,6 +6,10 @@
 //! [`wsfs::Filesystem`] → [`workspace::Workspace`] (the contract's shared
 //! logic) → [`backend::Backend`] (memory or directory storage).
 //!
+//! Each backend kind is one folder ([`memory`], [`directory`],
+//! [`container`]) with one provider that makes, forks and reopens its
+//! sessions; the registry picks it in one factory.
+//!
 //! [`registry::SessionRegistry`] owns every session and its workspace;
 //! [`search`] holds glob and the ripgrep-class grep, [`glob`] the one glob
 //! dialect every call that takes a glob compiles with; [`serve`] runs it all

@@ -335,10 +335,9 @@ impl SessionRegistry {
                 // Taken by force (or from this replica's previous run):
                 // the old holder may serve until its lease runs out, so
                 // the answer waits for that.
-                let now_ms = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as u64);
-                let wait = std::time::Duration::from_millis(serves_from_ms.saturating_sub(now_ms));
+                let wait = std::time::Duration::from_millis(
+                    serves_from_ms.saturating_sub(super::now_ms()),
+                );
                 tokio::time::sleep(wait).await;
                 Ok(session)
             }
