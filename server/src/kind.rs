@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
-use wsfs::{BackendKind, CanonicalPath, Filesystem, Result, WriteMode, WriteOptions};
+use wsfs::{BackendKind, CanonicalPath, Filesystem, Permissions, Result, WriteMode, WriteOptions};
 
 pub use wsfs::SnapshotRef;
 
@@ -39,11 +39,11 @@ pub struct SessionRecord {
     pub idle_ttl_seconds: u64,
     pub layout: Layout,
     /// CONTAINER: the container the files live in.
-    pub container: Option<crate::container::ContainerTarget>,
+    pub container: Option<ContainerTarget>,
     /// A fork: the snapshot it was made from.
     pub forked_from: Option<SnapshotRef>,
     /// DIRECTORY: who owns what the service creates.
-    pub owner: Option<crate::directory::Owner>,
+    pub owner: Option<Owner>,
 }
 
 impl SessionRecord {
@@ -72,6 +72,44 @@ impl SessionRecord {
     }
 }
 
+/// The user and group that own everything a DIRECTORY session's service
+/// creates, and the bits a new file or directory gets when its call names
+/// none, so that a container running as that user owns its workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+    pub file_permissions: Permissions,
+    pub directory_permissions: Permissions,
+}
+
+impl Owner {
+    /// An owner as a request names it: bits 0 mean the usual defaults;
+    /// bits above `0o777` are `INVALID_ARGUMENT`.
+    pub fn new(uid: u32, gid: u32, file_bits: u32, directory_bits: u32) -> Result<Owner> {
+        let bits = |b: u32, default: Permissions| match b {
+            0 => Ok(default),
+            b => Permissions::new(b),
+        };
+        Ok(Owner {
+            uid,
+            gid,
+            file_permissions: bits(file_bits, Permissions::FILE_DEFAULT)?,
+            directory_permissions: bits(directory_bits, Permissions::DIRECTORY_DEFAULT)?,
+        })
+    }
+}
+
+/// A container as a CreateSession asks for it, checked: a runtime name
+/// (looked up against the configured ones later), a plain container name
+/// and a canonical absolute workdir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerTarget {
+    pub runtime: String,
+    pub name: String,
+    pub workdir: String,
+}
+
 /// What CreateSession asks for, parsed.
 #[derive(Debug, Clone, Default)]
 pub struct SessionSpec {
@@ -89,9 +127,9 @@ pub struct SessionSpec {
     pub idle_ttl_seconds: u64,
     pub layout: Layout,
     /// CONTAINER: which container, through which runtime.
-    pub container: Option<crate::container::ContainerTarget>,
+    pub container: Option<ContainerTarget>,
     /// DIRECTORY: who owns what the service creates.
-    pub owner: Option<crate::directory::Owner>,
+    pub owner: Option<Owner>,
     /// A fork of this snapshot.
     pub from_snapshot: Option<SnapshotRef>,
 }

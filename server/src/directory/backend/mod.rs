@@ -99,7 +99,7 @@ pub(crate) use sys::{copy_data, next_data};
 use crate::backend::Intent;
 use crate::backend::{Backend, CommitMode, Content, Listed, ListedFiles, OpenFile, Patch};
 use crate::durability::Durability;
-use owner::claim;
+use owner::{claim, Claim};
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode};
 use rustix::io::Errno;

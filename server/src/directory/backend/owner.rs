@@ -4,38 +4,25 @@ use rustix::fd::AsFd;
 use rustix::fs::AtFlags;
 use rustix::io::Errno;
 use std::ffi::CStr;
-use wsfs::{Permissions, Result};
 
-/// The user and group that own everything a DIRECTORY session's service
-/// creates, and the bits a new file or directory gets when its call names
-/// none, so that a container running as that user owns its workspace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Owner {
-    pub uid: u32,
-    pub gid: u32,
-    pub file_permissions: Permissions,
-    pub directory_permissions: Permissions,
-}
+pub use crate::kind::Owner;
 
-impl Owner {
-    /// An owner as a request names it: bits 0 mean the usual defaults;
-    /// bits above `0o777` are `INVALID_ARGUMENT`.
-    pub fn new(uid: u32, gid: u32, file_bits: u32, directory_bits: u32) -> Result<Owner> {
-        let bits = |b: u32, default: Permissions| match b {
-            0 => Ok(default),
-            b => Permissions::new(b),
-        };
-        Ok(Owner {
-            uid,
-            gid,
-            file_permissions: bits(file_bits, Permissions::FILE_DEFAULT)?,
-            directory_permissions: bits(directory_bits, Permissions::DIRECTORY_DEFAULT)?,
-        })
-    }
-
+/// What the DIRECTORY backend does with an [`Owner`]: gives it what the
+/// service creates.
+pub(super) trait Claim {
     /// Gives the file or directory open as `fd` to the owner (by
     /// descriptor: whatever its name now leads to is not touched).
-    pub(super) fn claim(&self, fd: impl AsFd) -> std::result::Result<(), Errno> {
+    fn claim(&self, fd: impl AsFd) -> std::result::Result<(), Errno>;
+
+    /// Gives the entry `dir/name` to the owner without following it (a
+    /// symlink the service made is itself the owner's).
+    fn claim_at(&self, dir: impl AsFd, name: &CStr) -> std::result::Result<(), Errno>;
+}
+
+impl Claim for Owner {
+    /// Gives the file or directory open as `fd` to the owner (by
+    /// descriptor: whatever its name now leads to is not touched).
+    fn claim(&self, fd: impl AsFd) -> std::result::Result<(), Errno> {
         rustix::fs::fchown(
             fd,
             Some(rustix::process::Uid::from_raw(self.uid)),
@@ -45,7 +32,7 @@ impl Owner {
 
     /// Gives the entry `dir/name` to the owner without following it (a
     /// symlink the service made is itself the owner's).
-    pub(super) fn claim_at(&self, dir: impl AsFd, name: &CStr) -> std::result::Result<(), Errno> {
+    fn claim_at(&self, dir: impl AsFd, name: &CStr) -> std::result::Result<(), Errno> {
         rustix::fs::chownat(
             dir,
             name,
