@@ -23,7 +23,7 @@ pub mod claims;
 pub mod container;
 pub mod durability;
 pub mod events;
-pub mod exporter;
+pub(crate) mod exporter;
 pub mod faults;
 pub mod glob;
 pub mod http;
