@@ -264,9 +264,9 @@ pub(crate) trait BackendProvider: Send + Sync {
     ) -> Result<Made>;
 
     /// The sessions of this kind that a restart left in the data
-    /// directory (called once, at start).
-    fn reopen(&self, _cx: &Context<'_>) -> Vec<Reopened> {
-        Vec::new()
+    /// directory (called once, at start). An error stops the start.
+    fn reopen(&self, _cx: &Context<'_>) -> Result<Vec<Reopened>> {
+        Ok(Vec::new())
     }
 
     /// Whether its sessions outlive a restart: recorded on disk with their

@@ -192,7 +192,7 @@ impl SessionRegistry {
         let mut registry = Self::new(config);
         registry.bucket = registry.open_bucket()?;
         for kind in factory::KINDS {
-            for reopened in factory::provider(kind).reopen(&registry.context()) {
+            for reopened in factory::provider(kind).reopen(&registry.context())? {
                 registry.reopened(reopened);
             }
         }

@@ -51,9 +51,9 @@ impl BackendProvider for ContainerProvider {
 
     /// None: a CONTAINER session does not outlive the server, and what a
     /// stopped server left of them is removed.
-    fn reopen(&self, cx: &Context<'_>) -> Vec<Reopened> {
+    fn reopen(&self, cx: &Context<'_>) -> Result<Vec<Reopened>> {
         super::clear_abandoned(&cx.config.data_dir);
-        Vec::new()
+        Ok(Vec::new())
     }
 
     /// `--autosnapshot` leaves CONTAINER sessions alone.

@@ -191,19 +191,19 @@ impl BackendProvider for DirectoryProvider {
 
     /// Every DIRECTORY session recorded under the data directory. A
     /// session directory whose record cannot be read is left alone.
-    fn reopen(&self, cx: &Context<'_>) -> Vec<Reopened> {
+    fn reopen(&self, cx: &Context<'_>) -> Result<Vec<Reopened>> {
         let dir = sessions_dir(&cx.config.data_dir);
         let entries = match std::fs::read_dir(&dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => {
-                return vec![Reopened::Skipped {
-                    dir: dir.clone(),
-                    error: Error::internal(format!("cannot read '{}': {e}", dir.display())),
-                }]
+                return Err(Error::internal(format!(
+                    "cannot read '{}': {e}",
+                    dir.display()
+                )))
             }
         };
-        entries
+        Ok(entries
             .flatten()
             .map(|entry| {
                 let session_dir = entry.path();
@@ -212,7 +212,7 @@ impl BackendProvider for DirectoryProvider {
                     error,
                 })
             })
-            .collect()
+            .collect())
     }
 }
 
