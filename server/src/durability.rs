@@ -7,7 +7,7 @@
 //! | `fsync` | a crash of the machine or a power loss too: its data and the directory entries naming it are on stable storage |
 //!
 //! Whatever the mode, Restore and ImportArchive on DIRECTORY sessions write
-//! an intent record (see [`crate::journal`]) and fsync it before their first
+//! an intent record (see [`crate::directory::journal`]) and fsync it before their first
 //! change, so a crash part-way is completed at the next start rather than
 //! left half done.
 

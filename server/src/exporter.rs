@@ -15,7 +15,7 @@
 //! bounds their size), and the answer is built from counters, not walks.
 
 use crate::metrics;
-use crate::registry::{BackendKind, SessionRegistry};
+use crate::registry::SessionRegistry;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use prometheus::{
@@ -131,17 +131,9 @@ fn catch_up(counter: &IntCounter, now: u64) {
 pub fn render(registry: &SessionRegistry) -> String {
     let e = &*EXPORTED;
     e.up.set(1);
-    let (mut memory, mut directory, mut container) = (0, 0, 0);
-    for s in registry.list() {
-        match s.record.backend {
-            BackendKind::Memory => memory += 1,
-            BackendKind::Directory => directory += 1,
-            BackendKind::Container => container += 1,
-        }
+    for (kind, count) in registry.count_by_kind() {
+        e.sessions.with_label_values(&[kind]).set(count);
     }
-    e.sessions.with_label_values(&["memory"]).set(memory);
-    e.sessions.with_label_values(&["directory"]).set(directory);
-    e.sessions.with_label_values(&["container"]).set(container);
     for (kind, gauge) in [
         ("grep", &metrics::ACTIVE_GREPS),
         ("read_bytes", &metrics::ACTIVE_BYTE_STREAMS),

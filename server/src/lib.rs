@@ -6,6 +6,10 @@
 //! (events, zones) → [`workspace::Workspace`] (the contract's shared logic)
 //! → [`backend::Backend`] (memory or directory storage).
 //!
+//! Each backend kind is one folder ([`memory`], [`directory`],
+//! [`container`]) with one provider that makes, forks and reopens its
+//! sessions; the registry picks it in one factory.
+//!
 //! [`registry::SessionRegistry`] owns every session and its workspace;
 //! [`search`] holds glob and the ripgrep-class grep, [`pattern`] the bound
 //! on every pattern and the one glob dialect every call that takes a glob
@@ -21,15 +25,16 @@ pub(crate) mod clock;
 pub mod container;
 pub mod durability;
 pub mod events;
-pub mod exporter;
+pub(crate) mod exporter;
 pub mod faults;
 pub mod http;
-pub mod journal;
+pub(crate) mod kind;
 pub(crate) mod layers;
 pub mod limits;
+pub mod memory;
 pub mod metrics;
 pub mod mounts;
-pub mod objstore;
+pub(crate) mod objstore;
 pub mod pattern;
 pub mod producer;
 pub mod quota;
@@ -40,9 +45,10 @@ pub use limits::SessionLimits;
 pub use workspace::Workspace;
 pub mod config;
 pub mod connections;
-pub mod registry;
+pub mod directory;
+pub(crate) mod registry;
 pub mod service;
-pub mod snapshots;
+pub(crate) mod snapshots;
 
 pub use config::ServerConfig;
 
@@ -131,8 +137,6 @@ pub async fn serve_with_http(
         ))
     })?;
     archive::import::clear_spool(&config.data_dir);
-    container::clear_abandoned(&config.data_dir);
-    let data_dir = config.data_dir.clone();
     let auth = auth::Auth::new(config.admin_token.as_ref().map(config::Secret::expose));
     let connection_limits =
         connections::Limits::new(config.max_connections, config.max_connections_per_peer);
@@ -170,9 +174,9 @@ pub async fn serve_with_http(
     // Leases before the first call: a session recovered elsewhere while
     // this server was down is not served here.
     registry.tend_leases().await;
-    let background = objstore::background::start(registry.clone());
+    let background = registry::background::start(registry.clone());
     let stopping = registry.stopping();
-    let auth = Arc::new(auth.persisted_under(&data_dir, &registry));
+    let auth = Arc::new(auth.persisted_under(registry.persistent_sessions()));
     if auth.tokens_on() && tls.is_none() && !bound.ip().is_loopback() {
         tracing::warn!(%bound, "tokens travel in clear text: pass --tls-cert and --tls-key");
     }

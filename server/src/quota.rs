@@ -242,7 +242,7 @@ impl Drop for Reservation<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::memory::MemoryBackend;
+    use crate::memory::MemoryBackend;
     use crate::workspace::Workspace;
     use wsfs::{Filesystem, WriteOptions};
 

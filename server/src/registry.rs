@@ -1,408 +1,32 @@
 //! The session registry: every live session, its record and its workspace.
 //!
-//! A MEMORY session lives only in this process. A DIRECTORY session owns a
-//! directory under the data directory (`sessions/<id>/`, holding `root/`
-//! unless the session was rooted elsewhere, `staging/` for uploads in
-//! flight, and `session.json`), or is rooted in an existing directory
-//! inside one of the allowed roots. Its snapshots live beside the root,
-//! in `objects/`, `trees/`, `snapshots/` and `head` (see
-//! [`crate::snapshots`]).
+//! Each session's kind makes, forks and reopens its workspace through its
+//! [`crate::kind::BackendProvider`], picked in one place ([`factory`]); the registry
+//! keeps what all kinds share: ids and the session quota, the idle clock,
+//! sessions a restart could not reopen, and the object store's leases on
+//! the sessions of a persistent kind.
 
-use crate::archive::import::ArchiveTarget;
-use crate::auth::zones::{Layout, ZONE_DIRS};
-use crate::backend::{Backend, DirectoryBackend, MemoryBackend};
-use crate::clock::now_ms;
 use crate::config::ServerConfig;
+use crate::kind::{Context, Handles, Made, NewSession, Reopened};
 use crate::limits::SessionLimits;
-use crate::snapshots::{MemorySnapshots, SnapshotStore};
-use crate::workspace::Workspace;
-use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::SystemTime;
-use wsfs::{CanonicalPath, Error, Filesystem, Result, WriteMode, WriteOptions};
+use wsfs::{CanonicalPath, Error, Filesystem, Result};
 
+pub(crate) mod background;
+mod factory;
 mod fork;
+mod labels;
 mod recover;
+mod session;
 
+pub use crate::kind::{SessionRecord, SessionSpec, SnapshotRef};
+pub use labels::{check_labels, MAX_LABEL_BYTES};
+use session::{now_ms, Activity};
+pub use session::{Session, StreamPermit};
 pub use wsfs::BackendKind;
-
-/// What the server knows of a session, apart from its files.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionRecord {
-    pub id: String,
-    pub backend: BackendKind,
-    /// DIRECTORY: the workspace directory on the server.
-    pub root_path: Option<PathBuf>,
-    pub created_at: SystemTime,
-    pub limits: SessionLimits,
-    pub read_only: bool,
-    pub labels: BTreeMap<String, String>,
-    pub idle_ttl_seconds: u64,
-    pub layout: Layout,
-    /// CONTAINER: the container the files live in.
-    pub container: Option<crate::container::ContainerTarget>,
-    /// A fork: the snapshot it was made from.
-    pub forked_from: Option<SnapshotRef>,
-    /// DIRECTORY: who owns what the service creates.
-    pub owner: Option<crate::backend::Owner>,
-}
-
-pub use wsfs::SnapshotRef;
-
-impl SessionRecord {
-    /// The record of a session made now, as `spec` asks.
-    fn new(
-        id: String,
-        backend: BackendKind,
-        root_path: Option<PathBuf>,
-        limits: SessionLimits,
-        spec: SessionSpec,
-    ) -> Self {
-        SessionRecord {
-            id,
-            backend,
-            root_path,
-            created_at: SystemTime::now(),
-            limits,
-            read_only: spec.read_only,
-            labels: spec.labels,
-            idle_ttl_seconds: spec.idle_ttl_seconds,
-            layout: spec.layout,
-            forked_from: None,
-            container: spec.container,
-            owner: spec.owner,
-        }
-    }
-}
-
-/// What CreateSession asks for, parsed.
-#[derive(Debug, Clone, Default)]
-pub struct SessionSpec {
-    /// The id the client chose (already a canonical UUID); `None`: a fresh one.
-    pub id: Option<String>,
-    pub backend: Option<BackendKind>,
-    /// DIRECTORY: an existing directory inside an allowed root.
-    pub root: Option<PathBuf>,
-    /// Copied in order, before the seed files.
-    pub mounts: Vec<crate::mounts::HostMount>,
-    pub seed_files: Vec<(String, bytes::Bytes)>,
-    pub read_only: bool,
-    pub limits: wsfs::RequestedLimits,
-    pub labels: BTreeMap<String, String>,
-    pub idle_ttl_seconds: u64,
-    pub layout: Layout,
-    /// CONTAINER: which container, through which runtime.
-    pub container: Option<crate::container::ContainerTarget>,
-    /// DIRECTORY: who owns what the service creates.
-    pub owner: Option<crate::backend::Owner>,
-    /// A fork of this snapshot ([`fork`]).
-    pub from_snapshot: Option<SnapshotRef>,
-}
-
-/// A workspace as a session holds it: files, archive target, snapshots.
-type Handles = (
-    Arc<dyn Filesystem>,
-    Arc<dyn ArchiveTarget>,
-    Arc<dyn SnapshotStore>,
-);
-
-/// A live session.
-pub struct Session {
-    pub record: SessionRecord,
-    pub fs: Arc<dyn Filesystem>,
-    /// The same workspace, for ImportArchive's whole-workspace replacement.
-    pub archive: Arc<dyn ArchiveTarget>,
-    pub snapshots: Arc<dyn SnapshotStore>,
-    /// Change events for Watch and Changes.
-    pub events: Arc<crate::events::EventLog>,
-    /// For a DIRECTORY session: reports changes made from outside.
-    _external: Option<crate::events::ExternalWatcher>,
-    /// The directory this session owns and removes with itself.
-    owned_dir: Option<PathBuf>,
-    /// Its idle clock and its open streams.
-    activity: Arc<Activity>,
-    /// The most streams allowed open at once (0: no limit).
-    max_streams: usize,
-    /// Cancelled when the session is deleted or expires, so that its
-    /// streams (Watch above all, which would otherwise wait forever) end
-    /// and release it.
-    closed: tokio_util::sync::CancellationToken,
-}
-
-/// What the idle TTL looks at: a session with a working stream open
-/// (ReadBytes, WriteBytes, Grep, Export) is in use, however long ago its
-/// last call started, and the end of any stream counts as use. A Watch only
-/// waits for others' work: it does not keep its session alive while open,
-/// nor outlive it.
-#[derive(Default)]
-struct Activity {
-    /// When a call last named this session or a stream of it last ended
-    /// (ms since the Unix epoch).
-    last_used_ms: AtomicU64,
-    /// Streams open on this session, Watch included (the stream quota).
-    streams: AtomicUsize,
-    /// Working streams open on this session.
-    working: AtomicUsize,
-}
-
-impl Activity {
-    fn new() -> Arc<Activity> {
-        let a = Activity::default();
-        a.last_used_ms.store(now_ms(), Ordering::Relaxed);
-        Arc::new(a)
-    }
-
-    /// Idle for longer than `ttl_ms` at `now` (never with a stream open).
-    fn idle_longer_than(&self, ttl_ms: u64, now: u64) -> bool {
-        ttl_ms > 0
-            && self.working.load(Ordering::SeqCst) == 0
-            && now.saturating_sub(self.last_used_ms.load(Ordering::SeqCst)) > ttl_ms
-    }
-}
-
-/// One open stream of a session, released when dropped; the session's
-/// idle clock restarts when any of its streams ends (the time is stored
-/// before the stream stops counting, so the reaper never sees it neither
-/// open nor used).
-pub struct StreamPermit {
-    activity: Arc<Activity>,
-    working: bool,
-}
-
-impl Drop for StreamPermit {
-    fn drop(&mut self) {
-        let a = &self.activity;
-        a.last_used_ms.store(now_ms(), Ordering::SeqCst);
-        if self.working {
-            a.working.fetch_sub(1, Ordering::SeqCst);
-        }
-        a.streams.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-impl Session {
-    /// When a call last named this session, or a stream of it last ended.
-    pub fn last_active(&self) -> std::time::SystemTime {
-        let ms = self.activity.last_used_ms.load(Ordering::SeqCst);
-        std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)
-    }
-
-    /// Streams open on this session now, Watch included.
-    pub fn open_streams(&self) -> usize {
-        self.activity.streams.load(Ordering::SeqCst)
-    }
-
-    /// Admits one more working stream (ReadBytes, WriteBytes, Grep,
-    /// Export) or refuses with `QUOTA_EXCEEDED` when the session has its
-    /// maximum open. Hold the permit for as long as the stream lives: the
-    /// session does not expire meanwhile.
-    pub fn open_stream(&self) -> Result<StreamPermit> {
-        self.admit(true)
-    }
-
-    /// Admits a Watch, which counts against the stream quota but does not
-    /// keep the session from expiring (its end counts as use).
-    pub fn open_watch(&self) -> Result<StreamPermit> {
-        self.admit(false)
-    }
-
-    fn admit(&self, working: bool) -> Result<StreamPermit> {
-        let open = self.activity.streams.fetch_add(1, Ordering::SeqCst);
-        if working {
-            self.activity.working.fetch_add(1, Ordering::SeqCst);
-        }
-        let permit = StreamPermit {
-            activity: self.activity.clone(),
-            working,
-        };
-        if self.max_streams > 0 && open >= self.max_streams {
-            return Err(Error::QuotaExceeded {
-                message: format!(
-                    "session '{}' already has {} streams open, its maximum; close one or raise --max-streams-per-session",
-                    self.record.id, self.max_streams
-                ),
-            });
-        }
-        Ok(permit)
-    }
-
-    /// Resolves when the session is deleted or expires.
-    pub async fn closed(&self) {
-        self.closed.cancelled().await
-    }
-}
-
-impl Session {
-    /// Parses a client path under this session's limits.
-    pub fn path(&self, raw: &str) -> Result<CanonicalPath> {
-        CanonicalPath::parse(raw, &self.record.limits.path)
-    }
-}
-
-/// What `session.json` holds for a DIRECTORY session, so that it survives
-/// a restart of the server.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct PersistedSession {
-    id: String,
-    root_path: PathBuf,
-    created_at: SystemTime,
-    max_write_bytes: u64,
-    max_path_depth: usize,
-    max_segment_chars: usize,
-    max_files: u64,
-    max_total_bytes: u64,
-    read_only: bool,
-    labels: BTreeMap<String, String>,
-    idle_ttl_seconds: u64,
-    #[serde(default)]
-    layout: Layout,
-    /// A session rooted in an existing directory: that directory's device
-    /// and inode, so that a restart reopens the same directory, not
-    /// whatever its path names by then.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    root_identity: Option<RootIdentity>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    forked_from: Option<SnapshotRef>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    owner: Option<PersistedOwner>,
-}
-
-/// [`crate::backend::Owner`] as session.json keeps it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct PersistedOwner {
-    uid: u32,
-    gid: u32,
-    file_permissions: u32,
-    directory_permissions: u32,
-}
-
-/// A directory's identity: its device and inode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RootIdentity {
-    pub dev: u64,
-    pub ino: u64,
-}
-
-impl PersistedSession {
-    fn from_record(
-        r: &SessionRecord,
-        root_path: &Path,
-        root_identity: Option<RootIdentity>,
-    ) -> Self {
-        PersistedSession {
-            root_identity,
-            id: r.id.clone(),
-            root_path: root_path.to_path_buf(),
-            created_at: r.created_at,
-            max_write_bytes: r.limits.max_write_bytes,
-            max_path_depth: r.limits.path.max_depth,
-            max_segment_chars: r.limits.path.max_segment_chars,
-            max_files: r.limits.max_files,
-            max_total_bytes: r.limits.max_total_bytes,
-            read_only: r.read_only,
-            labels: r.labels.clone(),
-            idle_ttl_seconds: r.idle_ttl_seconds,
-            layout: r.layout,
-            forked_from: r.forked_from.clone(),
-            owner: r.owner.map(|o| PersistedOwner {
-                uid: o.uid,
-                gid: o.gid,
-                file_permissions: o.file_permissions.bits(),
-                directory_permissions: o.directory_permissions.bits(),
-            }),
-        }
-    }
-
-    fn into_record(self, server_max_write: u64) -> SessionRecord {
-        SessionRecord {
-            id: self.id,
-            backend: BackendKind::Directory,
-            root_path: Some(self.root_path),
-            created_at: self.created_at,
-            limits: SessionLimits {
-                max_write_bytes: self.max_write_bytes.min(server_max_write),
-                path: wsfs::PathLimits {
-                    max_depth: self.max_path_depth,
-                    max_segment_chars: self.max_segment_chars,
-                },
-                max_files: self.max_files,
-                max_total_bytes: self.max_total_bytes,
-            },
-            read_only: self.read_only,
-            labels: self.labels,
-            idle_ttl_seconds: self.idle_ttl_seconds,
-            layout: self.layout,
-            container: None,
-            forked_from: self.forked_from,
-            owner: self.owner.map(|o| crate::backend::Owner {
-                uid: o.uid,
-                gid: o.gid,
-                file_permissions: wsfs::Permissions::masked(o.file_permissions),
-                directory_permissions: wsfs::Permissions::masked(o.directory_permissions),
-            }),
-        }
-    }
-}
-
-const SESSION_FILE: &str = "session.json";
-
-/// Labels a session may carry, and a ListSessions filter may name.
-pub const MAX_LABELS: usize = 64;
-/// Bytes of one label's key or value.
-pub const MAX_LABEL_BYTES: usize = 256;
-
-/// Refuses, before they are stored or matched against every session,
-/// labels past [`MAX_LABELS`] or a key or value past [`MAX_LABEL_BYTES`]:
-/// a label is a tag, not a payload.
-pub fn check_labels<'a>(
-    labels: impl ExactSizeIterator<Item = (&'a String, &'a String)>,
-) -> Result<()> {
-    if labels.len() > MAX_LABELS {
-        return Err(Error::invalid_argument(format!(
-            "{} labels; at most {MAX_LABELS} are allowed",
-            labels.len()
-        )));
-    }
-    for (key, value) in labels {
-        if key.len() > MAX_LABEL_BYTES || value.len() > MAX_LABEL_BYTES {
-            return Err(Error::invalid_argument(format!(
-                "the label '{}' is longer than {MAX_LABEL_BYTES} bytes (key or value)",
-                wsfs::path::quote(key)
-            )));
-        }
-    }
-    Ok(())
-}
-
-fn write_session_file(
-    session_dir: &Path,
-    p: &PersistedSession,
-    durability: crate::durability::Durability,
-) -> Result<()> {
-    let io = |e: std::io::Error| {
-        Error::io_while(
-            e,
-            format_args!("recording the session in '{}'", session_dir.display()),
-        )
-    };
-    let json = serde_json::to_vec_pretty(p)
-        .map_err(|e| Error::internal(format!("cannot encode session record: {e}")))?;
-    let tmp = session_dir.join(format!("{SESSION_FILE}.tmp"));
-    std::fs::write(&tmp, json).map_err(io)?;
-    // In `fsync` mode the record, and the whole session directory made
-    // before it (root, seeds, staging), are durable before CreateSession
-    // answers.
-    let dir = std::fs::File::open(session_dir).map_err(io)?;
-    durability.settle_fs(&dir)?;
-    std::fs::rename(&tmp, session_dir.join(SESSION_FILE)).map_err(io)?;
-    if durability.is_fsync() {
-        crate::durability::sync_dir(session_dir)?;
-    }
-    Ok(())
-}
 
 pub struct SessionRegistry {
     config: Arc<ServerConfig>,
@@ -425,13 +49,13 @@ pub struct SessionRegistry {
     pending: Mutex<Vec<PendingRecovery>>,
 }
 
-/// A recorded DIRECTORY session that a stop left with work to finish
-/// (see [`crate::journal::unfinished`]) before it may answer.
+/// A recorded session that a stop left with work to finish before it may
+/// answer ([`Reopened::Recovering`]).
 struct PendingRecovery {
     session_dir: PathBuf,
     record: SessionRecord,
-    /// A root elsewhere, opened by identity.
-    held: Option<std::os::fd::OwnedFd>,
+    /// Makes its workspace whole. Blocking.
+    finish: Box<dyn FnOnce() -> Result<Handles> + Send>,
 }
 
 /// Most sessions recovered at once after a restart.
@@ -520,19 +144,20 @@ impl SessionRegistry {
             .cloned()
     }
 
-    /// The ids of the DIRECTORY sessions served here and of those being
-    /// recovered after a restart (served once whole).
-    pub fn directory_sessions(&self) -> Vec<String> {
+    /// The sessions whose kind outlives a restart, served here or being
+    /// recovered after a restart (served once whole): each id with the
+    /// directory that records it.
+    pub fn persistent_sessions(&self) -> Vec<(String, PathBuf)> {
         let sessions = self.sessions.read().unwrap_or_else(|e| e.into_inner());
         let live = sessions
             .values()
-            .filter(|s| s.record.backend == BackendKind::Directory)
-            .map(|s| s.record.id.clone());
+            .filter(|s| factory::provider(s.record.backend).persistent())
+            .filter_map(|s| Some((s.record.id.clone(), s.owned_dir.clone()?)));
         let unavailable = self.unavailable.read().unwrap_or_else(|e| e.into_inner());
         let recovering = unavailable
             .values()
             .filter(|u| u.recovering)
-            .map(|u| u.record.id.clone());
+            .map(|u| (u.record.id.clone(), u.session_dir.clone()));
         live.chain(recovering).collect()
     }
 
@@ -554,137 +179,102 @@ impl SessionRegistry {
         self.stopping.clone()
     }
 
-    /// A registry holding every DIRECTORY session recorded under the data
-    /// directory: sessions outlive a restart of the server. A session
-    /// directory whose record cannot be read is left alone and logged.
+    /// A registry holding every session a restart left in the data
+    /// directory, as each kind reopens them ([`crate::kind::BackendProvider::reopen`]):
+    /// sessions of a persistent kind outlive a restart of the server. One
+    /// whose record cannot be read is left alone and logged; one that a
+    /// stop left with work to finish (a Restore or ImportArchive to roll
+    /// forward, a recursive Delete's tree to remove) is listed as
+    /// recovering, every call naming it is refused UNAVAILABLE, and
+    /// [`Self::start_recoveries`] finishes it in the background, so that
+    /// other sessions answer at once.
     pub fn open(config: Arc<ServerConfig>) -> Result<Self> {
         let mut registry = Self::new(config);
         registry.bucket = registry.open_bucket()?;
-        let dir = registry.config.data_dir.join("sessions");
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(registry),
-            Err(e) => {
-                return Err(Error::internal(format!(
-                    "cannot read '{}': {e}",
-                    dir.display()
-                )))
-            }
-        };
-        for entry in entries.flatten() {
-            let session_dir = entry.path();
-            match registry.reopen(&session_dir) {
-                Ok(Some(s)) => tracing::info!(session = %s.record.id, "directory session reopened"),
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(dir = %session_dir.display(), error = %e, "session directory skipped")
-                }
+        for kind in factory::KINDS {
+            for reopened in factory::provider(kind).reopen(&registry.context())? {
+                registry.reopened(reopened);
             }
         }
         Ok(registry)
     }
 
-    /// Reopens the DIRECTORY session recorded in `session_dir`. One that a
-    /// stop left with work to finish (a Restore or ImportArchive to roll
-    /// forward, a recursive Delete's tree to remove) is not opened here:
-    /// it is listed as recovering, every call naming it is refused
-    /// UNAVAILABLE, and [`Self::start_recoveries`] finishes it in the
-    /// background (`None`), so that other sessions answer at once.
-    fn reopen(&self, session_dir: &Path) -> Result<Option<Arc<Session>>> {
-        let raw = std::fs::read(session_dir.join(SESSION_FILE))
-            .map_err(|e| Error::internal(format!("no readable {SESSION_FILE}: {e}")))?;
-        let persisted: PersistedSession = serde_json::from_slice(&raw)
-            .map_err(|e| Error::internal(format!("corrupt {SESSION_FILE}: {e}")))?;
-        let identity = persisted.root_identity;
-        let record = persisted.into_record(self.config.max_write_bytes);
-        let root = record.root_path.clone().unwrap_or_default();
-        // A root elsewhere is reopened by identity, never through a link,
-        // and only while it is still inside an allowed root.
-        let rooted = root != session_dir.join("root");
-        let held = if rooted {
-            match self.open_rooted(&root, identity) {
-                Ok((fd, _)) => Some(fd),
-                Err(why) => {
-                    let unavailable = Unavailable {
-                        record,
-                        why,
-                        session_dir: session_dir.to_path_buf(),
-                        leased_to: None,
-                        recovering: false,
-                    };
-                    let error = unavailable.error();
-                    self.unavailable
-                        .write()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(unavailable.record.id.clone(), unavailable);
-                    return Err(error);
-                }
+    /// Lists what a start found of one session.
+    fn reopened(&self, reopened: Reopened) {
+        match reopened {
+            Reopened::Ready {
+                record,
+                handles,
+                session_dir,
+            } => {
+                // Its change watcher watches the root by the path its
+                // kind checked: see `insert`.
+                let s = self.insert(record, handles, Some(session_dir));
+                tracing::info!(session = %s.record.id, "directory session reopened")
             }
-        } else {
-            None
-        };
-        let open_root = held.as_ref().map_or_else(|| root.clone(), fd_path);
-        if let Some(why) = crate::journal::unfinished(session_dir, &open_root) {
-            tracing::warn!(session = %record.id, %why, "directory session recovering in the background");
-            self.unavailable
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(
-                    record.id.clone(),
-                    Unavailable {
-                        record: record.clone(),
-                        why,
-                        session_dir: session_dir.to_path_buf(),
-                        leased_to: None,
-                        recovering: true,
-                    },
-                );
-            self.pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(PendingRecovery {
-                    session_dir: session_dir.to_path_buf(),
+            Reopened::Unavailable {
+                record,
+                why,
+                session_dir,
+            } => {
+                let unavailable = Unavailable {
                     record,
-                    held,
-                });
-            return Ok(None);
+                    why,
+                    session_dir,
+                    leased_to: None,
+                    recovering: false,
+                };
+                let error = unavailable.error();
+                tracing::warn!(dir = %unavailable.session_dir.display(), %error, "session directory skipped");
+                self.unavailable
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(unavailable.record.id.clone(), unavailable);
+            }
+            Reopened::Recovering {
+                record,
+                why,
+                session_dir,
+                finish,
+            } => {
+                tracing::warn!(session = %record.id, %why, "directory session recovering in the background");
+                self.unavailable
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(
+                        record.id.clone(),
+                        Unavailable {
+                            record: record.clone(),
+                            why,
+                            session_dir: session_dir.clone(),
+                            leased_to: None,
+                            recovering: true,
+                        },
+                    );
+                self.pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(PendingRecovery {
+                        session_dir,
+                        record,
+                        finish,
+                    });
+            }
+            Reopened::Skipped { dir, error } => {
+                tracing::warn!(dir = %dir.display(), %error, "session directory skipped")
+            }
         }
-        let handles = self.reopen_workspace(session_dir, &record, &open_root)?;
-        // Its change watcher watches the root by the path just checked
-        // (component by component, to be that directory): see `insert`.
-        Ok(Some(self.insert(
-            record,
-            handles,
-            Some(session_dir.to_path_buf()),
-        )))
     }
 
-    /// The workspace of a recorded DIRECTORY session, made whole: a
-    /// replacement a stop cut short is rolled forward (before staging is
-    /// emptied: it needs the files it staged there), and what a stop left
-    /// to remove is removed. Blocking.
-    fn reopen_workspace(
-        &self,
-        session_dir: &Path,
-        record: &SessionRecord,
-        open_root: &Path,
-    ) -> Result<Handles> {
-        crate::journal::recover(session_dir, open_root, self.config.durability, record.owner)?;
-        // Uploads in flight when the server stopped are abandoned, and
-        // trees a recursive Delete moved out are removed.
-        let staging = session_dir.join("staging");
-        let _ = std::fs::remove_dir_all(&staging);
-        std::fs::create_dir_all(&staging)
-            .map_err(|e| Error::internal(format!("cannot create '{}': {e}", staging.display())))?;
-        let backend = DirectoryBackend::open(open_root, &staging)?
-            .with_durability(self.config.durability)
-            .with_owner(record.owner)
-            .removing_later();
-        backend.finish_removals()?;
-        let ws = Arc::new(Workspace::new(backend, record.limits));
-        ws.set_read_only(record.read_only);
-        let snapshots = self.directory_snapshots(&ws, &record.id, session_dir);
-        Ok((ws.clone(), ws, snapshots))
+    /// What every kind may use of the server while it makes a workspace.
+    fn context(&self) -> Context<'_> {
+        Context {
+            config: &self.config,
+            mirrors: self
+                .bucket
+                .clone()
+                .map(|b| b as Arc<dyn crate::snapshots::SnapshotMirrors>),
+        }
     }
 
     /// Finishes, in the background, the sessions [`Self::open`] left
@@ -710,17 +300,13 @@ impl SessionRegistry {
     async fn recover_pending(self: Arc<Self>, pending: PendingRecovery) {
         let started = std::time::Instant::now();
         let id = pending.record.id.clone();
-        let registry = self.clone();
         let made = tokio::task::spawn_blocking(move || {
             let PendingRecovery {
                 session_dir,
                 record,
-                held,
+                finish,
             } = pending;
-            let root = record.root_path.clone().unwrap_or_default();
-            let open_root = held.as_ref().map_or(root, fd_path);
-            let handles = registry.reopen_workspace(&session_dir, &record, &open_root);
-            (session_dir, record, handles)
+            (session_dir, record, finish())
         })
         .await;
         let (session_dir, record, handles) = match made {
@@ -787,8 +373,10 @@ impl SessionRegistry {
                     session_id: id.to_string(),
                 },
             })?;
-        if let (Some(bucket), BackendKind::Directory) = (&self.bucket, session.record.backend) {
-            bucket.check_serving(id)?;
+        if let Some(bucket) = &self.bucket {
+            if factory::provider(session.record.backend).persistent() {
+                bucket.check_serving(id)?;
+            }
         }
         session
             .activity
@@ -817,6 +405,19 @@ impl SessionRegistry {
             }
         }
         expired
+    }
+
+    /// How many sessions of each kind are open, by the kind's name (every
+    /// kind, those with none too).
+    pub fn count_by_kind(&self) -> Vec<(&'static str, i64)> {
+        let sessions = self.list();
+        factory::KINDS
+            .iter()
+            .map(|&kind| {
+                let open = sessions.iter().filter(|s| s.record.backend == kind).count();
+                (factory::provider(kind).name(), open as i64)
+            })
+            .collect()
     }
 
     /// Every session, oldest first.
@@ -871,9 +472,11 @@ impl SessionRegistry {
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let _slot = self.reserve_slot(&id)?;
-        let mut claim = match spec.backend {
-            Some(BackendKind::Directory) => self.claim_new(&id).await?,
-            _ => None,
+        let backend = spec.backend.unwrap_or_default();
+        let provider = factory::provider(backend);
+        let mut claim = match provider.persistent() {
+            true => self.claim_new(&id).await?,
+            false => None,
         };
         let limits = SessionLimits::resolve(&spec.limits, self.config.max_write_bytes);
         // Parse every seed path before anything is created.
@@ -889,85 +492,24 @@ impl SessionRegistry {
         // directory is made or any byte copied. (The writes check again, for
         // host files that grow after the scan.)
         crate::quota::check_initial(&limits, crate::mounts::initial_usage(&mounts, &seeds))?;
-        let backend = spec.backend.unwrap_or(BackendKind::Memory);
-        let mut root_identity = None;
-        // A CONTAINER session relays the changes made inside its container.
-        let mut relay = None;
-        let ((fs, archive, snapshots), root_path, owned_dir): (Handles, _, _) = match backend {
-            BackendKind::Memory => {
-                if spec.root.is_some() {
-                    return Err(Error::invalid_argument(
-                        "root applies only to DIRECTORY sessions",
-                    ));
-                }
-                let ws = Arc::new(Workspace::new(MemoryBackend::new(), limits));
-                populate(&ws, mounts, &seeds, spec.layout).await?;
-                ws.set_read_only(spec.read_only);
-                let snapshots = Arc::new(MemorySnapshots::new(ws.clone()));
-                ((ws.clone(), ws, snapshots), None, None)
-            }
-            BackendKind::Directory => {
-                let session_dir = self.config.data_dir.join("sessions").join(&id);
-                // A chosen id may name a directory left behind: never adopt
-                // it (nor remove it when this creation fails).
-                if session_dir.symlink_metadata().is_ok() {
-                    return Err(Error::AlreadyExists {
-                        path: format!("session {id}"),
-                    });
-                }
-                let (root, held) = match &spec.root {
-                    Some(r) => {
-                        let real = self.allowed_root(r)?;
-                        let (fd, identity) = self.open_rooted(&real, None).map_err(|why| {
-                            Error::PermissionDenied {
-                                path: r.display().to_string(),
-                                message: format!("root '{}' cannot be used: {why}", r.display()),
-                            }
-                        })?;
-                        root_identity = Some(identity);
-                        (real, Some(fd))
-                    }
-                    None => (session_dir.join("root"), None),
-                };
-                let open_root = held.as_ref().map_or_else(|| root.clone(), fd_path);
-                let made = create_session_dirs(&session_dir, &root, spec.root.is_none())
-                    .and_then(|_| DirectoryBackend::open(&open_root, &session_dir.join("staging")))
-                    .map(|b| b.with_owner(spec.owner).removing_later())
-                    .and_then(|b| b.claim_for_owner(spec.root.is_none()).map(|()| b));
-                let backend = match made {
-                    Ok(b) => b,
-                    Err(e) => {
-                        let _ = std::fs::remove_dir_all(&session_dir);
-                        return Err(e);
-                    }
-                };
-                let ws = Arc::new(Workspace::new(backend, limits));
-                if let Err(e) = populate(&ws, mounts, &seeds, spec.layout).await {
-                    let _ = std::fs::remove_dir_all(&session_dir);
-                    return Err(e);
-                }
-                // Filled without a sync per file, then synced once (the
-                // root may be on another filesystem than the record).
-                ws.backend().set_durability(self.config.durability);
-                if let Err(e) = ws.exclusive(|b| b.settle()).await {
-                    let _ = std::fs::remove_dir_all(&session_dir);
-                    return Err(e);
-                }
-                ws.set_read_only(spec.read_only);
-                let snapshots = self.directory_snapshots(&ws, &id, &session_dir);
-                ((ws.clone(), ws, snapshots), Some(root), Some(session_dir))
-            }
-            BackendKind::Container => {
-                let (handles, dir, container) =
-                    crate::container::open(&self.config, &id, &spec, limits, &seeds).await?;
-                relay = Some(container);
-                (handles, None, Some(dir))
-            }
+        let new = NewSession {
+            id: id.clone(),
+            spec: &spec,
+            limits,
+            mounts,
+            seeds,
         };
+        let made = provider.create(&self.context(), new).await?;
+        let Made {
+            handles,
+            root_path,
+            owned_dir,
+            persist,
+            on_listed,
+        } = made;
         let record = SessionRecord::new(id, backend, root_path, limits, spec);
-        if let (Some(dir), Some(root)) = (&owned_dir, &record.root_path) {
-            let persisted = PersistedSession::from_record(&record, root, root_identity);
-            if let Err(e) = write_session_file(dir, &persisted, self.config.durability) {
+        if let (Some(persist), Some(dir)) = (persist, &owned_dir) {
+            if let Err(e) = persist(&record) {
                 let _ = std::fs::remove_dir_all(dir);
                 return Err(e);
             }
@@ -981,9 +523,9 @@ impl SessionRegistry {
         if let Some(claim) = claim.as_mut() {
             claim.keep();
         }
-        let session = self.insert(record, (fs, archive, snapshots), owned_dir);
-        if let Some(container) = relay {
-            container.0.relay_external(session.events.clone()).await;
+        let session = self.insert(record, handles, owned_dir);
+        if let Some(on_listed) = on_listed {
+            on_listed(session.events.clone()).await;
         }
         Ok(session)
     }
@@ -1059,7 +601,7 @@ impl SessionRegistry {
         }
         let mirrored = self
             .get_quietly(id)
-            .is_some_and(|s| s.record.backend == BackendKind::Directory);
+            .is_some_and(|s| factory::provider(s.record.backend).persistent());
         if let (Some(bucket), true) = (&self.bucket, mirrored) {
             // The bucket first: when it is unreachable, nothing changes.
             bucket.forget_session(id).await?;
@@ -1095,169 +637,6 @@ impl SessionRegistry {
         }
         Ok(files)
     }
-
-    /// Opens the directory at `root` (a resolved path) from the allowed root
-    /// that holds it, one component at a time and never through a symlink,
-    /// and checks it is the directory `expected` names, when given. The
-    /// error says why the root cannot be used.
-    fn open_rooted(
-        &self,
-        root: &Path,
-        expected: Option<RootIdentity>,
-    ) -> std::result::Result<(std::os::fd::OwnedFd, RootIdentity), String> {
-        use rustix::fs::{Mode, OFlags};
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let (allowed, rest) = self
-            .config
-            .allow_roots
-            .iter()
-            .filter_map(|r| std::fs::canonicalize(r).ok())
-            .find_map(|allowed| {
-                let rest = root.strip_prefix(&allowed).ok()?.to_path_buf();
-                Some((allowed, rest))
-            })
-            .ok_or_else(|| {
-                format!(
-                    "its root '{}' is not inside a directory the server allows (--allow-root)",
-                    root.display()
-                )
-            })?;
-        // The allowed root itself is the operator's, trusted as configured.
-        let mut fd =
-            rustix::fs::open(&allowed, flags & !OFlags::NOFOLLOW, Mode::empty()).map_err(|e| {
-                format!(
-                    "the allowed root '{}' cannot be opened: {e}",
-                    allowed.display()
-                )
-            })?;
-        for component in rest.components() {
-            let std::path::Component::Normal(name) = component else {
-                return Err(format!("its root '{}' is not a plain path", root.display()));
-            };
-            fd = rustix::fs::openat(&fd, name, flags, Mode::empty()).map_err(|e| {
-                format!(
-                    "its root '{}' cannot be opened without following a link: '{}' is {}",
-                    root.display(),
-                    name.to_string_lossy(),
-                    if e == rustix::io::Errno::LOOP || e == rustix::io::Errno::NOTDIR {
-                        "a symlink or not a directory".to_string()
-                    } else {
-                        e.to_string()
-                    }
-                )
-            })?;
-        }
-        let st = rustix::fs::fstat(&fd).map_err(|e| format!("cannot stat its root: {e}"))?;
-        let found = RootIdentity {
-            dev: st.st_dev,
-            ino: st.st_ino,
-        };
-        if expected.is_some_and(|e| e != found) {
-            return Err(format!(
-                "its root '{}' is no longer the directory it was created in (it was replaced)",
-                root.display()
-            ));
-        }
-        Ok((fd, found))
-    }
-
-    /// Resolves a requested root: it must exist, be a directory, and lie
-    /// inside one of the allowed roots after every symlink is resolved.
-    fn allowed_root(&self, requested: &Path) -> Result<PathBuf> {
-        let denied = |why: String| Error::PermissionDenied {
-            path: requested.display().to_string(),
-            message: why,
-        };
-        let real = std::fs::canonicalize(requested).map_err(|e| {
-            denied(format!(
-                "root '{}' cannot be used: {e}",
-                requested.display()
-            ))
-        })?;
-        if !real.is_dir() {
-            return Err(denied(format!(
-                "root '{}' is not a directory",
-                requested.display()
-            )));
-        }
-        let inside = self
-            .config
-            .allow_roots
-            .iter()
-            .filter_map(|r| std::fs::canonicalize(r).ok())
-            .any(|allowed| real.starts_with(&allowed));
-        if !inside {
-            return Err(denied(format!(
-                "root '{}' is not inside a directory the server allows (--allow-root)",
-                requested.display()
-            )));
-        }
-        Ok(real)
-    }
-}
-
-/// A path that opens exactly the directory `fd` holds, with no lookup of
-/// the name it was reached by.
-fn fd_path(fd: &std::os::fd::OwnedFd) -> PathBuf {
-    use std::os::fd::AsRawFd;
-    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-}
-
-fn create_session_dirs(session_dir: &Path, root: &Path, own_root: bool) -> Result<()> {
-    let io = |e: std::io::Error| {
-        Error::io_while(
-            e,
-            format_args!("creating the session directory '{}'", session_dir.display()),
-        )
-    };
-    std::fs::create_dir_all(session_dir.join("staging")).map_err(io)?;
-    if own_root {
-        std::fs::create_dir_all(root).map_err(io)?;
-    }
-    Ok(())
-}
-
-/// Copies the host mounts in, then writes the seed files.
-async fn populate<B: Backend>(
-    ws: &Workspace<B>,
-    mounts: Vec<crate::mounts::MountPlan>,
-    seeds: &[(CanonicalPath, bytes::Bytes)],
-    layout: Layout,
-) -> Result<()> {
-    for plan in mounts {
-        crate::mounts::copy(ws, plan).await?;
-    }
-    seed(ws, seeds, layout).await
-}
-
-async fn seed<B: Backend>(
-    ws: &Workspace<B>,
-    seeds: &[(CanonicalPath, bytes::Bytes)],
-    layout: Layout,
-) -> Result<()> {
-    if layout == Layout::Swarm {
-        for zone in ZONE_DIRS {
-            ws.mkdir(
-                &CanonicalPath::from_canonical(zone),
-                wsfs::MkdirOptions::default(),
-            )
-            .await?;
-        }
-    }
-    for (path, data) in seeds {
-        let chunks = futures::stream::iter([Ok(data.clone())]);
-        ws.write_bytes(
-            path,
-            WriteOptions {
-                mode: WriteMode::Overwrite,
-                create_parents: true,
-                ..WriteOptions::default()
-            },
-            Box::pin(chunks),
-        )
-        .await?;
-    }
-    Ok(())
 }
 
 async fn count_files(fs: &dyn Filesystem) -> u64 {

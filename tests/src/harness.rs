@@ -21,7 +21,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::{Channel, Endpoint};
 use wsfs_client::{Client, SessionOptions};
-use wsfs_server::backend::{DirectoryBackend, MemoryBackend};
+use wsfs_server::directory::DirectoryBackend;
+use wsfs_server::memory::MemoryBackend;
 use wsfs_server::workspace::Workspace;
 use wsfs_server::{ServerConfig, SessionLimits};
 

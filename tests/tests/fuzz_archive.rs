@@ -29,7 +29,9 @@ use std::path::Path;
 use tonic::Code;
 use wsfs::{ByteRange, CanonicalPath, Error, FileKind, Filesystem, PathLimits, WriteOptions};
 use wsfs_server::archive::import::{check, ArchiveTarget};
-use wsfs_server::backend::{Backend, DirectoryBackend, MemoryBackend};
+use wsfs_server::backend::Backend;
+use wsfs_server::directory::DirectoryBackend;
+use wsfs_server::memory::MemoryBackend;
 use wsfs_server::{SessionLimits, Workspace};
 use zip::write::SimpleFileOptions;
 

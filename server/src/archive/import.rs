@@ -390,11 +390,11 @@ pub fn apply<B: Backend>(backend: &B, path: &Path, plan: &ImportPlan) -> Result<
 
 /// The apply step: empties the workspace and fills it with the staged
 /// files, as one replacement a crash cannot leave half done (an intent
-/// record, [`crate::journal`]: the next start completes it).
+/// record, [`crate::directory::journal`]: the next start completes it).
 fn replace_all<B: Backend>(backend: &B, plan: &ImportPlan, staged: Vec<B::Staged>) -> Result<()> {
-    let intent = crate::journal::Intent {
+    let intent = crate::backend::intent::Intent {
         operation: "import".to_string(),
-        prune: crate::journal::Prune::Everything,
+        prune: crate::backend::intent::Prune::Everything,
         dirs: plan.dirs.iter().map(|d| d.as_str().to_string()).collect(),
         files: plan
             .files
@@ -402,7 +402,7 @@ fn replace_all<B: Backend>(backend: &B, plan: &ImportPlan, staged: Vec<B::Staged
             .zip(&staged)
             .map(|((_, path, _), file)| {
                 let modified = plan.attributes.get(path).and_then(|a| a.modified);
-                crate::journal::IntentFile::new(path, file, None).modified(modified)
+                crate::backend::intent::IntentFile::new(path, file, None).modified(modified)
             })
             .collect(),
         permissions: plan
@@ -411,7 +411,7 @@ fn replace_all<B: Backend>(backend: &B, plan: &ImportPlan, staged: Vec<B::Staged
             .map(|(path, a)| (path.as_str().to_string(), a.permissions.bits()))
             .collect(),
     };
-    crate::journal::apply(backend, &intent, || {
+    crate::backend::intent::apply(backend, &intent, || {
         backend.remove(&CanonicalPath::root(), true)?;
         let attributes = |path: &CanonicalPath| plan.attributes.get(path).copied();
         for dir in &plan.dirs {

@@ -18,16 +18,16 @@
 //! learns nothing about B. The admin token is the system caller of every
 //! session (it can create sessions and read their system tokens anyway).
 //!
-//! The token hashes of a DIRECTORY session are kept beside its
-//! `session.json`, in `tokens.json`, so its tokens survive a restart and
-//! go with the session's directory when it is deleted.
+//! The token hashes of a session whose kind outlives a restart (DIRECTORY)
+//! are kept in its directory, beside its `session.json`, in `tokens.json`,
+//! so its tokens survive a restart and go with the session's directory
+//! when it is deleted.
 
 pub mod tokens;
 pub mod zones;
 
-use crate::registry::{BackendKind, Session, SessionRegistry};
 use sha2::{Digest, Sha256};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use subtle::ConstantTimeEq;
 use tonic::metadata::MetadataMap;
@@ -104,14 +104,33 @@ pub struct Auth {
     /// SHA-256 of the admin token; `None`: tokens are off.
     admin: Option<[u8; 32]>,
     tokens: TokenStore,
-    /// `<data dir>/sessions`: where DIRECTORY sessions keep `tokens.json`.
-    sessions_dir: Option<PathBuf>,
+    /// Whether sessions that outlive a restart keep their token hashes
+    /// in `tokens.json` ([`Auth::persisted_under`]).
+    persisted: bool,
     /// Serializes rewrites of `tokens.json`.
     persisting: Mutex<()>,
 }
 
-/// The file, in a DIRECTORY session's directory, that holds its token hashes.
+/// The file, in a persistent session's directory, that holds its token hashes.
 const TOKENS_FILE: &str = "tokens.json";
+
+/// A session as its tokens see it.
+pub trait TokenHolder {
+    fn session_id(&self) -> &str;
+    /// The directory that keeps its token hashes across a restart, when
+    /// its kind outlives one.
+    fn tokens_dir(&self) -> Option<&Path>;
+}
+
+impl<T: TokenHolder + ?Sized> TokenHolder for std::sync::Arc<T> {
+    fn session_id(&self) -> &str {
+        (**self).session_id()
+    }
+
+    fn tokens_dir(&self) -> Option<&Path> {
+        (**self).tokens_dir()
+    }
+}
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct PersistedToken {
@@ -133,22 +152,17 @@ impl Auth {
         Auth {
             admin: admin_token.map(tokens::hash),
             tokens: TokenStore::default(),
-            sessions_dir: None,
+            persisted: false,
             persisting: Mutex::new(()),
         }
     }
 
-    /// Keeps the token hashes of DIRECTORY sessions under `data_dir`, and
-    /// loads those of every DIRECTORY session `registry` reopened or is
-    /// recovering.
-    pub fn persisted_under(
-        mut self,
-        data_dir: &std::path::Path,
-        registry: &SessionRegistry,
-    ) -> Auth {
-        let dir = data_dir.join("sessions");
-        for id in registry.directory_sessions() {
-            let file = dir.join(&id).join(TOKENS_FILE);
+    /// Keeps the token hashes of the sessions that outlive a restart in
+    /// their directories, and loads those of `sessions` (each id with its
+    /// directory: those a restart reopened or is recovering).
+    pub fn persisted_under(mut self, sessions: Vec<(String, PathBuf)>) -> Auth {
+        for (id, dir) in sessions {
+            let file = dir.join(TOKENS_FILE);
             let Ok(raw) = std::fs::read(&file) else {
                 continue;
             };
@@ -178,16 +192,17 @@ impl Auth {
                 }
             }
         }
-        self.sessions_dir = Some(dir);
+        self.persisted = true;
         self
     }
 
-    /// A new token for `caller` in `session`; a DIRECTORY session's token
-    /// hashes are written down before the token is handed out.
-    pub fn issue(&self, session: &Session, caller: Caller) -> Result<String> {
-        let id = &session.record.id;
+    /// A new token for `caller` in `session`; the token hashes of a
+    /// session that outlives a restart are written down before the token
+    /// is handed out.
+    pub fn issue(&self, session: &impl TokenHolder, caller: Caller) -> Result<String> {
+        let id = session.session_id();
         let token = self.tokens.issue(id, caller)?;
-        if let (Some(dir), BackendKind::Directory) = (&self.sessions_dir, session.record.backend) {
+        if let (true, Some(dir)) = (self.persisted, session.tokens_dir()) {
             let _one_writer = self.persisting.lock().unwrap_or_else(|e| e.into_inner());
             let saved: Vec<PersistedToken> = self
                 .tokens
@@ -198,7 +213,7 @@ impl Auth {
                     caller: caller.name().to_string(),
                 })
                 .collect();
-            let file = dir.join(id).join(TOKENS_FILE);
+            let file = dir.join(TOKENS_FILE);
             let written = serde_json::to_vec_pretty(&saved)
                 .map_err(std::io::Error::other)
                 .and_then(|json| {

@@ -4,10 +4,9 @@
 //! when it compiles. What only one backend can show (files changed behind
 //! its back, symlinks, its staging directory) is tested beside it.
 
-use super::{
-    Backend, CommitMode, Content, DirectoryBackend, MemoryBackend, OpenFile, Patch, PatchRange,
-    StagedFile,
-};
+use super::{Backend, CommitMode, Content, OpenFile, Patch, PatchRange, StagedFile};
+use crate::directory::DirectoryBackend;
+use crate::memory::MemoryBackend;
 use std::io::Read;
 use wsfs::{CanonicalPath, Error, FileKind, Metadata, PathLimits, Permissions, Result};
 
@@ -74,7 +73,7 @@ impl Subject for Directory {
 }
 
 /// The names in `dir`, sorted.
-pub(super) fn names(dir: &std::path::Path) -> Vec<String> {
+pub(crate) fn names(dir: &std::path::Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -95,11 +94,11 @@ fn collect_reserved(dir: &std::path::Path, out: &mut Vec<String>) {
     }
 }
 
-pub(super) fn p(s: &str) -> CanonicalPath {
+pub(crate) fn p(s: &str) -> CanonicalPath {
     CanonicalPath::parse(s, &PathLimits::default()).unwrap()
 }
 
-pub(super) fn commit<B: Backend>(
+pub(crate) fn commit<B: Backend>(
     b: &B,
     path: &str,
     bytes: &[u8],
@@ -115,19 +114,19 @@ pub(super) fn commit<B: Backend>(
     b.commit(staged, &p(path), mode)
 }
 
-pub(super) fn write<B: Backend>(b: &B, path: &str, bytes: &[u8]) -> Result<Metadata> {
+pub(crate) fn write<B: Backend>(b: &B, path: &str, bytes: &[u8]) -> Result<Metadata> {
     commit(b, path, bytes, false)
 }
 
-pub(super) fn read<B: Backend>(b: &B, path: &str) -> Result<Vec<u8>> {
+pub(crate) fn read<B: Backend>(b: &B, path: &str) -> Result<Vec<u8>> {
     read_open(b.open(&p(path))?)
 }
 
-pub(super) fn read_open(open: OpenFile) -> Result<Vec<u8>> {
+pub(crate) fn read_open(open: OpenFile) -> Result<Vec<u8>> {
     Ok(read_content(open.content))
 }
 
-pub(super) fn read_content(content: Content) -> Vec<u8> {
+pub(crate) fn read_content(content: Content) -> Vec<u8> {
     match content {
         Content::Disk(mut file) => {
             let mut bytes = Vec::new();
@@ -138,11 +137,11 @@ pub(super) fn read_content(content: Content) -> Vec<u8> {
     }
 }
 
-pub(super) fn paths(list: &[Metadata]) -> Vec<&str> {
+pub(crate) fn paths(list: &[Metadata]) -> Vec<&str> {
     list.iter().map(|m| m.path.as_str()).collect()
 }
 
-pub(super) fn walk<B: Backend>(b: &B, base: &str) -> Vec<String> {
+pub(crate) fn walk<B: Backend>(b: &B, base: &str) -> Vec<String> {
     b.walk_files(&p(base))
         .unwrap()
         .map(|r| r.unwrap().as_str().to_string())

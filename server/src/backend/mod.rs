@@ -25,12 +25,10 @@ use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, Metadata, Permissions, Result};
 
 #[cfg(test)]
-mod contract_tests;
-pub mod directory;
-pub mod memory;
+pub(crate) mod contract_tests;
+pub mod intent;
 
-pub use directory::{DirectoryBackend, Owner};
-pub use memory::{ImageEntry, MemoryBackend, MemoryImage};
+pub use intent::Intent;
 
 /// Names starting with this are the server's temporary files (the
 /// directory backend stages writes under such names beside their
@@ -352,9 +350,9 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Records, before its first change, a whole-workspace replacement
     /// whose every file is already staged, so that a crash part-way is
-    /// completed at the next start ([`crate::journal`]). Memory: nothing
+    /// completed at the next start ([`intent`]). Memory: nothing
     /// outlives a crash, so nothing to record.
-    fn begin_intent(&self, _intent: &crate::journal::Intent) -> Result<()> {
+    fn begin_intent(&self, _intent: &Intent) -> Result<()> {
         Ok(())
     }
 

@@ -17,10 +17,12 @@
 //! words on stderr. Dropping the session kills the child and never touches
 //! the container or its files.
 
+mod provider;
 pub mod runtime;
 mod snapshots;
 mod stdio;
 
+pub(crate) use provider::ContainerProvider;
 pub use runtime::{ContainerRuntime, ContainerTarget};
 pub use snapshots::ContainerSnapshots;
 pub use stdio::{run_stdio, serve_stdio};
@@ -554,7 +556,7 @@ fn sessions_dir(data_dir: &std::path::Path) -> std::path::PathBuf {
 
 /// Removes what the CONTAINER sessions of a stopped server left: they do
 /// not outlive it, and neither do their snapshots.
-pub fn clear_abandoned(data_dir: &std::path::Path) {
+pub(crate) fn clear_abandoned(data_dir: &std::path::Path) {
     let dir = sessions_dir(data_dir);
     if let Err(e) = std::fs::remove_dir_all(&dir) {
         if e.kind() != std::io::ErrorKind::NotFound {
@@ -562,13 +564,6 @@ pub fn clear_abandoned(data_dir: &std::path::Path) {
         }
     }
 }
-
-/// What a CONTAINER session's registry entry holds.
-pub(crate) type Handles = (
-    Arc<dyn Filesystem>,
-    Arc<dyn ArchiveTarget>,
-    Arc<dyn crate::snapshots::SnapshotStore>,
-);
 
 /// Opens CONTAINER session `id` as `spec` asks: picks the runtime, starts
 /// it (a container that cannot be reached fails the creation with
@@ -578,10 +573,10 @@ pub(crate) type Handles = (
 pub(crate) async fn open(
     config: &crate::config::ServerConfig,
     id: &str,
-    spec: &crate::registry::SessionSpec,
+    spec: &crate::kind::SessionSpec,
     limits: SessionLimits,
     seeds: &[(CanonicalPath, bytes::Bytes)],
-) -> Result<(Handles, std::path::PathBuf, Arc<Container>)> {
+) -> Result<(crate::kind::Handles, std::path::PathBuf, Arc<Container>)> {
     let Some(target) = spec.container.clone() else {
         return Err(Error::invalid_argument(
             "a CONTAINER session needs container {runtime, name, workdir}",

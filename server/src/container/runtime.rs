@@ -74,15 +74,7 @@ impl FromStr for ContainerRuntime {
     }
 }
 
-/// A container as a CreateSession asks for it, checked: a runtime name
-/// (looked up against the configured ones later), a plain container name
-/// and a canonical absolute workdir.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerTarget {
-    pub runtime: String,
-    pub name: String,
-    pub workdir: String,
-}
+pub use crate::kind::ContainerTarget;
 
 impl ContainerTarget {
     /// Parses the request's ContainerSpec; bad input is INVALID_ARGUMENT.

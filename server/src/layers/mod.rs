@@ -40,8 +40,8 @@ pub(crate) fn for_caller(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::memory::MemoryBackend;
     use crate::events::{ChangeKind, Since, DEFAULT_RING_EVENTS};
+    use crate::memory::MemoryBackend;
     use crate::workspace::Workspace;
     use bytes::Bytes;
     use futures::stream::StreamExt;

@@ -5,7 +5,9 @@
 
 use super::upload::{BucketSession, MAX_RECORD_BYTES};
 use super::{keys, Bucket};
-use crate::snapshots::mirror::{hash_hex, manifest_children, record_root, StoreFiles, StoredChild};
+use crate::directory::snapshots::mirror::{
+    hash_hex, manifest_children, record_root, StoreFiles, StoredChild,
+};
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
 use sha2::{Digest, Sha256};

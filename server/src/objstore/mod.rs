@@ -24,7 +24,6 @@
 //!   support.
 //! - [`download`] fetches a session's snapshots into a fresh local store.
 
-pub mod background;
 pub mod download;
 pub mod lease;
 pub mod upload;

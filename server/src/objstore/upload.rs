@@ -10,7 +10,9 @@
 //! a snapshot whose record is in the bucket is whole, and a failed one
 //! removes the record it may have written.
 use super::{keys, Bucket, Key};
-use crate::snapshots::mirror::{hash_hex, manifest_children, record_root, StoreFiles, StoredChild};
+use crate::directory::snapshots::mirror::{
+    hash_hex, manifest_children, record_root, StoreFiles, StoredChild,
+};
 use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectStoreExt, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
@@ -63,10 +65,6 @@ impl SessionMirror {
             session_dir: session_dir.to_path_buf(),
             busy: tokio::sync::Mutex::new(()),
         }
-    }
-
-    pub fn bucket(&self) -> &Arc<Bucket> {
-        &self.bucket
     }
 
     /// Sends snapshot `snapshot_id` (already stored locally): what the
@@ -136,26 +134,39 @@ impl SessionMirror {
     }
 }
 
-/// Mirrors the snapshot `info` just taken; on failure calls `roll_back`
-/// (on the blocking pool) and fails `Unavailable` (or `Internal` when
-/// the local store is damaged). The upload, and its roll-back, run to
-/// their end even when the caller goes away.
-pub async fn mirror_snapshot(
-    mirror: Arc<SessionMirror>,
-    info: crate::snapshots::SnapshotInfo,
-    roll_back: impl FnOnce() + Send + 'static,
-) -> Result<crate::snapshots::SnapshotInfo> {
-    let task = tokio::spawn(async move {
-        match mirror.upload_snapshot(&info.id).await {
-            Ok(()) => Ok(info),
-            Err(e) => {
-                let _ = tokio::task::spawn_blocking(roll_back).await;
-                Err(e)
+impl crate::snapshots::SnapshotMirrors for Bucket {
+    fn mirror(
+        self: Arc<Self>,
+        id: &str,
+        session_dir: &std::path::Path,
+    ) -> Arc<dyn crate::snapshots::SnapshotMirror> {
+        Arc::new(SessionMirror::new(self, id, session_dir))
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::snapshots::SnapshotMirror for SessionMirror {
+    async fn mirror(
+        self: Arc<Self>,
+        info: crate::snapshots::SnapshotInfo,
+        roll_back: Box<dyn FnOnce() + Send>,
+    ) -> Result<crate::snapshots::SnapshotInfo> {
+        let task = tokio::spawn(async move {
+            match self.upload_snapshot(&info.id).await {
+                Ok(()) => Ok(info),
+                Err(e) => {
+                    let _ = tokio::task::spawn_blocking(roll_back).await;
+                    Err(e)
+                }
             }
-        }
-    });
-    task.await
-        .map_err(|e| Error::internal(format!("the snapshot's upload failed: {e}")))?
+        });
+        task.await
+            .map_err(|e| Error::internal(format!("the snapshot's upload failed: {e}")))?
+    }
+
+    async fn forget_snapshot(&self, id: &str, newest_left: Option<&str>) -> Result<()> {
+        SessionMirror::forget_snapshot(self, id, newest_left).await
+    }
 }
 
 impl Bucket {

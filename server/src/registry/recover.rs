@@ -2,17 +2,13 @@
 //! on the DIRECTORY sessions this server serves, and RecoverSession, which
 //! recreates here a session the bucket knows.
 
-use super::{
-    create_session_dirs, write_session_file, BackendKind, PersistedSession, Session,
-    SessionRegistry, Unavailable,
-};
-use crate::backend::DirectoryBackend;
+use super::{factory, Session, SessionRegistry, Unavailable};
+use crate::directory::record::{create_session_dirs, write_session_file, PersistedSession};
+use crate::directory::snapshots::mirror::StoreFiles;
 use crate::objstore::lease::Renewal;
 use crate::objstore::upload::SessionMirror;
 use crate::objstore::{download, Bucket};
-use crate::snapshots::mirror::StoreFiles;
-use crate::snapshots::{DirectorySnapshots, SnapshotStore};
-use crate::workspace::Workspace;
+use crate::snapshots::SnapshotStore;
 use std::path::Path;
 use std::sync::Arc;
 use wsfs::{Error, Result};
@@ -76,28 +72,6 @@ impl SessionRegistry {
 
     pub fn bucket(&self) -> Option<&Arc<Bucket>> {
         self.bucket.as_ref()
-    }
-
-    /// The mirror of DIRECTORY session `id`'s snapshots, when the server
-    /// has a bucket.
-    pub(super) fn mirror_for(&self, id: &str, session_dir: &Path) -> Option<Arc<SessionMirror>> {
-        self.bucket
-            .as_ref()
-            .map(|b| Arc::new(SessionMirror::new(b.clone(), id, session_dir)))
-    }
-
-    /// The snapshots of DIRECTORY session `id`, kept in `session_dir` and
-    /// mirrored to the bucket when the server has one.
-    pub(super) fn directory_snapshots(
-        &self,
-        ws: &Arc<Workspace<DirectoryBackend>>,
-        id: &str,
-        session_dir: &Path,
-    ) -> Arc<DirectorySnapshots> {
-        Arc::new(
-            DirectorySnapshots::new(ws.clone(), session_dir, self.config.default_max_total_bytes)
-                .mirrored(self.mirror_for(id, session_dir)),
-        )
     }
 
     /// The live session `id`, without counting as use.
@@ -211,7 +185,7 @@ impl SessionRegistry {
         held: &std::collections::HashSet<String>,
         session: &Arc<Session>,
     ) -> Option<String> {
-        if session.record.backend != BackendKind::Directory {
+        if !factory::provider(session.record.backend).persistent() {
             return None;
         }
         let id = &session.record.id;
@@ -361,8 +335,9 @@ impl SessionRegistry {
                 // Taken by force (or from this replica's previous run):
                 // the old holder may serve until its lease runs out, so
                 // the answer waits for that.
-                let now_ms = crate::clock::now_ms();
-                let wait = std::time::Duration::from_millis(serves_from_ms.saturating_sub(now_ms));
+                let wait = std::time::Duration::from_millis(
+                    serves_from_ms.saturating_sub(super::now_ms()),
+                );
                 tokio::time::sleep(wait).await;
                 Ok(session)
             }
@@ -389,13 +364,8 @@ impl SessionRegistry {
         bucket
             .download(&StoreFiles::new(session_dir), snapshots)
             .await?;
-        let backend = DirectoryBackend::open(&root, &session_dir.join("staging"))?
-            .with_durability(self.config.durability)
-            .with_owner(record.owner)
-            .removing_later();
-        backend.claim_for_owner(true)?;
-        let ws = Arc::new(Workspace::new(backend, record.limits));
-        let store = self.directory_snapshots(&ws, &record.id, session_dir);
+        let (ws, store) =
+            crate::directory::provider::recovered(&self.context(), session_dir, &record)?;
         if let Some(snapshot) = chosen {
             store
                 .restore(snapshot, &wsfs::CanonicalPath::root())
@@ -406,7 +376,7 @@ impl SessionRegistry {
         write_session_file(session_dir, &persisted, self.config.durability)?;
         Ok(self.insert(
             record,
-            (ws.clone(), ws, store),
+            crate::kind::handles(ws, store),
             Some(session_dir.to_path_buf()),
         ))
     }
@@ -437,13 +407,12 @@ impl SessionRegistry {
         bucket
             .download(&StoreFiles::new(&copy.0), std::slice::from_ref(&chosen))
             .await?;
-        let backend = DirectoryBackend::open(&root, &copy.0.join("staging"))?;
-        let ws = Arc::new(Workspace::new(
-            backend,
-            crate::limits::SessionLimits::default(),
-        ));
-        let store = DirectorySnapshots::new(ws, &copy.0, self.config.default_max_total_bytes);
-        let origin = store.fork_origin(&chosen.id).await?;
+        let origin = crate::directory::provider::origin_in_copy(
+            &copy.0,
+            &chosen.id,
+            self.config.default_max_total_bytes,
+        )
+        .await?;
         Ok((origin, copy))
     }
 }

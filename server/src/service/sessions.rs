@@ -140,7 +140,7 @@ fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> 
                 "owner is not combined with from_snapshot: a fork keeps its snapshot's files",
             ))
         }
-        (BackendKind::Directory, Some(o)) => Some(crate::backend::Owner::new(
+        (BackendKind::Directory, Some(o)) => Some(crate::directory::Owner::new(
             o.uid,
             o.gid,
             o.file_permissions,

@@ -3,10 +3,10 @@
 //!
 //! Each session owns one [`SnapshotStore`], chosen by its backend:
 //!
-//! - [`MemorySnapshots`]: a snapshot is a [`crate::backend::MemoryImage`] of the tree, whose
+//! - [`crate::memory::MemorySnapshots`]: a snapshot is a [`crate::memory::MemoryImage`] of the tree, whose
 //!   file contents are `Bytes` shared with the live tree and every other
 //!   snapshot. Gone with the session or the server.
-//! - [`DirectorySnapshots`]: a content-addressed object store and one
+//! - [`crate::directory::DirectorySnapshots`]: a content-addressed object store and one
 //!   manifest per snapshot, under the session's directory in the server's
 //!   data directory (never inside the workspace root, where agents and
 //!   containers could reach it). Survives a restart.
@@ -19,13 +19,7 @@
 //! snapshot keep theirs).
 
 pub mod diff;
-mod directory;
 pub mod fork;
-mod memory;
-
-pub(crate) use directory::tree;
-pub use directory::{first_snapshot, mirror, DirectorySnapshots};
-pub use memory::MemorySnapshots;
 
 use crate::backend::{check_name, Content};
 use crate::limits::SessionLimits;
@@ -102,6 +96,34 @@ pub trait SnapshotStore: Send + Sync {
     /// Snapshot `id` as the origin of a new session ([`fork`]). Unknown
     /// id: `SnapshotNotFound`.
     async fn fork_origin(&self, id: &str) -> Result<fork::Origin>;
+}
+
+/// Where a session's snapshots are mirrored: the object store
+/// (`--object-store`), for the kinds whose sessions outlive a restart.
+#[async_trait]
+pub trait SnapshotMirror: Send + Sync {
+    /// Mirrors the snapshot `info` just taken; on failure calls
+    /// `roll_back` (on the blocking pool) and fails. The upload, and its
+    /// roll-back, run to their end even when the caller goes away.
+    async fn mirror(
+        self: std::sync::Arc<Self>,
+        info: SnapshotInfo,
+        roll_back: Box<dyn FnOnce() + Send>,
+    ) -> Result<SnapshotInfo>;
+
+    /// Forgets snapshot `id` in the mirror, which then names `newest_left`
+    /// as the session's latest.
+    async fn forget_snapshot(&self, id: &str, newest_left: Option<&str>) -> Result<()>;
+}
+
+/// Makes each session's [`SnapshotMirror`]: the object store.
+pub trait SnapshotMirrors: Send + Sync {
+    /// The mirror of session `id`'s snapshots, kept in `session_dir`.
+    fn mirror(
+        self: std::sync::Arc<Self>,
+        id: &str,
+        session_dir: &std::path::Path,
+    ) -> std::sync::Arc<dyn SnapshotMirror>;
 }
 
 /// The canonical form of a snapshot id; anything that is not a UUID

@@ -288,8 +288,8 @@ impl<B: Backend> Filesystem for Workspace<B> {
                 // crash cut short.
                 Some(_) if path.is_root() && options.recursive => quota.change(|| {
                     let intent =
-                        crate::journal::Intent::emptying("delete the workspace's contents");
-                    crate::journal::apply(b, &intent, || b.remove(&path, true))
+                        crate::backend::intent::Intent::emptying("delete the workspace's contents");
+                    crate::backend::intent::apply(b, &intent, || b.remove(&path, true))
                 }),
                 Some(_) => quota.change(|| b.remove(&path, options.recursive)),
             }

@@ -394,7 +394,7 @@ fn check_version(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::memory::MemoryBackend;
+    use crate::memory::MemoryBackend;
     use wsfs::{Filesystem, LineRange, WriteOptions};
 
     fn memory_workspace() -> Arc<Workspace<MemoryBackend>> {
@@ -446,7 +446,8 @@ mod tests {
     #[tokio::test]
     async fn read_only_refuses_writes_restores_and_imports_alike() {
         use crate::archive::import::ArchiveTarget;
-        use crate::snapshots::{MemorySnapshots, SnapshotStore};
+        use crate::memory::MemorySnapshots;
+        use crate::snapshots::SnapshotStore;
         let ws = memory_workspace();
         let p = CanonicalPath::from_canonical("f.txt");
         ws.write(&p, "before", WriteOptions::default())

@@ -29,111 +29,15 @@
 //! The workspace's write lock is held from before the record is written
 //! until after it is removed, so no acknowledged write falls between.
 
-use crate::backend::{Backend, CommitMode, DirectoryBackend, StagedFile};
+use crate::backend::intent::{hex, Intent, Prune};
+use crate::backend::{Backend, CommitMode, StagedFile};
+use crate::directory::DirectoryBackend;
 use crate::durability::Durability;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
-use std::time::SystemTime;
 use wsfs::{CanonicalPath, Error, FileKind, Permissions, Result};
-
-/// A whole-workspace replacement, recorded before its first change.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Intent {
-    /// What is being applied ("restore <id>", "import"), for the log.
-    pub operation: String,
-    pub prune: Prune,
-    /// Every directory of the target, parents before children.
-    pub dirs: Vec<String>,
-    /// Every file the replacement writes.
-    pub files: Vec<IntentFile>,
-    /// The permission bits of each directory and file of the target that
-    /// has them (records written before bits were kept have none: the
-    /// defaults).
-    #[serde(default)]
-    pub permissions: BTreeMap<String, u32>,
-}
-
-/// What may have to go for the workspace to become the target.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Prune {
-    /// Everything the target does not hold (an import empties the root).
-    Everything,
-    /// These paths (a restore's planned removals).
-    Paths(Vec<String>),
-}
-
-/// One file a replacement writes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IntentFile {
-    pub path: String,
-    /// Its staged copy's name in the staging directory.
-    pub staged: Option<String>,
-    pub size: u64,
-    /// The content's SHA-256 (hex), when a staged name may come to hold an
-    /// old file swapped out by the commit.
-    pub sha256: Option<String>,
-    /// The file's modification time, when the replacement sets one.
-    #[serde(default)]
-    pub modified: Option<SystemTime>,
-}
-
-impl IntentFile {
-    pub fn new(path: &CanonicalPath, staged: &impl StagedFile, sha256: Option<&[u8]>) -> Self {
-        IntentFile {
-            path: path.as_str().to_string(),
-            staged: staged.journal_name(),
-            size: staged.len(),
-            sha256: sha256.map(hex::encode),
-            modified: None,
-        }
-    }
-
-    pub fn modified(self, modified: Option<SystemTime>) -> Self {
-        IntentFile { modified, ..self }
-    }
-}
-
-impl Intent {
-    /// A replacement whose target is the empty workspace.
-    pub fn emptying(operation: &str) -> Intent {
-        Intent {
-            operation: operation.to_string(),
-            prune: Prune::Everything,
-            dirs: Vec::new(),
-            files: Vec::new(),
-            permissions: BTreeMap::new(),
-        }
-    }
-
-    /// The bits the record gives `path`, if any.
-    fn bits(&self, path: &str) -> Option<Permissions> {
-        self.permissions.get(path).map(|&b| Permissions::masked(b))
-    }
-}
-
-/// Runs `changes` (the replacement's steps, on `backend`) between recording
-/// `intent` and clearing it; the caller holds the workspace's write lock.
-/// A crash part-way leaves the record: the next start rolls forward. A
-/// step that fails with an error (a full disk) has dropped the staged files
-/// it did not reach, so the record could not be replayed whole: it is
-/// cleared, and the error says the call failed part-way (calling again
-/// completes it).
-pub fn apply<B: Backend, T>(
-    backend: &B,
-    intent: &Intent,
-    changes: impl FnOnce() -> Result<T>,
-) -> Result<T> {
-    backend.begin_intent(intent)?;
-    let out = changes();
-    let cleared = backend.end_intent();
-    let out = out?;
-    cleared?;
-    Ok(out)
-}
 
 /// Completes a replacement that a stopped server left part-way in the
 /// DIRECTORY session at `session_dir` (workspace `root`). Runs at start,
@@ -146,7 +50,7 @@ pub fn recover(
     session_dir: &Path,
     root: &Path,
     durability: Durability,
-    owner: Option<crate::backend::Owner>,
+    owner: Option<crate::directory::Owner>,
 ) -> Result<bool> {
     let staging = session_dir.join("staging");
     if !staging.is_dir() {
@@ -173,11 +77,11 @@ pub fn recover(
 /// at `session_dir` (workspace `root`), in words; `None` when nothing: a
 /// replacement cut short (its intent record), entries in its staging
 /// directory (abandoned uploads, trees a recursive Delete moved out), or
-/// trees in the root's [`crate::backend::directory::REMOVING_DIR`]. Reads
+/// trees in the root's [`crate::directory::backend::REMOVING_DIR`]. Reads
 /// no more than the record.
 pub fn unfinished(session_dir: &Path, root: &Path) -> Option<String> {
     let staging = session_dir.join("staging");
-    if let Ok(raw) = std::fs::read(staging.join(crate::backend::directory::INTENT_NAME)) {
+    if let Ok(raw) = std::fs::read(staging.join(crate::directory::backend::INTENT_NAME)) {
         return Some(match serde_json::from_slice::<Intent>(&raw) {
             Ok(intent) => format!("completing '{}', cut short by a stop", intent.operation),
             Err(_) => "completing a replacement cut short by a stop".to_string(),
@@ -203,7 +107,7 @@ fn replay(b: &DirectoryBackend, staging: &Path, intent: &Intent) -> Result<()> {
         target.insert(&f.path, FileKind::File);
     }
     let candidates: Vec<CanonicalPath> = match &intent.prune {
-        Prune::Everything => crate::snapshots::tree(b)?
+        Prune::Everything => crate::directory::snapshots::tree(b)?
             .into_iter()
             .map(|e| e.path)
             .collect(),
@@ -290,13 +194,15 @@ fn holds(path: &Path, expected: Option<&str>) -> Result<bool> {
             Err(e) => return Err(fail(e)),
         }
     }
-    Ok(hex::encode(hasher.finalize()) == expected)
+    Ok(hex(&hasher.finalize()) == expected)
 }
 
 #[cfg(test)]
 mod tests {
     const DIR: wsfs::Permissions = wsfs::Permissions::DIRECTORY_DEFAULT;
     use super::*;
+    use crate::backend::intent::IntentFile;
+    use std::collections::BTreeMap;
     use std::path::PathBuf;
 
     /// A session directory with `root/` and `staging/`.
@@ -483,7 +389,7 @@ mod tests {
         let b = s.backend();
         let (intent, staged) = intent(&b, Prune::Everything, false);
         killed_after(&b, &intent, staged);
-        let owner = crate::backend::Owner::new(1000, 1001, 0, 0).unwrap();
+        let owner = crate::directory::Owner::new(1000, 1001, 0, 0).unwrap();
         assert!(recover(&s.dir, &s.root, Durability::None, Some(owner)).unwrap());
         assert_eq!(s.tree(), target());
         for path in ["new", "new/a.txt"] {

@@ -1,7 +1,7 @@
 //! Walks by descriptor: list, copy, remove, count, and the lazy file walk.
 
 use super::links::link_target;
-use super::owner::{claim, Owner};
+use super::owner::{claim, Claim, Owner};
 use super::staging::Replace;
 use super::sys::{
     check_path, child_path, cname, copy_data, entry_kind, io, is_reserved, kept_changing,

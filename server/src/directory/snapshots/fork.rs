@@ -5,8 +5,8 @@ use super::{
     hex, new_id, storage_error, write_json, ContentStore, FileIdentity, Hash, InfoFile, Node,
     State, Store, Tree, TreeItem, MAX_TREE_DEPTH,
 };
-use crate::backend::DirectoryBackend;
-use crate::snapshots::fork::{abandoned, EntryAttributes, FileSource, Visit};
+use crate::directory::DirectoryBackend;
+use crate::snapshots::fork::{abandoned, EntryAttributes, FileSource, Origin, OriginSource, Visit};
 use crate::snapshots::SnapshotInfo;
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -106,11 +106,9 @@ pub fn first_snapshot(
         state: Mutex::new(State::default()),
     };
     let info = origin.info();
-    let linked = match origin {
-        crate::snapshots::fork::Origin::Directory { source, .. } => {
-            Store::root_of(&source.info)?.map(|root| (source, root))
-        }
-        crate::snapshots::fork::Origin::Memory { .. } => None,
+    let linked = match origin.source::<ForkSource>() {
+        Some(source) => Store::root_of(&source.info)?.map(|root| (source, root)),
+        None => None,
     };
     let Some((source, root)) = linked else {
         let taken = store.take(b, info.tag.clone(), budget, cancel)?;
@@ -267,4 +265,68 @@ impl Reidentify<'_> {
             ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
         })
     }
+}
+
+impl OriginSource for ForkSource {
+    fn for_each(&self, f: &mut Visit<'_>) -> Result<()> {
+        ForkSource::for_each(self, f)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// Writes `origin`'s entries into `root`, a directory this fork
+/// just made and nobody else can reach yet (so plain paths are safe:
+/// every entry was checked by [`Origin::check`]). Stops at the next
+/// entry once `cancel` is set. Blocking.
+///
+/// Files get their bits and time as they are made; directories get
+/// their bits last, deepest first, so that one without the owner's
+/// write bit is filled before it is closed.
+pub fn materialise(origin: &Origin, root: &Path, cancel: &AtomicBool) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let made = |path: &CanonicalPath, e: std::io::Error| {
+        Error::io_while(e, format!("making the fork's '{path}'"))
+    };
+    let mut directories = Vec::new();
+    origin.for_each(&mut |path, attributes, file| {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(abandoned());
+        }
+        let target = root.join(path.as_str());
+        let bits = std::fs::Permissions::from_mode(attributes.permissions.bits());
+        let Some((_, source)) = file else {
+            std::fs::create_dir(&target).map_err(|e| made(path, e))?;
+            directories.push((path.clone(), target, bits));
+            return Ok(());
+        };
+        let out = match source {
+            FileSource::Bytes(b) => std::fs::File::create_new(&target)
+                .and_then(|mut out| std::io::Write::write_all(&mut out, b).map(|()| out)),
+            FileSource::Object(p) => clone_file(p, &target),
+        }
+        .map_err(|e| made(path, e))?;
+        out.set_permissions(bits).map_err(|e| made(path, e))?;
+        if let Some(modified) = attributes.modified {
+            out.set_modified(modified).map_err(|e| made(path, e))?;
+        }
+        Ok(())
+    })?;
+    for (path, target, bits) in directories.into_iter().rev() {
+        std::fs::set_permissions(&target, bits).map_err(|e| made(&path, e))?;
+    }
+    Ok(())
+}
+
+/// Makes `to` a copy of `from`: sharing its blocks where the filesystem
+/// can (`FICLONE`), else copying its data runs (holes stay holes).
+fn clone_file(from: &Path, to: &Path) -> std::io::Result<std::fs::File> {
+    let src = std::fs::File::open(from)?;
+    let dst = std::fs::File::create_new(to)?;
+    if rustix::fs::ioctl_ficlone(&dst, &src).is_ok() {
+        return Ok(dst);
+    }
+    crate::directory::backend::copy_data(&src, &dst, 0).map(|_| dst)
 }

@@ -3,6 +3,7 @@
 //! Stat and List read a link's target with `readlinkat`. Nothing here
 //! resolves a link.
 
+use super::owner::Claim;
 use super::staging::{Replace, TempEntry};
 use super::sys::{check_path, cname, io};
 use super::DirectoryBackend;

@@ -75,7 +75,7 @@
 //! `versions` the fingerprints; `staging` writes and commits; `patch`
 //! ranged writes; `links` symlinks made and read; `walk` list, copy,
 //! remove and count; `intent` the replacement record. The snapshot
-//! store's tree walk (`crate::snapshots`) descends with `sys` and `walk`.
+//! store's tree walk ([`super::snapshots`]) descends with `sys` and `walk`.
 
 mod intent;
 mod links;
@@ -89,17 +89,17 @@ mod tests;
 mod versions;
 pub(crate) mod walk;
 
-pub use super::TEMP_PREFIX;
+pub use crate::backend::TEMP_PREFIX;
 pub(crate) use intent::INTENT_NAME;
 pub use owner::Owner;
 pub use removal::REMOVING_DIR;
 pub use staging::{DirectoryStaged, Displaced};
 pub(crate) use sys::{copy_data, next_data};
 
-use super::{Backend, CommitMode, Content, Listed, ListedFiles, OpenFile, Patch};
+use crate::backend::Intent;
+use crate::backend::{Backend, CommitMode, Content, Listed, ListedFiles, OpenFile, Patch};
 use crate::durability::Durability;
-use crate::journal::Intent;
-use owner::claim;
+use owner::{claim, Claim};
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode};
 use rustix::io::Errno;

@@ -2,7 +2,7 @@
 //! (`--object-store`) and snapshotting changed sessions
 //! (`--autosnapshot SECS`).
 
-use crate::registry::{BackendKind, SessionRegistry};
+use super::SessionRegistry;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +19,7 @@ pub const AUTO_KEEP: usize = 10;
 pub fn start(registry: Arc<SessionRegistry>) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     if let Some(bucket) = registry.bucket() {
-        let every = super::lease::renewal_interval(bucket.lease_ttl());
+        let every = crate::objstore::lease::renewal_interval(bucket.lease_ttl());
         let registry = registry.clone();
         tasks.push(tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
@@ -54,7 +54,7 @@ async fn autosnapshot(registry: Arc<SessionRegistry>, every: Duration) {
         let sessions = registry.list();
         taken_at.retain(|id, _| sessions.iter().any(|s| &s.record.id == id));
         for session in sessions {
-            if session.record.backend == BackendKind::Container {
+            if !session.autosnapshots() {
                 continue;
             }
             let id = session.record.id.clone();
@@ -91,8 +91,8 @@ async fn prune(snapshots: &dyn crate::snapshots::SnapshotStore, id: &str, keep: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::MemoryBackend;
-    use crate::snapshots::{MemorySnapshots, SnapshotStore};
+    use crate::memory::{MemoryBackend, MemorySnapshots};
+    use crate::snapshots::SnapshotStore;
     use crate::workspace::Workspace;
 
     #[tokio::test]

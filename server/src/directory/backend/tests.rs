@@ -822,7 +822,7 @@ fn across_filesystems_a_removed_tree_waits_in_a_hidden_directory_of_the_root() {
             .files,
         1
     );
-    let snapshotted: Vec<String> = crate::snapshots::tree(b)
+    let snapshotted: Vec<String> = crate::directory::snapshots::tree(b)
         .unwrap()
         .into_iter()
         .map(|e| e.path.as_str().to_string())

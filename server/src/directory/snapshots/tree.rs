@@ -3,12 +3,12 @@
 //! It descends with the backend's descriptor primitives, so it is as
 //! symlink-proof as every other walk of the workspace.
 
-use crate::backend::directory::sys::{
+use crate::directory::backend::sys::{
     entry_kind, io, read_entries, stat_at, system_time, too_deep, visible_name, Kind, Timestamp,
     DIR_FLAGS, MAX_TREE_DEPTH,
 };
-use crate::backend::directory::walk::Item;
-use crate::backend::DirectoryBackend;
+use crate::directory::backend::walk::Item;
+use crate::directory::DirectoryBackend;
 use rustix::fd::OwnedFd;
 use rustix::fs::Mode;
 use rustix::io::Errno;

@@ -1,13 +1,18 @@
 //! Snapshots of a MEMORY session: images of the tree, held in memory.
 
-use super::{
+use super::ImageEntry;
+use super::{MemoryBackend, MemoryImage};
+use crate::backend::Content;
+use crate::quota;
+use crate::snapshots::fork::{abandoned, EntryAttributes, FileSource, Origin, OriginSource, Visit};
+use crate::snapshots::{
     new_id, not_found, parse_id, Restored, SnapshotEntry, SnapshotFiles, SnapshotInfo,
     SnapshotStore,
 };
-use crate::backend::{Content, MemoryBackend, MemoryImage};
-use crate::quota;
 use crate::workspace::Workspace;
 use async_trait::async_trait;
+use bytes::Bytes;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use wsfs::{CanonicalPath, Result};
@@ -60,7 +65,7 @@ impl SnapshotStore for MemorySnapshots {
             .writable_for(at.as_str(), "restore a snapshot")?;
         let image = self.image(id)?;
         if at.is_root() {
-            super::check_restore(
+            crate::snapshots::check_restore(
                 self.workspace.limits(),
                 image
                     .entries()
@@ -97,7 +102,7 @@ impl SnapshotStore for MemorySnapshots {
                     let sizes = image
                         .subtree(&at)
                         .map(|(path, entry)| (path, entry.data.as_ref().map(|d| d.len() as u64)));
-                    super::check_restore_at(&limits, &at, now, removed, sizes)
+                    crate::snapshots::check_restore_at(&limits, &at, now, removed, sizes)
                 })
             })
             .await?;
@@ -119,17 +124,14 @@ impl SnapshotStore for MemorySnapshots {
         Ok(())
     }
 
-    async fn fork_origin(&self, id: &str) -> Result<super::fork::Origin> {
+    async fn fork_origin(&self, id: &str) -> Result<Origin> {
         let key = parse_id(id)?;
         let snapshots = self.snapshots();
         let (info, image) = snapshots
             .iter()
             .find(|(info, _)| info.id == key)
             .ok_or_else(|| not_found(id))?;
-        Ok(super::fork::Origin::Memory {
-            info: info.clone(),
-            image: image.clone(),
-        })
+        Ok(Origin::new(info.clone(), ImageSource(image.clone())))
     }
 
     async fn files(&self, id: &str) -> Result<SnapshotFiles> {
@@ -152,4 +154,63 @@ impl SnapshotStore for MemorySnapshots {
             .collect();
         Ok(Box::new(entries.into_iter().map(Ok)))
     }
+}
+
+/// A MEMORY snapshot as a fork's origin: its image, shared.
+struct ImageSource(Arc<MemoryImage>);
+
+impl OriginSource for ImageSource {
+    fn for_each(&self, f: &mut Visit<'_>) -> Result<()> {
+        for (path, entry) in self.0.entries() {
+            let attributes = EntryAttributes {
+                permissions: entry.permissions,
+                modified: entry.data.is_some().then_some(entry.modified),
+            };
+            let file = entry
+                .data
+                .as_ref()
+                .map(|d| (d.len() as u64, FileSource::Bytes(d)));
+            f(&path, attributes, file)?;
+        }
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// `origin`'s snapshot as a memory image: shared as it is from a MEMORY
+/// origin, read in from another (its bytes were checked against the
+/// fork's budget first). Blocking.
+pub(crate) fn image_of(origin: &Origin, cancel: &AtomicBool) -> Result<Arc<MemoryImage>> {
+    if let Some(ImageSource(image)) = origin.source::<ImageSource>() {
+        return Ok(image.clone());
+    }
+    let mut entries = Vec::new();
+    let now = SystemTime::now();
+    origin.for_each(&mut |path, attributes, file| {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(abandoned());
+        }
+        let data = match file {
+            None => None,
+            Some((_, FileSource::Bytes(b))) => Some(b.clone()),
+            Some((_, FileSource::Object(p))) => {
+                Some(Bytes::from(std::fs::read(p).map_err(store_error)?))
+            }
+        };
+        let entry = ImageEntry {
+            data,
+            permissions: attributes.permissions,
+            modified: attributes.modified.unwrap_or(now),
+        };
+        entries.push((path.as_str().to_string(), entry));
+        Ok(())
+    })?;
+    Ok(Arc::new(entries.into_iter().collect()))
+}
+
+fn store_error(e: std::io::Error) -> wsfs::Error {
+    wsfs::Error::io_while(e, "reading the origin's snapshot store")
 }

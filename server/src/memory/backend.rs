@@ -5,7 +5,7 @@
 //! is exactly the order listings, globs and greps report. File contents are
 //! `Bytes`: an open file is a cheap clone that later writes never change.
 
-use super::{
+use crate::backend::{
     check_name, check_transfer, symlink_denied, Backend, CommitMode, Content, OpenFile, Patch,
     StagedFile,
 };

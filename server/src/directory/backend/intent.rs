@@ -1,11 +1,11 @@
 //! The intent record of a whole-workspace replacement (see
-//! [`crate::journal`]).
+//! [`crate::directory::journal`]).
 
 use super::staging::{DirectoryStaged, TempEntry};
 use super::sys::{staging_error, stat_fd};
 use super::DirectoryBackend;
+use crate::backend::Intent;
 use crate::backend::{Backend, TEMP_PREFIX};
-use crate::journal::Intent;
 use rustix::fd::AsFd;
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
@@ -16,7 +16,7 @@ use wsfs::{Error, Result};
 
 /// The intent record of a whole-workspace replacement in progress, in the
 /// staging directory beside the staged files it names (see
-/// [`crate::journal`]).
+/// [`crate::directory::journal`]).
 pub(crate) const INTENT_NAME: &str = "intent.json";
 
 impl DirectoryBackend {

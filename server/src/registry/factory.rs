@@ -1,0 +1,24 @@
+//! The one place that names every backend kind: a new kind is one folder
+//! with a [`BackendProvider`], and one arm here.
+
+use crate::container::ContainerProvider;
+use crate::directory::DirectoryProvider;
+use crate::kind::BackendProvider;
+use crate::memory::MemoryProvider;
+use wsfs::BackendKind;
+
+/// Every kind, in the order a start reopens them.
+pub(crate) const KINDS: [BackendKind; 3] = [
+    BackendKind::Memory,
+    BackendKind::Directory,
+    BackendKind::Container,
+];
+
+/// The provider of `kind`'s sessions.
+pub(crate) fn provider(kind: BackendKind) -> &'static dyn BackendProvider {
+    match kind {
+        BackendKind::Memory => &MemoryProvider,
+        BackendKind::Directory => &DirectoryProvider,
+        BackendKind::Container => &ContainerProvider,
+    }
+}
