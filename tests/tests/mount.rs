@@ -28,7 +28,7 @@ struct Mounted {
     session: Session,
     backend: &'static str,
     _client: Client,
-    _server: TestServer,
+    server: Option<TestServer>,
 }
 
 impl Mounted {
@@ -90,7 +90,7 @@ async fn mounted(backend: &'static str, options: MountOptions) -> Mounted {
         session,
         backend,
         _client: client,
-        _server: server,
+        server: Some(server),
     }
 }
 
@@ -632,4 +632,27 @@ async fn symlinks_are_made_and_read_as_links() {
             m.backend
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreachable_server_fails_calls_with_eio_after_the_wait() {
+    if !can_mount() {
+        return;
+    }
+    let options = MountOptions {
+        server_wait: Duration::from_secs(1),
+        ..MountOptions::default()
+    };
+    let mut m = mounted("memory", options).await;
+    m.session.write_str("a.txt", "a").await.unwrap();
+    let root = m.root();
+    let listed = blocking(move || std::fs::read_dir(root).unwrap().count()).await;
+    assert_eq!(listed, 1);
+    m.server.take().unwrap().stop().await.unwrap();
+    let root = m.root();
+    let failed = blocking(move || errno_of(std::fs::metadata(root.join("never-seen.txt")))).await;
+    assert_eq!(failed, libc::EIO, "a lookup the server cannot answer");
+    let root = m.root();
+    let failed = blocking(move || errno_of(std::fs::write(root.join("new.txt"), "x"))).await;
+    assert_eq!(failed, libc::EIO, "a create the server cannot answer");
 }
