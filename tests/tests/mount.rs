@@ -239,9 +239,11 @@ async fn changes_made_through_the_api_appear_in_the_mount() {
         m.session.write_str("new.txt", "hi").await.unwrap();
         let r = root.clone();
         eventually("a file made through the API", move || {
-            std::fs::read_dir(&r)
-                .unwrap()
-                .any(|e| e.unwrap().file_name() == "new.txt")
+            // Looked up (its absence was cached just now) and listed.
+            r.join("new.txt").exists()
+                && std::fs::read_dir(&r)
+                    .unwrap()
+                    .any(|e| e.unwrap().file_name() == "new.txt")
         })
         .await;
         m.session

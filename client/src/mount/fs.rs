@@ -33,6 +33,10 @@ use wsfs::{
 
 /// `st_blksize`: the buffer size programs pick for their reads and writes.
 const BLOCK_SIZE: u32 = 128 * 1024;
+/// How long the kernel remembers that a name does not exist. Short: a
+/// name made elsewhere while the Watch stream is reconnecting shows up
+/// after this at the latest.
+const NEGATIVE_TTL: Duration = Duration::from_secs(5);
 /// The largest write and read the kernel is asked to send in one request.
 const MAX_IO: u32 = 1024 * 1024;
 
@@ -490,6 +494,22 @@ impl fuser::Filesystem for WsfsFs {
                 Ok(meta) => {
                     let ino = s.inodes().learn(&path, meta.kind);
                     reply.entry(&s.ttl(), &s.attr(ino, &meta), Generation(0));
+                }
+                Err(Errno::ENOENT) => {
+                    // Inode 0: the kernel remembers the absence for a
+                    // while (the Watch stream drops it when the name is
+                    // made elsewhere), so builds and git probing for
+                    // missing files ask once.
+                    let never = SystemTime::UNIX_EPOCH;
+                    let none = s.attr_of(
+                        0,
+                        FileKind::File,
+                        0,
+                        never,
+                        never,
+                        Permissions::FILE_DEFAULT,
+                    );
+                    reply.entry(&NEGATIVE_TTL, &none, Generation(0));
                 }
                 Err(e) => reply.error(e),
             }
