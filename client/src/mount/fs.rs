@@ -358,6 +358,7 @@ impl Shared {
                 staged.committed(&commit);
                 if let Some(node) = self.inodes().get_mut(ino) {
                     node.cached_version = Some(outcome.version);
+                    node.own_version = Some(outcome.version);
                 }
                 Ok(())
             }
@@ -1139,6 +1140,7 @@ impl fuser::Filesystem for WsfsFs {
                     let node = inodes.get_mut(ino).expect("just learned");
                     node.open += 1;
                     node.cached_version = Some(outcome.version);
+                    node.own_version = Some(outcome.version);
                     ino
                 };
                 if writable {

@@ -30,6 +30,9 @@ pub struct Node {
     /// The version the kernel's page cache holds, when known: an open that
     /// finds the same version keeps the cache.
     pub cached_version: Option<u64>,
+    /// The version the mount's own last create or commit made: its change
+    /// event needs no invalidation.
+    pub own_version: Option<u64>,
 }
 
 pub struct Inodes {
@@ -52,6 +55,7 @@ impl Inodes {
                 staged: None,
                 unlinked: false,
                 cached_version: None,
+                own_version: None,
             },
         );
         let mut by_path = HashMap::new();
@@ -105,6 +109,7 @@ impl Inodes {
                 staged: None,
                 unlinked: false,
                 cached_version: None,
+                own_version: None,
             },
         );
         self.by_path.insert(path.clone(), ino);

@@ -64,6 +64,8 @@ async fn watch(shared: Arc<Shared>, tx: mpsc::Sender<Forget>) {
                 match kind {
                     ChangeKind::Ready | ChangeKind::Keepalive | ChangeKind::Unspecified => {}
                     ChangeKind::Resync => forget_everything(&shared, &tx),
+                    ChangeKind::Created | ChangeKind::Modified
+                        if already_cached(&shared, &event.path, event.version) => {}
                     ChangeKind::Created
                     | ChangeKind::Modified
                     | ChangeKind::Deleted
@@ -79,6 +81,20 @@ async fn watch(shared: Arc<Shared>, tx: mpsc::Sender<Forget>) {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// `version` of `path` is the mount's own commit or create, which the
+/// kernel already holds: dropping its caches would only cost lookups.
+fn already_cached(shared: &Shared, raw: &str, version: u64) -> bool {
+    let Ok(path) = crate::parse_path(raw) else {
+        return false;
+    };
+    let inodes = shared.inodes();
+    version != 0
+        && inodes
+            .at(&path)
+            .and_then(|ino| inodes.get(ino))
+            .is_some_and(|node| node.own_version == Some(version))
 }
 
 fn forget_path(shared: &Shared, tx: &mpsc::Sender<Forget>, raw: &str) {
