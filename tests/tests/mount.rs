@@ -658,3 +658,73 @@ async fn an_unreachable_server_fails_calls_with_eio_after_the_wait() {
     let failed = blocking(move || errno_of(std::fs::write(root.join("new.txt"), "x"))).await;
     assert_eq!(failed, libc::EIO, "a create the server cannot answer");
 }
+
+/// renameat2(2) with `flags`, as an io::Result.
+fn rename_with(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let from = std::ffi::CString::new(from.as_os_str().as_bytes()).unwrap();
+    let to = std::ffi::CString::new(to.as_os_str().as_bytes()).unwrap();
+    // SAFETY: two valid NUL-terminated paths, read only during the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            flags,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rename_replaces_an_open_file_and_noreplace_refuses() {
+    if !can_mount() {
+        return;
+    }
+    for m in both().await {
+        m.session
+            .write_str("target.txt", "old target\n")
+            .await
+            .unwrap();
+        m.session
+            .write_str("source.txt", "new content\n")
+            .await
+            .unwrap();
+        let root = m.root();
+        let backend = m.backend;
+        let held = blocking(move || {
+            let noreplace = rename_with(
+                &root.join("source.txt"),
+                &root.join("target.txt"),
+                libc::RENAME_NOREPLACE,
+            );
+            assert_eq!(errno_of(noreplace), libc::EEXIST, "{backend}");
+            let mut open = std::fs::File::open(root.join("target.txt")).unwrap();
+            std::fs::rename(root.join("source.txt"), root.join("target.txt")).unwrap();
+            let mut held = String::new();
+            open.read_to_string(&mut held).unwrap();
+            let now = std::fs::read_to_string(root.join("target.txt")).unwrap();
+            assert_eq!(
+                now, "new content\n",
+                "{backend}: the name holds the new file"
+            );
+            held
+        })
+        .await;
+        assert_eq!(
+            held, "old target\n",
+            "{}: the open handle keeps the replaced file",
+            m.backend
+        );
+        assert_eq!(
+            m.session.read_to_string("target.txt").await.unwrap(),
+            "new content\n"
+        );
+        assert!(m.session.exists(&p("source.txt")).await.unwrap().is_none());
+    }
+}
