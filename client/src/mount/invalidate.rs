@@ -7,7 +7,7 @@
 //! one back until a request on the same directory is answered, and those
 //! answers come from the runtime, which must not wait for it.
 
-use super::fs::Shared;
+use super::shared::Shared;
 use crate::ChangeKind;
 use fuser::{INodeNo, Notifier};
 use futures::StreamExt;

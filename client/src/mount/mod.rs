@@ -9,7 +9,14 @@
 //! - `inodes`: the kernel's inode numbers for the server's paths.
 //! - `staging`: a file's written bytes on local disk until the commit,
 //!   which sends only the changed ranges.
-//! - `fs`: the FUSE operations, each a task on the tokio runtime.
+//! - `dispatch`: the FUSE operations, each a task on the tokio runtime,
+//!   handed to the module that does it:
+//!   - `attr`: lookup, getattr and setattr, and the kernel's attributes;
+//!   - `read`: reads, symlink targets and directory listings;
+//!   - `write`: opens, writes and the commits of staged files;
+//!   - `namespace`: create, mkdir, symlink, rename, unlink, rmdir.
+//! - `shared`: what every operation's task shares (session, inodes,
+//!   handles) and the server calls behind a retry.
 //! - `invalidate`: the session's Watch stream dropping the kernel's cached
 //!   entries, attributes and pages of whatever changed.
 //! - `errno`: the one table from refusal to errno.
@@ -17,11 +24,16 @@
 //! docs/MOUNT.md is the user's guide: how to mount, what is supported, the
 //! errno table and the memory bound.
 
+mod attr;
+mod dispatch;
 mod errno;
-mod fs;
 mod inodes;
 mod invalidate;
+mod namespace;
+mod read;
+mod shared;
 mod staging;
+mod write;
 
 use crate::Session;
 use std::io;
@@ -105,14 +117,14 @@ pub async fn mount(
     }
     .map_err(local)?;
     let runtime = tokio::runtime::Handle::current();
-    let shared = Arc::new(fs::Shared::new(
+    let shared = Arc::new(shared::Shared::new(
         session.clone(),
         staging.path().to_path_buf(),
         options.clone(),
         runtime,
     ));
     let (ended_tx, ended) = tokio::sync::watch::channel(false);
-    let filesystem = fs::WsfsFs {
+    let filesystem = dispatch::WsfsFs {
         shared: shared.clone(),
         ended: ended_tx,
     };
