@@ -1784,3 +1784,115 @@ fn session_recover_reaches_the_server_which_says_it_has_no_object_store() {
     let missing = wsfs_with(None, &["session", "recover"], b"", server_url());
     assert_eq!(missing.code, 2, "{}", missing.stderr);
 }
+
+// --- mount ------------------------------------------------------------
+
+/// Whether this machine can mount: /dev/fuse, and root or fusermount3.
+fn can_mount() -> bool {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let fusermount = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| dir.join("fusermount3").is_file())
+    });
+    if Path::new("/dev/fuse").exists() && (root || fusermount) {
+        return true;
+    }
+    assert!(
+        std::env::var("WSFS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+        "WSFS_REQUIRE_TOOLS=1 and this machine cannot mount (no /dev/fuse, or not root and no fusermount3)"
+    );
+    eprintln!("skipping: no /dev/fuse, or not root and no fusermount3");
+    false
+}
+
+fn is_mounted(dir: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/mounts").expect("/proc/mounts");
+    let dir = dir.display().to_string();
+    mounts
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(dir.as_str()))
+}
+
+/// Waits (generously) for `done`; false when it never happened.
+fn wait_for(mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn mount_runs_until_unmount_or_sigterm_and_commits_what_programs_wrote() {
+    if !can_mount() {
+        return;
+    }
+    let ws = Workspace::new();
+    let config = Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-saved-context.json");
+    for stop in ["unmount", "sigterm"] {
+        let dir = tempfile::tempdir().unwrap();
+        let dir_path = dir.path().canonicalize().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wsfs"))
+            .env("WSFS_CONFIG", &config)
+            .env("WSFS_SERVER", server_url())
+            .env("WSFS_SESSION", &ws.id)
+            .arg("mount")
+            .arg(&dir_path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run wsfs mount");
+        let mounted = wait_for(|| is_mounted(&dir_path) || child.try_wait().unwrap().is_some());
+        assert!(
+            mounted && is_mounted(&dir_path),
+            "{stop}: the mount never appeared"
+        );
+        let file = format!("from-{stop}.txt");
+        std::fs::write(dir_path.join(&file), format!("written before {stop}\n")).unwrap();
+        match stop {
+            "unmount" => {
+                let run = wsfs_with(
+                    None,
+                    &["unmount", dir_path.to_str().unwrap()],
+                    b"",
+                    server_url(),
+                );
+                assert!(run.ok().stdout.contains("unmounted"));
+            }
+            _ => {
+                // SAFETY: signals a child this test started and still owns.
+                assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+            }
+        }
+        let exited = wait_for(|| child.try_wait().unwrap().is_some());
+        if !exited {
+            let _ = child.kill();
+            panic!("{stop}: wsfs mount did not exit");
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{stop}: wsfs mount failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("mounted session"));
+        assert!(!is_mounted(&dir_path), "{stop}: still mounted");
+        assert_eq!(ws.cat(&file), format!("written before {stop}\n"));
+    }
+    let not_mounted = tempfile::tempdir().unwrap();
+    let run = wsfs_with(
+        None,
+        &["unmount", not_mounted.path().to_str().unwrap()],
+        b"",
+        server_url(),
+    );
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("is not a mount point"),
+        "{}",
+        run.stderr
+    );
+}

@@ -1,0 +1,278 @@
+//! Namespace changes: create, mknod, mkdir, symlink, rename, unlink and
+//! rmdir, each committed to the server before it is answered.
+
+use super::attr::new_permissions;
+use super::dispatch::WsfsFs;
+use super::shared::Handle;
+use fuser::{
+    Errno, FileHandle, FopenFlags, Generation, INodeNo, RenameFlags, ReplyCreate, ReplyEmpty,
+    ReplyEntry,
+};
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::SystemTime;
+use wsfs::{
+    DeleteOptions, FileKind, Filesystem as _, MkdirOptions, PatchOptions, SymlinkOptions,
+    TransferOptions,
+};
+
+impl WsfsFs {
+    pub(super) fn do_create(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let path = match self.new_child(parent, name) {
+            Ok(path) => path,
+            Err(e) => return reply.error(e),
+        };
+        let permissions = new_permissions(mode, umask);
+        let exclusive = flags & libc::O_EXCL != 0;
+        let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let truncate = flags & libc::O_TRUNC != 0;
+        self.spawn(move |s| async move {
+            let result = async {
+                let options = PatchOptions {
+                    truncate_to: truncate.then_some(0),
+                    create_missing: true,
+                    create_parents: false,
+                    if_version: exclusive.then_some(0),
+                    permissions: Some(permissions),
+                    modified: None,
+                };
+                let outcome = s.patch(&path, options).await?;
+                let ino = {
+                    let mut inodes = s.inodes();
+                    let ino = inodes.learn(&path, FileKind::File);
+                    let node = inodes.get_mut(ino).expect("just learned");
+                    node.open += 1;
+                    node.cached_version = Some(outcome.version);
+                    node.own_version = Some(outcome.version);
+                    ino
+                };
+                if writable {
+                    if let Err(e) = s.stage(ino, outcome.size, outcome.size == 0) {
+                        s.release_node(ino);
+                        return Err(e);
+                    }
+                }
+                let now = SystemTime::now();
+                let attr = s.attr_of(ino, FileKind::File, outcome.size, now, now, permissions);
+                let fh = s.add_handle(Handle::File { writable });
+                Ok((attr, fh))
+            }
+            .await;
+            match result {
+                Ok((attr, fh)) => reply.created(
+                    &s.ttl(),
+                    &attr,
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                ),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    pub(super) fn do_mknod(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        if mode & libc::S_IFMT != libc::S_IFREG {
+            // Devices, pipes and sockets have no place in a workspace.
+            return reply.error(Errno::ENOTSUP);
+        }
+        let path = match self.new_child(parent, name) {
+            Ok(path) => path,
+            Err(e) => return reply.error(e),
+        };
+        let permissions = new_permissions(mode, umask);
+        self.spawn(move |s| async move {
+            let options = PatchOptions {
+                create_missing: true,
+                create_parents: false,
+                if_version: Some(0),
+                permissions: Some(permissions),
+                ..PatchOptions::default()
+            };
+            let made = s.patch(&path, options).await;
+            match made {
+                Ok(_) => match s.stat(&path).await {
+                    Ok(meta) => {
+                        let ino = s.inodes().learn(&path, meta.kind);
+                        reply.entry(&s.ttl(), &s.attr(ino, &meta), Generation(0));
+                    }
+                    Err(e) => reply.error(e),
+                },
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    pub(super) fn do_mkdir(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let path = match self.new_child(parent, name) {
+            Ok(path) => path,
+            Err(e) => return reply.error(e),
+        };
+        let permissions = new_permissions(mode, umask);
+        self.spawn(move |s| async move {
+            let options = MkdirOptions {
+                parents: false,
+                exist_ok: false,
+                permissions: Some(permissions),
+            };
+            match s.retry(|| s.session.mkdir(&path, options)).await {
+                Ok(_) => {
+                    let ino = s.inodes().learn(&path, FileKind::Directory);
+                    let now = SystemTime::now();
+                    let attr = s.attr_of(ino, FileKind::Directory, 0, now, now, permissions);
+                    reply.entry(&s.ttl(), &attr, Generation(0));
+                }
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    pub(super) fn do_symlink(
+        &self,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let path = match self.new_child(parent, link_name) {
+            Ok(path) => path,
+            Err(e) => return reply.error(e),
+        };
+        let Some(target) = target.to_str().map(str::to_string) else {
+            return reply.error(Errno::EINVAL);
+        };
+        self.spawn(move |s| async move {
+            let options = SymlinkOptions {
+                create_parents: false,
+            };
+            match s.retry(|| s.session.symlink(&path, &target, options)).await {
+                Ok(meta) => {
+                    let ino = s.inodes().learn(&path, FileKind::Symlink);
+                    reply.entry(&s.ttl(), &s.attr(ino, &meta), Generation(0));
+                }
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    pub(super) fn do_rename(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if self.read_only() {
+            return reply.error(Errno::EROFS);
+        }
+        if !(flags - RenameFlags::RENAME_NOREPLACE).is_empty() {
+            // RENAME_EXCHANGE and RENAME_WHITEOUT: not in the protocol.
+            return reply.error(Errno::EINVAL);
+        }
+        let replace = !flags.contains(RenameFlags::RENAME_NOREPLACE);
+        let (source, destination) = match (
+            self.shared.child(parent.0, name),
+            self.shared.child(newparent.0, newname),
+        ) {
+            (Ok(s), Ok(d)) => (s, d),
+            (Err(e), _) | (_, Err(e)) => return reply.error(e),
+        };
+        if source == destination {
+            return reply.ok();
+        }
+        self.spawn(move |s| async move {
+            let result = async {
+                if replace {
+                    // A directory replaces only an empty directory.
+                    let target_kind = s.inodes().kind_at(&destination);
+                    if target_kind == Some(FileKind::Directory) {
+                        match s.retry(|| s.session.list(&destination, 1)).await {
+                            Ok(listing) if !listing.entries.is_empty() => {
+                                return Err(Errno::ENOTEMPTY)
+                            }
+                            Ok(_) | Err(Errno::ENOENT) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    s.keep_if_open(&destination).await?;
+                }
+                let options = TransferOptions {
+                    overwrite: replace,
+                    create_parents: false,
+                    if_version: None,
+                };
+                s.retry(|| s.session.rename(&source, &destination, options))
+                    .await?;
+                s.inodes().renamed(&source, &destination);
+                Ok(())
+            }
+            .await;
+            match result {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    /// unlink (`directory` false) and rmdir (true).
+    pub(super) fn remove(&self, parent: INodeNo, name: &OsStr, directory: bool, reply: ReplyEmpty) {
+        let path = match self.new_child(parent, name) {
+            Ok(path) => path,
+            Err(e) => return reply.error(e),
+        };
+        self.spawn(move |s| async move {
+            let result = async {
+                let known = s.inodes().kind_at(&path);
+                let kind = match known {
+                    Some(kind) => kind,
+                    None => s.stat(&path).await?.kind,
+                };
+                match (directory, kind == FileKind::Directory) {
+                    (false, true) => return Err(Errno::EISDIR),
+                    (true, false) => return Err(Errno::ENOTDIR),
+                    _ => {}
+                }
+                if !directory {
+                    s.keep_if_open(&path).await?;
+                }
+                let options = DeleteOptions {
+                    recursive: false,
+                    allow_missing: false,
+                    if_version: None,
+                };
+                s.retry(|| s.session.delete(&path, options)).await?;
+                s.inodes().detach(&path);
+                Ok(())
+            }
+            .await;
+            match result {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+}

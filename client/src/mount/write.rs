@@ -1,0 +1,259 @@
+//! Open files, writes and commits: a writable open stages the file on
+//! local disk, writes land there, and flush, fsync and the last close
+//! send the changed ranges to the server in one patch.
+
+use super::dispatch::WsfsFs;
+use super::errno::{describe, local};
+use super::shared::{Handle, Shared};
+use super::staging::{Commit, Staged};
+use bytes::Bytes;
+use fuser::{
+    Errno, FileHandle, FopenFlags, INodeNo, OpenAccMode, OpenFlags, ReplyEmpty, ReplyOpen,
+    ReplyWrite,
+};
+use futures::StreamExt;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use wsfs::{
+    CanonicalPath, Error, FileKind, Filesystem as _, PatchChunk, PatchChunks, PatchOptions,
+    MAX_CHUNK_SIZE,
+};
+
+impl Shared {
+    /// The staging of `ino`, made when it has none: for a file of
+    /// `server_size` bytes on the server.
+    pub(super) fn stage(
+        &self,
+        ino: u64,
+        server_size: u64,
+        known: bool,
+    ) -> Result<Arc<Staged>, Errno> {
+        let mut inodes = self.inodes();
+        let node = inodes.get_mut(ino).ok_or(Errno::ENOENT)?;
+        if let Some(staged) = &node.staged {
+            return Ok(staged.clone());
+        }
+        let staged =
+            Arc::new(Staged::new(&self.staging, server_size, known).map_err(|e| local(&e))?);
+        node.staged = Some(staged.clone());
+        Ok(staged)
+    }
+
+    /// Before `path` leaves the workspace: an inode still open there keeps
+    /// its bytes, copied whole into its staging file, so that its handles
+    /// go on reading (and writing) it as POSIX promises.
+    pub(super) async fn keep_if_open(&self, path: &CanonicalPath) -> Result<(), Errno> {
+        let ino = {
+            let inodes = self.inodes();
+            match inodes.at(path) {
+                Some(ino)
+                    if inodes
+                        .get(ino)
+                        .is_some_and(|n| n.open > 0 && n.kind == FileKind::File) =>
+                {
+                    ino
+                }
+                _ => return Ok(()),
+            }
+        };
+        let meta = self.stat(path).await?;
+        let staged = self.stage(ino, meta.size, false)?;
+        let (_, gaps) = staged.missing(0, u64::MAX);
+        self.fill(path, &staged, gaps).await
+    }
+
+    /// Sends what `ino` holds that the server does not: one patch.
+    pub(super) async fn commit(&self, ino: u64) -> Result<(), Errno> {
+        let Some(staged) = self.staged(ino) else {
+            return Ok(());
+        };
+        let _one = staged.commit_lock.lock().await;
+        let path = match self.path(ino) {
+            Ok((path, _)) => path,
+            // Unlinked: nobody can see these bytes any more.
+            Err(_) => return Ok(()),
+        };
+        let Some(commit) = staged.begin_commit() else {
+            return Ok(());
+        };
+        let reader = match staged.reader() {
+            Ok(reader) => Arc::new(reader),
+            Err(e) => {
+                staged.failed(commit);
+                return Err(local(&e));
+            }
+        };
+        let options = PatchOptions {
+            truncate_to: commit.truncate_to,
+            ..PatchOptions::default()
+        };
+        let sent = self
+            .retry(|| {
+                self.session
+                    .patch_bytes(&path, options, chunks(reader.clone(), &commit))
+            })
+            .await;
+        match sent {
+            Ok(outcome) => {
+                staged.committed(&commit);
+                if let Some(node) = self.inodes().get_mut(ino) {
+                    node.cached_version = Some(outcome.version);
+                    node.own_version = Some(outcome.version);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                staged.failed(commit);
+                Err(e)
+            }
+        }
+    }
+
+    /// Commits every staged file (at unmount); failures are reported on
+    /// stderr, the only place left to report them.
+    pub(super) async fn commit_all(&self) {
+        let staged: Vec<(u64, CanonicalPath)> = {
+            let inodes = self.inodes();
+            inodes
+                .all()
+                .into_iter()
+                .filter_map(|ino| {
+                    let node = inodes.get(ino)?;
+                    (node.staged.is_some() && !node.unlinked).then(|| (ino, node.path.clone()))
+                })
+                .collect()
+        };
+        for (ino, path) in staged {
+            if let Err(e) = self.commit(ino).await {
+                eprintln!(
+                    "wsfs mount: the changes to '{path}' could not be committed: {}",
+                    describe(e)
+                );
+            }
+        }
+    }
+
+    /// A file handle of `ino` closed: the staging goes with the last one.
+    pub(super) fn release_node(&self, ino: u64) {
+        let mut inodes = self.inodes();
+        if let Some(node) = inodes.get_mut(ino) {
+            node.open = node.open.saturating_sub(1);
+            if node.open == 0 {
+                node.staged = None;
+            }
+        }
+        inodes.collect(ino);
+    }
+}
+
+/// The patch chunks of `commit`, read from the staging file as they are
+/// sent (at most a chunk in memory at a time).
+fn chunks(file: Arc<std::fs::File>, commit: &Commit) -> PatchChunks {
+    let mut pieces = Vec::new();
+    for &(start, end) in &commit.ranges {
+        let mut at = start;
+        while at < end {
+            let len = (end - at).min(MAX_CHUNK_SIZE as u64);
+            pieces.push((at, len as usize));
+            at += len;
+        }
+    }
+    futures::stream::iter(pieces)
+        .map(move |(offset, len)| {
+            let mut data = vec![0; len];
+            file.read_exact_at(&mut data, offset).map_err(|e| {
+                Error::internal(format!("reading the mount's staged bytes failed: {e}"))
+            })?;
+            Ok(PatchChunk {
+                offset,
+                data: Bytes::from(data),
+            })
+        })
+        .boxed()
+}
+
+impl WsfsFs {
+    pub(super) fn do_open(&self, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let writable = flags.acc_mode() != OpenAccMode::O_RDONLY;
+        if writable && self.read_only() {
+            return reply.error(Errno::EROFS);
+        }
+        let truncating = flags.0 & libc::O_TRUNC != 0;
+        let ino = ino.0;
+        self.spawn(move |s| async move {
+            let result = async {
+                let (path, kind) = s.path(ino)?;
+                if kind == FileKind::Directory {
+                    return Err(Errno::EISDIR);
+                }
+                let meta = s.stat(&path).await?;
+                let keep_cache = {
+                    let mut inodes = s.inodes();
+                    let node = inodes.get_mut(ino).ok_or(Errno::ENOENT)?;
+                    let same = node.cached_version == Some(meta.version);
+                    node.cached_version = Some(meta.version);
+                    node.open += 1;
+                    same && !truncating
+                };
+                if writable {
+                    if let Err(e) = s.stage(ino, meta.size, false) {
+                        s.release_node(ino);
+                        return Err(e);
+                    }
+                }
+                let fh = s.add_handle(Handle::File { writable });
+                let flags = if keep_cache {
+                    FopenFlags::FOPEN_KEEP_CACHE
+                } else {
+                    FopenFlags::empty()
+                };
+                Ok((fh, flags))
+            }
+            .await;
+            match result {
+                Ok((fh, flags)) => reply.opened(FileHandle(fh), flags),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    pub(super) fn do_write(&self, ino: INodeNo, offset: u64, data: &[u8], reply: ReplyWrite) {
+        // Local disk only: answered here, without a task.
+        let Some(staged) = self.shared.staged(ino.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        match staged.write(offset, data) {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(local(&e)),
+        }
+    }
+
+    pub(super) fn commit_and(&self, ino: INodeNo, reply: ReplyEmpty) {
+        self.spawn(move |s| async move {
+            match s.commit(ino.0).await {
+                Ok(()) => reply.ok(),
+                Err(e) => reply.error(e),
+            }
+        });
+    }
+
+    pub(super) fn do_release(&self, ino: INodeNo, fh: FileHandle, reply: ReplyEmpty) {
+        let handle = self.shared.handles().remove(&fh.0);
+        let writable = matches!(handle, Some(Handle::File { writable: true, .. }));
+        let ino = ino.0;
+        self.spawn(move |s| async move {
+            if writable {
+                if let Err(e) = s.commit(ino).await {
+                    // flush already told the program; this is the last word.
+                    let path = s.path(ino).map(|(p, _)| p.to_string()).unwrap_or_default();
+                    eprintln!(
+                        "wsfs mount: the changes to '{path}' could not be committed: {}",
+                        describe(e)
+                    );
+                }
+            }
+            s.release_node(ino);
+            reply.ok();
+        });
+    }
+}
