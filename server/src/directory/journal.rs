@@ -194,7 +194,7 @@ fn holds(path: &Path, expected: Option<&str>) -> Result<bool> {
             Err(e) => return Err(fail(e)),
         }
     }
-    Ok(hex(&hasher.finalize()) == expected)
+    Ok(hex(hasher.finalize()) == expected)
 }
 
 #[cfg(test)]
