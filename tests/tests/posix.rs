@@ -3,7 +3,8 @@
 //! a DIRECTORY session; then what only a mount has: a change made over
 //! gRPC appears in the mount, two mounts of one session see each other's
 //! closed files (and the API sees them at close), O_EXCL races between two
-//! mounts have one winner, and modes and times set in the mount are what
+//! mounts have one winner, many writes to an open file make one version
+//! (and one event) at fsync and one at close, and modes and times set in the mount are what
 //! the API reports.
 //!
 //! Mount tests skip (saying so) without `/dev/fuse` or a `wsfs` binary
@@ -51,6 +52,7 @@ on_both_backends!(
     a_file_closed_in_one_mount_is_read_at_once_through_the_api_and_soon_in_the_other,
     exclusive_creates_racing_from_two_mounts_have_one_winner,
     modes_and_times_set_in_the_mount_are_what_the_api_reports,
+    writes_to_an_open_file_commit_once_at_fsync_and_once_at_close,
 );
 
 fn read_text(path: &std::path::Path) -> Result<String, String> {
@@ -256,4 +258,73 @@ fn modes_and_times_set_in_the_mount_are_what_the_api_reports(backend: Backend) {
         "the file's mtime"
     );
     assert_eq!(dir_meta.permissions.bits(), 0o700, "the directory's mode");
+}
+
+/// The events the session logged for `path` after `since`.
+fn events_for(m: &MountedSession, path: &str, since: u64) -> Vec<wsfs::proto::ChangeEvent> {
+    let changes = m
+        .block_on(m.session.changes(since, 0))
+        .expect("the session's changes");
+    assert!(!changes.resync, "the log holds every event of the test");
+    changes
+        .events
+        .into_iter()
+        .filter(|e| e.path == path)
+        .collect()
+}
+
+/// Close-to-open, counted: 200 writes to an open file, with an fsync
+/// after the first 100, reach the session as two commits: the first 100
+/// lines when fsync returns, all of them when close returns; one event
+/// each, never one per write.
+fn writes_to_an_open_file_commit_once_at_fsync_and_once_at_close(backend: Backend) {
+    let Some(m) = MountedSession::start(backend, 1) else {
+        return;
+    };
+    let written = m
+        .block_on(m.session.write_str("log.txt", "start\n"))
+        .expect("seed over gRPC");
+    let since = m
+        .block_on(m.session.changes(0, 0))
+        .expect("the session's changes")
+        .next_seq;
+    let path = m.mount(0).join("log.txt");
+    eventually("the seeded file in the mount", || {
+        read_text(&path).and_then(|t| (t == "start\n").then_some(()).ok_or(t))
+    });
+    let lines = |range: std::ops::Range<usize>| -> String {
+        range.map(|i| format!("line {i}\n")).collect()
+    };
+    let mut file = fs::OpenOptions::new().append(true).open(&path).unwrap();
+    for i in 0..100 {
+        file.write_all(lines(i..i + 1).as_bytes()).unwrap();
+    }
+    file.sync_all().expect("fsync");
+    let after_fsync = format!("start\n{}", lines(0..100));
+    assert_eq!(
+        m.block_on(m.session.read_to_string("log.txt")).unwrap(),
+        after_fsync,
+        "committed when fsync returned"
+    );
+    for i in 100..200 {
+        file.write_all(lines(i..i + 1).as_bytes()).unwrap();
+    }
+    drop(file);
+    assert_eq!(
+        m.block_on(m.session.read_to_string("log.txt")).unwrap(),
+        format!("start\n{}", lines(0..200)),
+        "committed when close returned"
+    );
+    let events = events_for(&m, "log.txt", since);
+    assert_eq!(
+        events.len(),
+        2,
+        "one event at fsync and one at close, got {events:?}"
+    );
+    let version = m.block_on(m.session.stat(&p("log.txt"))).unwrap().version;
+    assert!(
+        version > written.version,
+        "the version grew from {} to {version}",
+        written.version
+    );
 }
