@@ -245,12 +245,13 @@ impl MountedSession {
     }
 
     /// The POSIX suite's view of the first mount: the session's name limit
-    /// and no hard links.
+    /// and neither hard links nor extended attributes.
     pub fn subject(self) -> crate::posix::Tree {
         let subject = crate::posix::Subject {
             root: self.mount(0).to_path_buf(),
             name_max: self.info.limits.max_segment_length as usize,
             hard_links: false,
+            xattrs: false,
         };
         crate::posix::Tree::new(subject, self)
     }

@@ -27,6 +27,9 @@ pub struct Subject {
     /// Whether hard links are made; where they are not, `link` must fail
     /// with EPERM or ENOTSUP and leave no name behind.
     pub hard_links: bool,
+    /// Whether extended attributes are kept; where they are not, setting
+    /// one must fail with ENOTSUP and change nothing.
+    pub xattrs: bool,
 }
 
 impl Subject {
@@ -60,13 +63,14 @@ impl Deref for Tree {
 }
 
 /// The reference: a fresh directory on the local disk (Linux allows names
-/// of 255 bytes and makes hard links).
+/// of 255 bytes, makes hard links and keeps `user.` attributes).
 pub fn local() -> Tree {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let subject = Subject {
         root: dir.path().to_path_buf(),
         name_max: 255,
         hard_links: true,
+        xattrs: true,
     };
     Tree::new(subject, dir)
 }
@@ -811,6 +815,52 @@ pub fn hard_links_work_fully_or_fail_cleanly(s: &Subject) {
     }
 }
 
+/// An extended attribute is either kept (set, read back, listed,
+/// removed) or refused with ENOTSUP, leaving the file as it was; reading
+/// or listing attributes never fails any other way.
+pub fn extended_attributes_work_fully_or_fail_cleanly(s: &Subject) {
+    use rustix::fs::{getxattr, listxattr, removexattr, setxattr, XattrFlags};
+    const NAME: &str = "user.wsfs.test";
+    let path = s.path("tagged.txt");
+    write(&path, b"tagged");
+    let set = rustix_io(setxattr(&path, NAME, b"value", XattrFlags::empty()));
+    let mut buf = [0u8; 256];
+    if s.xattrs {
+        set.expect("setxattr");
+        let n = getxattr(&path, NAME, &mut buf[..]).expect("getxattr");
+        assert_eq!(&buf[..n], b"value");
+        let n = listxattr(&path, &mut buf[..]).expect("listxattr");
+        assert!(
+            buf[..n]
+                .split(|&b| b == 0)
+                .any(|name| name == NAME.as_bytes()),
+            "listed: {:?}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+        removexattr(&path, NAME).expect("removexattr");
+    } else {
+        assert_errno(set, libc::ENOTSUP, "setxattr");
+    }
+    let got = errno(
+        rustix_io(getxattr(&path, NAME, &mut buf[..])),
+        "getxattr of an attribute that is not there",
+    );
+    assert!(
+        got == libc::ENODATA || got == libc::ENOTSUP,
+        "getxattr of a missing attribute: errno {got}, expected ENODATA or ENOTSUP"
+    );
+    match rustix_io(listxattr(&path, &mut buf[..])) {
+        Ok(n) => assert!(
+            !buf[..n]
+                .split(|&b| b == 0)
+                .any(|name| name == NAME.as_bytes()),
+            "no attribute is left listed"
+        ),
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOTSUP), "listxattr: {e}"),
+    }
+    assert_eq!(read(&path), b"tagged", "attributes never touch the bytes");
+}
+
 /// statfs answers for the directory and for a file in it, with sizes that
 /// add up and a positive block size.
 pub fn statfs_answers(s: &Subject) {
@@ -854,6 +904,7 @@ macro_rules! posix_suite {
             symlinks_are_created_and_read_as_links,
             readdir_follows_creates_and_deletes,
             hard_links_work_fully_or_fail_cleanly,
+            extended_attributes_work_fully_or_fail_cleanly,
             statfs_answers,
         );
     };
