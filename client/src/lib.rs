@@ -22,6 +22,8 @@
 //!   files of any size, and the [`GrepBuilder`] and [`GlobBuilder`] queries,
 //!   and ZIP archives of the whole workspace:
 //!   [`export_to`](Session::export_to) and [`import_from`](Session::import_from).
+//! - `mount` (feature `mount`, Linux): the session as a POSIX directory
+//!   through FUSE, `mount::mount(session, dir, MountOptions)`.
 //! - [`Error`] is the protocol's own error enum (`wsfs::Error`): every
 //!   failure arrives as the variant the server meant, `VERSION_MISMATCH`
 //!   with its current version, `PATH_ESCAPES_ROOT` with its path.
@@ -58,6 +60,8 @@ mod archive;
 mod client;
 mod convert;
 mod credentials;
+#[cfg(all(feature = "mount", target_os = "linux"))]
+pub mod mount;
 mod query;
 mod session;
 mod sessions;

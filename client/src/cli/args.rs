@@ -172,6 +172,15 @@ pub enum Command {
         after_help = "Each line starts with the event's sequence number. Without --since, events\nstart from now; --since N replays the events after N that the server still holds\n(then goes on live), and --since 0 replays from the first; events too old to be\nheld give one RESYNC line instead: read the workspace again.\n\nExamples:\n  wsfs watch src --json\n  wsfs watch --since 0\n  wsfs watch --since 42 -g '*.rs'"
     )]
     Watch(WatchArgs),
+    /// Mount the session at a directory (FUSE, Linux) until Ctrl-C, SIGTERM
+    /// or `wsfs unmount DIR`.
+    #[command(
+        after_help = "Runs in the foreground. A file written in the mount is committed to the session\nwhen it is closed or fsynced; changes made elsewhere appear within a second.\nNeeds /dev/fuse, and root or fusermount3 (Debian: apt-get install fuse3).\nSee docs/MOUNT.md.\n\nExamples:\n  wsfs mount --session $WSFS_SESSION /mnt/work\n  wsfs mount --read-only /mnt/review"
+    )]
+    Mount(MountArgs),
+    /// Unmount a directory that `wsfs mount` mounted.
+    #[command(after_help = "Example:\n  wsfs unmount /mnt/work")]
+    Unmount(UnmountArgs),
     /// Serve the session to an AI agent as an MCP server on stdio.
     #[command(
         after_help = "Tools: read, write, edit, multi_edit, list, glob, grep, stat, move, copy,\ndelete, mkdir, snapshot, restore, diff_snapshot, list_snapshots. Errors come back as tool\nerrors that start with the wsfs reason.\n\nExample (an MCP client's server entry):\n  {\"command\": \"wsfs\", \"args\": [\"mcp\"],\n   \"env\": {\"WSFS_SERVER\": \"http://127.0.0.1:50051\", \"WSFS_SESSION\": \"<id>\"}}"
@@ -683,6 +692,20 @@ pub struct WatchArgs {
     /// Only the directory's own entries, not its subdirectories.
     #[arg(long)]
     pub shallow: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MountArgs {
+    /// Refuse every change (programs get EROFS).
+    #[arg(long)]
+    pub read_only: bool,
+    /// An existing, empty directory.
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct UnmountArgs {
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,7 +11,8 @@
 //! Commands live by topic: `files` (read, write, list...), `search` (grep,
 //! glob, watch), `sessions` (sessions, snapshots, archives, tokens), `sync`
 //! (push and pull), `doctor` (connection checks, TLS in plain words,
-//! version), `output` (JSON, times, sizes, progress bars). Every
+//! version), `mount` (the FUSE mount), `output` (JSON, times, sizes,
+//! progress bars). Every
 //! command is a plain user of the typed client: nothing here builds a
 //! request by hand.
 
@@ -20,6 +21,7 @@ mod context;
 mod doctor;
 mod files;
 mod mcp;
+mod mount;
 mod output;
 mod search;
 mod sessions;
@@ -297,6 +299,8 @@ async fn dispatch(ctx: &mut Ctx, command: Command) -> Outcome {
         }),
         Command::Watch(a) => search::watch(ctx, a).await,
         Command::Mcp => mcp::serve(ctx).await,
+        Command::Mount(a) => mount::mount(ctx, a).await,
+        Command::Unmount(a) => mount::unmount(ctx, a).await,
         Command::Use { session, clear } => use_context(ctx, session, clear).await,
         Command::Completions { shell } => {
             use clap::CommandFactory;

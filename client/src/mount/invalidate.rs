@@ -1,0 +1,114 @@
+//! Keeps the kernel's caches honest: the session's Watch stream names
+//! every change, whoever made it, and each one drops the kernel's cached
+//! entry, attributes and pages of that path, so the long cache lifetimes
+//! never show a stale file for longer than the event takes to arrive.
+//!
+//! Notifications go out from a thread of their own: the kernel may hold
+//! one back until a request on the same directory is answered, and those
+//! answers come from the runtime, which must not wait for it.
+
+use super::fs::Shared;
+use crate::ChangeKind;
+use fuser::{INodeNo, Notifier};
+use futures::StreamExt;
+use std::ffi::OsString;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+use wsfs::CanonicalPath;
+
+/// One thing for the kernel to forget.
+enum Forget {
+    /// Attributes and cached pages.
+    Inode(u64),
+    /// The name `1` in directory `0`.
+    Entry(u64, OsString),
+}
+
+/// Starts the notifying thread and the watching task; both end when the
+/// mount does (the task is aborted, the thread sees its channel close).
+pub(super) fn start(shared: Arc<Shared>, notifier: Notifier) -> tokio::task::JoinHandle<()> {
+    let (tx, rx) = mpsc::channel::<Forget>();
+    std::thread::Builder::new()
+        .name("wsfs-mount-invalidate".into())
+        .spawn(move || {
+            for forget in rx {
+                // An inode or name the kernel no longer caches is no error.
+                let _ = match forget {
+                    Forget::Inode(ino) => notifier.inval_inode(INodeNo(ino), 0, 0),
+                    Forget::Entry(parent, name) => notifier.inval_entry(INodeNo(parent), &name),
+                };
+            }
+        })
+        .expect("start the mount's invalidation thread");
+    let runtime = tokio::runtime::Handle::current();
+    runtime.spawn(watch(shared, tx))
+}
+
+/// Follows the Watch stream for the mount's life, reconnecting after the
+/// last event seen when the server goes away.
+async fn watch(shared: Arc<Shared>, tx: mpsc::Sender<Forget>) {
+    let mut since = 0u64;
+    loop {
+        let stream = shared
+            .session
+            .watch("")
+            .recursive()
+            .since(since)
+            .stream()
+            .await;
+        if let Ok(mut events) = stream {
+            while let Some(Ok(event)) = events.next().await {
+                since = since.max(event.seq);
+                let kind = ChangeKind::try_from(event.kind).unwrap_or(ChangeKind::Unspecified);
+                match kind {
+                    ChangeKind::Ready | ChangeKind::Keepalive | ChangeKind::Unspecified => {}
+                    ChangeKind::Resync => forget_everything(&shared, &tx),
+                    ChangeKind::Created
+                    | ChangeKind::Modified
+                    | ChangeKind::Deleted
+                    | ChangeKind::Moved => {
+                        for path in [&event.path, &event.to_path] {
+                            if !path.is_empty() {
+                                forget_path(&shared, &tx, path);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn forget_path(shared: &Shared, tx: &mpsc::Sender<Forget>, raw: &str) {
+    let Ok(path) = crate::parse_path(raw) else {
+        return;
+    };
+    let inodes = shared.inodes();
+    if let Some(ino) = inodes.at(&path) {
+        let _ = tx.send(Forget::Inode(ino));
+    }
+    let parent = path.parent().unwrap_or_else(CanonicalPath::root);
+    if let (Some(dir), Some(name)) = (inodes.at(&parent), path.name()) {
+        let _ = tx.send(Forget::Entry(dir, name.into()));
+        let _ = tx.send(Forget::Inode(dir));
+    }
+}
+
+/// After a gap in the events: every path the kernel may cache.
+fn forget_everything(shared: &Shared, tx: &mpsc::Sender<Forget>) {
+    let paths: Vec<String> = {
+        let inodes = shared.inodes();
+        inodes
+            .all()
+            .into_iter()
+            .filter_map(|ino| inodes.get(ino))
+            .filter(|node| !node.unlinked)
+            .map(|node| node.path.as_str().to_string())
+            .collect()
+    };
+    for path in paths {
+        forget_path(shared, tx, &path);
+    }
+}

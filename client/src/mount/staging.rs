@@ -1,0 +1,365 @@
+//! Local staging of a file open for writing: a sparse temporary file in
+//! the mount's private directory holding the bytes written (dirty) and the
+//! bytes fetched from the server (present). Writes never wait for the
+//! network; the commit at flush, fsync or release sends one patch with
+//! only the dirty ranges and the length change. The mount's memory stays
+//! bounded whatever the file's size: the bytes live on local disk.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+/// Half-open byte ranges `[start, end)`, merged when they touch.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Ranges(BTreeMap<u64, u64>);
+
+impl Ranges {
+    pub fn insert(&mut self, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let (mut start, mut end) = (start, end);
+        // Every range that overlaps or touches [start, end) merges in.
+        let touching: Vec<(u64, u64)> = self
+            .0
+            .range(..=end)
+            .rev()
+            .take_while(|(_, &e)| e >= start)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for (s, e) in touching {
+            self.0.remove(&s);
+            start = start.min(s);
+            end = end.max(e);
+        }
+        self.0.insert(start, end);
+    }
+
+    pub fn remove(&mut self, start: u64, end: u64) {
+        if start >= end {
+            return;
+        }
+        let overlapping: Vec<(u64, u64)> = self
+            .0
+            .range(..end)
+            .rev()
+            .take_while(|(_, &e)| e > start)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for (s, e) in overlapping {
+            self.0.remove(&s);
+            if s < start {
+                self.0.insert(s, start);
+            }
+            if e > end {
+                self.0.insert(end, e);
+            }
+        }
+    }
+
+    /// The parts of `[start, end)` not covered.
+    pub fn gaps(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut at = start;
+        // The range that may begin before `start` and cover it.
+        let first = self.0.range(..=start).next_back().map(|(&s, &e)| (s, e));
+        let rest = self
+            .0
+            .range(start.saturating_add(1)..end)
+            .map(|(&s, &e)| (s, e));
+        for (s, e) in first.into_iter().chain(rest) {
+            if e <= at {
+                continue;
+            }
+            if s > at {
+                out.push((at, s.min(end)));
+            }
+            at = at.max(e);
+            if at >= end {
+                break;
+            }
+        }
+        if at < end {
+            out.push((at, end));
+        }
+        out
+    }
+
+    pub fn contains(&self, at: u64) -> bool {
+        self.0
+            .range(..=at)
+            .next_back()
+            .is_some_and(|(_, &e)| e > at)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.0.iter().map(|(&s, &e)| (s, e))
+    }
+}
+
+/// One file's staged bytes.
+pub struct Staged {
+    state: Mutex<State>,
+    /// One commit at a time, so that a commit's ranges return to the dirty
+    /// set intact when it fails.
+    pub commit_lock: tokio::sync::Mutex<()>,
+}
+
+struct State {
+    file: File,
+    /// Bytes valid in `file`: written, fetched, or known zeros. Everything
+    /// at and after `size` always is (a later extension reads as zeros).
+    present: Ranges,
+    /// Bytes written since the last commit.
+    dirty: Ranges,
+    /// The file's length as programs see it.
+    size: u64,
+    /// The length the server holds.
+    server_size: u64,
+    /// The shortest length the file was cut to since the last commit.
+    cut: Option<u64>,
+    modified: SystemTime,
+}
+
+/// What one commit sends: the length to cut or extend to first, then the
+/// dirty ranges (read from the staging file as they are sent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    pub truncate_to: Option<u64>,
+    pub ranges: Vec<(u64, u64)>,
+    /// The file's length once committed.
+    pub size: u64,
+    /// The length the cut was taken from, restored when the commit fails.
+    cut: Option<u64>,
+    dirty: Ranges,
+}
+
+impl Staged {
+    /// Staging for a file of `server_size` bytes on the server; `known` when
+    /// those bytes are all known locally already (a file just created
+    /// empty).
+    pub fn new(dir: &Path, server_size: u64, known: bool) -> io::Result<Staged> {
+        let file = tempfile::tempfile_in(dir)?;
+        file.set_len(server_size)?;
+        let mut present = Ranges::default();
+        present.insert(if known { 0 } else { server_size }, u64::MAX);
+        Ok(Staged {
+            state: Mutex::new(State {
+                file,
+                present,
+                dirty: Ranges::default(),
+                size: server_size,
+                server_size,
+                cut: None,
+                modified: SystemTime::now(),
+            }),
+            commit_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn size(&self) -> u64 {
+        self.state().size
+    }
+
+    pub fn modified(&self) -> SystemTime {
+        self.state().modified
+    }
+
+    pub fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EFBIG))?;
+        let mut s = self.state();
+        s.file.write_all_at(data, offset)?;
+        s.dirty.insert(offset, end);
+        s.present.insert(offset, end);
+        s.size = s.size.max(end);
+        s.modified = SystemTime::now();
+        Ok(())
+    }
+
+    pub fn truncate(&self, len: u64) -> io::Result<()> {
+        let mut s = self.state();
+        s.file.set_len(len)?;
+        if len < s.size {
+            s.present.insert(len, u64::MAX);
+            s.dirty.remove(len, u64::MAX);
+            s.cut = Some(s.cut.map_or(len, |c| c.min(len)));
+        }
+        s.size = len;
+        s.modified = SystemTime::now();
+        Ok(())
+    }
+
+    /// The parts of `[offset, offset + len)` (within the file) that must
+    /// come from the server, and where the readable range ends.
+    pub fn missing(&self, offset: u64, len: u64) -> (u64, Vec<(u64, u64)>) {
+        let s = self.state();
+        let end = offset.saturating_add(len).min(s.size);
+        if offset >= end {
+            return (end, Vec::new());
+        }
+        (end, s.present.gaps(offset, end))
+    }
+
+    /// Stores bytes fetched from the server at `offset`, where nothing newer
+    /// is present.
+    pub fn fill(&self, offset: u64, data: &[u8]) -> io::Result<()> {
+        let mut s = self.state();
+        let end = offset + data.len() as u64;
+        for (gs, ge) in s.present.gaps(offset, end) {
+            let from = (gs - offset) as usize;
+            let to = (ge - offset) as usize;
+            s.file.write_all_at(&data[from..to], gs)?;
+        }
+        s.present.insert(offset, end);
+        Ok(())
+    }
+
+    /// Bytes `[offset, end)` from the staging file; every one must be
+    /// present.
+    pub fn read_local(&self, offset: u64, end: u64) -> io::Result<Vec<u8>> {
+        let s = self.state();
+        let mut buf = vec![0; end.saturating_sub(offset) as usize];
+        s.file.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
+    }
+
+    /// A handle on the staging file for a commit's reads.
+    pub fn reader(&self) -> io::Result<File> {
+        self.state().file.try_clone()
+    }
+
+    /// What the next commit sends, taken out of the dirty set; `None` when
+    /// the server already holds every byte.
+    pub fn begin_commit(&self) -> Option<Commit> {
+        let mut s = self.state();
+        if s.dirty.is_empty() && s.cut.is_none() && s.size == s.server_size {
+            return None;
+        }
+        let size = s.size;
+        // Bytes in [base, size) that are not dirty are zeros: cut away, or
+        // added by an extension.
+        let base = s.cut.unwrap_or(s.server_size).min(size);
+        let truncate_to = (base != s.server_size).then_some(base);
+        let dirty = std::mem::take(&mut s.dirty);
+        let mut ranges: Vec<(u64, u64)> = dirty
+            .iter()
+            .map(|(a, b)| (a, b.min(size)))
+            .filter(|(a, b)| a < b)
+            .collect();
+        if size > base && !dirty.contains(size - 1) {
+            // The file must end at `size`: its last byte, a zero, says so.
+            ranges.push((size - 1, size));
+        }
+        let cut = s.cut.take();
+        Some(Commit {
+            truncate_to,
+            ranges,
+            size,
+            cut,
+            dirty,
+        })
+    }
+
+    /// The server holds `commit` now.
+    pub fn committed(&self, commit: &Commit) {
+        self.state().server_size = commit.size;
+    }
+
+    /// `commit` did not land: its ranges are dirty again.
+    pub fn failed(&self, commit: Commit) {
+        let mut s = self.state();
+        for (a, b) in commit.dirty.iter() {
+            s.dirty.insert(a, b);
+        }
+        if let Some(c) = commit.cut {
+            s.cut = Some(s.cut.map_or(c, |now| now.min(c)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranges(list: &[(u64, u64)]) -> Ranges {
+        let mut r = Ranges::default();
+        for &(a, b) in list {
+            r.insert(a, b);
+        }
+        r
+    }
+
+    #[test]
+    fn ranges_merge_split_and_find_gaps() {
+        let mut r = ranges(&[(0, 10), (20, 30), (10, 12)]);
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(0, 12), (20, 30)]);
+        assert_eq!(r.gaps(5, 25), vec![(12, 20)]);
+        assert_eq!(r.gaps(30, 40), vec![(30, 40)]);
+        r.remove(5, 22);
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(0, 5), (22, 30)]);
+        assert!(r.contains(4) && !r.contains(5) && r.contains(29) && !r.contains(30));
+        r.insert(4, 23);
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(0, 30)]);
+    }
+
+    fn staged(server_size: u64) -> Staged {
+        Staged::new(&std::env::temp_dir(), server_size, false).unwrap()
+    }
+
+    #[test]
+    fn a_small_write_commits_only_its_bytes() {
+        let s = staged(1 << 30);
+        s.write(4096, b"abc").unwrap();
+        let c = s.begin_commit().unwrap();
+        assert_eq!(c.truncate_to, None);
+        assert_eq!(c.ranges, vec![(4096, 4099)]);
+        s.committed(&c);
+        assert!(s.begin_commit().is_none());
+    }
+
+    #[test]
+    fn cut_then_extend_sends_the_cut_and_a_final_zero() {
+        let s = staged(100);
+        s.truncate(10).unwrap();
+        s.truncate(50).unwrap();
+        let c = s.begin_commit().unwrap();
+        assert_eq!(c.truncate_to, Some(10));
+        assert_eq!(c.ranges, vec![(49, 50)]);
+        assert_eq!(s.read_local(10, 50).unwrap(), vec![0; 40]);
+    }
+
+    #[test]
+    fn a_failed_commit_leaves_its_ranges_dirty() {
+        let s = staged(0);
+        s.write(0, b"hello").unwrap();
+        let c = s.begin_commit().unwrap();
+        s.write(10, b"x").unwrap();
+        s.failed(c);
+        let again = s.begin_commit().unwrap();
+        assert_eq!(again.ranges, vec![(0, 5), (10, 11)]);
+    }
+
+    #[test]
+    fn fetched_bytes_never_cover_newer_writes() {
+        let s = staged(8);
+        s.write(2, b"WW").unwrap();
+        assert_eq!(s.missing(0, 8).1, vec![(0, 2), (4, 8)]);
+        s.fill(0, b"abcdefgh").unwrap();
+        assert_eq!(s.read_local(0, 8).unwrap(), b"abWWefgh");
+        assert!(s.missing(0, 8).1.is_empty());
+    }
+}

@@ -1,0 +1,635 @@
+//! The FUSE mount (`wsfs_client::mount`, what `wsfs mount` runs) on a real
+//! server and a real kernel mount, MEMORY and DIRECTORY sessions both:
+//! files written by programs in the mount reach the API when closed, API
+//! changes reach the mount within a deadline, real programs (git, tar, rm,
+//! python) work in it, and refusals arrive as the errno programs expect.
+//!
+//! Needs /dev/fuse (and root or fusermount3): without them each test says
+//! "skipping" and passes, unless WSFS_REQUIRE_TOOLS=1.
+//!
+//! Everything that touches the mount runs on a blocking thread: the mount's
+//! own work runs on this test's runtime.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use wsfs_client::mount::{MountHandle, MountOptions};
+use wsfs_client::{Client, FileKind, Filesystem, Session, SessionOptions};
+use wsfs_tests::harness::TestServer;
+use wsfs_tests::kit::{p, system_tool};
+
+/// A session mounted at a temporary directory; unmounted when dropped,
+/// before the directory goes.
+struct Mounted {
+    handle: Option<MountHandle>,
+    dir: tempfile::TempDir,
+    session: Session,
+    backend: &'static str,
+    _client: Client,
+    _server: TestServer,
+}
+
+impl Mounted {
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.unmount();
+        }
+    }
+}
+
+/// Whether this machine can mount: /dev/fuse, and root or fusermount3.
+fn can_mount() -> bool {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let missing = if !Path::new("/dev/fuse").exists() {
+        Some("/dev/fuse is missing")
+    } else if !root && system_tool("fusermount3").is_none() {
+        Some("not root and `fusermount3` is not on PATH")
+    } else {
+        None
+    };
+    let Some(why) = missing else {
+        return true;
+    };
+    assert!(
+        std::env::var("WSFS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+        "WSFS_REQUIRE_TOOLS=1 and {why}: the mount tests need FUSE (see .ci/run)"
+    );
+    eprintln!("skipping: {why} (set WSFS_REQUIRE_TOOLS=1 to make this a failure)");
+    false
+}
+
+async fn mounted(backend: &'static str, options: MountOptions) -> Mounted {
+    let server = TestServer::start().await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let session_options = match backend {
+        "memory" => SessionOptions::memory(),
+        _ => SessionOptions::directory(),
+    };
+    let info = client.create_session(session_options).await.unwrap();
+    let session = client.session(&info.id);
+    let dir = tempfile::tempdir().unwrap();
+    let handle = wsfs_client::mount::mount(session.clone(), dir.path(), options)
+        .await
+        .expect("mount the session");
+    Mounted {
+        handle: Some(handle),
+        dir,
+        session,
+        backend,
+        _client: client,
+        _server: server,
+    }
+}
+
+/// Both backends, mounted with the default options.
+async fn both() -> Vec<Mounted> {
+    vec![
+        mounted("memory", MountOptions::default()).await,
+        mounted("directory", MountOptions::default()).await,
+    ]
+}
+
+/// Runs `work` on a blocking thread (it touches the mount).
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(work)
+        .await
+        .expect("the blocking work panicked")
+}
+
+/// Runs a program in `dir`; panics with its output when it fails.
+fn run(dir: &Path, program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn bytes_of(session: &Session, path: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    session.download(path, &mut out).await.unwrap();
+    out
+}
+
+/// Polls `check` until it holds or a generous deadline passes.
+async fn eventually(what: &str, mut check: impl FnMut() -> bool + Send + 'static) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (ok, back) = blocking(move || {
+            let ok = check();
+            (ok, check)
+        })
+        .await;
+        if ok {
+            return;
+        }
+        check = back;
+        assert!(Instant::now() < deadline, "{what}: not seen within 20 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn files_written_in_the_mount_reach_the_api_when_closed() {
+    if !can_mount() {
+        return;
+    }
+    for m in both().await {
+        let root = m.root();
+        blocking(move || {
+            std::fs::create_dir_all(root.join("src/bin")).unwrap();
+            std::fs::write(root.join("src/bin/main.rs"), "fn main() {}\n").unwrap();
+            let mut f = std::fs::File::create(root.join("notes.txt")).unwrap();
+            f.write_all(b"one\n").unwrap();
+            f.write_all(b"two\n").unwrap();
+            drop(f);
+            std::fs::set_permissions(
+                root.join("src/bin/main.rs"),
+                std::fs::Permissions::from_mode(0o755),
+            )
+            .unwrap();
+        })
+        .await;
+        let s = &m.session;
+        assert_eq!(
+            s.read_to_string("src/bin/main.rs").await.unwrap(),
+            "fn main() {}\n",
+            "{}",
+            m.backend
+        );
+        assert_eq!(s.read_to_string("notes.txt").await.unwrap(), "one\ntwo\n");
+        let meta = s.stat(&p("src/bin/main.rs")).await.unwrap();
+        assert_eq!(
+            meta.permissions.bits(),
+            0o755,
+            "{}: chmod reached the API",
+            m.backend
+        );
+        assert_eq!(
+            s.stat(&p("src/bin")).await.unwrap().kind,
+            FileKind::Directory
+        );
+        // And the mount reads back what it wrote, with its size.
+        let root = m.root();
+        let (text, size) = blocking(move || {
+            let text = std::fs::read_to_string(root.join("notes.txt")).unwrap();
+            (
+                text,
+                std::fs::metadata(root.join("notes.txt")).unwrap().len(),
+            )
+        })
+        .await;
+        assert_eq!((text.as_str(), size), ("one\ntwo\n", 8));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn changes_made_through_the_api_appear_in_the_mount() {
+    if !can_mount() {
+        return;
+    }
+    for m in both().await {
+        m.session.write_str("doc.txt", "first\n").await.unwrap();
+        let file = m.path("doc.txt");
+        let seen = file.clone();
+        // Read once through the mount, so the kernel caches it.
+        assert_eq!(
+            blocking(move || std::fs::read_to_string(seen).unwrap()).await,
+            "first\n"
+        );
+        m.session
+            .write_str("doc.txt", "second, longer\n")
+            .await
+            .unwrap();
+        let f = file.clone();
+        eventually("the API's rewrite in the mount", move || {
+            std::fs::read_to_string(&f).is_ok_and(|t| t == "second, longer\n")
+        })
+        .await;
+        // A new file appears in the listing, a deleted one goes.
+        let root = m.root();
+        let listed = root.clone();
+        assert!(blocking(move || !listed.join("new.txt").exists()).await);
+        m.session.write_str("new.txt", "hi").await.unwrap();
+        let r = root.clone();
+        eventually("a file made through the API", move || {
+            std::fs::read_dir(&r)
+                .unwrap()
+                .any(|e| e.unwrap().file_name() == "new.txt")
+        })
+        .await;
+        m.session
+            .delete(&p("doc.txt"), Default::default())
+            .await
+            .unwrap();
+        let f = file.clone();
+        eventually("a file deleted through the API", move || !f.exists()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn git_init_add_commit_status_and_checkout_work_in_the_mount() {
+    if !can_mount() {
+        return;
+    }
+    if system_tool("git").is_none() {
+        assert!(
+            std::env::var("WSFS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+            "git is missing"
+        );
+        eprintln!("skipping: `git` is not on PATH");
+        return;
+    }
+    for m in both().await {
+        let root = m.root();
+        let status = blocking(move || {
+            let repo = root.join("repo");
+            std::fs::create_dir(&repo).unwrap();
+            run(&repo, "git", &["init", "-q", "-b", "main"]);
+            std::fs::write(repo.join("a.txt"), "alpha\n").unwrap();
+            std::fs::create_dir(repo.join("dir")).unwrap();
+            std::fs::write(repo.join("dir/b.txt"), "beta\n").unwrap();
+            run(&repo, "git", &["add", "-A"]);
+            run(&repo, "git", &["commit", "-q", "-m", "first"]);
+            run(&repo, "git", &["checkout", "-q", "-b", "topic"]);
+            std::fs::write(repo.join("a.txt"), "alpha on topic\n").unwrap();
+            run(&repo, "git", &["commit", "-q", "-am", "second"]);
+            run(&repo, "git", &["checkout", "-q", "main"]);
+            assert_eq!(
+                std::fs::read_to_string(repo.join("a.txt")).unwrap(),
+                "alpha\n"
+            );
+            run(&repo, "git", &["status", "--porcelain"])
+        })
+        .await;
+        assert_eq!(status, "", "{}: a clean tree after checkout", m.backend);
+        let s = &m.session;
+        assert_eq!(
+            s.read_to_string("repo/a.txt").await.unwrap(),
+            "alpha\n",
+            "{}",
+            m.backend
+        );
+        assert_eq!(
+            s.read_to_string("repo/.git/HEAD").await.unwrap(),
+            "ref: refs/heads/main\n"
+        );
+        assert!(s.stat(&p("repo/.git/refs/heads/topic")).await.is_ok());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tar_extracts_a_tree_and_rm_removes_it() {
+    if !can_mount() {
+        return;
+    }
+    let source = tempfile::tempdir().unwrap();
+    let tree = source.path().join("tree");
+    for d in 0..8 {
+        let dir = tree.join(format!("d{d}/sub"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in 0..12 {
+            std::fs::write(dir.join(format!("f{f}.txt")), format!("file {d}/{f}\n")).unwrap();
+        }
+    }
+    std::fs::write(tree.join("big.bin"), vec![7u8; 3 << 20]).unwrap();
+    std::os::unix::fs::symlink("d0/sub/f0.txt", tree.join("link")).unwrap();
+    let archive = source.path().join("tree.tar");
+    run(
+        source.path(),
+        "tar",
+        &["cf", archive.to_str().unwrap(), "tree"],
+    );
+    for m in both().await {
+        let root = m.root();
+        let archive = archive.clone();
+        blocking(move || run(&root, "tar", &["xf", archive.to_str().unwrap()])).await;
+        let s = &m.session;
+        let listing = s.list(&p("tree"), 8).await.unwrap();
+        let files = listing
+            .entries
+            .iter()
+            .filter(|e| e.kind == FileKind::File)
+            .count();
+        assert_eq!(files, 8 * 12 + 1, "{}: every file arrived", m.backend);
+        assert_eq!(
+            s.read_to_string("tree/d5/sub/f11.txt").await.unwrap(),
+            "file 5/11\n"
+        );
+        assert_eq!(bytes_of(s, "tree/big.bin").await, vec![7u8; 3 << 20]);
+        let link = s.stat(&p("tree/link")).await.unwrap();
+        assert_eq!(link.kind, FileKind::Symlink);
+        assert_eq!(link.symlink_target.as_deref(), Some("d0/sub/f0.txt"));
+        // The kernel follows the link on its side.
+        let root = m.root();
+        let through =
+            blocking(move || std::fs::read_to_string(root.join("tree/link")).unwrap()).await;
+        assert_eq!(through, "file 0/0\n");
+        let root = m.root();
+        blocking(move || run(&root, "rm", &["-rf", "tree"])).await;
+        assert!(
+            s.exists(&p("tree")).await.unwrap().is_none(),
+            "{}: rm -rf removed it",
+            m.backend
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_editor_style_save_replaces_the_file() {
+    if !can_mount() {
+        return;
+    }
+    let Some(python) = system_tool("python3") else {
+        eprintln!("skipping: `python3` is not on PATH");
+        return;
+    };
+    for m in both().await {
+        m.session
+            .write_str("config.toml", "old = 1\n")
+            .await
+            .unwrap();
+        let root = m.root();
+        let python = python.clone();
+        blocking(move || {
+            let script = "import os\n\
+                with open('.config.toml.swp', 'w') as f:\n    f.write('new = 2\\n')\n    f.flush()\n    os.fsync(f.fileno())\n\
+                os.replace('.config.toml.swp', 'config.toml')\n\
+                print(open('config.toml').read(), end='')\n";
+            let printed = run(&root, python.to_str().unwrap(), &["-c", script]);
+            assert_eq!(printed, "new = 2\n");
+        })
+        .await;
+        assert_eq!(
+            m.session.read_to_string("config.toml").await.unwrap(),
+            "new = 2\n",
+            "{}",
+            m.backend
+        );
+        assert!(m
+            .session
+            .exists(&p(".config.toml.swp"))
+            .await
+            .unwrap()
+            .is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_open_file_stays_readable_after_unlink() {
+    if !can_mount() {
+        return;
+    }
+    for m in both().await {
+        let content: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        m.session
+            .upload(
+                "held.bin",
+                std::io::Cursor::new(content.clone()),
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        let file = m.path("held.bin");
+        let (read, exists_after) = blocking(move || {
+            let mut f = std::fs::File::open(&file).unwrap();
+            std::fs::remove_file(&file).unwrap();
+            let exists = file.exists();
+            let mut read = Vec::new();
+            f.read_to_end(&mut read).unwrap();
+            (read, exists)
+        })
+        .await;
+        assert!(!exists_after, "{}: the name is gone", m.backend);
+        assert_eq!(
+            read, content,
+            "{}: the open handle still reads it",
+            m.backend
+        );
+        assert!(m.session.exists(&p("held.bin")).await.unwrap().is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_small_write_into_a_big_file_changes_only_those_bytes() {
+    if !can_mount() {
+        return;
+    }
+    const SIZE: usize = 24 << 20;
+    let content: Vec<u8> = (0..SIZE).map(|i| (i % 253) as u8).collect();
+    for m in both().await {
+        m.session
+            .upload(
+                "big.bin",
+                std::io::Cursor::new(content.clone()),
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        let before = m.session.stat(&p("big.bin")).await.unwrap().version;
+        let file = m.path("big.bin");
+        blocking(move || {
+            let mut f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+            f.seek(SeekFrom::Start(10 << 20)).unwrap();
+            f.write_all(b"patched").unwrap();
+            f.seek(SeekFrom::Start(SIZE as u64 + 100)).unwrap();
+            f.write_all(b"tail").unwrap();
+        })
+        .await;
+        let after = bytes_of(&m.session, "big.bin").await;
+        let mut expected = content.clone();
+        expected[(10 << 20)..(10 << 20) + 7].copy_from_slice(b"patched");
+        expected.resize(SIZE + 100, 0);
+        expected.extend_from_slice(b"tail");
+        assert_eq!(after.len(), expected.len(), "{}", m.backend);
+        assert!(
+            after == expected,
+            "{}: only the written bytes changed",
+            m.backend
+        );
+        let version = m.session.stat(&p("big.bin")).await.unwrap().version;
+        assert!(version > before, "{}: one commit at close", m.backend);
+        // A truncate through the mount cuts it on the server.
+        let file = m.path("big.bin");
+        blocking(move || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&file)
+                .unwrap()
+                .set_len(1000)
+                .unwrap()
+        })
+        .await;
+        assert_eq!(
+            bytes_of(&m.session, "big.bin").await,
+            content[..1000].to_vec()
+        );
+    }
+}
+
+/// The errno an operation failed with.
+fn errno_of<T: std::fmt::Debug>(result: std::io::Result<T>) -> i32 {
+    result
+        .expect_err("the operation must fail")
+        .raw_os_error()
+        .expect("an errno")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn refusals_arrive_as_the_errno_programs_expect() {
+    if !can_mount() {
+        return;
+    }
+    for m in both().await {
+        let root = m.root();
+        let backend = m.backend;
+        blocking(move || {
+            std::fs::create_dir(root.join("d")).unwrap();
+            std::fs::write(root.join("d/f"), "x").unwrap();
+            assert_eq!(
+                errno_of(std::fs::remove_dir(root.join("d"))),
+                libc::ENOTEMPTY,
+                "{backend}"
+            );
+            assert_eq!(
+                errno_of(
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(root.join("d/f"))
+                ),
+                libc::EEXIST
+            );
+            assert_eq!(errno_of(std::fs::create_dir(root.join("d"))), libc::EEXIST);
+            assert_eq!(errno_of(std::fs::remove_file(root.join("d"))), libc::EISDIR);
+            assert_eq!(
+                errno_of(std::fs::remove_dir(root.join("d/f"))),
+                libc::ENOTDIR
+            );
+            assert_eq!(
+                errno_of(std::fs::read_to_string(root.join("missing"))),
+                libc::ENOENT
+            );
+            assert_eq!(
+                errno_of(std::fs::hard_link(root.join("d/f"), root.join("h"))),
+                libc::EPERM
+            );
+            let long = "n".repeat(300);
+            assert_eq!(
+                errno_of(std::fs::write(root.join(long), "x")),
+                libc::ENAMETOOLONG
+            );
+            // A directory replaces only an empty one.
+            std::fs::create_dir(root.join("e")).unwrap();
+            assert_eq!(
+                errno_of(std::fs::rename(root.join("e"), root.join("d"))),
+                libc::ENOTEMPTY
+            );
+            std::fs::remove_file(root.join("d/f")).unwrap();
+            std::fs::rename(root.join("e"), root.join("d")).unwrap();
+            assert!(!root.join("e").exists());
+        })
+        .await;
+        // The failed calls changed nothing they should not have.
+        assert!(m.session.exists(&p("h")).await.unwrap().is_none());
+        assert_eq!(
+            m.session.stat(&p("d")).await.unwrap().kind,
+            FileKind::Directory
+        );
+        assert!(m.session.exists(&p("e")).await.unwrap().is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_only_mount_refuses_changes_with_erofs() {
+    if !can_mount() {
+        return;
+    }
+    let options = MountOptions {
+        read_only: true,
+        ..MountOptions::default()
+    };
+    let m = mounted("memory", options).await;
+    m.session.write_str("kept.txt", "kept\n").await.unwrap();
+    let root = m.root();
+    blocking(move || {
+        assert_eq!(
+            std::fs::read_to_string(root.join("kept.txt")).unwrap(),
+            "kept\n"
+        );
+        assert_eq!(
+            errno_of(std::fs::write(root.join("kept.txt"), "x")),
+            libc::EROFS
+        );
+        assert_eq!(
+            errno_of(std::fs::write(root.join("new.txt"), "x")),
+            libc::EROFS
+        );
+        assert_eq!(errno_of(std::fs::create_dir(root.join("d"))), libc::EROFS);
+        assert_eq!(
+            errno_of(std::fs::remove_file(root.join("kept.txt"))),
+            libc::EROFS
+        );
+    })
+    .await;
+    assert_eq!(
+        m.session.read_to_string("kept.txt").await.unwrap(),
+        "kept\n"
+    );
+    assert!(m.session.exists(&p("new.txt")).await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn symlinks_are_made_and_read_as_links() {
+    if !can_mount() {
+        return;
+    }
+    for m in both().await {
+        let root = m.root();
+        let (target, mode) = blocking(move || {
+            std::fs::write(root.join("real.txt"), "real\n").unwrap();
+            std::os::unix::fs::symlink("real.txt", root.join("ln")).unwrap();
+            let meta = std::fs::symlink_metadata(root.join("ln")).unwrap();
+            (
+                std::fs::read_link(root.join("ln")).unwrap(),
+                meta.mode() & libc::S_IFMT,
+            )
+        })
+        .await;
+        assert_eq!(target, PathBuf::from("real.txt"));
+        assert_eq!(mode, libc::S_IFLNK);
+        let link = m.session.stat(&p("ln")).await.unwrap();
+        assert_eq!(
+            link.symlink_target.as_deref(),
+            Some("real.txt"),
+            "{}",
+            m.backend
+        );
+    }
+}
