@@ -232,9 +232,43 @@ fn swap_in(new: &Path, dest: &Path) -> std::io::Result<()> {
 }
 
 /// Where the `wsfs` CLI is expected: next to this program.
-fn sibling_cli() -> Option<PathBuf> {
+pub fn sibling_cli() -> Option<PathBuf> {
     let bin = std::env::current_exe().ok()?.parent()?.join("wsfs");
     bin.is_file().then_some(bin)
+}
+
+/// Runs `wsfs ARGS...` against the session as a person runs it (a
+/// process, its output discarded); the time from start to exit.
+pub fn cli_once(
+    cli: &Path,
+    url: &str,
+    session: &str,
+    dir: &Path,
+    args: &[&str],
+) -> Result<Duration, String> {
+    let mut command = std::process::Command::new(cli);
+    command
+        .args(args)
+        .env("WSFS_SERVER", url)
+        .env("WSFS_SESSION", session)
+        .env("WSFS_CONFIG", dir.join("no-saved-context.json"))
+        .env_remove("WSFS_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let started = Instant::now();
+    let out = command
+        .output()
+        .map_err(|e| format!("cannot run '{}': {e}", cli.display()))?;
+    let elapsed = started.elapsed();
+    if !out.status.success() {
+        return Err(format!(
+            "`wsfs {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(elapsed)
 }
 
 /// `wsfs get SOURCE -` against the session, its output discarded.
@@ -244,31 +278,17 @@ async fn cli_get_once(
     session: &str,
     dir: &Path,
 ) -> Result<Duration, String> {
-    let mut command = std::process::Command::new(cli);
-    command
-        .args(["get", SOURCE_NAME, "-"])
-        .env("WSFS_SERVER", url)
-        .env("WSFS_SESSION", session)
-        .env("WSFS_CONFIG", dir.join("no-saved-context.json"))
-        .env_remove("WSFS_TOKEN")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    let shown = cli.display().to_string();
-    let (elapsed, out) = tokio::task::spawn_blocking(move || {
-        let started = Instant::now();
-        command.output().map(|out| (started.elapsed(), out))
+    let (cli, url, session, dir) = (
+        cli.to_path_buf(),
+        url.to_string(),
+        session.to_string(),
+        dir.to_path_buf(),
+    );
+    tokio::task::spawn_blocking(move || {
+        cli_once(&cli, &url, &session, &dir, &["get", SOURCE_NAME, "-"])
     })
     .await
     .map_err(|e| format!("`wsfs get` task failed: {e}"))?
-    .map_err(|e| format!("cannot run '{shown}': {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "`wsfs get` failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(elapsed)
 }
 
 fn mb_per_s(size: u64, d: Duration) -> f64 {

@@ -18,6 +18,10 @@
 //!   DIRECTORY session on the same tree (only when asked for by name).
 //! - [`durability`]: small Writes, a Snapshot and a Restore on a server in
 //!   each `--durability` mode, `fsync` beside `none`.
+//! - [`mount`]: real programs (`tar`, `git`, `rm`) and large-file reads
+//!   and writes in a session mounted with `wsfs mount`, beside the same on
+//!   local disk and beside `wsfs get`/`wsfs put` (skipped, with a note,
+//!   where FUSE is unavailable);
 //! - [`objstore`]: a Snapshot mirrored to a `file://` object store and a
 //!   RecoverSession from it, beside `rsync -a`.
 //!
@@ -38,6 +42,7 @@ mod fork;
 mod grep;
 mod http;
 mod machine;
+mod mount;
 mod objstore;
 mod report;
 mod server;
@@ -63,6 +68,8 @@ enum Which {
     Fork,
     Durability,
     Objstore,
+    /// Programs in a `wsfs mount` beside local disk (needs FUSE).
+    Mount,
     /// DeepFabric's VFS API over HTTP beside gRPC (a server of its own).
     Http,
     /// Not part of `all`: it needs the `wsfs-server` binary for the inner
@@ -81,12 +88,14 @@ impl Which {
                 tools::UNZIP,
                 tools::CP,
                 tools::RSYNC,
+                tools::TAR,
             ],
             Which::Grep => vec![tools::RG],
             Which::Snapshot => vec![tools::GIT],
             Which::Archive => vec![tools::ZIP, tools::UNZIP],
             Which::Fork => vec![tools::CP],
             Which::Objstore => vec![tools::RSYNC],
+            Which::Mount => vec![tools::GIT, tools::TAR],
             Which::Bytes | Which::Small | Which::Durability | Which::Http | Which::Container => {
                 Vec::new()
             }
@@ -187,6 +196,7 @@ struct Settings {
     tree_files: usize,
     tree_bytes: u64,
     durability_writes: usize,
+    stat_ops: usize,
 }
 
 /// Each file of the snapshot workspace.
@@ -208,6 +218,7 @@ impl Cli {
             tree_bytes: pick(self.tree_mib, 200, 20) << 20,
             durability_writes: pick(self.durability_writes.map(|n| n as u64), 1000, 200).max(1)
                 as usize,
+            stat_ops: pick(None, 200_000, 20_000) as usize,
         }
     }
 }
@@ -358,6 +369,31 @@ async fn run(cli: Cli) -> Result<(), String> {
             )
             .await?,
         );
+    }
+    if wants(Which::Mount) {
+        match mount::support() {
+            Ok(cli) => rows.extend(
+                mount::run(
+                    &channel,
+                    &server.url,
+                    &cli,
+                    &base.join("mount"),
+                    mount::Sizes {
+                        tree_files: settings.tree_files,
+                        file_bytes: settings.size_bytes,
+                        stat_ops: settings.stat_ops,
+                    },
+                    settings.runs,
+                    &mut notes,
+                )
+                .await?,
+            ),
+            Err(why) if cli.which == Which::All => {
+                eprintln!("mount: skipped: {why}");
+                notes.push(format!("mount: skipped, {why}"));
+            }
+            Err(why) => return Err(format!("the mount figures cannot run: {why}")),
+        }
     }
     if wants(Which::Http) {
         let bin = cli

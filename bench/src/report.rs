@@ -59,6 +59,8 @@ pub enum Target {
     AtLeastShare(f64),
     /// An absolute ceiling on the wsfs median, in the row's unit.
     AtMost(f64),
+    /// An absolute floor on the wsfs median, in the row's unit.
+    AtLeast(f64),
     /// Printed for information only.
     None,
 }
@@ -118,6 +120,10 @@ impl Row {
             (Target::AtMost(t), _) => {
                 let m = self.wsfs.median();
                 format!("< {t} {} ({})", self.unit, verdict(m < t))
+            }
+            (Target::AtLeast(t), _) => {
+                let m = self.wsfs.median();
+                format!(">= {t} {} ({})", self.unit, verdict(m >= t))
             }
             // Never a verdict without the baseline it is relative to.
             (Target::AtMostTimes(_) | Target::AtLeastShare(_), None) => {

@@ -28,7 +28,7 @@ pub const GIT: Tool = Tool {
     program: "git",
     probe: "--version",
     package: "git",
-    used_for: "the snapshot and restore figures",
+    used_for: "the snapshot, restore and mount figures",
 };
 
 pub const ZIP: Tool = Tool {
@@ -57,6 +57,13 @@ pub const RSYNC: Tool = Tool {
     probe: "--version",
     package: "rsync",
     used_for: "the object-storage figures",
+};
+
+pub const TAR: Tool = Tool {
+    program: "tar",
+    probe: "--version",
+    package: "tar",
+    used_for: "the mount figures",
 };
 
 fn installed(tool: &Tool) -> bool {

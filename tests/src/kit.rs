@@ -167,15 +167,21 @@ pub fn system_tool(name: &str) -> Option<std::path::PathBuf> {
             .find(|candidate| candidate.is_file())
     });
     if found.is_none() {
-        assert!(
-            std::env::var("WSFS_REQUIRE_TOOLS").as_deref() != Ok("1"),
-            "WSFS_REQUIRE_TOOLS=1 and `{name}` is not on PATH: install it (see .ci/run)"
-        );
-        eprintln!(
-            "skipping: `{name}` is not on PATH (set WSFS_REQUIRE_TOOLS=1 to make this a failure)"
-        );
+        unavailable(&format!(
+            "`{name}` is not on PATH (install it: see .ci/run)"
+        ));
     }
     found
+}
+
+/// Says on stderr that a test skips because `why` (something this machine
+/// lacks), or, with `WSFS_REQUIRE_TOOLS=1`, fails the test with it.
+pub fn unavailable(why: &str) {
+    assert!(
+        std::env::var("WSFS_REQUIRE_TOOLS").as_deref() != Ok("1"),
+        "WSFS_REQUIRE_TOOLS=1 and {why}"
+    );
+    eprintln!("skipping: {why} (set WSFS_REQUIRE_TOOLS=1 to make this a failure)");
 }
 
 /// What a workspace holds: path -> file bytes, or `None` for a directory.

@@ -12,6 +12,9 @@
 //!   configured from the shipped `deploy/nginx/wsfs.conf`;
 //! - [`moto`]: a real S3 API (`moto_server`), and [`forwarder`]: a
 //!   fault-injecting forwarder to put between a server and it;
+//! - [`posix`]: the POSIX behaviour suite, plain system calls on a
+//!   directory, with [`posix_suite!`] to expand it into tests, and
+//!   [`mounted`]: sessions mounted with `wsfs mount` for it to run on;
 //! - [`kit`]: what the test binaries share besides a server (a refusal's
 //!   reason, literal paths, a seeded generator, latency percentiles).
 //!
@@ -26,4 +29,6 @@ pub mod forwarder;
 pub mod harness;
 pub mod kit;
 pub mod moto;
+pub mod mounted;
+pub mod posix;
 pub mod swarm;
