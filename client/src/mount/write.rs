@@ -93,6 +93,10 @@ impl Shared {
                     .patch_bytes(&path, options, chunks(reader.clone(), &commit))
             })
             .await;
+        if let Some(node) = self.inodes().get_mut(ino) {
+            // The length and time the kernel was told are the server's now.
+            node.attr = None;
+        }
         match sent {
             Ok(outcome) => {
                 staged.committed(&commit);
