@@ -235,7 +235,13 @@ async fn changes_made_through_the_api_appear_in_the_mount() {
         // A new file appears in the listing, a deleted one goes.
         let root = m.root();
         let listed = root.clone();
-        assert!(blocking(move || !listed.join("new.txt").exists()).await);
+        // Listed once, so the kernel keeps the listing.
+        let names = blocking(move || {
+            assert!(!listed.join("new.txt").exists());
+            names_in(&listed)
+        })
+        .await;
+        assert!(names.contains(&"doc.txt".to_string()), "{names:?}");
         m.session.write_str("new.txt", "hi").await.unwrap();
         let r = root.clone();
         eventually("a file made through the API", move || {
@@ -252,7 +258,20 @@ async fn changes_made_through_the_api_appear_in_the_mount() {
             .unwrap();
         let f = file.clone();
         eventually("a file deleted through the API", move || !f.exists()).await;
+        let r = root.clone();
+        eventually("a deleted file leaves the listing", move || {
+            !names_in(&r).contains(&"doc.txt".to_string())
+        })
+        .await;
     }
+}
+
+/// The names `dir` lists in the mount.
+fn names_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
