@@ -22,18 +22,15 @@ impl Shared {
     /// The kernel's attributes for `meta`, with the staged length and time
     /// of a file being written.
     pub(super) fn attr(&self, ino: u64, meta: &Metadata) -> FileAttr {
-        let (size, modified) = match self.staged(ino) {
-            Some(staged) => (staged.size(), staged.modified()),
-            None => (meta.size, meta.modified),
+        let (size, modified, permissions) = match self.staged(ino) {
+            Some(staged) => (
+                staged.size(),
+                staged.modified(),
+                staged.permissions().unwrap_or(meta.permissions),
+            ),
+            None => (meta.size, meta.modified, meta.permissions),
         };
-        let attr = self.attr_of(
-            ino,
-            meta.kind,
-            size,
-            modified,
-            meta.created,
-            meta.permissions,
-        );
+        let attr = self.attr_of(ino, meta.kind, size, modified, meta.created, permissions);
         self.remember(ino, attr)
     }
 
@@ -59,6 +56,9 @@ impl Shared {
             attr.mtime = staged.modified();
             attr.atime = attr.mtime;
             attr.ctime = attr.mtime;
+            if let Some(permissions) = staged.permissions() {
+                attr.perm = permissions.bits() as u16;
+            }
         }
         Some(attr)
     }
@@ -227,7 +227,20 @@ impl WsfsFs {
                 // never changes a link): accepted, as tar expects, and
                 // left as they are.
                 let kept = !unlinked && kind != Some(FileKind::Symlink);
-                if kept && (permissions.is_some() || modified.is_some()) {
+                let waiting = staged.as_ref().filter(|staged| staged.has_changes());
+                if let (true, Some(staged)) = (kept, waiting) {
+                    // Bytes wait for the commit: the bits and time go with
+                    // them, in the same patch.
+                    if let Some(permissions) = permissions {
+                        staged.set_permissions(permissions);
+                    }
+                    if let Some(modified) = modified {
+                        staged.set_modified(modified);
+                    }
+                    if let Some(attr) = s.known_attr(ino) {
+                        return Ok(attr);
+                    }
+                } else if kept && (permissions.is_some() || modified.is_some()) {
                     let (path, _) = s.path(ino)?;
                     let attributes = Attributes {
                         permissions,

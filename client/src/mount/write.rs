@@ -85,6 +85,8 @@ impl Shared {
         };
         let options = PatchOptions {
             truncate_to: commit.truncate_to,
+            permissions: commit.permissions,
+            modified: commit.modified,
             ..PatchOptions::default()
         };
         let sent = self
