@@ -14,7 +14,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use wsfs_client::mount::{MountHandle, MountOptions};
 use wsfs_client::{Client, FileKind, Filesystem, Session, SessionOptions};
 use wsfs_tests::harness::TestServer;
@@ -209,6 +209,38 @@ async fn files_written_in_the_mount_reach_the_api_when_closed() {
     }
 }
 
+/// A mode and a modification time set on a file still open for writing
+/// (fchmod and futimens, as `cp -p` does) are what Stat over gRPC reports
+/// once it is closed, and what the mount reports before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mode_and_mtime_set_while_writing_are_kept_after_close() {
+    if !can_mount() {
+        return;
+    }
+    let then = SystemTime::UNIX_EPOCH + Duration::from_secs(1_600_000_000);
+    for m in both().await {
+        let root = m.root();
+        let seen = blocking(move || {
+            let mut f = std::fs::File::create(root.join("run.sh")).unwrap();
+            f.write_all(b"#!/bin/sh\n").unwrap();
+            f.set_permissions(std::fs::Permissions::from_mode(0o750))
+                .unwrap();
+            f.set_modified(then).unwrap();
+            let meta = f.metadata().unwrap();
+            (meta.permissions().mode() & 0o777, meta.modified().unwrap())
+        })
+        .await;
+        assert_eq!(seen, (0o750, then), "{}: the mount's own view", m.backend);
+        let meta = m.session.stat(&p("run.sh")).await.unwrap();
+        assert_eq!(
+            (meta.permissions.bits(), meta.modified, meta.size),
+            (0o750, then, 10),
+            "{}: what the API reports after close",
+            m.backend
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn changes_made_through_the_api_appear_in_the_mount() {
     if !can_mount() {
@@ -235,7 +267,13 @@ async fn changes_made_through_the_api_appear_in_the_mount() {
         // A new file appears in the listing, a deleted one goes.
         let root = m.root();
         let listed = root.clone();
-        assert!(blocking(move || !listed.join("new.txt").exists()).await);
+        // Listed once, so the kernel keeps the listing.
+        let names = blocking(move || {
+            assert!(!listed.join("new.txt").exists());
+            names_in(&listed)
+        })
+        .await;
+        assert!(names.contains(&"doc.txt".to_string()), "{names:?}");
         m.session.write_str("new.txt", "hi").await.unwrap();
         let r = root.clone();
         eventually("a file made through the API", move || {
@@ -252,7 +290,20 @@ async fn changes_made_through_the_api_appear_in_the_mount() {
             .unwrap();
         let f = file.clone();
         eventually("a file deleted through the API", move || !f.exists()).await;
+        let r = root.clone();
+        eventually("a deleted file leaves the listing", move || {
+            !names_in(&r).contains(&"doc.txt".to_string())
+        })
+        .await;
     }
+}
+
+/// The names `dir` lists in the mount.
+fn names_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -321,6 +372,15 @@ async fn tar_extracts_a_tree_and_rm_removes_it() {
         }
     }
     std::fs::write(tree.join("big.bin"), vec![7u8; 3 << 20]).unwrap();
+    let then = SystemTime::UNIX_EPOCH + Duration::from_secs(1_500_000_000);
+    let tool = tree.join("d3/sub/f4.txt");
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o750)).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&tool)
+        .unwrap()
+        .set_modified(then)
+        .unwrap();
     std::os::unix::fs::symlink("d0/sub/f0.txt", tree.join("link")).unwrap();
     let archive = source.path().join("tree.tar");
     run(
@@ -345,6 +405,13 @@ async fn tar_extracts_a_tree_and_rm_removes_it() {
             "file 5/11\n"
         );
         assert_eq!(bytes_of(s, "tree/big.bin").await, vec![7u8; 3 << 20]);
+        let tool = s.stat(&p("tree/d3/sub/f4.txt")).await.unwrap();
+        assert_eq!(
+            (tool.permissions.bits(), tool.modified),
+            (0o750, then),
+            "{}: tar kept the file's mode and mtime",
+            m.backend
+        );
         let link = s.stat(&p("tree/link")).await.unwrap();
         assert_eq!(link.kind, FileKind::Symlink);
         assert_eq!(link.symlink_target.as_deref(), Some("d0/sub/f0.txt"));

@@ -22,18 +22,61 @@ impl Shared {
     /// The kernel's attributes for `meta`, with the staged length and time
     /// of a file being written.
     pub(super) fn attr(&self, ino: u64, meta: &Metadata) -> FileAttr {
-        let (size, modified) = match self.staged(ino) {
-            Some(staged) => (staged.size(), staged.modified()),
-            None => (meta.size, meta.modified),
+        let (size, modified, permissions) = match self.staged(ino) {
+            Some(staged) => (
+                staged.size(),
+                staged.modified(),
+                staged.permissions().unwrap_or(meta.permissions),
+            ),
+            None => (meta.size, meta.modified, meta.permissions),
         };
-        self.attr_of(
-            ino,
-            meta.kind,
-            size,
-            modified,
-            meta.created,
-            meta.permissions,
-        )
+        let attr = self.attr_of(ino, meta.kind, size, modified, meta.created, permissions);
+        self.remember(ino, attr)
+    }
+
+    /// Keeps `attr` as what the kernel was told of `ino`.
+    pub(super) fn remember(&self, ino: u64, attr: FileAttr) -> FileAttr {
+        if let Some(node) = self.inodes().get_mut(ino) {
+            node.attr = Some(attr);
+        }
+        attr
+    }
+
+    /// The attributes of `ino` as last told, with the staged length and
+    /// time of a file being written; `None` when they may be stale.
+    fn known_attr(&self, ino: u64) -> Option<FileAttr> {
+        let (mut attr, staged) = {
+            let inodes = self.inodes();
+            let node = inodes.get(ino).filter(|n| !n.unlinked)?;
+            (node.attr?, node.staged.clone())
+        };
+        if let Some(staged) = staged {
+            attr.size = staged.size();
+            attr.blocks = attr.size.div_ceil(512);
+            attr.mtime = staged.modified();
+            attr.atime = attr.mtime;
+            attr.ctime = attr.mtime;
+            if let Some(permissions) = staged.permissions() {
+                attr.perm = permissions.bits() as u16;
+            }
+        }
+        Some(attr)
+    }
+
+    /// The attributes of `ino` when the setattr asked changes nothing the
+    /// mount reports: the owner it shows, the bits it has, the length a
+    /// staged file has. `None`: the server must be asked.
+    fn unchanged_by(&self, ino: u64, asked: &Setattr) -> Option<FileAttr> {
+        let attr = self.known_attr(ino)?;
+        let same_owner =
+            asked.uid.is_none_or(|u| u == attr.uid) && asked.gid.is_none_or(|g| g == attr.gid);
+        let same_mode = asked
+            .mode
+            .is_none_or(|m| Permissions::masked(m).bits() as u16 == attr.perm);
+        let same_size = asked
+            .size
+            .is_none_or(|len| self.staged(ino).is_some() && len == attr.size);
+        (same_owner && same_mode && same_size && asked.mtime.is_none()).then_some(attr)
     }
 
     pub(super) fn attr_of(
@@ -141,18 +184,19 @@ impl WsfsFs {
         });
     }
 
-    pub(super) fn do_setattr(
-        &self,
-        ino: INodeNo,
-        mode: Option<u32>,
-        size: Option<u64>,
-        mtime: Option<TimeOrNow>,
-        reply: ReplyAttr,
-    ) {
+    pub(super) fn do_setattr(&self, ino: INodeNo, asked: Setattr, reply: ReplyAttr) {
+        let Setattr {
+            mode, size, mtime, ..
+        } = asked;
         if self.read_only() && (mode.is_some() || size.is_some() || mtime.is_some()) {
             return reply.error(Errno::EROFS);
         }
         let ino = ino.0;
+        // tar's fchown to the owner the file has, fchmod to the bits it was
+        // made with: answered here.
+        if let Some(attr) = self.shared.unchanged_by(ino, &asked) {
+            return reply.attr(&self.shared.ttl(), &attr);
+        }
         self.spawn(move |s| async move {
             let result = async {
                 let staged = s.staged(ino);
@@ -183,7 +227,20 @@ impl WsfsFs {
                 // never changes a link): accepted, as tar expects, and
                 // left as they are.
                 let kept = !unlinked && kind != Some(FileKind::Symlink);
-                if kept && (permissions.is_some() || modified.is_some()) {
+                let waiting = staged.as_ref().filter(|staged| staged.has_changes());
+                if let (true, Some(staged)) = (kept, waiting) {
+                    // Bytes wait for the commit: the bits and time go with
+                    // them, in the same patch.
+                    if let Some(permissions) = permissions {
+                        staged.set_permissions(permissions);
+                    }
+                    if let Some(modified) = modified {
+                        staged.set_modified(modified);
+                    }
+                    if let Some(attr) = s.known_attr(ino) {
+                        return Ok(attr);
+                    }
+                } else if kept && (permissions.is_some() || modified.is_some()) {
                     let (path, _) = s.path(ino)?;
                     let attributes = Attributes {
                         permissions,
@@ -202,6 +259,15 @@ impl WsfsFs {
             }
         });
     }
+}
+
+/// What a setattr asks to change (times other than mtime are not kept).
+pub(super) struct Setattr {
+    pub(super) mode: Option<u32>,
+    pub(super) uid: Option<u32>,
+    pub(super) gid: Option<u32>,
+    pub(super) size: Option<u64>,
+    pub(super) mtime: Option<TimeOrNow>,
 }
 
 pub(super) fn file_type(kind: FileKind) -> FileType {

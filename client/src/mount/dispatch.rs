@@ -8,6 +8,7 @@
 //! that does it (`attr`, `read`, `write`, `namespace`) and answers the
 //! refusals itself.
 
+use super::attr::Setattr;
 use super::shared::Shared;
 use fuser::{
     Errno, FileHandle, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags,
@@ -92,8 +93,8 @@ impl fuser::Filesystem for WsfsFs {
         _req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
         size: Option<u64>,
         _atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
@@ -105,7 +106,14 @@ impl fuser::Filesystem for WsfsFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.do_setattr(ino, mode, size, mtime, reply);
+        let asked = Setattr {
+            mode,
+            uid,
+            gid,
+            size,
+            mtime,
+        };
+        self.do_setattr(ino, asked, reply);
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {

@@ -4,6 +4,7 @@
 //! through renames, and is never reused for another path.
 
 use super::staging::Staged;
+use fuser::FileAttr;
 use std::collections::HashMap;
 use std::sync::Arc;
 use wsfs::{CanonicalPath, FileKind};
@@ -33,6 +34,10 @@ pub struct Node {
     /// The version the mount's own last create or commit made: its change
     /// event needs no invalidation.
     pub own_version: Option<u64>,
+    /// The attributes last told to the kernel, while nothing known has
+    /// changed them since: a setattr that would change nothing is answered
+    /// from here, without a round trip.
+    pub attr: Option<FileAttr>,
 }
 
 pub struct Inodes {
@@ -56,6 +61,7 @@ impl Inodes {
                 unlinked: false,
                 cached_version: None,
                 own_version: None,
+                attr: None,
             },
         );
         let mut by_path = HashMap::new();
@@ -110,6 +116,7 @@ impl Inodes {
                 unlinked: false,
                 cached_version: None,
                 own_version: None,
+                attr: None,
             },
         );
         self.by_path.insert(path.clone(), ino);

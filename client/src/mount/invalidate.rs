@@ -101,8 +101,11 @@ fn forget_path(shared: &Shared, tx: &mpsc::Sender<Forget>, raw: &str) {
     let Ok(path) = crate::parse_path(raw) else {
         return;
     };
-    let inodes = shared.inodes();
+    let mut inodes = shared.inodes();
     if let Some(ino) = inodes.at(&path) {
+        if let Some(node) = inodes.get_mut(ino) {
+            node.attr = None;
+        }
         let _ = tx.send(Forget::Inode(ino));
     }
     let parent = path.parent().unwrap_or_else(CanonicalPath::root);

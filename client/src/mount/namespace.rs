@@ -61,7 +61,11 @@ impl WsfsFs {
                     }
                 }
                 let now = SystemTime::now();
-                let attr = s.attr_of(ino, FileKind::File, outcome.size, now, now, permissions);
+                let mut attr = s.attr_of(ino, FileKind::File, outcome.size, now, now, permissions);
+                if outcome.created {
+                    // Only a new file surely has the bits asked.
+                    attr = s.remember(ino, attr);
+                }
                 let fh = s.add_handle(Handle::File { writable });
                 Ok((attr, fh))
             }
@@ -141,7 +145,10 @@ impl WsfsFs {
                 Ok(_) => {
                     let ino = s.inodes().learn(&path, FileKind::Directory);
                     let now = SystemTime::now();
-                    let attr = s.attr_of(ino, FileKind::Directory, 0, now, now, permissions);
+                    let attr = s.remember(
+                        ino,
+                        s.attr_of(ino, FileKind::Directory, 0, now, now, permissions),
+                    );
                     reply.entry(&s.ttl(), &attr, Generation(0));
                 }
                 Err(e) => reply.error(e),

@@ -154,7 +154,13 @@ impl WsfsFs {
 
     pub(super) fn do_opendir(&self, reply: ReplyOpen) {
         let fh = self.shared.add_handle(Handle::Dir { listing: None });
-        reply.opened(FileHandle(fh), FopenFlags::empty());
+        // The kernel keeps the listing between opens: its own creates,
+        // removes and renames drop it, and the Watch stream drops it for
+        // changes made elsewhere (invalidate.rs).
+        reply.opened(
+            FileHandle(fh),
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+        );
     }
 
     pub(super) fn do_readdir(

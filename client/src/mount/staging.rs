@@ -12,6 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::SystemTime;
+use wsfs::Permissions;
 
 /// Half-open byte ranges `[start, end)`, merged when they touch.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -127,6 +128,11 @@ struct State {
     /// The shortest length the file was cut to since the last commit.
     cut: Option<u64>,
     modified: SystemTime,
+    /// A chmod made while bytes wait: sent with them at the commit.
+    permissions: Option<Permissions>,
+    /// A modification time a program set since its last write: sent with
+    /// the commit, so that it is the file's time once committed.
+    set_modified: Option<SystemTime>,
 }
 
 /// What one commit sends: the length to cut or extend to first, then the
@@ -137,6 +143,9 @@ pub struct Commit {
     pub ranges: Vec<(u64, u64)>,
     /// The file's length once committed.
     pub size: u64,
+    /// The bits and the modification time to set with the bytes.
+    pub permissions: Option<Permissions>,
+    pub modified: Option<SystemTime>,
     /// The length the cut was taken from, restored when the commit fails.
     cut: Option<u64>,
     dirty: Ranges,
@@ -160,6 +169,8 @@ impl Staged {
                 server_size,
                 cut: None,
                 modified: SystemTime::now(),
+                permissions: None,
+                set_modified: None,
             }),
             commit_lock: tokio::sync::Mutex::new(()),
         })
@@ -177,6 +188,29 @@ impl Staged {
         self.state().modified
     }
 
+    /// The bits a chmod set, waiting for the commit.
+    pub fn permissions(&self) -> Option<Permissions> {
+        self.state().permissions
+    }
+
+    /// Bytes or a length change wait for the commit.
+    pub fn has_changes(&self) -> bool {
+        let s = self.state();
+        !s.dirty.is_empty() || s.cut.is_some() || s.size != s.server_size
+    }
+
+    /// A chmod, sent with the next commit.
+    pub fn set_permissions(&self, permissions: Permissions) {
+        self.state().permissions = Some(permissions);
+    }
+
+    /// A modification time set by a program, sent with the next commit.
+    pub fn set_modified(&self, modified: SystemTime) {
+        let mut s = self.state();
+        s.modified = modified;
+        s.set_modified = Some(modified);
+    }
+
     pub fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         let end = offset
             .checked_add(data.len() as u64)
@@ -187,6 +221,7 @@ impl Staged {
         s.present.insert(offset, end);
         s.size = s.size.max(end);
         s.modified = SystemTime::now();
+        s.set_modified = None;
         Ok(())
     }
 
@@ -200,6 +235,7 @@ impl Staged {
         }
         s.size = len;
         s.modified = SystemTime::now();
+        s.set_modified = None;
         Ok(())
     }
 
@@ -246,7 +282,12 @@ impl Staged {
     /// the server already holds every byte.
     pub fn begin_commit(&self) -> Option<Commit> {
         let mut s = self.state();
-        if s.dirty.is_empty() && s.cut.is_none() && s.size == s.server_size {
+        if s.dirty.is_empty()
+            && s.cut.is_none()
+            && s.size == s.server_size
+            && s.permissions.is_none()
+            && s.set_modified.is_none()
+        {
             return None;
         }
         let size = s.size;
@@ -269,6 +310,8 @@ impl Staged {
             truncate_to,
             ranges,
             size,
+            permissions: s.permissions.take(),
+            modified: s.set_modified.take(),
             cut,
             dirty,
         })
@@ -287,6 +330,11 @@ impl Staged {
         }
         if let Some(c) = commit.cut {
             s.cut = Some(s.cut.map_or(c, |now| now.min(c)));
+        }
+        s.permissions = s.permissions.or(commit.permissions);
+        // A write since then made the time its own.
+        if commit.modified == Some(s.modified) {
+            s.set_modified = s.set_modified.or(commit.modified);
         }
     }
 }
@@ -351,6 +399,36 @@ mod tests {
         s.failed(c);
         let again = s.begin_commit().unwrap();
         assert_eq!(again.ranges, vec![(0, 5), (10, 11)]);
+    }
+
+    #[test]
+    fn a_mode_and_time_set_before_the_commit_go_with_it() {
+        let s = staged(0);
+        s.write(0, b"#!/bin/sh\n").unwrap();
+        let then = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+        s.set_permissions(Permissions::masked(0o755));
+        s.set_modified(then);
+        assert_eq!(s.modified(), then);
+        let c = s.begin_commit().unwrap();
+        assert_eq!(c.permissions, Some(Permissions::masked(0o755)));
+        assert_eq!(c.modified, Some(then));
+        s.failed(c);
+        let again = s.begin_commit().unwrap();
+        assert_eq!(
+            (again.permissions, again.modified),
+            (Some(Permissions::masked(0o755)), Some(then))
+        );
+        s.committed(&again);
+        assert!(s.begin_commit().is_none());
+    }
+
+    #[test]
+    fn a_write_after_a_set_time_makes_the_time_its_own() {
+        let s = staged(0);
+        s.write(0, b"a").unwrap();
+        s.set_modified(SystemTime::UNIX_EPOCH);
+        s.write(1, b"b").unwrap();
+        assert_eq!(s.begin_commit().unwrap().modified, None);
     }
 
     #[test]

@@ -85,6 +85,8 @@ impl Shared {
         };
         let options = PatchOptions {
             truncate_to: commit.truncate_to,
+            permissions: commit.permissions,
+            modified: commit.modified,
             ..PatchOptions::default()
         };
         let sent = self
@@ -93,6 +95,10 @@ impl Shared {
                     .patch_bytes(&path, options, chunks(reader.clone(), &commit))
             })
             .await;
+        if let Some(node) = self.inodes().get_mut(ino) {
+            // The length and time the kernel was told are the server's now.
+            node.attr = None;
+        }
         match sent {
             Ok(outcome) => {
                 staged.committed(&commit);
