@@ -174,6 +174,20 @@ pub fn system_tool(name: &str) -> Option<std::path::PathBuf> {
     found
 }
 
+/// Why nothing can be mounted with FUSE here, if so: `/dev/fuse` is
+/// missing, or this is not root and `fusermount3` is not on PATH.
+pub fn fuse_missing() -> Option<&'static str> {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !std::path::Path::new("/dev/fuse").exists() {
+        Some("/dev/fuse is missing, so nothing can be mounted")
+    } else if !root && system_tool("fusermount3").is_none() {
+        Some("not root and `fusermount3` is not on PATH")
+    } else {
+        None
+    }
+}
+
 /// Says on stderr that a test skips because `why` (something this machine
 /// lacks), or, with `WSFS_REQUIRE_TOOLS=1`, fails the test with it.
 pub fn unavailable(why: &str) {

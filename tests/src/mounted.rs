@@ -50,8 +50,8 @@ pub fn mount_command() -> Option<PathBuf> {
         crate::kit::unavailable(&why);
         None
     };
-    if !Path::new("/dev/fuse").exists() {
-        return missing("/dev/fuse is missing, so nothing can be mounted".into());
+    if let Some(why) = crate::kit::fuse_missing() {
+        return missing(why.into());
     }
     let exe = std::env::current_exe().expect("the test binary's path");
     let wsfs = exe

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 use wsfs_client::mount::{MountHandle, MountOptions};
 use wsfs_client::{Client, FileKind, Filesystem, Session, SessionOptions};
 use wsfs_tests::harness::TestServer;
-use wsfs_tests::kit::{p, system_tool};
+use wsfs_tests::kit::{fuse_missing, p, system_tool, unavailable};
 
 /// A session mounted at a temporary directory; unmounted when dropped,
 /// before the directory goes.
@@ -51,23 +51,10 @@ impl Drop for Mounted {
 
 /// Whether this machine can mount: /dev/fuse, and root or fusermount3.
 fn can_mount() -> bool {
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    let missing = if !Path::new("/dev/fuse").exists() {
-        Some("/dev/fuse is missing")
-    } else if !root && system_tool("fusermount3").is_none() {
-        Some("not root and `fusermount3` is not on PATH")
-    } else {
-        None
-    };
-    let Some(why) = missing else {
+    let Some(why) = fuse_missing() else {
         return true;
     };
-    assert!(
-        std::env::var("WSFS_REQUIRE_TOOLS").as_deref() != Ok("1"),
-        "WSFS_REQUIRE_TOOLS=1 and {why}: the mount tests need FUSE (see .ci/run)"
-    );
-    eprintln!("skipping: {why} (set WSFS_REQUIRE_TOOLS=1 to make this a failure)");
+    unavailable(&format!("{why}: the mount tests need FUSE (see .ci/run)"));
     false
 }
 

@@ -33,7 +33,8 @@ pub(super) struct WsfsFs {
 }
 
 impl WsfsFs {
-    /// Runs `work` as a task; its error answers through `fail`.
+    /// Runs `work` as a task on the mount's runtime; `work` answers its
+    /// own reply (the kernel waits for it, not for this call).
     pub(super) fn spawn<F, Fut>(&self, work: F)
     where
         F: FnOnce(Arc<Shared>) -> Fut,
