@@ -15,7 +15,8 @@
 //! on every pattern and the one glob dialect every call that takes a glob
 //! compiles with; [`serve`] runs it all with health and reflection;
 //! [`archive`] exports and imports ZIP archives; [`snapshots`] takes,
-//! restores and reads back each session's snapshots.
+//! restores and reads back each session's snapshots; [`stdio`] serves one
+//! directory over stdin and stdout inside a container.
 
 pub mod archive;
 pub mod auth;
@@ -49,6 +50,7 @@ pub mod directory;
 pub(crate) mod registry;
 pub mod service;
 pub(crate) mod snapshots;
+pub mod stdio;
 
 pub use config::ServerConfig;
 

@@ -27,7 +27,7 @@ async fn main() -> std::process::ExitCode {
     }
 
     if let Some(dir) = config.stdio.clone() {
-        return wsfs_server::container::run_stdio(config, dir).await;
+        return wsfs_server::stdio::run_stdio(config, dir).await;
     }
     if let Err(why) = config.validate(config.listen) {
         eprintln!("wsfs-server: {why}");

@@ -20,12 +20,10 @@
 mod provider;
 pub mod runtime;
 mod snapshots;
-mod stdio;
 
 pub(crate) use provider::ContainerProvider;
 pub use runtime::{ContainerRuntime, ContainerTarget};
 pub use snapshots::ContainerSnapshots;
-pub use stdio::{run_stdio, serve_stdio};
 
 use crate::archive::import::{ArchiveTarget, ImportPlan};
 use crate::limits::SessionLimits;
@@ -196,7 +194,9 @@ impl ContainerFs {
 
     async fn spawn(&self) -> Result<Link> {
         let wsfs = runtime::own_executable()?;
-        let argv = self.runtime.argv(&self.target, &wsfs);
+        let argv = self
+            .runtime
+            .argv(&self.target.name, &self.target.workdir, &wsfs);
         let mut command = tokio::process::Command::new(&argv[0]);
         command
             .args(&argv[1..])

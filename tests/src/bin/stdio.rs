@@ -11,5 +11,5 @@ async fn main() -> std::process::ExitCode {
         eprintln!("wsfs-stdio: pass --stdio DIR");
         return std::process::ExitCode::from(2);
     };
-    wsfs_server::container::run_stdio(config, dir).await
+    wsfs_server::stdio::run_stdio(config, dir).await
 }

@@ -1,6 +1,10 @@
 //! Server configuration: flags, each also an environment variable.
 
+pub mod http;
+pub mod runtime;
+
 pub use crate::durability::Durability;
+
 use clap::{Parser, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -161,7 +165,7 @@ pub struct ServerConfig {
         env = "WSFS_CONTAINER_RUNTIME",
         value_delimiter = ';'
     )]
-    pub container_runtimes: Vec<crate::container::ContainerRuntime>,
+    pub container_runtimes: Vec<runtime::ContainerRuntime>,
 
     /// Mirror every DIRECTORY snapshot to this object store, shared by
     /// every replica: `s3://bucket/prefix` (credentials and endpoint from
@@ -201,7 +205,7 @@ pub struct ServerConfig {
     /// DeepFabric's VFS API over HTTP (`--http-listen` and the sessions it
     /// creates); see [`crate::http`].
     #[command(flatten)]
-    pub http: crate::http::HttpConfig,
+    pub http: http::HttpConfig,
 
     /// Serve the one directory DIR over stdin and stdout instead of
     /// listening (what a container runtime starts inside a container):
@@ -330,7 +334,7 @@ impl ServerConfig {
             replica_id: None,
             lease_ttl: Duration::from_secs(30),
             autosnapshot: 0,
-            http: crate::http::HttpConfig::default(),
+            http: http::HttpConfig::default(),
         }
     }
 
@@ -436,7 +440,7 @@ mod tests {
         assert_eq!(c.http.http_listen, Some("127.0.0.1:3000".parse().unwrap()));
         assert_eq!(
             c.http,
-            crate::http::HttpConfig {
+            http::HttpConfig {
                 http_listen: c.http.http_listen,
                 ..Default::default()
             }
