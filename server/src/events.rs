@@ -35,28 +35,7 @@ use wsfs::CanonicalPath;
 /// Default number of events a session holds.
 pub const DEFAULT_RING_EVENTS: usize = 10_000;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ChangeKind {
-    Created,
-    Modified,
-    Deleted,
-    Moved,
-}
-
-/// One change to one path.
-#[derive(Clone, Debug)]
-pub struct Change {
-    pub seq: u64,
-    pub kind: ChangeKind,
-    pub path: String,
-    /// The destination of a move; empty otherwise.
-    pub to_path: String,
-    /// The path's version after the change (0 for deletions and directories).
-    pub version: u64,
-    /// The caller's name: `system`, a swarm member, or `external`.
-    pub caller: String,
-    pub at: SystemTime,
-}
+pub use wsfs::wire::events::{Change, ChangeKind};
 
 /// What a reader behind `cursor` gets.
 #[derive(Debug)]

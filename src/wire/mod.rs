@@ -4,7 +4,8 @@
 //!
 //! This module holds the scalars both directions share (times, counts,
 //! permission bits, file kinds, paths); [`filesystem`] holds the
-//! `wsfs.v1.Filesystem` service's messages, [`crate::session`] the session
+//! `wsfs.v1.Filesystem` service's messages, [`events`] the change events of
+//! Watch and Changes, [`crate::session`] the session
 //! and snapshot types, and [`crate::error`] the one error table.
 //!
 //! Which gRPC code a value the wire cannot carry gets depends on who sent
@@ -13,6 +14,7 @@
 //! an answer the client cannot read is the server's fault, `INTERNAL`,
 //! never a panic.
 
+pub mod events;
 pub mod filesystem;
 
 use crate::{proto, ContextLine, Error, GrepEvent, GrepMatch, GrepSummary, Result};

@@ -1,8 +1,8 @@
 //! `wsfs.v1.Filesystem`.
 
-use super::{timestamp, to_the_end, traced, LoggedStream};
+use super::{to_the_end, traced, LoggedStream};
 use crate::auth::Auth;
-use crate::events::{Change, ChangeKind, Scope, Since};
+use crate::events::{Scope, Since};
 use crate::metrics::{Gauge, ACTIVE_WATCHES};
 use crate::registry::{Session, SessionRegistry, StreamPermit};
 use futures::stream::{BoxStream, StreamExt};
@@ -10,6 +10,7 @@ use std::sync::Arc;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 use wsfs::proto::{self, filesystem_server};
+use wsfs::wire::events::marker;
 use wsfs::wire::filesystem::{self as call, Upload, UploadPart};
 use wsfs::wire::Request as _;
 use wsfs::{CanonicalPath, Error, Filesystem, PatchChunk, PathLimits, Result};
@@ -70,37 +71,6 @@ impl Opened {
     /// The limits this session's requests are parsed under.
     pub(crate) fn limits(&self) -> &PathLimits {
         &self.session.record.limits.path
-    }
-}
-
-fn change_kind_to_proto(kind: ChangeKind) -> proto::ChangeKind {
-    match kind {
-        ChangeKind::Created => proto::ChangeKind::Created,
-        ChangeKind::Modified => proto::ChangeKind::Modified,
-        ChangeKind::Deleted => proto::ChangeKind::Deleted,
-        ChangeKind::Moved => proto::ChangeKind::Moved,
-    }
-}
-
-fn change_to_proto(c: Change) -> proto::ChangeEvent {
-    proto::ChangeEvent {
-        seq: c.seq,
-        kind: change_kind_to_proto(c.kind) as i32,
-        path: c.path,
-        to_path: c.to_path,
-        version: c.version,
-        caller: c.caller,
-        at: timestamp(c.at),
-    }
-}
-
-/// An event with no path: READY, RESYNC and KEEPALIVE.
-fn marker(kind: proto::ChangeKind, seq: u64) -> proto::ChangeEvent {
-    proto::ChangeEvent {
-        seq,
-        kind: kind as i32,
-        at: timestamp(std::time::SystemTime::now()),
-        ..Default::default()
     }
 }
 
@@ -443,7 +413,7 @@ impl filesystem_server::Filesystem for FilesystemService {
             Ok(match s.session.events.since(r.since_seq, max) {
                 Since::Events(events) => proto::ChangesResponse {
                     next_seq: events.last().map_or(r.since_seq, |e| e.seq),
-                    events: events.into_iter().map(change_to_proto).collect(),
+                    events: events.into_iter().map(Into::into).collect(),
                     resync: false,
                 },
                 Since::Resync { seq } => proto::ChangesResponse {
@@ -505,7 +475,7 @@ fn watch_stream(
                     for e in events {
                         cursor = e.seq;
                         crate::faults::check_stream(&e.path);
-                        if scope.matches(&e) && tx.send(Ok(change_to_proto(e))).await.is_err() {
+                        if scope.matches(&e) && tx.send(Ok(e.into())).await.is_err() {
                             return;
                         }
                     }
