@@ -206,6 +206,8 @@ async fn a_killed_replicas_sessions_fail_over_through_the_proxy_with_their_token
 /// once, then answered from memory for a few seconds; a bucket that is
 /// down is UNAVAILABLE with the reason and leaves nothing on disk; a
 /// token the bucket does not list for the session recovers nothing.
+/// Then concurrent first calls share one recovery, and DeleteSession of a
+/// session nobody serves removes it from the bucket.
 #[tokio::test]
 async fn calls_for_sessions_not_served_here_are_refused_cheaply_and_change_nothing() {
     let Some(moto) = Moto::start() else {
@@ -270,6 +272,7 @@ async fn calls_for_sessions_not_served_here_are_refused_cheaply_and_change_nothi
     session.write_str("a.txt", "kept\n").await.unwrap();
     direct.snapshot(&info.id, "kept").await.unwrap();
     let token = direct.issue_token(&info.id, "agent").await.unwrap().token;
+    let (_, doomed) = direct.create(SessionOptions::directory()).await.unwrap();
     r1.kill();
     let id = info.id;
 
@@ -323,6 +326,19 @@ async fn calls_for_sessions_not_served_here_are_refused_cheaply_and_change_nothi
         assert_eq!(read, "kept\n");
     }
     assert_eq!(local_sessions(), 1);
+
+    // Deleting a session nobody serves any more removes it from the
+    // bucket, rather than leaving it to come back at its next call.
+    let doomed = doomed.id;
+    assert!(!moto.keys(&format!("sessions/{doomed}/")).is_empty());
+    once_served("DeleteSession", || admin.delete_session(&doomed)).await;
+    assert_eq!(
+        moto.keys(&format!("sessions/{doomed}/")),
+        Default::default(),
+        "the bucket forgot it"
+    );
+    let err = admin.get_session(&doomed).await.unwrap_err();
+    assert_eq!(err.reason(), "SESSION_NOT_FOUND", "{err}");
     drop(r0);
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&other_dir);

@@ -284,6 +284,15 @@ impl sessions_server::Sessions for SessionsService {
         let r = request.into_inner();
         traced("DeleteSession", &r.session_id, "", async {
             admitted?;
+            // A session the bucket has and no replica holds is failed over
+            // first, so that deleting it removes it from the bucket too
+            // rather than leaving it to come back at its next call.
+            if self.registry.unavailable(&r.session_id).is_none() {
+                match self.registry.get(&r.session_id).await {
+                    Ok(_) | Err(Error::SessionNotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             let files = self.registry.delete(&r.session_id).await?;
             self.auth.tokens().forget_session(&r.session_id);
             Ok(proto::DeleteSessionResponse {
