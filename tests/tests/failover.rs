@@ -205,7 +205,9 @@ async fn a_killed_replicas_sessions_fail_over_through_the_proxy_with_their_token
 /// asks the bucket nothing; an id the bucket does not know is asked about
 /// once, then answered from memory for a few seconds; a bucket that is
 /// down is UNAVAILABLE with the reason and leaves nothing on disk; a
-/// token the bucket does not list for the session recovers nothing.
+/// session another replica holds is UNAVAILABLE naming it, asked about
+/// once a second at most; a token the bucket does not list for the
+/// session recovers nothing.
 /// Then concurrent first calls share one recovery, and DeleteSession of a
 /// session nobody serves removes it from the bucket.
 #[tokio::test]
@@ -273,6 +275,24 @@ async fn calls_for_sessions_not_served_here_are_refused_cheaply_and_change_nothi
     direct.snapshot(&info.id, "kept").await.unwrap();
     let token = direct.issue_token(&info.id, "agent").await.unwrap().token;
     let (_, doomed) = direct.create(SessionOptions::directory()).await.unwrap();
+
+    // While replica 1 holds it: UNAVAILABLE naming it (retryable), and
+    // the bucket is not asked again within a second.
+    let started = Instant::now();
+    let err = admin
+        .session(&info.id)
+        .read_to_string("a.txt")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    assert!(err.to_string().contains("replica-1"), "{err}");
+    let looked_up = asked(&info.id);
+    let err = admin.get_session(&info.id).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    if started.elapsed() < Duration::from_millis(900) {
+        assert_eq!(asked(&info.id), looked_up, "asked again within a second");
+    }
+    assert_eq!(local_sessions(), 0);
     r1.kill();
     let id = info.id;
 
@@ -297,9 +317,11 @@ async fn calls_for_sessions_not_served_here_are_refused_cheaply_and_change_nothi
         .unwrap()
         .with_token(&token)
         .unwrap();
-    for client in [&admin, &agent] {
+    // (The admin asks about the other session: this one's refusal is
+    // remembered for a second.)
+    for (client, id) in [(&admin, &doomed.id), (&agent, &id)] {
         let err = client
-            .session(&id)
+            .session(id)
             .read_to_string("a.txt")
             .await
             .unwrap_err();

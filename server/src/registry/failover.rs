@@ -7,7 +7,8 @@
 //! The cost a caller can cause is bounded: only ids written as the server
 //! writes them (lowercase hyphenated UUIDs) are looked up; at most
 //! [`LOOKUPS_AT_ONCE`] lookups ask the bucket at once; an id the bucket
-//! does not know is not asked about again for [`UNKNOWN_FOR`]; concurrent
+//! does not know is not asked about again for [`UNKNOWN_FOR`], nor a
+//! session another replica holds for [`LEASED_RECHECK`]; concurrent
 //! calls for one session wait for its one recovery; and a recovery is
 //! bounded by the session's byte budget, as RecoverSession checks.
 
@@ -23,9 +24,12 @@ const LOOKUPS_AT_ONCE: usize = 4;
 /// How long an id the bucket does not know is answered SESSION_NOT_FOUND
 /// without asking the bucket again.
 const UNKNOWN_FOR: Duration = Duration::from_secs(5);
-/// Most ids remembered as unknown (beyond this, new ones are not
-/// remembered: each is then asked about, a few at a time).
-const MAX_UNKNOWN: usize = 10_000;
+/// How long a session another replica holds is refused without asking
+/// the bucket again (at most until that replica's lease runs out).
+const LEASED_RECHECK: Duration = Duration::from_secs(1);
+/// Most refusals remembered (beyond this, new ones are not remembered:
+/// each such id is then asked about, a few at a time).
+const MAX_REMEMBERED: usize = 10_000;
 
 type Flight = Shared<BoxFuture<'static, Result<Arc<Session>>>>;
 
@@ -34,8 +38,10 @@ pub(super) struct Failovers {
     /// One recovery per session: later callers wait for the same one.
     in_flight: Mutex<HashMap<String, Flight>>,
     lookups: tokio::sync::Semaphore,
-    /// Ids the bucket did not know, and when it said so.
-    unknown: Mutex<HashMap<String, Instant>>,
+    /// Refusals given without asking the bucket again until their time:
+    /// ids the bucket did not know (for [`UNKNOWN_FOR`]), and sessions
+    /// another replica holds (until its lease runs out).
+    refused: Mutex<HashMap<String, (Instant, Error)>>,
 }
 
 impl Failovers {
@@ -43,27 +49,35 @@ impl Failovers {
         Failovers {
             in_flight: Mutex::new(HashMap::new()),
             lookups: tokio::sync::Semaphore::new(LOOKUPS_AT_ONCE),
-            unknown: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
         }
     }
 
-    fn known_unknown(&self, id: &str) -> bool {
-        let unknown = self.unknown.lock().unwrap_or_else(|e| e.into_inner());
-        unknown.get(id).is_some_and(|at| at.elapsed() < UNKNOWN_FOR)
+    /// The refusal remembered for `id`, while it stands.
+    fn refusal(&self, id: &str) -> Option<Error> {
+        let refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        let (until, error) = refused.get(id)?;
+        (Instant::now() < *until).then(|| error.clone())
+    }
+
+    /// Remembers `error` as the answer for `id` until `until`.
+    fn remember(&self, id: &str, until: Instant, error: Error) {
+        let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        if refused.len() >= MAX_REMEMBERED {
+            let now = Instant::now();
+            refused.retain(|_, (until, _)| now < *until);
+        }
+        if refused.len() < MAX_REMEMBERED {
+            refused.insert(id.to_string(), (until, error));
+        }
     }
 
     fn remember_unknown(&self, id: &str) {
-        let mut unknown = self.unknown.lock().unwrap_or_else(|e| e.into_inner());
-        if unknown.len() >= MAX_UNKNOWN {
-            unknown.retain(|_, at| at.elapsed() < UNKNOWN_FOR);
-        }
-        if unknown.len() < MAX_UNKNOWN {
-            unknown.insert(id.to_string(), Instant::now());
-        }
+        self.remember(id, Instant::now() + UNKNOWN_FOR, not_found(id));
     }
 
-    fn forget_unknown(&self, id: &str) {
-        self.unknown
+    fn forget(&self, id: &str) {
+        self.refused
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(id);
@@ -108,8 +122,10 @@ impl SessionRegistry {
         let Some(bucket) = self.bucket.clone() else {
             return Ok(false);
         };
-        if self.get_quietly(id).is_some() || !is_session_id(id) || self.failovers.known_unknown(id)
-        {
+        if self.get_quietly(id).is_some() || !is_session_id(id) {
+            return Ok(false);
+        }
+        if let Some(Error::SessionNotFound { .. }) = self.failovers.refusal(id) {
             return Ok(false);
         }
         let listed = {
@@ -134,8 +150,11 @@ impl SessionRegistry {
     /// Recovers session `id` here unless another replica holds a live
     /// lease on it; one recovery per session however many calls wait.
     async fn fail_over(self: &Arc<Self>, id: &str) -> Result<Arc<Session>> {
-        if !is_session_id(id) || self.failovers.known_unknown(id) {
+        if !is_session_id(id) {
             return Err(not_found(id));
+        }
+        if let Some(refused) = self.failovers.refusal(id) {
+            return Err(refused);
         }
         let flight = {
             let mut in_flight = self
@@ -189,11 +208,18 @@ impl SessionRegistry {
             }
             if let Some(lease) = bucket.lease(id).await? {
                 if lease.is_live() && lease.holder != bucket.replica() {
-                    return Err(retryable(bucket.leased_error(id, &lease)));
+                    let refused = retryable(bucket.leased_error(id, &lease));
+                    // Asked again once a second at most, and not before
+                    // the lease could run out: a holder that gives its
+                    // lease back (a graceful stop) is noticed at once.
+                    let left = lease.expires_at_ms.saturating_sub(crate::clock::now_ms());
+                    let until = Instant::now() + Duration::from_millis(left).min(LEASED_RECHECK);
+                    self.failovers.remember(id, until, refused.clone());
+                    return Err(refused);
                 }
             }
         }
-        self.failovers.forget_unknown(id);
+        self.failovers.forget(id);
         let started = Instant::now();
         match self.recover(id, "", false).await {
             Ok(session) => {
