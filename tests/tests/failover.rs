@@ -208,8 +208,9 @@ async fn a_killed_replicas_sessions_fail_over_through_the_proxy_with_their_token
 /// session another replica holds is UNAVAILABLE naming it, asked about
 /// once a second at most; a token the bucket does not list for the
 /// session recovers nothing.
-/// Then concurrent first calls share one recovery, and DeleteSession of a
-/// session nobody serves removes it from the bucket.
+/// Then concurrent first calls share one recovery; IssueToken fails
+/// UNAVAILABLE when the bucket cannot take the token's hash; and
+/// DeleteSession of a session nobody serves removes it from the bucket.
 #[tokio::test]
 async fn calls_for_sessions_not_served_here_are_refused_cheaply_and_change_nothing() {
     let Some(moto) = Moto::start() else {
@@ -348,6 +349,41 @@ async fn calls_for_sessions_not_served_here_are_refused_cheaply_and_change_nothi
         assert_eq!(read, "kept\n");
     }
     assert_eq!(local_sessions(), 1);
+
+    // The bucket's token list holds hashes and callers, never a token; a
+    // token whose hash cannot reach the bucket is not handed out.
+    let callers = || -> Vec<String> {
+        let raw = moto
+            .get(&format!("sessions/{id}/tokens.json"))
+            .expect("a token list");
+        let text = String::from_utf8(raw).unwrap();
+        assert!(!text.contains(&token), "a token itself in the bucket");
+        let listed: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+        listed
+            .iter()
+            .map(|t| t["caller"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let mut listed = callers();
+    listed.sort();
+    assert_eq!(listed, ["agent", "system"]);
+    forwarder.set_link(Link::Cut);
+    let err = admin.issue_token(&id, "late").await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    forwarder.set_link(Link::Up);
+    let issued = admin.issue_token(&id, "later").await.unwrap();
+    listed = callers();
+    listed.sort();
+    assert_eq!(listed, ["agent", "later", "system"], "no 'late'");
+    let later = Client::connect(&r0.url())
+        .await
+        .unwrap()
+        .with_token(&issued.token)
+        .unwrap();
+    assert_eq!(
+        later.session(&id).read_to_string("a.txt").await.unwrap(),
+        "kept\n"
+    );
 
     // Deleting a session nobody serves any more removes it from the
     // bucket, rather than leaving it to come back at its next call.
