@@ -27,8 +27,8 @@ const UNKNOWN_FOR: Duration = Duration::from_secs(5);
 /// How long a session another replica holds is refused without asking
 /// the bucket again (at most until that replica's lease runs out).
 const LEASED_RECHECK: Duration = Duration::from_secs(1);
-/// Most refusals remembered (beyond this, new ones are not remembered:
-/// each such id is then asked about, a few at a time).
+/// Most answers remembered of each kind (beyond this, new ones are not
+/// remembered: each such id is then asked about, a few at a time).
 const MAX_REMEMBERED: usize = 10_000;
 
 type Flight = Shared<BoxFuture<'static, Result<Arc<Session>>>>;
@@ -40,8 +40,12 @@ pub(super) struct Failovers {
     lookups: tokio::sync::Semaphore,
     /// Refusals given without asking the bucket again until their time:
     /// ids the bucket did not know (for [`UNKNOWN_FOR`]), and sessions
-    /// another replica holds (until its lease runs out).
-    refused: Mutex<HashMap<String, (Instant, Error)>>,
+    /// another replica holds (for [`LEASED_RECHECK`]).
+    refused: Memo<Error>,
+    /// Sessions' token lists as the bucket gave them (for
+    /// [`LEASED_RECHECK`]; `None`: none): tokens a list does not hold
+    /// cost no lookup meanwhile.
+    token_lists: Memo<Option<bytes::Bytes>>,
 }
 
 impl Failovers {
@@ -49,38 +53,48 @@ impl Failovers {
         Failovers {
             in_flight: Mutex::new(HashMap::new()),
             lookups: tokio::sync::Semaphore::new(LOOKUPS_AT_ONCE),
-            refused: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// The refusal remembered for `id`, while it stands.
-    fn refusal(&self, id: &str) -> Option<Error> {
-        let refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
-        let (until, error) = refused.get(id)?;
-        (Instant::now() < *until).then(|| error.clone())
-    }
-
-    /// Remembers `error` as the answer for `id` until `until`.
-    fn remember(&self, id: &str, until: Instant, error: Error) {
-        let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
-        if refused.len() >= MAX_REMEMBERED {
-            let now = Instant::now();
-            refused.retain(|_, (until, _)| now < *until);
-        }
-        if refused.len() < MAX_REMEMBERED {
-            refused.insert(id.to_string(), (until, error));
+            refused: Memo::default(),
+            token_lists: Memo::default(),
         }
     }
 
     fn remember_unknown(&self, id: &str) {
-        self.remember(id, Instant::now() + UNKNOWN_FOR, not_found(id));
+        self.refused.remember(id, UNKNOWN_FOR, not_found(id));
+    }
+}
+
+/// Answers about sessions, each kept for a while, at most
+/// [`MAX_REMEMBERED`] at once.
+struct Memo<T>(Mutex<HashMap<String, (Instant, T)>>);
+
+impl<T> Default for Memo<T> {
+    fn default() -> Self {
+        Memo(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<T: Clone> Memo<T> {
+    /// What is remembered about `id`, while it stands.
+    fn get(&self, id: &str) -> Option<T> {
+        let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (until, value) = memo.get(id)?;
+        (Instant::now() < *until).then(|| value.clone())
+    }
+
+    /// Remembers `value` about `id` for `kept`.
+    fn remember(&self, id: &str, kept: Duration, value: T) {
+        let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if memo.len() >= MAX_REMEMBERED {
+            memo.retain(|_, (until, _)| now < *until);
+        }
+        if memo.len() < MAX_REMEMBERED {
+            memo.insert(id.to_string(), (now + kept, value));
+        }
     }
 
     fn forget(&self, id: &str) {
-        self.refused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
     }
 }
 
@@ -125,22 +139,25 @@ impl SessionRegistry {
         if self.get_quietly(id).is_some() || !is_session_id(id) {
             return Ok(false);
         }
-        if let Some(Error::SessionNotFound { .. }) = self.failovers.refusal(id) {
+        if let Some(Error::SessionNotFound { .. }) = self.failovers.refused.get(id) {
             return Ok(false);
         }
-        let listed = {
-            let _lookup = self.failovers.lookups.acquire().await;
-            match bucket.tokens(id).await? {
-                Some(raw) => crate::auth::list_holds(&raw, token_hash),
-                None => {
-                    if bucket.session_record(id).await?.is_none() {
-                        self.failovers.remember_unknown(id);
-                    }
-                    false
+        let list = match self.failovers.token_lists.get(id) {
+            Some(list) => list,
+            None => {
+                let _lookup = self.failovers.lookups.acquire().await;
+                let list = bucket.tokens(id).await?;
+                if list.is_none() && bucket.session_record(id).await?.is_none() {
+                    self.failovers.remember_unknown(id);
+                    return Ok(false);
                 }
+                self.failovers
+                    .token_lists
+                    .remember(id, LEASED_RECHECK, list.clone());
+                list
             }
         };
-        if !listed {
+        if !list.is_some_and(|raw| crate::auth::list_holds(&raw, token_hash)) {
             return Ok(false);
         }
         self.get(id).await?;
@@ -153,7 +170,7 @@ impl SessionRegistry {
         if !is_session_id(id) {
             return Err(not_found(id));
         }
-        if let Some(refused) = self.failovers.refusal(id) {
+        if let Some(refused) = self.failovers.refused.get(id) {
             return Err(refused);
         }
         let flight = {
@@ -213,13 +230,13 @@ impl SessionRegistry {
                     // the lease could run out: a holder that gives its
                     // lease back (a graceful stop) is noticed at once.
                     let left = lease.expires_at_ms.saturating_sub(crate::clock::now_ms());
-                    let until = Instant::now() + Duration::from_millis(left).min(LEASED_RECHECK);
-                    self.failovers.remember(id, until, refused.clone());
+                    let kept = Duration::from_millis(left).min(LEASED_RECHECK);
+                    self.failovers.refused.remember(id, kept, refused.clone());
                     return Err(refused);
                 }
             }
         }
-        self.failovers.forget(id);
+        self.failovers.refused.forget(id);
         let started = Instant::now();
         match self.recover(id, "", false).await {
             Ok(session) => {
