@@ -17,12 +17,14 @@ use wsfs::{CanonicalPath, Error, Filesystem, Result};
 
 pub(crate) mod background;
 mod factory;
+mod failover;
 mod fork;
 mod labels;
 mod recover;
 mod session;
 
 pub use crate::kind::{SessionRecord, SessionSpec, SnapshotRef};
+pub use failover::is_session_id;
 pub use labels::{check_labels, MAX_LABEL_BYTES};
 use session::{now_ms, Activity};
 pub use session::{Session, StreamPermit};
@@ -47,6 +49,13 @@ pub struct SessionRegistry {
     /// ([`SessionRegistry::start_recoveries`]); listed in `unavailable`
     /// meanwhile.
     pending: Mutex<Vec<PendingRecovery>>,
+    /// Sessions failing over to this server ([`failover`]).
+    failovers: failover::Failovers,
+    /// Where a session recovered from the bucket brings its token hashes.
+    auth: std::sync::OnceLock<Arc<crate::auth::Auth>>,
+    /// Serializes the mirroring of token lists to the bucket, so that an
+    /// older list never overwrites a newer one.
+    mirroring_tokens: tokio::sync::Mutex<()>,
 }
 
 /// A recorded session that a stop left with work to finish before it may
@@ -132,6 +141,9 @@ impl SessionRegistry {
             unavailable: RwLock::new(HashMap::new()),
             bucket: None,
             pending: Mutex::new(Vec::new()),
+            failovers: failover::Failovers::new(),
+            auth: std::sync::OnceLock::new(),
+            mirroring_tokens: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -357,10 +369,11 @@ impl SessionRegistry {
         &self.config
     }
 
-    /// The session named `id`; counts as use for its idle TTL. A
+    /// The session named `id` if this server serves it (without failing
+    /// it over: see [`Self::get`]); counts as use for its idle TTL. A
     /// DIRECTORY session mirrored to a bucket is served only while this
     /// server's lease on it is good ([`crate::objstore::Bucket::check_serving`]).
-    pub fn get(&self, id: &str) -> Result<Arc<Session>> {
+    pub fn get_here(&self, id: &str) -> Result<Arc<Session>> {
         let session = self
             .sessions
             .read()

@@ -238,7 +238,7 @@ async fn a_call_routed_by_another_session_is_refused_through_the_proxy() {
 }
 
 #[tokio::test]
-async fn a_lost_replica_fails_its_own_sessions_with_unavailable_and_spares_the_others() {
+async fn a_lost_replica_fails_its_own_sessions_and_spares_the_others() {
     // A cluster of its own: this test kills one of its replicas.
     let Some(mut cluster) = Cluster::start(REPLICAS) else {
         return;
@@ -256,9 +256,14 @@ async fn a_lost_replica_fails_its_own_sessions_with_unavailable_and_spares_the_o
     for (id, replica) in &sessions {
         let read = client.session(id).read_to_string("a.txt").await;
         if *replica == 0 {
+            // Without an object store nothing can bring it back: the proxy
+            // answers UNAVAILABLE, or sends the call to the next replica in
+            // the ring, which does not know the session.
             let err = read.unwrap_err();
-            assert_eq!(err.code(), Code::Unavailable, "{err}");
-            assert!(err.to_string().contains("unavailable"), "{err}");
+            assert!(
+                matches!(err.code(), Code::Unavailable | Code::NotFound),
+                "{err}"
+            );
         } else {
             assert_eq!(read.unwrap(), *id, "{}", cluster.proxy_log());
         }
@@ -454,7 +459,9 @@ fn directives(conf: &str) -> Vec<String> {
         .map(|l| {
             let words: Vec<&str> = l.split_whitespace().collect();
             match words.as_slice() {
-                ["server", _address, rest @ ..] if rest.contains(&"max_fails=0;") => {
+                ["server", _address, rest @ ..]
+                    if rest.iter().any(|w| w.starts_with("max_fails=")) =>
+                {
                     format!("server <replica> {}", rest.join(" "))
                 }
                 ["access_log", _path, rest @ ..] => format!("access_log <path> {}", rest.join(" ")),

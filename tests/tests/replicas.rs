@@ -164,8 +164,11 @@ async fn a_lost_replicas_session_comes_back_on_another_from_a_shared_directory()
     // refused, and makes nothing there.
     let err = c1.recover_session(&id1, None, false).await.unwrap_err();
     assert_leased(&err, "replica-0");
+    // A call there is refused too, retryably (a proxy may be routing
+    // there because replica 0 is gone), and fails nothing over.
     let err = c1.get_session(&id1).await.unwrap_err();
-    assert_eq!(err.reason(), "SESSION_NOT_FOUND", "{err}");
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    assert!(err.to_string().contains("replica-0"), "{err}");
     assert!(!local_session_dir(&r1, &id1).exists());
 
     r0.kill();
@@ -179,8 +182,7 @@ async fn a_lost_replicas_session_comes_back_on_another_from_a_shared_directory()
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "SNAPSHOT_NOT_FOUND", "{err}");
-    let err = c1.get_session(&id1).await.unwrap_err();
-    assert_eq!(err.reason(), "SESSION_NOT_FOUND", "{err}");
+    assert!(c1.list_sessions().await.unwrap().is_empty());
     assert!(!local_session_dir(&r1, &id1).exists());
 
     let recovered = c1.recover_session(&id1, None, false).await.unwrap();
@@ -414,21 +416,16 @@ async fn replicas_behind_a_proxy_share_one_s3_bucket_and_recover_a_lost_one() {
 
     // Replica 0 is lost; a replacement takes its address (the proxy's
     // route) with an empty disk.
+    // (The proxy now sends replica 0's calls to replica 1, which takes
+    // its sessions over by itself once the lease runs out: failover.rs.
+    // Here an operator recovers on a replacement, asked directly.)
     let addr = cluster.replicas[0].addr;
     cluster.kill_replica(0);
-    let err = client
-        .recover_session(&lost, None, false)
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err.code(),
-        Code::Unavailable,
-        "nothing listens there: {err}"
-    );
     let mut replacement = setup(&url, 3, &envs);
     replacement.listen = Some(addr);
     let replacement_dir = fresh_dir();
-    let _replacement = Replica::start(&replacement_dir, 3, &replacement);
+    let replacement = Replica::start(&replacement_dir, 3, &replacement);
+    let client = Client::connect(&replacement.url()).await.unwrap();
     // Until the lost replica's lease runs out, recovery is refused.
     let err = client
         .recover_session(&lost, None, false)
@@ -451,7 +448,8 @@ async fn replicas_behind_a_proxy_share_one_s3_bucket_and_recover_a_lost_one() {
         .unwrap_err();
     assert_leased(&err, "replica-3");
     let err = survivor.get_session(&lost).await.unwrap_err();
-    assert_eq!(err.reason(), "SESSION_NOT_FOUND", "{err}");
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    assert!(err.to_string().contains("replica-3"), "{err}");
     let _ = std::fs::remove_dir_all(&replacement_dir);
 }
 

@@ -21,7 +21,10 @@
 //! The token hashes of a session whose kind outlives a restart (DIRECTORY)
 //! are kept in its directory, beside its `session.json`, in `tokens.json`,
 //! so its tokens survive a restart and go with the session's directory
-//! when it is deleted.
+//! when it is deleted. With an object store, the lease holder also mirrors
+//! that list to the bucket before a new token is handed out, and a replica
+//! that takes the session over loads it: its clients' tokens keep working
+//! there. Only hashes are ever stored, never a token.
 
 pub mod tokens;
 pub mod zones;
@@ -162,38 +165,40 @@ impl Auth {
     /// directory: those a restart reopened or is recovering).
     pub fn persisted_under(mut self, sessions: Vec<(String, PathBuf)>) -> Auth {
         for (id, dir) in sessions {
-            let file = dir.join(TOKENS_FILE);
-            let Ok(raw) = std::fs::read(&file) else {
-                continue;
-            };
-            match serde_json::from_slice::<Vec<PersistedToken>>(&raw) {
-                Ok(saved) => {
-                    for t in saved {
-                        let caller = match t.caller.as_str() {
-                            "system" => Caller::System,
-                            name => match Caller::named(name) {
-                                Ok(c) => c,
-                                Err(_) => continue,
-                            },
-                        };
-                        if let Some(hash) = from_hex(&t.sha256) {
-                            self.tokens.insert(
-                                hash,
-                                tokens::TokenGrant {
-                                    session_id: id.clone(),
-                                    caller,
-                                },
-                            );
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(file = %file.display(), error = %e, "unreadable token file skipped")
-                }
-            }
+            self.load_session(&id, &dir);
         }
         self.persisted = true;
         self
+    }
+
+    /// Loads the token hashes kept in `dir` (a persistent session's
+    /// directory) as session `id`'s: at a start, and when a session is
+    /// recovered from the object store with its token list.
+    pub fn load_session(&self, id: &str, dir: &Path) {
+        let file = tokens_file(dir);
+        let Ok(raw) = std::fs::read(&file) else {
+            return;
+        };
+        match saved_tokens(&raw) {
+            Ok(saved) => {
+                for (hash, caller) in saved {
+                    let session_id = id.to_string();
+                    self.tokens
+                        .insert(hash, tokens::TokenGrant { session_id, caller });
+                }
+            }
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "unreadable token file skipped")
+            }
+        }
+    }
+
+    /// The SHA-256 of the call's bearer token, when tokens are on and it
+    /// is not the admin token: what a replica looks for in the token list
+    /// of a session it does not serve yet.
+    pub fn bearer_hash(&self, metadata: &MetadataMap) -> Option<[u8; 32]> {
+        let token = bearer(metadata).ok()?;
+        (self.tokens_on() && !self.is_admin(token)).then(|| tokens::hash(token))
     }
 
     /// A new token for `caller` in `session`; the token hashes of a
@@ -213,7 +218,7 @@ impl Auth {
                     caller: caller.name().to_string(),
                 })
                 .collect();
-            let file = dir.join(TOKENS_FILE);
+            let file = tokens_file(dir);
             let written = serde_json::to_vec_pretty(&saved)
                 .map_err(std::io::Error::other)
                 .and_then(|json| {
@@ -381,6 +386,33 @@ fn bearer(metadata: &MetadataMap) -> Result<&str> {
         return Err(missing());
     }
     Ok(token.trim())
+}
+
+/// The token hashes and callers a token list (`tokens.json`, here or in
+/// the object store) holds; entries it cannot read are skipped.
+fn saved_tokens(raw: &[u8]) -> serde_json::Result<Vec<([u8; 32], Caller)>> {
+    let saved: Vec<PersistedToken> = serde_json::from_slice(raw)?;
+    Ok(saved
+        .into_iter()
+        .filter_map(|t| {
+            let caller = match t.caller.as_str() {
+                "system" => Caller::System,
+                name => Caller::named(name).ok()?,
+            };
+            Some((from_hex(&t.sha256)?, caller))
+        })
+        .collect())
+}
+
+/// Whether the token list `raw` (a `tokens.json`) holds the token whose
+/// SHA-256 is `hash`.
+pub fn list_holds(raw: &[u8], hash: &[u8; 32]) -> bool {
+    saved_tokens(raw).is_ok_and(|saved| saved.iter().any(|(h, _)| h == hash))
+}
+
+/// The name of the file holding a persistent session's token hashes.
+pub fn tokens_file(dir: &Path) -> PathBuf {
+    dir.join(TOKENS_FILE)
 }
 
 fn from_hex(text: &str) -> Option<[u8; 32]> {

@@ -66,7 +66,7 @@ pub(super) async fn open_or_create(
     name: &str,
     id: &str,
 ) -> Result<Opened> {
-    match open(&face.registry, &face.auth, metadata, id) {
+    match open(&face.registry, &face.auth, metadata, id).await {
         Ok(opened) => {
             check_owner(&opened.session, name)?;
             return Ok(opened);
@@ -77,7 +77,7 @@ pub(super) async fn open_or_create(
     face.auth.require_admin(metadata)?;
     {
         let _one_creator = face.creating.lock().await;
-        match face.registry.get(id) {
+        match face.registry.get(id).await {
             Ok(_) => {}
             Err(Error::SessionNotFound { .. }) => {
                 let created = face.registry.create(spec(face, name, id)).await;
@@ -93,7 +93,7 @@ pub(super) async fn open_or_create(
             Err(e) => return Err(e),
         }
     }
-    let opened = open(&face.registry, &face.auth, metadata, id)?;
+    let opened = open(&face.registry, &face.auth, metadata, id).await?;
     check_owner(&opened.session, name)?;
     Ok(opened)
 }
@@ -118,7 +118,7 @@ fn spec(face: &Face, name: &str, id: &str) -> SessionSpec {
 /// Removes `name`'s session; how many files it held (0 when there was
 /// none, as the tools-sdk component answers).
 pub(super) async fn delete(face: &Face, name: &str, id: &str) -> Result<u64> {
-    match face.registry.get(id) {
+    match face.registry.get(id).await {
         Ok(session) => check_owner(&session, name)?,
         Err(Error::SessionNotFound { .. }) => return Ok(0),
         Err(e) => return Err(e),

@@ -12,6 +12,8 @@
 //! sessions/<id>/session.json             what recreates the session: its
 //!                                        record and latest snapshot
 //! sessions/<id>/lease/<generation>       who serves the session, until when
+//! sessions/<id>/tokens.json              the SHA-256 of each of its tokens,
+//!                                        with its caller
 //! ```
 //!
 //! - [`Bucket`] opens the store from its URL.
@@ -26,6 +28,7 @@
 
 pub mod download;
 pub mod lease;
+pub mod tokens;
 pub mod upload;
 
 use object_store::path::Path as Key;
@@ -304,6 +307,10 @@ pub mod keys {
 
     pub fn leases(id: &str) -> Key {
         Key::from(format!("sessions/{id}/lease"))
+    }
+
+    pub fn tokens(id: &str) -> Key {
+        Key::from(format!("sessions/{id}/tokens.json"))
     }
 
     /// Zero-padded, so that names sort as numbers.

@@ -38,7 +38,7 @@ impl SessionRegistry {
         let budget = crate::quota::budget(&limits, self.config.default_max_total_bytes);
         // An origin served elsewhere is read from the object store, into a
         // copy removed once the fork is made.
-        let (origin, _bucket_copy) = match self.get(&from.session_id) {
+        let (origin, _bucket_copy) = match self.get_here(&from.session_id) {
             Ok(origin) => (origin.snapshots.fork_origin(&from.snapshot_id).await?, None),
             Err(Error::SessionNotFound { .. }) if self.bucket().is_some() => {
                 let (origin, copy) = self.origin_from_bucket(&from, budget).await?;

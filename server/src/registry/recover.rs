@@ -3,6 +3,7 @@
 //! recreates here a session the bucket knows.
 
 use super::{factory, Session, SessionRegistry, Unavailable};
+use crate::auth::{Auth, Caller};
 use crate::directory::record::{create_session_dirs, write_session_file, PersistedSession};
 use crate::directory::snapshots::mirror::StoreFiles;
 use crate::objstore::lease::Renewal;
@@ -72,6 +73,48 @@ impl SessionRegistry {
 
     pub fn bucket(&self) -> Option<&Arc<Bucket>> {
         self.bucket.as_ref()
+    }
+
+    /// Where the sessions recovered from the bucket bring their token
+    /// hashes ([`crate::auth::Auth::load_session`]).
+    pub fn attach_auth(&self, auth: Arc<Auth>) {
+        let _ = self.auth.set(auth);
+    }
+
+    /// A new token for `caller` in `session`. With an object store, the
+    /// lease holder mirrors the session's token hashes to the bucket
+    /// before the token is handed out, so that a replica that takes the
+    /// session over accepts it; when that fails the token is revoked and
+    /// the call fails (`UNAVAILABLE` with the reason).
+    pub async fn issue_token(
+        &self,
+        auth: &Auth,
+        session: &Arc<Session>,
+        caller: Caller,
+    ) -> Result<String> {
+        let _in_order = self.mirroring_tokens.lock().await;
+        let token = auth.issue(session, caller)?;
+        let (Some(bucket), Some(dir)) = (&self.bucket, session.owned_dir.as_deref()) else {
+            return Ok(token);
+        };
+        if !factory::provider(session.record.backend).persistent() {
+            return Ok(token);
+        }
+        let file = crate::auth::tokens_file(dir);
+        let mirrored = match tokio::fs::read(&file).await {
+            Ok(raw) => bucket.put_tokens(&session.record.id, raw).await,
+            // This server keeps no token lists (nothing to mirror).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::internal(format!(
+                "cannot read '{}': {e}",
+                file.display()
+            ))),
+        };
+        if let Err(e) = mirrored {
+            auth.tokens().revoke(&token);
+            return Err(e);
+        }
+        Ok(token)
     }
 
     /// The live session `id`, without counting as use.
@@ -372,8 +415,17 @@ impl SessionRegistry {
                 .await?;
         }
         ws.set_read_only(record.read_only);
+        // Its clients' tokens work here as they did on its last holder.
+        if let Some(tokens) = bucket.tokens(&record.id).await? {
+            let file = crate::auth::tokens_file(session_dir);
+            std::fs::write(&file, tokens)
+                .map_err(|e| Error::internal(format!("cannot write '{}': {e}", file.display())))?;
+        }
         // Last: its presence makes the session outlive a restart.
         write_session_file(session_dir, &persisted, self.config.durability)?;
+        if let Some(auth) = self.auth.get() {
+            auth.load_session(&record.id, session_dir);
+        }
         Ok(self.insert(
             record,
             crate::kind::handles(ws, store),

@@ -5,6 +5,7 @@ use crate::archive::export::{zip_stream, ExportSource, LiveWorkspace, SnapshotSo
 use crate::archive::import;
 use crate::registry::SessionRegistry;
 use futures::stream::{BoxStream, StreamExt};
+use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tonic::{Status, Streaming};
 use wsfs::proto::{self, import_archive_request::Payload};
@@ -17,10 +18,10 @@ const SPOOL_SLACK_BYTES: u64 = 64 * 1024 * 1024;
 /// The ZIP stream of a session's live workspace, or of one of its
 /// snapshots.
 pub(crate) async fn export(
-    registry: &SessionRegistry,
+    registry: &Arc<SessionRegistry>,
     r: &proto::ExportArchiveRequest,
 ) -> Result<BoxStream<'static, std::result::Result<proto::ArchiveChunk, Status>>> {
-    let session = registry.get(&r.session_id)?;
+    let session = registry.get(&r.session_id).await?;
     let source: Box<dyn ExportSource> = if r.snapshot_id.is_empty() {
         Box::new(LiveWorkspace::new(session.fs.clone()))
     } else {
@@ -47,7 +48,7 @@ pub(crate) async fn export(
 
 /// Spools the archive, checks all of it, then replaces the workspace.
 pub(crate) async fn import(
-    registry: &SessionRegistry,
+    registry: &Arc<SessionRegistry>,
     mut stream: Streaming<proto::ImportArchiveRequest>,
     metadata: &tonic::metadata::MetadataMap,
     session_id: &mut String,
@@ -66,7 +67,7 @@ pub(crate) async fn import(
     };
     *session_id = wsfs::path::quote(&id).into_owned();
     super::check_route(metadata, &id)?;
-    let session = registry.get(super::session_id(&id)?)?;
+    let session = registry.get(super::session_id(&id)?).await?;
     session.archive.importable()?;
     // An import replaces the whole workspace: its expanded size is held to
     // the session's byte limit, or the server's default budget.

@@ -29,24 +29,30 @@ impl FilesystemService {
     /// its caller sees it.
     /// The caller is settled before the session is looked up, so a token
     /// of another session learns nothing about this one.
-    fn session(&self, metadata: &MetadataMap, id: &str) -> Result<Opened> {
+    async fn session(&self, metadata: &MetadataMap, id: &str) -> Result<Opened> {
         super::check_route(metadata, id)?;
-        open(&self.registry, &self.auth, metadata, id)
+        open(&self.registry, &self.auth, metadata, id).await
     }
 }
 
 /// Opens session `id` for one call as the caller `metadata` names: the
-/// caller is settled (and refused) before the session is looked up. Every
-/// face that works on files opens its sessions here.
-pub(crate) fn open(
-    registry: &SessionRegistry,
+/// caller is settled (and refused) before the session is looked up, except
+/// that a token this server does not know may fail the session over here
+/// first ([`super::authorized`]). A session not served here is failed over
+/// when its holder is gone ([`SessionRegistry::get`]). Every face that
+/// works on files opens its sessions here.
+pub(crate) async fn open(
+    registry: &Arc<SessionRegistry>,
     auth: &Auth,
     metadata: &MetadataMap,
     id: &str,
 ) -> Result<Opened> {
-    let caller = auth.filesystem_caller(metadata, id)?;
+    let caller = super::authorized(registry, auth, metadata, id, || {
+        auth.filesystem_caller(metadata, id)
+    })
+    .await?;
     tracing::Span::current().record("caller", caller.name());
-    let session = registry.get(id)?;
+    let session = registry.get(id).await?;
     let fs = crate::layers::for_caller(
         session.fs.clone(),
         caller,
@@ -91,7 +97,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         let (id, raw) = shown(&r.session_id, &r.path);
         traced("Read", &id, &raw, async {
-            let s = self.session(&metadata, &id)?;
+            let s = self.session(&metadata, &id).await?;
             let c = call::Read::parse(r, s.limits())?;
             Ok(s.fs.read(&c.path, c.range).await?.into())
         })
@@ -107,7 +113,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         let (id, raw) = shown(&r.session_id, &r.path);
         traced("ReadBytes", &id, &raw, async {
-            let s = self.session(&metadata, &id)?;
+            let s = self.session(&metadata, &id).await?;
             let permit = s.session.open_stream()?;
             let c = call::ReadBytes::parse(r, s.limits())?;
             let stream = s.fs.read_bytes(&c.path, c.range, c.chunk_size).await?;
@@ -141,7 +147,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         let (id, raw) = shown(&r.session_id, &r.path);
         traced("Write", &id, &raw, async {
-            let s = self.session(&metadata, &id)?;
+            let s = self.session(&metadata, &id).await?;
             let c = call::Write::parse(r, s.limits())?;
             to_the_end(async move { Ok(s.fs.write(&c.path, &c.content, c.options).await?.into()) })
                 .await
@@ -170,7 +176,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         };
         let (id, raw) = shown(&header.session_id, &header.path);
         traced("WriteBytes", &id, &raw, async {
-            let s = self.session(&metadata, &id)?;
+            let s = self.session(&metadata, &id).await?;
             let permit = s.session.open_stream()?;
             match Upload::parse(header, s.limits())? {
                 Upload::Patch { path, options, .. } => {
@@ -208,7 +214,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         let (id, raw) = shown(&r.session_id, &r.path);
         traced("Edit", &id, &raw, async {
-            let s = self.session(&metadata, &id)?;
+            let s = self.session(&metadata, &id).await?;
             let c = call::Edit::parse(r, s.limits())?;
             to_the_end(async move { Ok(s.fs.edit(&c.path, c.edit).await?.into()) }).await
         })
@@ -222,7 +228,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         let (id, raw) = shown(&r.session_id, &r.path);
         traced("Delete", &id, &raw, async {
-            let s = self.session(&metadata, &id)?;
+            let s = self.session(&metadata, &id).await?;
             let c = call::Delete::parse(r, s.limits())?;
             to_the_end(async move {
                 let deleted = s.fs.delete(&c.path, c.options).await?;
@@ -240,7 +246,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         let (id, raw) = shown(&r.session_id, &r.path);
         traced("Mkdir", &id, &raw, async {
-            let s = self.session(&metadata, &id)?;
+            let s = self.session(&metadata, &id).await?;
             let c = call::Mkdir::parse(r, s.limits())?;
             to_the_end(async move {
                 let created = s.fs.mkdir(&c.path, c.options).await?;
@@ -274,7 +280,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         let (id, raw) = shown(&r.session_id, &r.path);
         traced("List", &id, &raw, async {
-            let s = self.session(&metadata, &id)?;
+            let s = self.session(&metadata, &id).await?;
             let c = call::List::parse(r, s.limits())?;
             Ok(s.fs.list(&c.path, c.depth).await?.into())
         })
@@ -288,7 +294,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         let (id, raw) = shown(&r.session_id, &r.path);
         traced("Glob", &id, &raw, async {
-            let s = self.session(&metadata, &id)?;
+            let s = self.session(&metadata, &id).await?;
             let c = call::Glob::parse(r, s.limits())?;
             Ok(s.fs.glob(c.query).await?.into())
         })
@@ -304,7 +310,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         let (id, raw) = shown(&r.session_id, &r.path);
         traced("Grep", &id, &raw, async {
-            let s = self.session(&metadata, &id)?;
+            let s = self.session(&metadata, &id).await?;
             let permit = s.session.open_stream()?;
             let c = call::Grep::parse(r, s.limits())?;
             let events = s.fs.grep(c.query).await?;
@@ -326,7 +332,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         let (id, raw) = shown(&r.session_id, &r.path);
         traced("Stat", &id, &raw, async {
-            let s = self.session(&metadata, &id)?;
+            let s = self.session(&metadata, &id).await?;
             let c = call::Stat::parse(r, s.limits())?;
             Ok(s.fs.stat(&c.path).await?.into())
         })
@@ -340,7 +346,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         let (id, raw) = shown(&r.session_id, &r.path);
         traced("Symlink", &id, &raw, async {
-            let s = self.session(&metadata, &id)?;
+            let s = self.session(&metadata, &id).await?;
             let c = call::Symlink::parse(r, s.limits())?;
             to_the_end(async move { Ok(s.fs.symlink(&c.path, &c.target, c.options).await?.into()) })
                 .await
@@ -355,7 +361,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         let (id, raw) = shown(&r.session_id, &r.path);
         traced("SetAttributes", &id, &raw, async {
-            let s = self.session(&metadata, &id)?;
+            let s = self.session(&metadata, &id).await?;
             let c = call::SetAttributes::parse(r, s.limits())?;
             to_the_end(async move {
                 let outcome = s.fs.set_attributes(&c.path, c.attributes).await?;
@@ -373,7 +379,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         let (id, raw) = shown(&r.session_id, &r.path);
         traced("Exists", &id, &raw, async {
-            let s = self.session(&metadata, &id)?;
+            let s = self.session(&metadata, &id).await?;
             let c = call::Exists::parse(r, s.limits())?;
             Ok(s.fs.exists(&c.path).await?.into())
         })
@@ -389,7 +395,7 @@ impl filesystem_server::Filesystem for FilesystemService {
         let (metadata, _, r) = request.into_parts();
         let (id, raw) = shown(&r.session_id, &r.path);
         traced("Watch", &id, &raw, async {
-            let s = self.session(&metadata, &id)?;
+            let s = self.session(&metadata, &id).await?;
             let permit = s.session.open_watch()?;
             let c = call::Watch::parse(r, s.limits())?;
             let scope = Scope::new(c.path, c.recursive, &c.glob)?;
@@ -408,7 +414,7 @@ impl filesystem_server::Filesystem for FilesystemService {
     ) -> std::result::Result<Response<proto::ChangesResponse>, Status> {
         let (metadata, _, r) = request.into_parts();
         traced("Changes", &r.session_id, "", async {
-            let s = self.session(&metadata, &r.session_id)?;
+            let s = self.session(&metadata, &r.session_id).await?;
             let max = if r.max == 0 { 1000 } else { r.max as usize };
             Ok(match s.session.events.since(r.since_seq, max) {
                 Since::Events(events) => proto::ChangesResponse {
@@ -528,7 +534,7 @@ impl FilesystemService {
     ) -> std::result::Result<Response<proto::TransferResponse>, Status> {
         let (id, raw) = shown(&r.session_id, &r.source);
         traced(method, &id, &raw, async {
-            let s = self.session(metadata, &id)?;
+            let s = self.session(metadata, &id).await?;
             let c = call::Transfer::parse(r, s.limits())?;
             if method == "Copy" && c.options.if_version.is_some() {
                 return Err(Error::invalid_argument(

@@ -14,6 +14,8 @@ mod sessions;
 pub use filesystem::FilesystemService;
 pub use sessions::SessionsService;
 
+use crate::auth::Auth;
+use crate::registry::SessionRegistry;
 use crate::workspace::Commitment;
 use std::future::Future;
 use std::sync::Arc;
@@ -56,6 +58,30 @@ pub(crate) fn check_route(metadata: &MetadataMap, session_id: &str) -> wsfs::Res
         (Some(_), Some(_)) => Err(wsfs::Error::invalid_argument(format!(
             "the {header} metadata is sent more than once: send it once, naming the call's session"
         ))),
+    }
+}
+
+/// Authorizes a call on session `id` with `check`, once more after failing
+/// the session over to this server when the call's token is unknown here
+/// (`UNAUTHENTICATED`) but the bucket's token list of `id` holds it: its
+/// last holder is gone and a proxy now routes its calls here. A token the
+/// bucket does not list for `id` is refused as before, having recovered
+/// nothing.
+pub(crate) async fn authorized<T>(
+    registry: &Arc<SessionRegistry>,
+    auth: &Auth,
+    metadata: &MetadataMap,
+    id: &str,
+    check: impl Fn() -> wsfs::Result<T>,
+) -> wsfs::Result<T> {
+    match check() {
+        Err(wsfs::Error::Unauthenticated { message }) => match auth.bearer_hash(metadata) {
+            Some(hash) if !id.is_empty() && registry.fail_over_for_token(id, &hash).await? => {
+                check()
+            }
+            _ => Err(wsfs::Error::Unauthenticated { message }),
+        },
+        checked => checked,
     }
 }
 

@@ -104,13 +104,13 @@ fn chosen_id(raw: &str) -> wsfs::Result<Option<String>> {
     if raw.is_empty() {
         return Ok(None);
     }
-    match uuid::Uuid::try_parse(raw) {
-        Ok(id) if id.hyphenated().to_string() == raw => Ok(Some(id.to_string())),
-        _ => Err(Error::invalid_argument(format!(
-            "session_id '{}' is not a UUID in lowercase hyphenated form (like 67e55044-10b1-426f-9247-bb680e5fe0c8)",
-            wsfs::path::quote(raw)
-        ))),
+    if crate::registry::is_session_id(raw) {
+        return Ok(Some(raw.to_string()));
     }
+    Err(Error::invalid_argument(format!(
+        "session_id '{}' is not a UUID in lowercase hyphenated form (like 67e55044-10b1-426f-9247-bb680e5fe0c8)",
+        wsfs::path::quote(raw)
+    )))
 }
 
 fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> {
@@ -187,7 +187,10 @@ impl sessions_server::Sessions for SessionsService {
             tracing::info!(session = %session.record.id, backend = ?session.record.backend, "session created");
             let mut created = session_to_proto(&session);
             if self.auth.tokens_on() {
-                created.token = self.auth.issue(&session, Caller::System)?;
+                created.token = self
+                    .registry
+                    .issue_token(&self.auth, &session, Caller::System)
+                    .await?;
             }
             Ok(created)
         })
@@ -198,18 +201,18 @@ impl sessions_server::Sessions for SessionsService {
         &self,
         request: Request<proto::GetSessionRequest>,
     ) -> Result<Response<proto::Session>, Status> {
-        let metadata = request.metadata();
-        let admitted = super::check_route(metadata, &request.get_ref().session_id).and_then(|()| {
-            self.auth
-                .session_to_get(metadata, &request.get_ref().session_id)
-        });
-        let r = request.into_inner();
+        let (metadata, _, r) = request.into_parts();
         traced("GetSession", &r.session_id, "", async {
-            let id = admitted?;
+            super::check_route(&metadata, &r.session_id)?;
+            let id =
+                super::authorized(&self.registry, &self.auth, &metadata, &r.session_id, || {
+                    self.auth.session_to_get(&metadata, &r.session_id)
+                })
+                .await?;
             if let Some(u) = self.registry.unavailable(&id) {
                 return Ok(unavailable_to_proto(&u));
             }
-            session_with_usage(&*self.registry.get(&id)?).await
+            session_with_usage(&*self.registry.get(&id).await?).await
         })
         .await
     }
@@ -281,6 +284,15 @@ impl sessions_server::Sessions for SessionsService {
         let r = request.into_inner();
         traced("DeleteSession", &r.session_id, "", async {
             admitted?;
+            // A session the bucket has and no replica holds is failed over
+            // first, so that deleting it removes it from the bucket too
+            // rather than leaving it to come back at its next call.
+            if self.registry.unavailable(&r.session_id).is_none() {
+                match self.registry.get(&r.session_id).await {
+                    Ok(_) | Err(Error::SessionNotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             let files = self.registry.delete(&r.session_id).await?;
             self.auth.tokens().forget_session(&r.session_id);
             Ok(proto::DeleteSessionResponse {
@@ -309,7 +321,10 @@ impl sessions_server::Sessions for SessionsService {
             tracing::info!(session = %session.record.id, "session recovered from the object store");
             let mut recovered = session_to_proto(&session);
             if self.auth.tokens_on() {
-                recovered.token = self.auth.issue(&session, Caller::System)?;
+                recovered.token = self
+                    .registry
+                    .issue_token(&self.auth, &session, Caller::System)
+                    .await?;
             }
             Ok(recovered)
         })
@@ -324,7 +339,7 @@ impl sessions_server::Sessions for SessionsService {
         let r = request.into_inner();
         traced("Snapshot", &r.session_id, "", async {
             admitted?;
-            let session = self.registry.get(&r.session_id)?;
+            let session = self.registry.get(&r.session_id).await?;
             let info = session.snapshots.snapshot(&r.tag).await?;
             Ok(proto::SnapshotInfo::from(&info))
         })
@@ -339,7 +354,7 @@ impl sessions_server::Sessions for SessionsService {
         let r = request.into_inner();
         traced("Restore", &r.session_id, &r.path, async {
             admitted?;
-            let session = self.registry.get(&r.session_id)?;
+            let session = self.registry.get(&r.session_id).await?;
             let id = r.snapshot_id;
             let at = session.path(&r.path)?;
             let path = at.as_str().to_string();
@@ -368,7 +383,7 @@ impl sessions_server::Sessions for SessionsService {
         let r = request.into_inner();
         traced("ListSnapshots", &r.session_id, "", async {
             admitted?;
-            let session = self.registry.get(&r.session_id)?;
+            let session = self.registry.get(&r.session_id).await?;
             let snapshots = session.snapshots.list().await?;
             Ok(proto::ListSnapshotsResponse {
                 snapshots: snapshots.iter().map(proto::SnapshotInfo::from).collect(),
@@ -387,7 +402,7 @@ impl sessions_server::Sessions for SessionsService {
         let r = request.into_inner();
         traced("DiffSnapshot", &r.session_id, "", async {
             admitted?;
-            let session = self.registry.get(&r.session_id)?;
+            let session = self.registry.get(&r.session_id).await?;
             let (changes, truncated) =
                 diff(&session.snapshots, &session.fs, &r.snapshot_id).await?;
             Ok(proto::DiffSnapshotResponse {
@@ -421,7 +436,7 @@ impl sessions_server::Sessions for SessionsService {
         let r = request.into_inner();
         traced("ReadSnapshotFile", &r.session_id, &r.path, async {
             admitted?;
-            let session = self.registry.get(&r.session_id)?;
+            let session = self.registry.get(&r.session_id).await?;
             let permit = session.open_stream()?;
             let path = session.path(&r.path)?;
             let (size, chunks) =
@@ -466,7 +481,7 @@ impl sessions_server::Sessions for SessionsService {
         let r = request.into_inner();
         traced("DeleteSnapshot", &r.session_id, "", async {
             admitted?;
-            let session = self.registry.get(&r.session_id)?;
+            let session = self.registry.get(&r.session_id).await?;
             session.snapshots.delete(&r.snapshot_id).await?;
             Ok(proto::DeleteSnapshotResponse {})
         })
@@ -484,7 +499,7 @@ impl sessions_server::Sessions for SessionsService {
         let session_id = r.session_id.clone();
         traced("ExportArchive", &r.session_id, "", async {
             admitted?;
-            let permit = self.registry.get(&r.session_id)?.open_stream()?;
+            let permit = self.registry.get(&r.session_id).await?.open_stream()?;
             let chunks = super::archive::export(&self.registry, &r).await?;
             let chunks = futures::StreamExt::boxed(futures::StreamExt::map(chunks, move |c| {
                 let _held = &permit;
@@ -525,15 +540,21 @@ impl sessions_server::Sessions for SessionsService {
         let (metadata, _, r) = request.into_parts();
         traced("IssueToken", &r.session_id, "", async {
             super::check_route(&metadata, &r.session_id)?;
-            self.auth.require_admin_or_system(&metadata, &r.session_id)?;
+            super::authorized(&self.registry, &self.auth, &metadata, &r.session_id, || {
+                self.auth.require_admin_or_system(&metadata, &r.session_id)
+            })
+            .await?;
             let caller = Caller::named(&r.caller)?;
             if !self.auth.tokens_on() {
                 return Err(Error::invalid_argument(
                     "this server has tokens off (no --admin-token): name the caller with x-wsfs-caller instead",
                 ));
             }
-            let session = self.registry.get(&r.session_id)?;
-            let token = self.auth.issue(&session, caller)?;
+            let session = self.registry.get(&r.session_id).await?;
+            let token = self
+                .registry
+                .issue_token(&self.auth, &session, caller)
+                .await?;
             Ok(proto::IssueTokenResponse {
                 token,
                 caller: r.caller,
