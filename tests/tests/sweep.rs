@@ -11,7 +11,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use wsfs_client::{Client, SessionOptions};
 use wsfs_tests::cluster::{fresh_dir, Replica, ReplicaSetup};
-use wsfs_tests::kit::workspace_state;
+use wsfs_tests::forwarder::{Action, Forwarder};
+use wsfs_tests::kit::{workspace_state, WorkspaceState};
 use wsfs_tests::moto::{Moto, BUCKET, PREFIX};
 
 const LEASE_TTL: Duration = Duration::from_secs(3);
@@ -41,6 +42,14 @@ fn replica(moto: &Moto, dir: &std::path::Path, index: usize, sweeps: bool) -> Re
             .map(String::from),
     );
     Replica::start(dir, index, &setup)
+}
+
+/// Recovers session `id` on `replica` (its holder is gone) and checks
+/// that it holds `state`.
+async fn assert_recovers(replica: &Replica, id: &str, state: &WorkspaceState) {
+    let client = Client::connect(&replica.url()).await.unwrap();
+    client.recover_session(id, None, true).await.unwrap();
+    assert_eq!(&workspace_state(&client.session(id)).await, state);
 }
 
 /// Waits until the bucket's contents are `wanted`, or fails with what it
@@ -130,9 +139,110 @@ async fn the_sweep_frees_deleted_sessions_and_snapshots_and_keeps_what_live_ones
     // B comes back whole on another replica from what is left.
     r0.kill();
     let r1 = replica(&moto, &dir, 1, false);
-    let c1 = Client::connect(&r1.url()).await.unwrap();
-    c1.recover_session(&b_info.id, None, true).await.unwrap();
-    assert_eq!(workspace_state(&c1.session(&b_info.id)).await, b_state);
+    assert_recovers(&r1, &b_info.id, &b_state).await;
+    drop(r1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A replica remembers what it verified in the bucket; a sweep that
+/// freed one of those contents (its only snapshot was deleted) makes the
+/// next Snapshot naming it again send it again, and that snapshot is
+/// recoverable.
+#[tokio::test]
+async fn a_snapshot_after_a_sweep_freed_what_its_replica_remembered_sends_it_again() {
+    let Some(moto) = Moto::start() else { return };
+    let dir = fresh_dir();
+    let mut r0 = replica(&moto, &dir, 0, true);
+    let c0 = Client::connect(&r0.url()).await.unwrap();
+    let (s, info) = c0.create(SessionOptions::directory()).await.unwrap();
+    s.write_str("f.txt", "freed, then named again\n")
+        .await
+        .unwrap();
+    let first = c0.snapshot(&info.id, "first").await.unwrap();
+    let key = sha256_hex("freed, then named again\n");
+    assert!(moto.objects().contains(&key));
+    c0.delete_snapshot(&info.id, &first.id).await.unwrap();
+    contents_become(&moto, &BTreeSet::new()).await;
+
+    c0.snapshot(&info.id, "second").await.unwrap();
+    assert_eq!(moto.objects(), BTreeSet::from([key]), "sent again");
+    let state = workspace_state(&s).await;
+    r0.kill();
+    let r1 = replica(&moto, &dir, 1, false);
+    assert_recovers(&r1, &info.id, &state).await;
+    drop(r1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A sweeper killed while it deletes (its bulk deletes refused, so that it
+/// is caught in the middle) leaves its marker behind: uploads wait for it
+/// to expire and then go on, the next sweep removes it, and every live
+/// snapshot is recoverable.
+#[tokio::test]
+async fn a_sweeper_killed_midway_leaves_every_live_snapshot_recoverable() {
+    let Some(moto) = Moto::start() else { return };
+    let forwarder = Forwarder::start(moto.addr);
+    let dir = fresh_dir();
+    let r0 = replica(&moto, &dir, 0, false);
+    let c0 = Client::connect(&r0.url()).await.unwrap();
+    let (live, live_info) = c0.create(SessionOptions::directory()).await.unwrap();
+    live.write_str("a.txt", "live\n").await.unwrap();
+    c0.snapshot(&live_info.id, "live").await.unwrap();
+    let (gone, gone_info) = c0.create(SessionOptions::directory()).await.unwrap();
+    gone.write_str("a.txt", "garbage\n").await.unwrap();
+    c0.snapshot(&gone_info.id, "gone").await.unwrap();
+    c0.delete_session(&gone_info.id).await.unwrap();
+
+    forwarder.add_rule("POST", "delete", Action::Status(503), usize::MAX);
+    let mut setup = ReplicaSetup::mirrored(
+        &format!("s3://{BUCKET}/{PREFIX}"),
+        2,
+        LEASE_TTL,
+        moto.envs_via(&forwarder.url()),
+    );
+    setup.args.extend(
+        ["--sweep-interval", "1s", "--sweep-grace", "0s"]
+            .into_iter()
+            .map(String::from),
+    );
+    let mut sweeper = Replica::start(&dir, 2, &setup);
+    let started = Instant::now();
+    while !forwarder
+        .seen()
+        .iter()
+        .any(|s| s.action == Some(Action::Status(503)))
+    {
+        assert!(started.elapsed() < PATIENCE, "the sweeper never deleted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sweeper.kill();
+    assert!(
+        moto.keys("markers/")
+            .iter()
+            .any(|k| k.starts_with("sweep-")),
+        "killed mid-sweep, its marker stays"
+    );
+
+    // Uploads wait out the dead sweeper's marker, then go on.
+    live.write_str("b.txt", "after the sweeper died\n")
+        .await
+        .unwrap();
+    c0.snapshot(&live_info.id, "after").await.unwrap();
+    let state = workspace_state(&live).await;
+    // The next sweep removes the dead marker and the garbage.
+    let r1 = replica(&moto, &dir, 1, true);
+    let wanted: BTreeSet<String> = ["live\n", "after the sweeper died\n"]
+        .into_iter()
+        .map(sha256_hex)
+        .collect();
+    contents_become(&moto, &wanted).await;
+    let started = Instant::now();
+    while !moto.keys("markers/").is_empty() {
+        assert!(started.elapsed() < PATIENCE, "the dead marker stays");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(r0);
+    assert_recovers(&r1, &live_info.id, &state).await;
     drop(r1);
     let _ = std::fs::remove_dir_all(&dir);
 }

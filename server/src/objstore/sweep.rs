@@ -28,7 +28,9 @@
 //!    when no upload marker is live and no other sweep's live marker is as
 //!    old as its own (so of two sweeps, the later sees the earlier and
 //!    yields: one at a time). It lists every snapshot record and reads
-//!    the manifests they reach: the referenced set. Then it lists
+//!    the manifests they reach: the referenced set (when a manifest is
+//!    missing or damaged, what it reaches is unknown: the sweep writes a
+//!    new epoch and deletes nothing). Then it lists
 //!    `objects/` and `trees/` page by page; a key not referenced and older
 //!    than the grace period is a candidate. Before each batch of deletes
 //!    it lists the markers again and stops at the first live upload
@@ -55,16 +57,18 @@
 //! a key was verified came after that upload's marker was gone, so the
 //! next upload reads that new epoch (rule 1) and forgets the record.
 //!
-//! A bucket that loses objects some other way is noticed twice: the
-//! record is forgotten after [`VERIFY_EVERY`] in any case (the next upload
-//! looks every key up again), and a sweep that finds a referenced key
-//! missing writes a new epoch, so that every replica's next upload does.
+//! A bucket that loses or damages objects some other way is noticed
+//! twice: the record is forgotten after [`VERIFY_EVERY`] in any case (the
+//! next upload looks every key up again), and a sweep that finds a
+//! referenced key missing or listed at another size (or a manifest that
+//! does not match its hash) writes a new epoch, so that every replica's
+//! next upload looks its keys up and sends again what is lost.
 //!
 //! # Cost
 //!
-//! The referenced set holds two 32-byte hashes per content or manifest
-//! referenced (about 5 MB per 100,000 of them, with the hash set's
-//! overhead); candidates are listed and deleted a page at a time
+//! The referenced set holds a 32-byte hash and a size per content or
+//! manifest referenced (about 6 MB per 100,000 of them, with the hash
+//! map's overhead); candidates are listed and deleted a page at a time
 //! ([`DELETE_BATCH`]), so the rest of the bucket costs no memory.
 
 use super::lease::{renewal_interval, skew_margin};
@@ -73,7 +77,8 @@ use super::{keys, Bucket, Key};
 use crate::directory::snapshots::mirror::{hash_hex, manifest_children, record_root, StoredChild};
 use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
-use std::collections::HashSet;
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -217,6 +222,8 @@ struct Markers {
     /// One's own marker as listed: its `last_modified` is the bucket's
     /// time of its last write.
     own: ObjectMeta,
+    /// Expired markers: their holders died.
+    expired: Vec<Key>,
 }
 
 /// How long before `later`'s last write `earlier`'s was (zero if after).
@@ -240,14 +247,17 @@ impl Bucket {
                     self.url, own.key
                 ),
             })?;
-        let others = all
+        let (others, expired): (Vec<_>, Vec<_>) = all
             .into_iter()
-            .filter(|m| m.location != own.key && age(&own_meta, m) < self.lease_ttl)
-            .filter_map(|m| Some((MarkerKind::of(&m)?, m)))
-            .collect();
+            .filter(|m| m.location != own.key)
+            .partition(|m| age(&own_meta, m) < self.lease_ttl);
         Ok(Markers {
-            others,
+            others: others
+                .into_iter()
+                .filter_map(|m| Some((MarkerKind::of(&m)?, m)))
+                .collect(),
             own: own_meta,
+            expired: expired.into_iter().map(|m| m.location).collect(),
         })
     }
 
@@ -301,14 +311,25 @@ impl Bucket {
             report.yielded = Some(why);
             return Ok(report);
         }
+        for dead in &seen.expired {
+            self.remove_or_retry(dead).await;
+        }
         let start = seen.own;
         let referenced = self.referenced(&mut report).await?;
-        let mut epoch_written = false;
-        if report.unreadable > 0 {
+        report.referenced = referenced.len();
+        if report.missing > 0 || report.unreadable > 0 {
+            // What the lost or damaged manifests reach is unknown: nothing
+            // is deleted until their holders sent them again.
+            tracing::warn!(
+                missing = report.missing,
+                unreadable = report.unreadable,
+                "snapshot records or manifests in the object store are missing or damaged; this sweep deletes nothing, and every replica's next upload looks its keys up again"
+            );
             self.new_epoch().await?;
-            epoch_written = true;
+            return Ok(report);
         }
-        let mut found = Referenced::default();
+        let mut epoch_written = false;
+        let mut found = 0;
         for (prefix, is_manifest) in [(keys::contents(), false), (keys::manifests(), true)] {
             let mut listing = self.store.list(Some(&prefix));
             let mut batch = Vec::new();
@@ -325,12 +346,11 @@ impl Bucket {
                     else {
                         continue;
                     };
-                    if referenced.holds(is_manifest, &hash) {
-                        found.insert(is_manifest, hash);
-                    } else if age(&start, meta) < grace {
-                        report.kept_young += 1;
-                    } else {
-                        batch.push(meta.location.clone());
+                    match referenced.size_of(is_manifest, &hash) {
+                        // Held at another size: damaged, counted missing.
+                        Some(size) => found += usize::from(size == meta.size),
+                        None if age(&start, meta) < grace => report.kept_young += 1,
+                        None => batch.push(meta.location.clone()),
                     }
                 }
                 if batch.len() >= DELETE_BATCH || (next.is_none() && !batch.is_empty()) {
@@ -352,10 +372,9 @@ impl Bucket {
                 }
             }
         }
-        report.referenced = referenced.len();
-        report.missing = referenced.len() - found.len();
-        if report.missing > 0 && !epoch_written {
-            tracing::warn!(missing = report.missing, "the object store lacks contents or manifests that snapshots reference; every replica's next upload looks its keys up again");
+        report.missing = referenced.len() - found;
+        if report.missing > 0 {
+            tracing::warn!(missing = report.missing, "the object store lacks contents or manifests that snapshots reference, or holds them damaged; every replica's next upload looks its keys up again");
             self.new_epoch().await?;
         }
         Ok(report)
@@ -427,33 +446,39 @@ impl Bucket {
         }
         let mut level: Vec<[u8; 32]> = roots
             .into_iter()
-            .filter(|root| referenced.insert(true, *root))
+            .filter(|root| referenced.insert(true, *root, 0))
             .collect();
         while !level.is_empty() {
-            let read: Vec<Option<bytes::Bytes>> = futures::stream::iter(level)
+            let read: Vec<([u8; 32], Option<bytes::Bytes>)> = futures::stream::iter(level)
                 .map(|hash| async move {
-                    self.get_small(&keys::manifest(&hash_hex(&hash)), MAX_MANIFEST_BYTES)
-                        .await
+                    let key = keys::manifest(&hash_hex(&hash));
+                    Ok::<_, Error>((hash, self.get_small(&key, MAX_MANIFEST_BYTES).await?))
                 })
                 .buffer_unordered(READ_CONCURRENCY)
                 .try_collect()
                 .await?;
             let mut next = Vec::new();
-            for raw in read {
-                let Some(children) = raw.as_deref().and_then(manifest_children) else {
-                    // Missing (counted at the listing) or damaged.
-                    if raw.is_some() {
-                        report.unreadable += 1;
-                    }
+            for (hash, raw) in read {
+                let Some(raw) = raw else {
+                    report.missing += 1;
                     continue;
                 };
+                let children = (<[u8; 32]>::from(Sha256::digest(&raw)) == hash)
+                    .then(|| manifest_children(&raw))
+                    .flatten();
+                let Some(children) = children else {
+                    tracing::warn!(manifest = %hash_hex(&hash), "a manifest in the object store is damaged");
+                    report.unreadable += 1;
+                    continue;
+                };
+                referenced.insert(true, hash, raw.len() as u64);
                 for child in children {
                     match child {
-                        StoredChild::Content { hash, .. } => {
-                            referenced.insert(false, hash);
+                        StoredChild::Content { hash, size } => {
+                            referenced.insert(false, hash, size);
                         }
                         StoredChild::Manifest(tree) => {
-                            if referenced.insert(true, tree) {
+                            if referenced.insert(true, tree, 0) {
                                 next.push(tree);
                             }
                         }
@@ -482,28 +507,35 @@ fn yield_to(seen: &Markers) -> Option<String> {
     None
 }
 
-/// Hashes of contents and of manifests.
+/// Contents and manifests by hash, with their sizes (a manifest's is 0
+/// until it was read).
 #[derive(Default)]
 struct Referenced {
-    contents: HashSet<[u8; 32]>,
-    manifests: HashSet<[u8; 32]>,
+    contents: HashMap<[u8; 32], u64>,
+    manifests: HashMap<[u8; 32], u64>,
 }
 
 impl Referenced {
-    fn insert(&mut self, is_manifest: bool, hash: [u8; 32]) -> bool {
+    fn of(&mut self, is_manifest: bool) -> &mut HashMap<[u8; 32], u64> {
         if is_manifest {
-            self.manifests.insert(hash)
+            &mut self.manifests
         } else {
-            self.contents.insert(hash)
+            &mut self.contents
         }
     }
 
-    fn holds(&self, is_manifest: bool, hash: &[u8; 32]) -> bool {
-        if is_manifest {
-            self.manifests.contains(hash)
+    /// Records `hash` at `size`; whether it was new.
+    fn insert(&mut self, is_manifest: bool, hash: [u8; 32], size: u64) -> bool {
+        self.of(is_manifest).insert(hash, size).is_none()
+    }
+
+    fn size_of(&self, is_manifest: bool, hash: &[u8; 32]) -> Option<u64> {
+        let map = if is_manifest {
+            &self.manifests
         } else {
-            self.contents.contains(hash)
-        }
+            &self.contents
+        };
+        map.get(hash).copied()
     }
 
     fn len(&self) -> usize {
@@ -518,7 +550,7 @@ pub struct SweepReport {
     pub snapshots: usize,
     /// Contents and manifests they reach.
     pub referenced: usize,
-    /// Referenced keys the bucket lacks.
+    /// Referenced keys the bucket lacks or holds at another size.
     pub missing: usize,
     /// Records and manifests that could not be parsed.
     pub unreadable: usize,
@@ -701,6 +733,7 @@ mod tests {
         let report = b.sweep(Duration::ZERO).await.unwrap();
         assert_eq!((report.deleted, report.yielded), (1, None));
         assert!(!held(dir.path(), &x));
+        assert!(!held(dir.path(), &dead), "the expired marker is removed");
     }
 
     #[tokio::test]
