@@ -380,6 +380,21 @@ impl Bucket {
         Ok(report)
     }
 
+    /// How many keys the bucket holds: one listing of all of it.
+    pub async fn count_keys(&self) -> Result<usize> {
+        let mut listing = self.store.list(None);
+        let mut n = 0;
+        while listing
+            .try_next()
+            .await
+            .map_err(|e| self.failed("list", &Key::from(""), e))?
+            .is_some()
+        {
+            n += 1;
+        }
+        Ok(n)
+    }
+
     /// Writes a new sweep epoch: every replica's next upload forgets what
     /// it knew to be in the bucket.
     async fn new_epoch(&self) -> Result<()> {
