@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use wsfs_client::{Client, SessionOptions};
 use wsfs_tests::cluster::{fresh_dir, Replica, ReplicaSetup};
-use wsfs_tests::forwarder::{Action, Forwarder};
+use wsfs_tests::forwarder::{Action, Forwarder, Link};
 use wsfs_tests::kit::{workspace_state, WorkspaceState};
 use wsfs_tests::moto::{Moto, BUCKET, PREFIX};
 
@@ -244,5 +244,85 @@ async fn a_sweeper_killed_midway_leaves_every_live_snapshot_recoverable() {
     drop(r0);
     assert_recovers(&r1, &live_info.id, &state).await;
     drop(r1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An upload stalled between looking its contents up and writing its
+/// snapshot record (its marker no longer rewritten), while another
+/// replica's sweep frees a content the upload relied on: the Snapshot
+/// fails UNAVAILABLE and leaves no record, never OK with a content
+/// missing; the next one sends it again.
+#[tokio::test]
+async fn an_upload_stalled_past_its_marker_while_a_sweep_frees_its_content_fails() {
+    let Some(moto) = Moto::start() else { return };
+    let forwarder = Forwarder::start(moto.addr);
+    let dir = fresh_dir();
+    let mut setup = ReplicaSetup::mirrored(
+        &format!("s3://{BUCKET}/{PREFIX}"),
+        0,
+        LEASE_TTL,
+        moto.envs_via(&forwarder.url()),
+    );
+    setup
+        .args
+        .extend(["--sweep-interval", "0"].map(String::from));
+    let r0 = Replica::start(&dir, 0, &setup);
+    let c0 = Client::connect(&r0.url()).await.unwrap();
+    let (s, info) = c0.create(SessionOptions::directory()).await.unwrap();
+    let text = "relied on, then freed\n";
+    s.write_str("f.txt", text).await.unwrap();
+    let first = c0.snapshot(&info.id, "first").await.unwrap();
+    // Unreferenced from now on, but still in the bucket: r0 remembers it.
+    c0.delete_snapshot(&info.id, &first.id).await.unwrap();
+    let key = sha256_hex(text);
+    assert!(moto.objects().contains(&key));
+
+    // The session record's answer is lost; the link stalls before the
+    // retry, so the snapshot record waits.
+    forwarder.add_rule("PUT", "session.json", Action::DropAnswer, 1);
+    let snapshot = tokio::spawn({
+        let c0 = c0.clone();
+        let id = info.id.clone();
+        async move { c0.snapshot(&id, "second").await }
+    });
+    let started = Instant::now();
+    while !forwarder
+        .seen()
+        .iter()
+        .any(|s| s.action == Some(Action::DropAnswer))
+    {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "the upload never wrote its session record"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    forwarder.set_link(Link::Stalled);
+    // Another replica sweeps once the stalled upload's marker expired.
+    let r1 = replica(&moto, &dir, 1, true);
+    contents_become(&moto, &BTreeSet::new()).await;
+    forwarder.set_link(Link::Up);
+
+    let err = snapshot
+        .await
+        .unwrap()
+        .expect_err("a Snapshot OK although the bucket lost a content it names");
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err}");
+    assert!(err.to_string().contains("marker"), "{err}");
+    assert!(
+        moto.keys(&format!("sessions/{}/snapshots/", info.id))
+            .is_empty(),
+        "the failed snapshot's record stays"
+    );
+    drop(r1);
+    // Once r0 renewed its lease (the stall kept it from it).
+    let started = Instant::now();
+    while let Err(e) = c0.snapshot(&info.id, "third").await {
+        assert_eq!(e.code(), tonic::Code::Unavailable, "{e}");
+        assert!(started.elapsed() < PATIENCE, "{e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(moto.objects(), BTreeSet::from([key]), "sent again");
+    drop(r0);
     let _ = std::fs::remove_dir_all(&dir);
 }
