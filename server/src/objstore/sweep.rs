@@ -30,12 +30,14 @@
 //!    yields: one at a time). It lists every snapshot record and reads
 //!    the manifests they reach: the referenced set (when a manifest is
 //!    missing or damaged, what it reaches is unknown: the sweep writes a
-//!    new epoch and deletes nothing). Then it lists
-//!    `objects/` and `trees/` page by page; a key not referenced and older
-//!    than the grace period is a candidate. Before each batch of deletes
-//!    it lists the markers again and stops at the first live upload
-//!    marker, and it stops when its own marker lapsed; before its first
-//!    delete it writes a new `sweep/epoch`.
+//!    new epoch and deletes nothing). Then it lists `objects/` and
+//!    `trees/` page by page; a key not referenced and older than the
+//!    grace period is a candidate. Before each batch of deletes (and
+//!    every 1,000 records or manifests read while it gathers the
+//!    referenced set, so that an upload waits for one batch at most) it
+//!    lists the markers again and stops at the first live upload marker,
+//!    and it stops when its own marker lapsed; before its first delete
+//!    it writes a new `sweep/epoch`.
 //!
 //! # Why a sweep never deletes what an upload relies on
 //!
@@ -315,7 +317,9 @@ impl Bucket {
             self.remove_or_retry(dead).await;
         }
         let start = seen.own;
-        let referenced = self.referenced(&mut report).await?;
+        let Some(referenced) = self.referenced(marker, &mut report).await? else {
+            return Ok(report);
+        };
         report.referenced = referenced.len();
         if report.missing > 0 || report.unreadable > 0 {
             // What the lost or damaged manifests reach is unknown: nothing
@@ -354,9 +358,7 @@ impl Bucket {
                     }
                 }
                 if batch.len() >= DELETE_BATCH || (next.is_none() && !batch.is_empty()) {
-                    let seen = self.markers(marker).await?;
-                    if let Some(why) = yield_to(&seen) {
-                        report.yielded = Some(why);
+                    if self.must_yield(marker, &mut report).await? {
                         return Ok(report);
                     }
                     if !epoch_written {
@@ -395,6 +397,14 @@ impl Bucket {
         Ok(n)
     }
 
+    /// Whether the sweep holding `marker` must stop for an upload or an
+    /// older sweep (said in `report`).
+    async fn must_yield(&self, marker: &Marker, report: &mut SweepReport) -> Result<bool> {
+        let seen = self.markers(marker).await?;
+        report.yielded = yield_to(&seen);
+        Ok(report.yielded.is_some())
+    }
+
     /// Writes a new sweep epoch: every replica's next upload forgets what
     /// it knew to be in the bucket.
     async fn new_epoch(&self) -> Result<()> {
@@ -429,7 +439,14 @@ impl Bucket {
     }
 
     /// Every content and manifest a snapshot record in the bucket reaches.
-    async fn referenced(&self, report: &mut SweepReport) -> Result<Referenced> {
+    /// `None` when it yielded to an upload or another sweep (checked
+    /// every [`DELETE_BATCH`] records or manifests, so that an upload
+    /// waits for a batch, not for the whole gathering).
+    async fn referenced(
+        &self,
+        marker: &Marker,
+        report: &mut SweepReport,
+    ) -> Result<Option<Referenced>> {
         let mut referenced = Referenced::default();
         let mut roots = Vec::new();
         let sessions = keys::sessions();
@@ -446,6 +463,11 @@ impl Bucket {
             if !is_record {
                 continue;
             }
+            if report.snapshots % DELETE_BATCH == DELETE_BATCH - 1
+                && self.must_yield(marker, report).await?
+            {
+                return Ok(None);
+            }
             // Removed since it was listed: nothing to keep.
             let Some(raw) = self.get_small(&meta.location, MAX_RECORD_BYTES).await? else {
                 continue;
@@ -459,12 +481,16 @@ impl Bucket {
                 }
             }
         }
-        let mut level: Vec<[u8; 32]> = roots
+        let mut pending: Vec<[u8; 32]> = roots
             .into_iter()
             .filter(|root| referenced.insert(true, *root, 0))
             .collect();
-        while !level.is_empty() {
-            let read: Vec<([u8; 32], Option<bytes::Bytes>)> = futures::stream::iter(level)
+        while !pending.is_empty() {
+            if self.must_yield(marker, report).await? {
+                return Ok(None);
+            }
+            let chunk = pending.split_off(pending.len().saturating_sub(DELETE_BATCH));
+            let read: Vec<([u8; 32], Option<bytes::Bytes>)> = futures::stream::iter(chunk)
                 .map(|hash| async move {
                     let key = keys::manifest(&hash_hex(&hash));
                     Ok::<_, Error>((hash, self.get_small(&key, MAX_MANIFEST_BYTES).await?))
@@ -472,7 +498,6 @@ impl Bucket {
                 .buffer_unordered(READ_CONCURRENCY)
                 .try_collect()
                 .await?;
-            let mut next = Vec::new();
             for (hash, raw) in read {
                 let Some(raw) = raw else {
                     report.missing += 1;
@@ -494,15 +519,14 @@ impl Bucket {
                         }
                         StoredChild::Manifest(tree) => {
                             if referenced.insert(true, tree, 0) {
-                                next.push(tree);
+                                pending.push(tree);
                             }
                         }
                     }
                 }
             }
-            level = next;
         }
-        Ok(referenced)
+        Ok(Some(referenced))
     }
 }
 
