@@ -6,16 +6,20 @@
 //! directory), so no S3 server is needed and the figures measure wsfs's
 //! side of the mirror, not a network.
 //!
-//! - Snapshot after one changed file, on a server started with
-//!   `--object-store`: the Snapshot answers once the change is in the
-//!   bucket. Beside it, `rsync -a` of the workspace into a plain mirror
-//!   directory after the same change. The first snapshot and the first
-//!   copy (every byte) are untimed.
+//! - Snapshot after one changed file, and again with nothing changed, on
+//!   a server started with `--object-store`: the Snapshot answers once
+//!   the change is in the bucket. Beside each, `rsync -a` of the workspace
+//!   into a plain mirror directory after the same change (or none). The
+//!   first snapshot and the first copy (every byte) are untimed.
 //! - RecoverSession of that workspace on a second server from the bucket,
 //!   each round on a fresh server and data directory, once the previous
 //!   holder is gone and its (short) lease ran out: waiting out the lease
 //!   is not what is measured. Beside it, `rsync -a` of the mirror into an
 //!   empty directory.
+//! - The sweep (`wsfs_server::objstore::Bucket::sweep`, in this process)
+//!   of that bucket filled up to [`SWEEP_KEYS`] keys with unreferenced
+//!   contents (written untimed before each run), beside a plain listing
+//!   of every key of the same bucket.
 
 use crate::report::{Row, Samples, Target};
 use crate::server::Server;
@@ -27,6 +31,8 @@ use wsfs_client::Client;
 
 /// The file rewritten before each timed snapshot.
 const CHANGED_FILE: usize = 0;
+/// The keys in the bucket the sweep is timed over.
+pub const SWEEP_KEYS: usize = 100_000;
 
 /// `rsync -a SRC/ DEST` (the contents of `src` into `dest`); seconds.
 fn rsync(src: &Path, dest: &Path) -> Result<f64, String> {
@@ -71,6 +77,7 @@ where
 
     let changed = root.join(trees::incompressible_name(CHANGED_FILE));
     let (mut snapshot, mut sync) = (Samples::default(), Samples::default());
+    let (mut unchanged, mut unchanged_sync) = (Samples::default(), Samples::default());
     let mut last_change = String::new();
     for run in 0..=runs {
         eprintln!("objstore: snapshot after one change, run {run}/{runs}");
@@ -85,9 +92,18 @@ where
             .map_err(failed("snapshot"))?;
         let snapshot_s = t.elapsed().as_secs_f64();
         let sync_s = rsync(&root, &mirror)?;
+        let t = Instant::now();
+        client
+            .snapshot(&info.id, &format!("round {run}, unchanged"))
+            .await
+            .map_err(failed("snapshot"))?;
+        let unchanged_s = t.elapsed().as_secs_f64();
+        let unchanged_sync_s = rsync(&root, &mirror)?;
         if run > 0 {
             snapshot.push(snapshot_s);
             sync.push(sync_s);
+            unchanged.push(unchanged_s);
+            unchanged_sync.push(unchanged_sync_s);
         }
     }
     drop(client);
@@ -123,6 +139,7 @@ where
             copy.push(copy_s);
         }
     }
+    let (sweep, listing) = sweep(&bucket, &url, runs).await?;
     let _ = std::fs::remove_dir_all(work.join("objstore-first"));
     let _ = std::fs::remove_dir_all(&mirror);
     let _ = std::fs::remove_dir_all(&bucket);
@@ -143,13 +160,70 @@ where
         .baseline("rsync -a", sync)
         .target(Target::None),
         Row::new(
+            format!("Snapshot to the object store with nothing changed ({shape}), wall time"),
+            "s",
+            unchanged,
+        )
+        .baseline("rsync -a", unchanged_sync)
+        .target(Target::None),
+        Row::new(
             format!("RecoverSession from the object store ({shape}), wall time"),
             "s",
             recover,
         )
         .baseline("rsync -a into an empty dir", copy)
         .target(Target::None),
+        Row::new(
+            format!("Sweep of a bucket of {SWEEP_KEYS} keys, most unreferenced, wall time"),
+            "s",
+            sweep,
+        )
+        .baseline("listing every key", listing)
+        .target(Target::None),
     ])
+}
+
+/// Times the sweep of `bucket` (at `url`, no server on it) and a plain
+/// listing of it, each run over [`SWEEP_KEYS`] keys: what the snapshots
+/// left, and unreferenced contents written (untimed) up to that count.
+async fn sweep(bucket: &Path, url: &str, runs: usize) -> Result<(Samples, Samples), String> {
+    use wsfs_server::objstore::Bucket;
+    let store = Bucket::open(url, "bench-sweeper".into(), crate::server::BENCH_LEASE_TTL)
+        .map_err(|e| e.to_string())?;
+    let (mut sweep, mut listing) = (Samples::default(), Samples::default());
+    for run in 0..=runs {
+        eprintln!("objstore: sweep of {SWEEP_KEYS} keys, run {run}/{runs}");
+        let held = store.count_keys().await.map_err(|e| e.to_string())?;
+        let objects = bucket.join("objects");
+        for n in held..SWEEP_KEYS {
+            let name = format!("{:064x}", 0xface_0000_0000u64 + n as u64);
+            std::fs::write(objects.join(name), n.to_string())
+                .map_err(|e| format!("cannot fill the bucket: {e}"))?;
+        }
+        trees::settle();
+        let t = Instant::now();
+        let listed = store.count_keys().await.map_err(|e| e.to_string())?;
+        let listing_s = t.elapsed().as_secs_f64();
+        if listed < SWEEP_KEYS {
+            return Err(format!("the bucket lists {listed} keys, not {SWEEP_KEYS}"));
+        }
+        let t = Instant::now();
+        let report = store
+            .sweep(std::time::Duration::ZERO)
+            .await
+            .map_err(|e| e.to_string())?;
+        let sweep_s = t.elapsed().as_secs_f64();
+        if report.yielded.is_some() || report.deleted < SWEEP_KEYS - held {
+            return Err(format!(
+                "the sweep did not free the unreferenced keys: {report:?}"
+            ));
+        }
+        if run > 0 {
+            sweep.push(sweep_s);
+            listing.push(listing_s);
+        }
+    }
+    Ok((sweep, listing))
 }
 
 /// Fails unless the recovered workspace holds the last change.

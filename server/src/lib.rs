@@ -35,7 +35,7 @@ pub mod limits;
 pub mod memory;
 pub mod metrics;
 pub mod mounts;
-pub(crate) mod objstore;
+pub mod objstore;
 pub mod pattern;
 pub mod producer;
 pub mod quota;

@@ -386,13 +386,19 @@ fn misnamed(dir: &Path) -> Vec<String> {
 }
 
 /// Finding 4: contents and manifests that vanished from the bucket, or
-/// were damaged there, after a first Snapshot are sent again by the next
-/// one before it answers OK, whatever the replica remembered; the second
+/// were damaged there, after a first Snapshot are sent again by the first
+/// one after a sweep noticed the loss (which makes every replica forget
+/// what it knew to be in the bucket), before it answers OK; the second
 /// snapshot is then recoverable on another replica, byte for byte.
 #[tokio::test]
 async fn a_snapshot_repairs_what_the_bucket_lost_or_damaged_before_answering() {
     let (dir, bucket, url) = file_bucket();
-    let (mut r0, c0) = file_replica(&dir, &url).await;
+    let mut sweeping = setup(&url, 0, vec![]);
+    sweeping
+        .args
+        .extend(["--sweep-interval", "1s"].into_iter().map(String::from));
+    let mut r0 = Replica::start(&dir, 0, &sweeping);
+    let c0 = Client::connect(&r0.url()).await.unwrap();
     let (session, id) = session_on(&c0, "alpha\n").await;
     session.write_str("dir/b.txt", "beta\n").await.unwrap();
     session.write_str("c.txt", "gamma\n").await.unwrap();
@@ -403,6 +409,11 @@ async fn a_snapshot_repairs_what_the_bucket_lost_or_damaged_before_answering() {
     std::fs::write(objects.join(sha256_hex(b"alpha\n")), b"damaged").unwrap();
     std::fs::remove_file(objects.join(sha256_hex(b"beta\n"))).unwrap();
     std::fs::remove_dir_all(bucket.join("trees")).unwrap();
+    let noticed = Instant::now();
+    while !bucket.join("sweep").join("epoch").is_file() {
+        assert!(noticed.elapsed() < PATIENCE, "no sweep noticed the loss");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let second = c0.snapshot(&id, "second").await.unwrap();
     for text in ["alpha\n", "beta\n", "gamma\n"] {

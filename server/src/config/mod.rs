@@ -202,6 +202,18 @@ pub struct ServerConfig {
     )]
     pub autosnapshot: u64,
 
+    /// How often this replica sweeps the object store: removes the
+    /// contents and manifests no snapshot record references (what deleted
+    /// sessions and snapshots left), one replica at a time and never what
+    /// an upload in flight relies on; 0: never.
+    #[arg(long, env = "WSFS_SWEEP_INTERVAL", value_parser = humantime::parse_duration, default_value = "1h")]
+    pub sweep_interval: Duration,
+
+    /// The sweep keeps unreferenced contents and manifests younger than
+    /// this (by the bucket's clock), whatever the markers say.
+    #[arg(long, env = "WSFS_SWEEP_GRACE", value_parser = humantime::parse_duration, default_value = "1h")]
+    pub sweep_grace: Duration,
+
     /// DeepFabric's VFS API over HTTP (`--http-listen` and the sessions it
     /// creates); see [`crate::http`].
     #[command(flatten)]
@@ -334,6 +346,8 @@ impl ServerConfig {
             replica_id: None,
             lease_ttl: Duration::from_secs(30),
             autosnapshot: 0,
+            sweep_interval: Duration::from_secs(3600),
+            sweep_grace: Duration::from_secs(3600),
             http: http::HttpConfig::default(),
         }
     }

@@ -14,6 +14,8 @@
 //! sessions/<id>/lease/<generation>       who serves the session, until when
 //! sessions/<id>/tokens.json              the SHA-256 of each of its tokens,
 //!                                        with its caller
+//! markers/<kind>-<uuid>                  an upload or sweep at work
+//! sweep/epoch                            changed before a sweep deletes
 //! ```
 //!
 //! - [`Bucket`] opens the store from its URL.
@@ -25,9 +27,12 @@
 //!   creates only (`PutMode::Create`), which S3 and a local directory both
 //!   support.
 //! - [`download`] fetches a session's snapshots into a fresh local store.
+//! - [`sweep`] removes the contents and manifests no snapshot references,
+//!   never what an upload in flight relies on.
 
 pub mod download;
 pub mod lease;
+pub mod sweep;
 pub mod tokens;
 pub mod upload;
 
@@ -63,6 +68,8 @@ pub struct Bucket {
     /// Records a failed call wrote (or may have written) and could not
     /// remove at once: removed at the next lease renewal.
     pending_removals: Mutex<Vec<Key>>,
+    /// Keys verified to be in the bucket, which uploads need not look up.
+    known: Mutex<sweep::Known>,
 }
 
 impl std::fmt::Debug for Bucket {
@@ -134,6 +141,7 @@ impl Bucket {
             lease_ttl,
             leases: Mutex::new(HashMap::new()),
             pending_removals: Mutex::new(Vec::new()),
+            known: Mutex::new(sweep::Known::default()),
         })
     }
 
@@ -287,6 +295,30 @@ pub mod keys {
 
     pub fn manifest(hex: &str) -> Key {
         Key::from(format!("trees/{hex}"))
+    }
+
+    pub fn contents() -> Key {
+        Key::from("objects")
+    }
+
+    pub fn manifests() -> Key {
+        Key::from("trees")
+    }
+
+    pub fn sessions() -> Key {
+        Key::from("sessions")
+    }
+
+    pub fn markers() -> Key {
+        Key::from("markers")
+    }
+
+    pub fn marker(name: &str) -> Key {
+        Key::from(format!("markers/{name}"))
+    }
+
+    pub fn sweep_epoch() -> Key {
+        Key::from("sweep/epoch")
     }
 
     pub fn session(id: &str) -> Key {

@@ -1,14 +1,17 @@
 //! Mirroring one session's snapshots and record to the bucket.
 //!
 //! A snapshot answers OK only when everything it names is verifiably in
-//! the bucket: each content and manifest is looked up (a HEAD per object,
-//! its size compared with what the snapshot says), whatever no replica
-//! remembered; one that is missing or of the wrong size is sent again
+//! the bucket: each content and manifest this replica has not verified
+//! (under the current sweep epoch, within [`super::sweep::VERIFY_EVERY`])
+//! is looked up (a HEAD per object, its size compared with what the
+//! snapshot says); one that is missing or of the wrong size is sent again
 //! (contents are named by their hash, so a copy over one is the same
-//! bytes). Manifests go after everything they name, children before
+//! bytes). The upload holds a marker meanwhile, so that no sweep deletes
+//! what it found ([`super::sweep`]). Manifests go after everything they name, children before
 //! parents. The snapshot's record goes last, after the session record:
 //! a snapshot whose record is in the bucket is whole, and a failed one
 //! removes the record it may have written.
+use super::sweep::KnownEpoch;
 use super::{keys, Bucket, Key};
 use crate::directory::snapshots::mirror::{
     hash_hex, manifest_children, record_root, StoreFiles, StoredChild,
@@ -82,14 +85,27 @@ impl SessionMirror {
                 ))
             })?;
         let root = record_root(&raw)?.root;
-        self.bucket.upload_tree(&files, root).await?;
+        // No sweep deletes what this upload finds while its marker lives.
+        let (marker, epoch) = self.bucket.begin_upload().await?;
+        self.bucket.upload_tree(&files, root, &epoch).await?;
         self.write_record(Some(snapshot_id)).await?;
         let key = keys::snapshot(&self.session_id, snapshot_id);
-        if let Err(e) = self.bucket.put_over(&key, raw.into()).await {
+        let written = self.bucket.put_over(&key, raw.into()).await;
+        let written = written.and_then(|()| {
+            // The record must have landed while the marker was live.
+            marker.live().then_some(()).ok_or_else(|| Error::Unavailable {
+                message: format!(
+                    "the upload's marker in the object store {} could not be kept fresh; the snapshot was not kept",
+                    self.bucket.url
+                ),
+            })
+        });
+        if let Err(e) = written {
             // Its answer may have been lost after it landed.
             self.bucket.remove_or_retry(&key).await;
             return Err(e);
         }
+        marker.remove().await;
         Ok(())
     }
 
@@ -182,7 +198,7 @@ impl Bucket {
     }
 
     /// Writes `key`, replacing what it held.
-    async fn put_over(&self, key: &Key, payload: PutPayload) -> Result<()> {
+    pub(super) async fn put_over(&self, key: &Key, payload: PutPayload) -> Result<()> {
         self.store
             .put(key, payload)
             .await
@@ -200,22 +216,43 @@ impl Bucket {
         }
     }
 
-    /// Of `wanted` (key, size), those the bucket lacks or holds at
-    /// another size.
-    async fn lacking<T: Send>(&self, wanted: Vec<(T, Key, u64)>) -> Result<Vec<T>> {
-        let found: Vec<Option<T>> = futures::stream::iter(wanted)
-            .map(|(item, key, size)| async move {
-                Ok::<_, Error>((!self.holds(&key, size).await?).then_some(item))
-            })
-            .buffer_unordered(HEAD_CONCURRENCY)
-            .try_collect()
-            .await?;
-        Ok(found.into_iter().flatten().collect())
+    /// Of `wanted` (hash, size), those the bucket lacks or holds at
+    /// another size: those this replica does not know to be there are
+    /// looked up, and the ones found remembered.
+    pub(super) async fn lacking(
+        &self,
+        epoch: &KnownEpoch,
+        is_manifest: bool,
+        wanted: Vec<([u8; 32], u64)>,
+    ) -> Result<Vec<([u8; 32], u64)>> {
+        let looked_up: Vec<(([u8; 32], u64), bool)> =
+            futures::stream::iter(self.unknown(is_manifest, wanted))
+                .map(|(hash, size)| async move {
+                    let hex = hash_hex(&hash);
+                    let key = if is_manifest {
+                        keys::manifest(&hex)
+                    } else {
+                        keys::content(&hex)
+                    };
+                    Ok::<_, Error>(((hash, size), self.holds(&key, size).await?))
+                })
+                .buffer_unordered(HEAD_CONCURRENCY)
+                .try_collect()
+                .await?;
+        let (held, lacking): (Vec<_>, Vec<_>) = looked_up.into_iter().partition(|(_, held)| *held);
+        self.remember(epoch, is_manifest, held.into_iter().map(|(k, _)| k));
+        Ok(lacking.into_iter().map(|(k, _)| k).collect())
     }
 
     /// Sends every content and manifest of the tree under manifest `root`
-    /// that the bucket lacks or holds damaged (of another size).
-    async fn upload_tree(&self, files: &StoreFiles, root: [u8; 32]) -> Result<()> {
+    /// that the bucket lacks or holds damaged (of another size), trusting
+    /// what this replica verified under `epoch`.
+    async fn upload_tree(
+        &self,
+        files: &StoreFiles,
+        root: [u8; 32],
+        epoch: &KnownEpoch,
+    ) -> Result<()> {
         let mut contents: Vec<([u8; 32], u64)> = Vec::new();
         // Parents after their children: the order they are sent in.
         let mut manifests: Vec<([u8; 32], u64)> = Vec::new();
@@ -248,26 +285,15 @@ impl Bucket {
         }
         contents.sort_unstable();
         contents.dedup();
-        let contents = self
-            .lacking(
-                contents
-                    .into_iter()
-                    .map(|(hash, size)| ((hash, size), keys::content(&hash_hex(&hash)), size))
-                    .collect(),
-            )
-            .await?;
-        let lacking_manifests: std::collections::HashSet<[u8; 32]> = self
-            .lacking(
-                manifests
-                    .iter()
-                    .map(|&(hash, size)| (hash, keys::manifest(&hash_hex(&hash)), size))
-                    .collect(),
-            )
+        let contents = self.lacking(epoch, false, contents).await?;
+        let lacking_manifests: std::collections::HashSet<([u8; 32], u64)> = self
+            .lacking(epoch, true, manifests.clone())
             .await?
             .into_iter()
             .collect();
         let (small, large): (Vec<_>, Vec<_>) = contents
-            .into_iter()
+            .iter()
+            .copied()
             .partition(|(_, size)| *size <= SINGLE_PUT_MAX_BYTES);
         futures::stream::iter(small)
             .map(|(hash, _)| self.upload_small(files, hash))
@@ -277,8 +303,9 @@ impl Bucket {
         for (hash, _) in large {
             self.upload_large(files, hash).await?;
         }
-        for (hash, _) in manifests {
-            if !lacking_manifests.contains(&hash) {
+        self.remember(epoch, false, contents);
+        for (hash, size) in manifests {
+            if !lacking_manifests.contains(&(hash, size)) {
                 continue;
             }
             let raw = tokio::fs::read(files.manifest_path(&hash))
@@ -287,6 +314,7 @@ impl Bucket {
             self.put_over(&keys::manifest(&hash_hex(&hash)), raw.into())
                 .await?;
         }
+        self.remember(epoch, true, lacking_manifests);
         Ok(())
     }
 

@@ -1,6 +1,6 @@
 //! The server's background work for durability: renewing leases
-//! (`--object-store`) and snapshotting changed sessions
-//! (`--autosnapshot SECS`).
+//! (`--object-store`), snapshotting changed sessions
+//! (`--autosnapshot SECS`) and sweeping the bucket (`--sweep-interval`).
 
 use super::SessionRegistry;
 use std::collections::HashMap;
@@ -30,6 +30,14 @@ pub fn start(registry: Arc<SessionRegistry>) -> Vec<JoinHandle<()>> {
                 registry.tend_leases().await;
             }
         }));
+    }
+    let sweep_every = registry.config().sweep_interval;
+    if let Some(bucket) = registry.bucket().filter(|_| !sweep_every.is_zero()) {
+        tasks.push(tokio::spawn(sweep(
+            bucket.clone(),
+            sweep_every,
+            registry.config().sweep_grace,
+        )));
     }
     let secs = registry.config().autosnapshot;
     if secs > 0 {
@@ -70,6 +78,21 @@ async fn autosnapshot(registry: Arc<SessionRegistry>, every: Duration) {
                 }
                 Err(e) => tracing::warn!(session = %id, error = %e, "autosnapshot failed"),
             }
+        }
+    }
+}
+
+/// Every `every` (the first one `every` after start), sweeps the bucket;
+/// the markers make it one sweep at a time across replicas.
+async fn sweep(bucket: Arc<crate::objstore::Bucket>, every: Duration, grace: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        match bucket.sweep(grace).await {
+            Ok(report) => tracing::info!(?report, "object store swept"),
+            Err(e) => tracing::warn!(error = %e, "sweeping the object store failed"),
         }
     }
 }
