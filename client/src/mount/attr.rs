@@ -203,7 +203,10 @@ impl WsfsFs {
                 let unlinked = s.inodes().get(ino).is_none_or(|n| n.unlinked);
                 if let Some(len) = size {
                     match &staged {
-                        Some(staged) => staged.truncate(len).map_err(|e| local(&e))?,
+                        Some(staged) => {
+                            staged.truncate(len).map_err(|e| local(&e))?;
+                            s.queue_closed(ino).await;
+                        }
                         None => {
                             let (path, kind) = s.path(ino)?;
                             if kind == FileKind::Directory {
@@ -227,7 +230,7 @@ impl WsfsFs {
                 // never changes a link): accepted, as tar expects, and
                 // left as they are.
                 let kept = !unlinked && kind != Some(FileKind::Symlink);
-                let waiting = staged.as_ref().filter(|staged| staged.has_changes());
+                let waiting = staged.as_ref().filter(|staged| staged.busy());
                 if let (true, Some(staged)) = (kept, waiting) {
                     // Bytes wait for the commit: the bits and time go with
                     // them, in the same patch.
@@ -237,6 +240,9 @@ impl WsfsFs {
                     if let Some(modified) = modified {
                         staged.set_modified(modified);
                     }
+                    // Closed already (tar's utimensat after close): into
+                    // the queued commit, or a new one.
+                    s.queue_closed(ino).await;
                     if let Some(attr) = s.known_attr(ino) {
                         return Ok(attr);
                     }

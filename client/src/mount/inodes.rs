@@ -142,12 +142,13 @@ impl Inodes {
         self.collect(ino);
     }
 
-    /// Drops `ino` when neither the kernel nor an open handle needs it.
+    /// Drops `ino` when neither the kernel, an open handle nor a queued
+    /// commit (its staging) needs it.
     pub fn collect(&mut self, ino: u64) {
         let Some(node) = self.nodes.get(&ino) else {
             return;
         };
-        if ino == ROOT || node.lookups > 0 || node.open > 0 {
+        if ino == ROOT || node.lookups > 0 || node.open > 0 || node.staged.is_some() {
             return;
         }
         let node = self.nodes.remove(&ino).expect("checked above");
@@ -170,6 +171,10 @@ impl Inodes {
             if let Some(ino) = self.by_path.remove(&p) {
                 if let Some(node) = self.nodes.get_mut(&ino) {
                     node.unlinked = true;
+                    if node.open == 0 {
+                        // Nobody can read these bytes any more.
+                        node.staged = None;
+                    }
                 }
                 self.collect(ino);
             }
