@@ -7,6 +7,7 @@ use super::staging::Staged;
 use fuser::FileAttr;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 use wsfs::{CanonicalPath, FileKind};
 
 /// The root directory's number, as FUSE fixes it.
@@ -38,6 +39,8 @@ pub struct Node {
     /// changed them since: a setattr that would change nothing is answered
     /// from here, without a round trip.
     pub attr: Option<FileAttr>,
+    /// When `attr` was last read from the server (or made by the mount).
+    pub attr_at: Instant,
 }
 
 pub struct Inodes {
@@ -62,6 +65,7 @@ impl Inodes {
                 cached_version: None,
                 own_version: None,
                 attr: None,
+                attr_at: Instant::now(),
             },
         );
         let mut by_path = HashMap::new();
@@ -117,6 +121,7 @@ impl Inodes {
                 cached_version: None,
                 own_version: None,
                 attr: None,
+                attr_at: Instant::now(),
             },
         );
         self.by_path.insert(path.clone(), ino);

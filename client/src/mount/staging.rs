@@ -172,9 +172,13 @@ pub struct Commit {
     pub ranges: Vec<(u64, u64)>,
     /// The file's length once committed.
     pub size: u64,
-    /// The bits and the modification time to set with the bytes.
+    /// The bits to set with the bytes, and the modification time: the one
+    /// a program set, else the time of the last write (what the kernel was
+    /// told, so that its cached attributes stay true once committed).
     pub permissions: Option<Permissions>,
     pub modified: Option<SystemTime>,
+    /// Whether `modified` is a time a program set (utimensat).
+    set: bool,
     /// The length the cut was taken from, restored when the commit fails.
     cut: Option<u64>,
     dirty: Ranges,
@@ -380,12 +384,14 @@ impl Staged {
             ranges.push((size - 1, size));
         }
         let cut = s.cut.take();
+        let set = s.set_modified.take();
         Some(Commit {
             truncate_to,
             ranges,
             size,
             permissions: s.permissions.take(),
-            modified: s.set_modified.take(),
+            modified: Some(set.unwrap_or(s.modified)),
+            set: set.is_some(),
             cut,
             dirty,
         })
@@ -410,7 +416,7 @@ impl Staged {
         }
         s.permissions = s.permissions.or(commit.permissions);
         // A write since then made the time its own.
-        if commit.modified == Some(s.modified) {
+        if commit.set && commit.modified == Some(s.modified) {
             s.set_modified = s.set_modified.or(commit.modified);
         }
     }
@@ -521,7 +527,9 @@ mod tests {
         s.write(0, b"a").unwrap();
         s.set_modified(SystemTime::UNIX_EPOCH);
         s.write(1, b"b").unwrap();
-        assert_eq!(s.begin_commit().unwrap().modified, None);
+        let written = s.modified();
+        assert_ne!(written, SystemTime::UNIX_EPOCH);
+        assert_eq!(s.begin_commit().unwrap().modified, Some(written));
     }
 
     #[test]

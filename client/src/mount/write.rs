@@ -85,16 +85,24 @@ impl Shared {
             }
         };
         let sent = self.send(&path, &reader, &commit).await;
-        if let Some(node) = self.inodes().get_mut(ino) {
-            // The length and time the kernel was told are the server's now.
-            node.attr = None;
-        }
         match sent {
             Ok(outcome) => {
                 staged.committed(&commit);
                 if let Some(node) = self.inodes().get_mut(ino) {
                     node.cached_version = Some(outcome.version);
                     node.own_version = Some(outcome.version);
+                    // What the kernel was told is the server's now: its
+                    // getattr is answered from here, without a Stat.
+                    if let Some(attr) = &mut node.attr {
+                        attr.size = commit.size;
+                        attr.blocks = commit.size.div_ceil(512);
+                        if let Some(modified) = commit.modified {
+                            (attr.mtime, attr.atime, attr.ctime) = (modified, modified, modified);
+                        }
+                        if let Some(permissions) = commit.permissions {
+                            attr.perm = permissions.bits() as u16;
+                        }
+                    }
                 }
                 Ok(())
             }
@@ -260,6 +268,10 @@ impl WsfsFs {
                     node.open += 1;
                     same && !truncating
                 };
+                if !keep_cache {
+                    // Fresh from the server: what getattr answers from now.
+                    s.attr(ino, &meta);
+                }
                 if writable {
                     if let Err(e) = s.stage(ino, meta.size, false) {
                         s.release_node(ino);
