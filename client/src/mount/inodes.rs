@@ -5,7 +5,7 @@
 
 use super::staging::Staged;
 use fuser::FileAttr;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 use wsfs::{CanonicalPath, FileKind};
@@ -45,7 +45,10 @@ pub struct Node {
 
 pub struct Inodes {
     nodes: HashMap<u64, Node>,
-    by_path: HashMap<CanonicalPath, u64>,
+    /// Ordered, so that a subtree is one range (see [`Inodes::subtree`]):
+    /// an unlink or rename costs the size of what it moves, not of the
+    /// table.
+    by_path: BTreeMap<CanonicalPath, u64>,
     next: u64,
 }
 
@@ -68,7 +71,7 @@ impl Inodes {
                 attr_at: Instant::now(),
             },
         );
-        let mut by_path = HashMap::new();
+        let mut by_path = BTreeMap::new();
         by_path.insert(CanonicalPath::root(), ROOT);
         Inodes {
             nodes,
@@ -166,12 +169,10 @@ impl Inodes {
     /// keep living for the kernel's lookups and open handles, but no
     /// longer name a path.
     pub fn detach(&mut self, path: &CanonicalPath) {
-        let gone: Vec<CanonicalPath> = self
-            .by_path
-            .keys()
-            .filter(|p| p.starts_with(path) && !path.is_root())
-            .cloned()
-            .collect();
+        if path.is_root() {
+            return;
+        }
+        let gone: Vec<CanonicalPath> = self.subtree(path).into_iter().map(|(p, _)| p).collect();
         for p in gone {
             if let Some(ino) = self.by_path.remove(&p) {
                 if let Some(node) = self.nodes.get_mut(&ino) {
@@ -190,12 +191,7 @@ impl Inodes {
     /// there.
     pub fn renamed(&mut self, from: &CanonicalPath, to: &CanonicalPath) {
         self.detach(to);
-        let moved: Vec<(CanonicalPath, u64)> = self
-            .by_path
-            .iter()
-            .filter(|(p, _)| p.starts_with(from))
-            .map(|(p, &ino)| (p.clone(), ino))
-            .collect();
+        let moved = self.subtree(from);
         for (old, ino) in moved {
             self.by_path.remove(&old);
             let rest = old.strip_prefix(from).expect("filtered on starts_with");
@@ -205,6 +201,26 @@ impl Inodes {
             }
             self.by_path.insert(new, ino);
         }
+    }
+
+    /// `path` and every known path under it. Paths order bytewise, so they
+    /// all lie between `path` and `path` + "0" (the byte after '/'), among
+    /// siblings such as `path.txt` that the filter leaves out.
+    fn subtree(&self, path: &CanonicalPath) -> Vec<(CanonicalPath, u64)> {
+        if path.is_root() {
+            return self
+                .by_path
+                .iter()
+                .map(|(p, &ino)| (p.clone(), ino))
+                .collect();
+        }
+        let end = format!("{}0", path.as_str());
+        self.by_path
+            .range(path.clone()..)
+            .take_while(|(p, _)| p.as_str() < end.as_str())
+            .filter(|(p, _)| p.starts_with(path))
+            .map(|(p, &ino)| (p.clone(), ino))
+            .collect()
     }
 
     /// Every inode the kernel may cache, for a full invalidation.
@@ -263,5 +279,12 @@ mod tests {
             p("dx"),
             "a sibling sharing the prefix stays"
         );
+        // Siblings ordered between a directory and its children stay too.
+        let dash = t.learn(&p("e-x"), FileKind::File);
+        let dot = t.learn(&p("e.txt"), FileKind::File);
+        t.detach(&p("e"));
+        assert!(t.get(f).unwrap().unlinked, "the subtree went");
+        assert_eq!(t.at(&p("e-x")), Some(dash));
+        assert_eq!(t.at(&p("e.txt")), Some(dot));
     }
 }
