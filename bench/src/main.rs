@@ -144,9 +144,9 @@ struct Cli {
     #[arg(long)]
     small_ops: Option<usize>,
 
-    /// Files in the snapshot and archive workspaces [default: 10000, or
-    /// 1000 with --quick].
-    #[arg(long)]
+    /// Files in the snapshot and archive workspaces and in the mount's
+    /// source tree [default: 10000, or 1000 with --quick].
+    #[arg(long, visible_alias = "files")]
     tree_files: Option<usize>,
 
     /// Size of the archive tree in MiB [default: 200, or 20 with --quick];

@@ -7,7 +7,7 @@
 //!   local bare repository (over `file://`), and `git status` of the clone
 //!   the second time it runs (the first fills the caches);
 //! - one large file: a sequential write through the mount (1 MiB writes,
-//!   timed until close returns, when the mount has committed it) beside
+//!   timed until fsync returns, when the mount has committed it) beside
 //!   `wsfs put` of the same file, and a sequential read through the mount
 //!   (the file's pages dropped from the kernel's cache first) beside
 //!   `wsfs get`;
@@ -240,7 +240,7 @@ fn clean_status(repo: &Path) -> Result<(), String> {
 }
 
 /// Copies `source` into a new file at `dest` in 1 MiB writes; the seconds
-/// until the file is closed.
+/// until fsync returns (when the mount has committed it).
 fn write_through(source: &Path, dest: &Path) -> Result<f64, String> {
     let io = |e: std::io::Error| format!("cannot copy to '{}': {e}", dest.display());
     trees::settle();
@@ -255,6 +255,9 @@ fn write_through(source: &Path, dest: &Path) -> Result<f64, String> {
         }
         output.write_all(&buf[..n]).map_err(io)?;
     }
+    // close returns before the commit lands (the mount's write-behind):
+    // fsync waits for it.
+    output.sync_all().map_err(io)?;
     drop(output);
     Ok(started.elapsed().as_secs_f64())
 }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 use wsfs_client::mount::{MountHandle, MountOptions};
-use wsfs_client::{Client, FileKind, Filesystem, Session, SessionOptions};
+use wsfs_client::{Client, FileKind, Filesystem, Session, SessionLimits, SessionOptions};
 use wsfs_tests::harness::TestServer;
 use wsfs_tests::kit::{fuse_missing, p, system_tool, unavailable};
 
@@ -39,6 +39,17 @@ impl Mounted {
     fn root(&self) -> PathBuf {
         self.dir.path().to_path_buf()
     }
+
+    /// Waits for the mount's queued commits (a close returns before its
+    /// commit lands): after this the API sees every closed file.
+    async fn synced(&self) {
+        self.handle
+            .as_ref()
+            .expect("mounted")
+            .sync()
+            .await
+            .expect("every queued commit lands");
+    }
 }
 
 impl Drop for Mounted {
@@ -59,12 +70,22 @@ fn can_mount() -> bool {
 }
 
 async fn mounted(backend: &'static str, options: MountOptions) -> Mounted {
+    mounted_with_limits(backend, SessionLimits::default(), options).await
+}
+
+/// A session with `limits` (zero: the default), mounted.
+async fn mounted_with_limits(
+    backend: &'static str,
+    limits: SessionLimits,
+    options: MountOptions,
+) -> Mounted {
     let server = TestServer::start().await;
     let client = Client::connect(&server.url()).await.unwrap();
     let session_options = match backend {
         "memory" => SessionOptions::memory(),
         _ => SessionOptions::directory(),
-    };
+    }
+    .limits(limits);
     let info = client.create_session(session_options).await.unwrap();
     let session = client.session(&info.id);
     let dir = tempfile::tempdir().unwrap();
@@ -124,6 +145,19 @@ async fn bytes_of(session: &Session, path: &str) -> Vec<u8> {
     out
 }
 
+/// Polls the API with `check` until it holds or a generous deadline passes.
+async fn api_eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not seen within 20 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Polls `check` until it holds or a generous deadline passes.
 async fn eventually(what: &str, mut check: impl FnMut() -> bool + Send + 'static) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -142,8 +176,9 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool + Send + 'static
     }
 }
 
+/// Without any sync: the commits a close queued land by themselves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn files_written_in_the_mount_reach_the_api_when_closed() {
+async fn files_written_in_the_mount_reach_the_api_soon_after_close() {
     if !can_mount() {
         return;
     }
@@ -164,6 +199,13 @@ async fn files_written_in_the_mount_reach_the_api_when_closed() {
         })
         .await;
         let s = &m.session;
+        api_eventually("the closed files through the API", || async {
+            s.read_to_string("notes.txt").await.ok().as_deref() == Some("one\ntwo\n")
+                && s.stat(&p("src/bin/main.rs"))
+                    .await
+                    .is_ok_and(|meta| meta.permissions.bits() == 0o755)
+        })
+        .await;
         assert_eq!(
             s.read_to_string("src/bin/main.rs").await.unwrap(),
             "fn main() {}\n",
@@ -218,6 +260,7 @@ async fn a_mode_and_mtime_set_while_writing_are_kept_after_close() {
         })
         .await;
         assert_eq!(seen, (0o750, then), "{}: the mount's own view", m.backend);
+        m.synced().await;
         let meta = m.session.stat(&p("run.sh")).await.unwrap();
         assert_eq!(
             (meta.permissions.bits(), meta.modified, meta.size),
@@ -329,6 +372,7 @@ async fn git_init_add_commit_status_and_checkout_work_in_the_mount() {
         })
         .await;
         assert_eq!(status, "", "{}: a clean tree after checkout", m.backend);
+        m.synced().await;
         let s = &m.session;
         assert_eq!(
             s.read_to_string("repo/a.txt").await.unwrap(),
@@ -379,6 +423,7 @@ async fn tar_extracts_a_tree_and_rm_removes_it() {
         let root = m.root();
         let archive = archive.clone();
         blocking(move || run(&root, "tar", &["xf", archive.to_str().unwrap()])).await;
+        m.synced().await;
         let s = &m.session;
         let listing = s.list(&p("tree"), 8).await.unwrap();
         let files = listing
@@ -518,6 +563,7 @@ async fn a_small_write_into_a_big_file_changes_only_those_bytes() {
             f.write_all(b"tail").unwrap();
         })
         .await;
+        m.synced().await;
         let after = bytes_of(&m.session, "big.bin").await;
         let mut expected = content.clone();
         expected[(10 << 20)..(10 << 20) + 7].copy_from_slice(b"patched");
@@ -542,6 +588,7 @@ async fn a_small_write_into_a_big_file_changes_only_those_bytes() {
                 .unwrap()
         })
         .await;
+        m.synced().await;
         assert_eq!(
             bytes_of(&m.session, "big.bin").await,
             content[..1000].to_vec()
@@ -780,5 +827,267 @@ async fn rename_replaces_an_open_file_and_noreplace_refuses() {
             "new content\n"
         );
         assert!(m.session.exists(&p("source.txt")).await.unwrap().is_none());
+    }
+}
+
+/// Close returns before the commit lands (the write-behind); unmounting
+/// right after many closes still commits every file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unmount_commits_every_queued_file() {
+    if !can_mount() {
+        return;
+    }
+    const FILES: usize = 300;
+    for mut m in both().await {
+        let root = m.root();
+        blocking(move || {
+            std::fs::create_dir(root.join("many")).unwrap();
+            for i in 0..FILES {
+                std::fs::write(root.join(format!("many/f{i}.txt")), format!("file {i}\n")).unwrap();
+            }
+        })
+        .await;
+        m.handle.take().unwrap().unmount().unwrap();
+        let listing = m.session.list(&p("many"), 1).await.unwrap();
+        assert_eq!(listing.entries.len(), FILES, "{}", m.backend);
+        for i in [0, FILES / 2, FILES - 1] {
+            assert_eq!(
+                m.session
+                    .read_to_string(&format!("many/f{i}.txt"))
+                    .await
+                    .unwrap(),
+                format!("file {i}\n"),
+                "{}: committed before the unmount returned",
+                m.backend
+            );
+        }
+    }
+}
+
+/// A queued commit the server refuses (the session's quota) is not
+/// dropped: the bytes stay staged and the file's next fsync reports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_queued_commit_is_reported_at_the_next_fsync() {
+    if !can_mount() {
+        return;
+    }
+    let limits = SessionLimits {
+        max_total_bytes: 64 * 1024,
+        ..SessionLimits::default()
+    };
+    let m = mounted_with_limits("memory", limits, MountOptions::default()).await;
+    let file = m.path("big.bin");
+    let failed = blocking(move || {
+        // The close may already see the refusal or not: the commit is queued.
+        let _ = std::fs::write(&file, vec![1u8; 256 * 1024]);
+        let reopened = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+        errno_of(reopened.sync_all())
+    })
+    .await;
+    assert_eq!(failed, libc::ENOSPC, "the quota's refusal, at fsync");
+    let size = m.session.stat(&p("big.bin")).await.unwrap().size;
+    assert_eq!(size, 0, "nothing of the refused commit landed");
+}
+
+/// A file with more bytes written between two commits than the session's
+/// per-write limit is committed in parts, each within the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_file_larger_than_the_write_limit_is_committed_in_parts() {
+    if !can_mount() {
+        return;
+    }
+    const LIMIT: u64 = 1 << 20;
+    let limits = SessionLimits {
+        max_write_bytes: LIMIT,
+        ..SessionLimits::default()
+    };
+    let content: Vec<u8> = (0..(5 * LIMIT + 12345)).map(|i| (i % 241) as u8).collect();
+    for backend in ["memory", "directory"] {
+        let m = mounted_with_limits(backend, limits, MountOptions::default()).await;
+        let file = m.path("large.bin");
+        let written = content.clone();
+        blocking(move || {
+            let mut f = std::fs::File::create(&file).unwrap();
+            f.write_all(&written).unwrap();
+            f.sync_all().expect("fsync commits it in parts");
+        })
+        .await;
+        assert!(
+            bytes_of(&m.session, "large.bin").await == content,
+            "{backend}: every byte landed"
+        );
+    }
+}
+
+/// Skips (or fails under WSFS_REQUIRE_TOOLS=1) when `program` is missing.
+fn tool(program: &str) -> Option<PathBuf> {
+    let found = system_tool(program);
+    if found.is_none() {
+        eprintln!("skipping: `{program}` is not on PATH");
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite3_creates_and_queries_a_database_in_the_mount() {
+    if !can_mount() {
+        return;
+    }
+    let Some(sqlite3) = tool("sqlite3") else {
+        return;
+    };
+    let sqlite3 = sqlite3.to_str().unwrap().to_string();
+    for m in both().await {
+        let root = m.root();
+        let program = sqlite3.clone();
+        let counted = blocking(move || {
+            run(
+                &root,
+                &program,
+                &[
+                    "app.db",
+                    "create table notes(id integer primary key, body text); \
+                     insert into notes(body) values ('one'), ('two'), ('three'); \
+                     update notes set body = 'TWO' where id = 2;",
+                ],
+            );
+            run(
+                &root,
+                &program,
+                &["app.db", "select count(*), group_concat(body) from notes;"],
+            )
+        })
+        .await;
+        assert_eq!(counted, "3|one,TWO,three\n", "{}", m.backend);
+        m.synced().await;
+        // The database as the API has it, queried on local disk.
+        let copy = tempfile::tempdir().unwrap();
+        let local = copy.path().join("app.db");
+        std::fs::write(&local, bytes_of(&m.session, "app.db").await).unwrap();
+        let queried = run(
+            copy.path(),
+            &sqlite3,
+            &["app.db", "select body from notes where id = 2;"],
+        );
+        assert_eq!(queried, "TWO\n", "{}: the committed database", m.backend);
+        assert!(m
+            .session
+            .exists(&p("app.db-journal"))
+            .await
+            .unwrap()
+            .is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pytest_runs_a_small_project_in_the_mount() {
+    if !can_mount() {
+        return;
+    }
+    let Some(python) = tool("python3") else {
+        return;
+    };
+    let has_pytest = Command::new(&python)
+        .args(["-m", "pytest", "--version"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !has_pytest {
+        // pip's, not the system's: CI installs it in a later step.
+        eprintln!("skipping: pytest is not installed for python3 (pip install pytest)");
+        return;
+    }
+    for m in both().await {
+        let root = m.root();
+        let python = python.clone();
+        blocking(move || {
+            let project = root.join("proj");
+            std::fs::create_dir_all(project.join("tests")).unwrap();
+            std::fs::write(
+                project.join("calc.py"),
+                "def add(a, b):\n    return a + b\n",
+            )
+            .unwrap();
+            std::fs::write(
+                project.join("tests/test_calc.py"),
+                "import calc\n\ndef test_add():\n    assert calc.add(2, 3) == 5\n\n\
+                 def test_add_negative():\n    assert calc.add(-1, 1) == 0\n",
+            )
+            .unwrap();
+            run(
+                &project,
+                python.to_str().unwrap(),
+                &[
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "--rootdir",
+                    ".",
+                    "--junitxml",
+                    "report.xml",
+                ],
+            )
+        })
+        .await;
+        m.synced().await;
+        let report = m.session.read_to_string("proj/report.xml").await.unwrap();
+        assert!(
+            report.contains(r#"tests="2""#) && report.contains(r#"failures="0""#),
+            "{}: {report}",
+            m.backend
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cargo_builds_and_runs_a_small_crate_in_the_mount() {
+    if !can_mount() {
+        return;
+    }
+    let Some(cargo) = tool("cargo") else {
+        return;
+    };
+    for m in both().await {
+        let root = m.root();
+        let cargo = cargo.clone();
+        let printed = blocking(move || {
+            let krate = root.join("hello");
+            std::fs::create_dir_all(krate.join("src")).unwrap();
+            std::fs::write(
+                krate.join("Cargo.toml"),
+                "[package]\nname = \"hello\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+            )
+            .unwrap();
+            std::fs::write(
+                krate.join("src/main.rs"),
+                "fn main() {\n    println!(\"hello from the mount\");\n}\n",
+            )
+            .unwrap();
+            let out = Command::new(&cargo)
+                .args(["build", "--offline", "--quiet"])
+                .current_dir(&krate)
+                .env("CARGO_TARGET_DIR", krate.join("target"))
+                .env_remove("RUSTFLAGS")
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "cargo build failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            run(&krate, "./target/debug/hello", &[])
+        })
+        .await;
+        assert_eq!(printed, "hello from the mount\n", "{}", m.backend);
+        m.synced().await;
+        let binary = m
+            .session
+            .stat(&p("hello/target/debug/hello"))
+            .await
+            .unwrap();
+        assert!(
+            binary.size > 0 && binary.permissions.bits() & 0o100 != 0,
+            "{}: the built program, executable, through the API",
+            m.backend
+        );
     }
 }

@@ -8,7 +8,7 @@ use super::inodes::ROOT;
 use super::shared::Shared;
 use fuser::{Errno, FileAttr, FileType, Generation, INodeNo, ReplyAttr, ReplyEntry, TimeOrNow};
 use std::ffi::OsStr;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use wsfs::{Attributes, FileKind, Filesystem as _, Metadata, PatchOptions, Permissions};
 
 /// `st_blksize`: the buffer size programs pick for their reads and writes.
@@ -38,8 +38,20 @@ impl Shared {
     pub(super) fn remember(&self, ino: u64, attr: FileAttr) -> FileAttr {
         if let Some(node) = self.inodes().get_mut(ino) {
             node.attr = Some(attr);
+            node.attr_at = Instant::now();
         }
         attr
+    }
+
+    /// [`known_attr`](Shared::known_attr), when read from the server within
+    /// the cache lifetime: what a directory's own creates and removes, which
+    /// do not refresh its modification time, leave stale for no longer.
+    fn fresh_attr(&self, ino: u64) -> Option<FileAttr> {
+        let fresh = self
+            .inodes()
+            .get(ino)
+            .is_some_and(|node| node.attr_at.elapsed() < self.ttl());
+        fresh.then(|| self.known_attr(ino)).flatten()
     }
 
     /// The attributes of `ino` as last told, with the staged length and
@@ -176,6 +188,12 @@ impl WsfsFs {
     }
 
     pub(super) fn do_getattr(&self, ino: INodeNo, reply: ReplyAttr) {
+        // The kernel asks again after its own changes (a create or unlink
+        // in a directory, a write): what the mount told it stays true of
+        // those; a change from elsewhere drops it (invalidate.rs).
+        if let Some(attr) = self.shared.fresh_attr(ino.0) {
+            return reply.attr(&self.shared.ttl(), &attr);
+        }
         self.spawn(move |s| async move {
             match s.getattr(ino.0).await {
                 Ok(attr) => reply.attr(&s.ttl(), &attr),
@@ -203,7 +221,10 @@ impl WsfsFs {
                 let unlinked = s.inodes().get(ino).is_none_or(|n| n.unlinked);
                 if let Some(len) = size {
                     match &staged {
-                        Some(staged) => staged.truncate(len).map_err(|e| local(&e))?,
+                        Some(staged) => {
+                            staged.truncate(len).map_err(|e| local(&e))?;
+                            s.queue_closed(ino).await;
+                        }
                         None => {
                             let (path, kind) = s.path(ino)?;
                             if kind == FileKind::Directory {
@@ -227,7 +248,7 @@ impl WsfsFs {
                 // never changes a link): accepted, as tar expects, and
                 // left as they are.
                 let kept = !unlinked && kind != Some(FileKind::Symlink);
-                let waiting = staged.as_ref().filter(|staged| staged.has_changes());
+                let waiting = staged.as_ref().filter(|staged| staged.busy());
                 if let (true, Some(staged)) = (kept, waiting) {
                     // Bytes wait for the commit: the bits and time go with
                     // them, in the same patch.
@@ -237,6 +258,9 @@ impl WsfsFs {
                     if let Some(modified) = modified {
                         staged.set_modified(modified);
                     }
+                    // Closed already (tar's utimensat after close): into
+                    // the queued commit, or a new one.
+                    s.queue_closed(ino).await;
                     if let Some(attr) = s.known_attr(ino) {
                         return Ok(attr);
                     }

@@ -73,7 +73,8 @@ impl fuser::Filesystem for WsfsFs {
         let shared = self.shared.clone();
         self.shared
             .runtime
-            .block_on(async move { shared.commit_all().await });
+            .block_on(async move { shared.commit_all().await })
+            .ok();
         let _ = self.ended.send(true);
     }
 
@@ -231,7 +232,7 @@ impl fuser::Filesystem for WsfsFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.commit_and(ino, reply);
+        self.do_flush(ino, reply);
     }
 
     fn fsync(
@@ -242,7 +243,7 @@ impl fuser::Filesystem for WsfsFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.commit_and(ino, reply);
+        self.do_fsync(ino, reply);
     }
 
     fn release(

@@ -5,8 +5,9 @@
 
 use super::staging::Staged;
 use fuser::FileAttr;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Instant;
 use wsfs::{CanonicalPath, FileKind};
 
 /// The root directory's number, as FUSE fixes it.
@@ -38,11 +39,16 @@ pub struct Node {
     /// changed them since: a setattr that would change nothing is answered
     /// from here, without a round trip.
     pub attr: Option<FileAttr>,
+    /// When `attr` was last read from the server (or made by the mount).
+    pub attr_at: Instant,
 }
 
 pub struct Inodes {
     nodes: HashMap<u64, Node>,
-    by_path: HashMap<CanonicalPath, u64>,
+    /// Ordered, so that a subtree is one range (see [`Inodes::subtree`]):
+    /// an unlink or rename costs the size of what it moves, not of the
+    /// table.
+    by_path: BTreeMap<CanonicalPath, u64>,
     next: u64,
 }
 
@@ -62,9 +68,10 @@ impl Inodes {
                 cached_version: None,
                 own_version: None,
                 attr: None,
+                attr_at: Instant::now(),
             },
         );
-        let mut by_path = HashMap::new();
+        let mut by_path = BTreeMap::new();
         by_path.insert(CanonicalPath::root(), ROOT);
         Inodes {
             nodes,
@@ -117,6 +124,7 @@ impl Inodes {
                 cached_version: None,
                 own_version: None,
                 attr: None,
+                attr_at: Instant::now(),
             },
         );
         self.by_path.insert(path.clone(), ino);
@@ -142,12 +150,13 @@ impl Inodes {
         self.collect(ino);
     }
 
-    /// Drops `ino` when neither the kernel nor an open handle needs it.
+    /// Drops `ino` when neither the kernel, an open handle nor a queued
+    /// commit (its staging) needs it.
     pub fn collect(&mut self, ino: u64) {
         let Some(node) = self.nodes.get(&ino) else {
             return;
         };
-        if ino == ROOT || node.lookups > 0 || node.open > 0 {
+        if ino == ROOT || node.lookups > 0 || node.open > 0 || node.staged.is_some() {
             return;
         }
         let node = self.nodes.remove(&ino).expect("checked above");
@@ -160,16 +169,18 @@ impl Inodes {
     /// keep living for the kernel's lookups and open handles, but no
     /// longer name a path.
     pub fn detach(&mut self, path: &CanonicalPath) {
-        let gone: Vec<CanonicalPath> = self
-            .by_path
-            .keys()
-            .filter(|p| p.starts_with(path) && !path.is_root())
-            .cloned()
-            .collect();
+        if path.is_root() {
+            return;
+        }
+        let gone: Vec<CanonicalPath> = self.subtree(path).into_iter().map(|(p, _)| p).collect();
         for p in gone {
             if let Some(ino) = self.by_path.remove(&p) {
                 if let Some(node) = self.nodes.get_mut(&ino) {
                     node.unlinked = true;
+                    if node.open == 0 {
+                        // Nobody can read these bytes any more.
+                        node.staged = None;
+                    }
                 }
                 self.collect(ino);
             }
@@ -180,12 +191,7 @@ impl Inodes {
     /// there.
     pub fn renamed(&mut self, from: &CanonicalPath, to: &CanonicalPath) {
         self.detach(to);
-        let moved: Vec<(CanonicalPath, u64)> = self
-            .by_path
-            .iter()
-            .filter(|(p, _)| p.starts_with(from))
-            .map(|(p, &ino)| (p.clone(), ino))
-            .collect();
+        let moved = self.subtree(from);
         for (old, ino) in moved {
             self.by_path.remove(&old);
             let rest = old.strip_prefix(from).expect("filtered on starts_with");
@@ -195,6 +201,26 @@ impl Inodes {
             }
             self.by_path.insert(new, ino);
         }
+    }
+
+    /// `path` and every known path under it. Paths order bytewise, so they
+    /// all lie between `path` and `path` + "0" (the byte after '/'), among
+    /// siblings such as `path.txt` that the filter leaves out.
+    fn subtree(&self, path: &CanonicalPath) -> Vec<(CanonicalPath, u64)> {
+        if path.is_root() {
+            return self
+                .by_path
+                .iter()
+                .map(|(p, &ino)| (p.clone(), ino))
+                .collect();
+        }
+        let end = format!("{}0", path.as_str());
+        self.by_path
+            .range(path.clone()..)
+            .take_while(|(p, _)| p.as_str() < end.as_str())
+            .filter(|(p, _)| p.starts_with(path))
+            .map(|(p, &ino)| (p.clone(), ino))
+            .collect()
     }
 
     /// Every inode the kernel may cache, for a full invalidation.
@@ -253,5 +279,12 @@ mod tests {
             p("dx"),
             "a sibling sharing the prefix stays"
         );
+        // Siblings ordered between a directory and its children stay too.
+        let dash = t.learn(&p("e-x"), FileKind::File);
+        let dot = t.learn(&p("e.txt"), FileKind::File);
+        t.detach(&p("e"));
+        assert!(t.get(f).unwrap().unlinked, "the subtree went");
+        assert_eq!(t.at(&p("e-x")), Some(dash));
+        assert_eq!(t.at(&p("e.txt")), Some(dot));
     }
 }

@@ -15,6 +15,8 @@
 //!   - `read`: reads, symlink targets and directory listings;
 //!   - `write`: opens, writes and the commits of staged files;
 //!   - `namespace`: create, mkdir, symlink, rename, unlink, rmdir.
+//! - `behind`: the write-behind: commits at close queued (bounded,
+//!   ordered per file), so that closing a file waits for no round trip.
 //! - `shared`: what every operation's task shares (session, inodes,
 //!   handles) and the server calls behind a retry.
 //! - `invalidate`: the session's Watch stream dropping the kernel's cached
@@ -25,6 +27,7 @@
 //! errno table and the memory bound.
 
 mod attr;
+mod behind;
 mod dispatch;
 mod errno;
 mod inodes;
@@ -91,6 +94,7 @@ pub struct MountHandle {
     session: Option<fuser::BackgroundSession>,
     watcher: tokio::task::JoinHandle<()>,
     ended: tokio::sync::watch::Receiver<bool>,
+    shared: Arc<shared::Shared>,
     /// The private staging directory, removed after the unmount.
     _staging: tempfile::TempDir,
 }
@@ -151,13 +155,14 @@ pub async fn mount(
             .map_err(|e| local(io::Error::other(e)))?
             .map_err(local)?;
     let notifier = fuse.notifier();
-    let watcher = invalidate::start(shared, notifier);
+    let watcher = invalidate::start(shared.clone(), notifier);
     let session = fuse.spawn().map_err(local)?;
     Ok(MountHandle {
         dir,
         session: Some(session),
         watcher,
         ended,
+        shared,
         _staging: staging,
     })
 }
@@ -165,6 +170,14 @@ pub async fn mount(
 impl MountHandle {
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Commits everything closed or fsynced so far whose commit is still
+    /// queued, and everything staged: once it returns, every client sees
+    /// what the mount's programs wrote. The first failure is returned (all
+    /// are written to stderr).
+    pub async fn sync(&self) -> io::Result<()> {
+        self.shared.commit_all().await
     }
 
     /// Resolves when the mount ends, whoever unmounted it (`wsfs unmount`,
@@ -185,6 +198,17 @@ impl MountHandle {
         let Some(session) = self.session.take() else {
             return Ok(());
         };
+        if !*self.ended.borrow() {
+            // The queued commits land while the mount can still report
+            // them; what programs close after this, the kernel's last
+            // call (destroy) commits.
+            let shared = self.shared.clone();
+            let runtime = shared.runtime.clone();
+            let _ = std::thread::spawn(move || {
+                runtime.block_on(async move { shared.commit_all().await })
+            })
+            .join();
+        }
         let result = if *self.ended.borrow() {
             Ok(())
         } else {

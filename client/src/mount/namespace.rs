@@ -213,6 +213,15 @@ impl WsfsFs {
         }
         self.spawn(move |s| async move {
             let result = async {
+                // No queued commit runs across the rename (behind.rs): the
+                // commits of files in a directory moved end first; a file's
+                // own one runs after, at its new name.
+                let _held = if s.inodes().kind_at(&source) == Some(FileKind::Directory) {
+                    s.drain().await;
+                    Vec::new()
+                } else {
+                    s.quiesce_both(&source, &destination).await
+                };
                 if replace {
                     // A directory replaces only an empty directory.
                     let target_kind = s.inodes().kind_at(&destination);
@@ -263,6 +272,8 @@ impl WsfsFs {
                     (true, false) => return Err(Errno::ENOTDIR),
                     _ => {}
                 }
+                // A queued commit of the file runs after: not at all.
+                let _held = s.quiesce(&path).await;
                 if !directory {
                     s.keep_if_open(&path).await?;
                 }

@@ -2,6 +2,7 @@
 //! handles and the mount's options, with the calls every operation makes
 //! (a path for an inode, the server behind a retry).
 
+use super::behind::WriteBehind;
 use super::errno::errno;
 use super::inodes::Inodes;
 use super::staging::Staged;
@@ -41,6 +42,10 @@ pub(super) struct Shared {
     pub(super) uid: u32,
     pub(super) gid: u32,
     pub(super) runtime: tokio::runtime::Handle,
+    pub(super) behind: WriteBehind,
+    /// The session's per-write limit once a commit has learned it (0: not
+    /// yet): a commit sending more goes in parts of at most this.
+    pub(super) max_write: AtomicU64,
 }
 
 impl Shared {
@@ -62,6 +67,8 @@ impl Shared {
             uid,
             gid,
             runtime,
+            behind: WriteBehind::new(),
+            max_write: AtomicU64::new(0),
         }
     }
 
@@ -81,7 +88,16 @@ impl Shared {
 
     /// Calls the server, waiting out an unreachable server for at most
     /// `server_wait` (the channel reconnects by itself).
-    pub(super) async fn retry<T, F, Fut>(&self, mut call: F) -> Result<T, Errno>
+    pub(super) async fn retry<T, F, Fut>(&self, call: F) -> Result<T, Errno>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = wsfs::Result<T>>,
+    {
+        self.retry_refusal(call).await.map_err(|e| errno(&e))
+    }
+
+    /// [`retry`](Shared::retry), with the server's refusal as it came.
+    pub(super) async fn retry_refusal<T, F, Fut>(&self, mut call: F) -> wsfs::Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = wsfs::Result<T>>,
@@ -90,12 +106,11 @@ impl Shared {
         let mut pause = Duration::from_millis(50);
         loop {
             match call().await {
-                Ok(value) => return Ok(value),
                 Err(Error::Unavailable { .. }) if Instant::now() + pause < deadline => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
                 }
-                Err(e) => return Err(errno(&e)),
+                other => return other,
             }
         }
     }

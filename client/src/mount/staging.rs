@@ -10,7 +10,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use wsfs::Permissions;
 
@@ -106,12 +106,35 @@ impl Ranges {
     }
 }
 
+/// `ranges` in parts of at most `limit` bytes each (a range is cut where
+/// a part fills), in order; one part when `limit` is 0 (not known) or they
+/// fit. Never no part: a commit without bytes still sends one patch.
+pub fn split(ranges: &[(u64, u64)], limit: u64) -> Vec<Vec<(u64, u64)>> {
+    let mut parts = vec![Vec::new()];
+    let mut room = if limit == 0 { u64::MAX } else { limit };
+    for &(start, end) in ranges {
+        let mut at = start;
+        while at < end {
+            if room == 0 {
+                parts.push(Vec::new());
+                room = limit;
+            }
+            let take = (end - at).min(room);
+            parts.last_mut().expect("never empty").push((at, at + take));
+            at += take;
+            room -= take;
+        }
+    }
+    parts
+}
+
 /// One file's staged bytes.
 pub struct Staged {
     state: Mutex<State>,
     /// One commit at a time, so that a commit's ranges return to the dirty
-    /// set intact when it fails.
-    pub commit_lock: tokio::sync::Mutex<()>,
+    /// set intact when it fails; held by a rename or unlink of the file so
+    /// that no commit runs across it (behind.rs).
+    pub commit_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
 struct State {
@@ -133,6 +156,12 @@ struct State {
     /// A modification time a program set since its last write: sent with
     /// the commit, so that it is the file's time once committed.
     set_modified: Option<SystemTime>,
+    /// Queued commits (behind.rs) not started yet, and not ended yet.
+    waiting: u32,
+    pending: u32,
+    /// The errno of a queued commit that failed, for the file's next close
+    /// or fsync to report.
+    failure: Option<i32>,
 }
 
 /// What one commit sends: the length to cut or extend to first, then the
@@ -143,9 +172,13 @@ pub struct Commit {
     pub ranges: Vec<(u64, u64)>,
     /// The file's length once committed.
     pub size: u64,
-    /// The bits and the modification time to set with the bytes.
+    /// The bits to set with the bytes, and the modification time: the one
+    /// a program set, else the time of the last write (what the kernel was
+    /// told, so that its cached attributes stay true once committed).
     pub permissions: Option<Permissions>,
     pub modified: Option<SystemTime>,
+    /// Whether `modified` is a time a program set (utimensat).
+    set: bool,
     /// The length the cut was taken from, restored when the commit fails.
     cut: Option<u64>,
     dirty: Ranges,
@@ -171,8 +204,11 @@ impl Staged {
                 modified: SystemTime::now(),
                 permissions: None,
                 set_modified: None,
+                waiting: 0,
+                pending: 0,
+                failure: None,
             }),
-            commit_lock: tokio::sync::Mutex::new(()),
+            commit_lock: Arc::new(tokio::sync::Mutex::new(())),
         })
     }
 
@@ -193,10 +229,52 @@ impl Staged {
         self.state().permissions
     }
 
-    /// Bytes or a length change wait for the commit.
-    pub fn has_changes(&self) -> bool {
+    /// Anything for a commit to send: bytes, a length, bits or a time.
+    pub fn has_work(&self) -> bool {
         let s = self.state();
-        !s.dirty.is_empty() || s.cut.is_some() || s.size != s.server_size
+        !s.dirty.is_empty()
+            || s.cut.is_some()
+            || s.size != s.server_size
+            || s.permissions.is_some()
+            || s.set_modified.is_some()
+    }
+
+    /// Changes wait, or a queued commit has not ended: the staging must
+    /// stay, and a chmod or utimensat goes into it.
+    pub fn busy(&self) -> bool {
+        self.has_work() || self.state().pending > 0
+    }
+
+    /// A commit joins the queue, unless one queued has not started yet
+    /// (it will send everything): whether it joined.
+    pub fn enqueue(&self) -> bool {
+        let mut s = self.state();
+        if s.waiting > 0 {
+            return false;
+        }
+        s.waiting += 1;
+        s.pending += 1;
+        true
+    }
+
+    /// A queued commit starts: what changes from now on needs another.
+    pub fn started(&self) {
+        let mut s = self.state();
+        s.waiting = s.waiting.saturating_sub(1);
+    }
+
+    /// A queued commit ended; `failure` is its errno when it failed.
+    pub fn ended(&self, failure: Option<i32>) {
+        let mut s = self.state();
+        s.pending = s.pending.saturating_sub(1);
+        if failure.is_some() {
+            s.failure = failure;
+        }
+    }
+
+    /// The errno of a queued commit that failed, once.
+    pub fn take_failure(&self) -> Option<i32> {
+        self.state().failure.take()
     }
 
     /// A chmod, sent with the next commit.
@@ -306,12 +384,14 @@ impl Staged {
             ranges.push((size - 1, size));
         }
         let cut = s.cut.take();
+        let set = s.set_modified.take();
         Some(Commit {
             truncate_to,
             ranges,
             size,
             permissions: s.permissions.take(),
-            modified: s.set_modified.take(),
+            modified: Some(set.unwrap_or(s.modified)),
+            set: set.is_some(),
             cut,
             dirty,
         })
@@ -319,7 +399,10 @@ impl Staged {
 
     /// The server holds `commit` now.
     pub fn committed(&self, commit: &Commit) {
-        self.state().server_size = commit.size;
+        let mut s = self.state();
+        s.server_size = commit.size;
+        // What an earlier failure left is sent now: nothing to report.
+        s.failure = None;
     }
 
     /// `commit` did not land: its ranges are dirty again.
@@ -333,7 +416,7 @@ impl Staged {
         }
         s.permissions = s.permissions.or(commit.permissions);
         // A write since then made the time its own.
-        if commit.modified == Some(s.modified) {
+        if commit.set && commit.modified == Some(s.modified) {
             s.set_modified = s.set_modified.or(commit.modified);
         }
     }
@@ -362,6 +445,22 @@ mod tests {
         assert!(r.contains(4) && !r.contains(5) && r.contains(29) && !r.contains(30));
         r.insert(4, 23);
         assert_eq!(r.iter().collect::<Vec<_>>(), vec![(0, 30)]);
+    }
+
+    #[test]
+    fn a_commit_splits_into_parts_within_the_limit() {
+        assert_eq!(split(&[], 0), vec![Vec::new()]);
+        assert_eq!(split(&[(0, 100)], 0), vec![vec![(0, 100)]]);
+        assert_eq!(
+            split(&[(0, 25), (50, 60)], 10),
+            vec![
+                vec![(0, 10)],
+                vec![(10, 20)],
+                vec![(20, 25), (50, 55)],
+                vec![(55, 60)],
+            ]
+        );
+        assert_eq!(split(&[(0, 20)], 10), vec![vec![(0, 10)], vec![(10, 20)]]);
     }
 
     fn staged(server_size: u64) -> Staged {
@@ -428,7 +527,9 @@ mod tests {
         s.write(0, b"a").unwrap();
         s.set_modified(SystemTime::UNIX_EPOCH);
         s.write(1, b"b").unwrap();
-        assert_eq!(s.begin_commit().unwrap().modified, None);
+        let written = s.modified();
+        assert_ne!(written, SystemTime::UNIX_EPOCH);
+        assert_eq!(s.begin_commit().unwrap().modified, Some(written));
     }
 
     #[test]

@@ -3,9 +3,9 @@
 //! send the changed ranges to the server in one patch.
 
 use super::dispatch::WsfsFs;
-use super::errno::{describe, local};
+use super::errno::{describe, errno, local};
 use super::shared::{Handle, Shared};
-use super::staging::{Commit, Staged};
+use super::staging::{split, Commit, Staged};
 use bytes::Bytes;
 use fuser::{
     Errno, FileHandle, FopenFlags, INodeNo, OpenAccMode, OpenFlags, ReplyEmpty, ReplyOpen,
@@ -13,6 +13,7 @@ use fuser::{
 };
 use futures::StreamExt;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use wsfs::{
     CanonicalPath, Error, FileKind, Filesystem as _, PatchChunk, PatchChunks, PatchOptions,
@@ -83,28 +84,25 @@ impl Shared {
                 return Err(local(&e));
             }
         };
-        let options = PatchOptions {
-            truncate_to: commit.truncate_to,
-            permissions: commit.permissions,
-            modified: commit.modified,
-            ..PatchOptions::default()
-        };
-        let sent = self
-            .retry(|| {
-                self.session
-                    .patch_bytes(&path, options, chunks(reader.clone(), &commit))
-            })
-            .await;
-        if let Some(node) = self.inodes().get_mut(ino) {
-            // The length and time the kernel was told are the server's now.
-            node.attr = None;
-        }
+        let sent = self.send(&path, &reader, &commit).await;
         match sent {
             Ok(outcome) => {
                 staged.committed(&commit);
                 if let Some(node) = self.inodes().get_mut(ino) {
                     node.cached_version = Some(outcome.version);
                     node.own_version = Some(outcome.version);
+                    // What the kernel was told is the server's now: its
+                    // getattr is answered from here, without a Stat.
+                    if let Some(attr) = &mut node.attr {
+                        attr.size = commit.size;
+                        attr.blocks = commit.size.div_ceil(512);
+                        if let Some(modified) = commit.modified {
+                            (attr.mtime, attr.atime, attr.ctime) = (modified, modified, modified);
+                        }
+                        if let Some(permissions) = commit.permissions {
+                            attr.perm = permissions.bits() as u16;
+                        }
+                    }
                 }
                 Ok(())
             }
@@ -115,9 +113,59 @@ impl Shared {
         }
     }
 
-    /// Commits every staged file (at unmount); failures are reported on
-    /// stderr, the only place left to report them.
-    pub(super) async fn commit_all(&self) {
+    /// Sends `commit` to `path`: one patch, or when its bytes pass the
+    /// session's per-write limit, one patch per part of at most the limit,
+    /// in order (the length change first, the bits and time last).
+    async fn send(
+        &self,
+        path: &CanonicalPath,
+        reader: &Arc<std::fs::File>,
+        commit: &Commit,
+    ) -> Result<wsfs::WriteOutcome, Errno> {
+        loop {
+            let limit = self.max_write.load(Ordering::Relaxed);
+            let parts = split(&commit.ranges, limit);
+            let last = parts.len() - 1;
+            let mut outcome = None;
+            for (i, ranges) in parts.iter().enumerate() {
+                let options = PatchOptions {
+                    truncate_to: if i == 0 { commit.truncate_to } else { None },
+                    permissions: if i == last { commit.permissions } else { None },
+                    modified: if i == last { commit.modified } else { None },
+                    ..PatchOptions::default()
+                };
+                let sent = self
+                    .retry_refusal(|| {
+                        self.session
+                            .patch_bytes(path, options, chunks(reader.clone(), ranges))
+                    })
+                    .await;
+                match sent {
+                    Ok(done) => outcome = Some(done),
+                    // The limit, learned: the commit goes again in parts
+                    // (what went already is sent again, unchanged).
+                    Err(Error::TooLarge { limit: learned, .. })
+                        if learned > 0 && learned != limit =>
+                    {
+                        self.max_write.store(learned, Ordering::Relaxed);
+                        outcome = None;
+                        break;
+                    }
+                    Err(e) => return Err(errno(&e)),
+                }
+            }
+            if let Some(outcome) = outcome {
+                return Ok(outcome);
+            }
+        }
+    }
+
+    /// Commits every staged file, after the queued commits (at unmount,
+    /// and [`MountHandle::sync`](super::MountHandle::sync)). Each failure is
+    /// written to stderr (at unmount the only place left to report it);
+    /// the first is returned.
+    pub(super) async fn commit_all(&self) -> Result<(), std::io::Error> {
+        self.drain().await;
         let staged: Vec<(u64, CanonicalPath)> = {
             let inodes = self.inodes();
             inodes
@@ -129,22 +177,41 @@ impl Shared {
                 })
                 .collect()
         };
+        let mut first = Ok(());
         for (ino, path) in staged {
             if let Err(e) = self.commit(ino).await {
-                eprintln!(
-                    "wsfs mount: the changes to '{path}' could not be committed: {}",
+                let message = format!(
+                    "the changes to '{path}' could not be committed: {}",
                     describe(e)
                 );
+                eprintln!("wsfs mount: {message}");
+                if first.is_ok() {
+                    first = Err(std::io::Error::new(describe(e).kind(), message));
+                }
             }
+            self.drop_staging_if_done(ino);
         }
+        first
     }
 
-    /// A file handle of `ino` closed: the staging goes with the last one.
+    /// A file handle of `ino` closed.
     pub(super) fn release_node(&self, ino: u64) {
+        if let Some(node) = self.inodes().get_mut(ino) {
+            node.open = node.open.saturating_sub(1);
+        }
+        self.drop_staging_if_done(ino);
+    }
+
+    /// The staging of `ino` goes once no handle is open and nothing waits
+    /// to be committed (or the file left the workspace).
+    pub(super) fn drop_staging_if_done(&self, ino: u64) {
         let mut inodes = self.inodes();
         if let Some(node) = inodes.get_mut(ino) {
-            node.open = node.open.saturating_sub(1);
-            if node.open == 0 {
+            let done = node
+                .staged
+                .as_ref()
+                .is_none_or(|staged| node.unlinked || !staged.busy());
+            if node.open == 0 && done {
                 node.staged = None;
             }
         }
@@ -152,11 +219,11 @@ impl Shared {
     }
 }
 
-/// The patch chunks of `commit`, read from the staging file as they are
+/// The patch chunks of `ranges`, read from the staging file as they are
 /// sent (at most a chunk in memory at a time).
-fn chunks(file: Arc<std::fs::File>, commit: &Commit) -> PatchChunks {
+fn chunks(file: Arc<std::fs::File>, ranges: &[(u64, u64)]) -> PatchChunks {
     let mut pieces = Vec::new();
-    for &(start, end) in &commit.ranges {
+    for &(start, end) in ranges {
         let mut at = start;
         while at < end {
             let len = (end - at).min(MAX_CHUNK_SIZE as u64);
@@ -201,6 +268,10 @@ impl WsfsFs {
                     node.open += 1;
                     same && !truncating
                 };
+                if !keep_cache {
+                    // Fresh from the server: what getattr answers from now.
+                    s.attr(ino, &meta);
+                }
                 if writable {
                     if let Err(e) = s.stage(ino, meta.size, false) {
                         s.release_node(ino);
@@ -234,7 +305,21 @@ impl WsfsFs {
         }
     }
 
-    pub(super) fn commit_and(&self, ino: INodeNo, reply: ReplyEmpty) {
+    /// A close: the commit is queued (behind.rs); a queued commit of this
+    /// file that failed since is reported here.
+    pub(super) fn do_flush(&self, ino: INodeNo, reply: ReplyEmpty) {
+        self.spawn(move |s| async move {
+            let failure = s.staged(ino.0).and_then(|staged| staged.take_failure());
+            if let Some(errno) = failure {
+                return reply.error(Errno::from_i32(errno));
+            }
+            s.queue_commit(ino.0).await;
+            reply.ok();
+        });
+    }
+
+    /// fsync: committed before it returns, after any queued commit.
+    pub(super) fn do_fsync(&self, ino: INodeNo, reply: ReplyEmpty) {
         self.spawn(move |s| async move {
             match s.commit(ino.0).await {
                 Ok(()) => reply.ok(),
@@ -249,14 +334,7 @@ impl WsfsFs {
         let ino = ino.0;
         self.spawn(move |s| async move {
             if writable {
-                if let Err(e) = s.commit(ino).await {
-                    // flush already told the program; this is the last word.
-                    let path = s.path(ino).map(|(p, _)| p.to_string()).unwrap_or_default();
-                    eprintln!(
-                        "wsfs mount: the changes to '{path}' could not be committed: {}",
-                        describe(e)
-                    );
-                }
+                s.queue_commit(ino).await;
             }
             s.release_node(ino);
             reply.ok();
