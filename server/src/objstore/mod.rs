@@ -23,9 +23,11 @@
 //!   creates only (`PutMode::Create`), which S3 and a local directory both
 //!   support.
 //! - [`download`] fetches a session's snapshots into a fresh local store.
+//! - [`listing`] reads every session the bucket knows, for ListSessions.
 
 pub mod download;
 pub mod lease;
+pub mod listing;
 pub mod upload;
 
 use object_store::path::Path as Key;
@@ -286,8 +288,11 @@ pub mod keys {
         Key::from(format!("trees/{hex}"))
     }
 
+    /// Where every session's keys live, under its id.
+    pub const SESSIONS: &str = "sessions";
+
     pub fn session(id: &str) -> Key {
-        Key::from(format!("sessions/{id}"))
+        Key::from(format!("{SESSIONS}/{id}"))
     }
 
     pub fn session_record(id: &str) -> Key {
