@@ -335,8 +335,13 @@ async fn placement(cluster: &Cluster, label: &str) -> BTreeMap<String, usize> {
     let mut held = BTreeMap::new();
     for (index, replica) in cluster.replicas.iter().enumerate() {
         if let Ok(direct) = Client::connect(&replica.url()).await {
-            let wanted = BTreeMap::from([("test".to_string(), label.to_string())]);
-            if let Ok(sessions) = direct.list_sessions_labelled(&wanted, false).await {
+            // Its own only: with the shared bucket, each lists them all.
+            let own = wsfs_client::SessionQuery {
+                labels: BTreeMap::from([("test".to_string(), label.to_string())]),
+                local_only: true,
+                ..Default::default()
+            };
+            if let Ok(sessions) = direct.query_sessions(&own).await {
                 for s in sessions {
                     held.insert(s.id, index);
                 }
