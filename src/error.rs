@@ -293,6 +293,10 @@ impl Error {
             "CANCELLED" => Error::Cancelled { message },
             "UNAVAILABLE" => Error::Unavailable { message },
             "INTERNAL" => Error::Internal { message },
+            _ if info.is_none() && http_answer(&message).is_some() => {
+                let (code, text) = http_answer(&message).unwrap_or_default();
+                from_http_answer(code, text)
+            }
             _ => match status.code() {
                 Code::InvalidArgument => Error::InvalidArgument { message },
                 Code::Unauthenticated => Error::Unauthenticated { message },
@@ -393,6 +397,62 @@ impl Error {
 impl From<Error> for Status {
     fn from(e: Error) -> Status {
         e.to_status()
+    }
+}
+
+/// How the message of every error made from a proxy's HTTP answer begins
+/// (see [`Error::from_status`]).
+pub const PROXY_ANSWERED: &str = "a proxy or gateway in front of the server answered HTTP ";
+
+/// The HTTP status (and its text, possibly empty) a call was answered with
+/// instead of gRPC, as tonic reports it: `... response with status: 403
+/// Forbidden` for a page with a body, `... HTTP status code 502` for one
+/// without. Such an answer comes from something between client and
+/// server (a proxy, a gateway, a load balancer), never from a wsfs server.
+fn http_answer(message: &str) -> Option<(u16, &str)> {
+    ["response with status: ", "HTTP status code "]
+        .iter()
+        .find_map(|mark| message.split_once(mark).map(|(_, rest)| rest))
+        .and_then(|rest| {
+            let (code, text) = rest.split_once(' ').unwrap_or((rest, ""));
+            let code: u16 = code
+                .trim_end_matches(|c: char| !c.is_ascii_digit())
+                .parse()
+                .ok()?;
+            let text = text
+                .split([')', ',', ';'])
+                .next()
+                .unwrap_or_default()
+                .trim();
+            (100..600).contains(&code).then_some((code, text))
+        })
+}
+
+/// The error an HTTP answer stands for, with gRPC's own mapping of HTTP
+/// statuses to codes (401 UNAUTHENTICATED, 403 PERMISSION_DENIED, 404
+/// UNIMPLEMENTED, 429 and 502-504 UNAVAILABLE, others INTERNAL; 405
+/// refuses as 403 does), said in one sentence that names the proxy.
+fn from_http_answer(code: u16, text: &str) -> Error {
+    let answered = match text {
+        "" => format!("{PROXY_ANSWERED}{code} instead of gRPC"),
+        text => format!("{PROXY_ANSWERED}{code} {text} instead of gRPC"),
+    };
+    let message = |what: &str| format!("{answered}: {what}");
+    match code {
+        401 => Error::Unauthenticated {
+            message: message("it wants credentials of its own before it lets this call through"),
+        },
+        403 | 405 => Error::PermissionDenied {
+            path: String::new(),
+            message: message("it does not let this call through to the server"),
+        },
+        404 => Error::Unimplemented {
+            message: message("it does not pass this call on to a server"),
+        },
+        429 | 502..=504 => Error::Unavailable {
+            message: message("no server behind it answered this call"),
+        },
+        _ => Error::Internal { message: answered },
     }
 }
 
@@ -498,6 +558,52 @@ mod tests {
             assert_eq!(status.code(), e.code());
             assert_eq!(Error::from_status(&status), e, "{}", e.reason());
         }
+    }
+
+    #[test]
+    fn an_http_answer_in_place_of_grpc_is_named_as_the_proxys() {
+        let page = Status::internal(
+            "protocol error: received message with invalid compression flag: 60 (valid flags \
+             are 0 and 1) while receiving response with status: 403 Forbidden",
+        );
+        let cases = [
+            (
+                page,
+                Code::PermissionDenied,
+                "HTTP 403 Forbidden instead of gRPC: it does not let this call through",
+            ),
+            (
+                Status::unauthenticated(
+                    "grpc-status header missing, mapped from HTTP status code 401",
+                ),
+                Code::Unauthenticated,
+                "HTTP 401 instead of gRPC: it wants credentials",
+            ),
+            (
+                Status::unimplemented(
+                    "grpc-status header missing, mapped from HTTP status code 404",
+                ),
+                Code::Unimplemented,
+                "HTTP 404 instead of gRPC",
+            ),
+            (
+                Status::unavailable("grpc-status header missing, mapped from HTTP status code 502"),
+                Code::Unavailable,
+                "HTTP 502 instead of gRPC: no server behind it answered",
+            ),
+        ];
+        for (status, code, said) in cases {
+            let e = Error::from_status(&status);
+            assert_eq!(e.code(), code, "{e}");
+            assert!(e.to_string().starts_with(PROXY_ANSWERED), "{e}");
+            assert!(e.to_string().contains(said), "{e}");
+        }
+        // A server's own refusal that mentions a status is left alone.
+        let own = Error::PermissionDenied {
+            path: String::new(),
+            message: "the response with status: 403 is the server's".into(),
+        };
+        assert_eq!(Error::from_status(&own.to_status()), own);
     }
 
     #[test]

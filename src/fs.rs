@@ -149,6 +149,11 @@ pub const HTTP2_MAX_FRAME_BYTES: u32 = 1024 * 1024;
 /// of (`include_usage`): each costs a walk of its workspace.
 pub const MAX_USAGE_PAGE: u32 = 100;
 
+/// The most sessions one ListSessions answer holds when the server lists
+/// the other replicas' sessions from its object store (each costs reads
+/// of its record and lease there); `next_page_token` continues.
+pub const MAX_SESSION_PAGE: u32 = 1000;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WriteMode {
     #[default]

@@ -15,6 +15,8 @@
 //! - [`session`]: the session and snapshot types both sides share
 //!   ([`BackendKind`], [`Layout`], [`HostMount`], [`RequestedLimits`],
 //!   [`SnapshotInfo`], [`Restored`]) with their wire conversions;
+//! - [`token`]: the shape of a session's bearer token, which names its
+//!   session for routing;
 //! - [`wire`]: every other translation between the generated messages and
 //!   these types, one call type per Filesystem RPC
 //!   ([`wire::filesystem`]), so that server and client never translate on
@@ -32,6 +34,7 @@ pub mod fs;
 pub mod path;
 pub mod permissions;
 pub mod session;
+pub mod token;
 pub mod wire;
 
 pub use error::{Error, Result};
@@ -61,6 +64,8 @@ pub const ERROR_DOMAIN: &str = "wsfs.v1";
 /// the server holding its session (nginx: `hash $http_x_wsfs_session
 /// consistent`). A server refuses a call whose metadata names another
 /// session than its body; calls without it still work against one server.
+/// A client that knows no session id but holds a session's token sends the
+/// session its token names ([`token::session_of`]).
 pub const SESSION_HEADER: &str = "x-wsfs-session";
 
 /// The response header in which a server names its version, on every

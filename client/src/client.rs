@@ -12,7 +12,20 @@ use wsfs::proto::sessions_client::SessionsClient;
 use wsfs::{Error, Result};
 
 /// Sessions asked for per ListSessions call when listing them all.
-pub const LIST_PAGE: u32 = 1000;
+pub const LIST_PAGE: u32 = wsfs::MAX_SESSION_PAGE;
+
+/// Which sessions [`Client::query_sessions`] lists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionQuery {
+    /// Only sessions carrying every one of these labels, with these values.
+    pub labels: BTreeMap<String, String>,
+    /// Count each listed session's files and bytes (a walk of each
+    /// workspace).
+    pub usage: bool,
+    /// Only the sessions the server reached holds, not the other
+    /// replicas' it knows from a shared object store.
+    pub local_only: bool,
+}
 
 pub use wsfs::MAX_MESSAGE_BYTES;
 
@@ -179,9 +192,9 @@ impl Client {
         self.get_session("").await
     }
 
-    /// Every session of the server. Through a proxy in front of several
-    /// servers, the sessions of the one server that calls naming no session
-    /// reach (see docs/DEPLOY.md, "Running several servers").
+    /// Every session of the server. With replicas sharing an object store
+    /// (through a proxy in front of them, say), every replica's sessions,
+    /// each naming the replica that serves it ([`SessionInfo::served_by`]).
     pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>> {
         self.list_sessions_labelled(&BTreeMap::new(), false).await
     }
@@ -195,18 +208,34 @@ impl Client {
         labels: &BTreeMap<String, String>,
         usage: bool,
     ) -> Result<Vec<SessionInfo>> {
+        self.query_sessions(&SessionQuery {
+            labels: labels.clone(),
+            usage,
+            local_only: false,
+        })
+        .await
+    }
+
+    /// The sessions `query` asks for, in session-id order, fetched a page
+    /// at a time (see [`Client::list_sessions_labelled`]).
+    pub async fn query_sessions(&self, query: &SessionQuery) -> Result<Vec<SessionInfo>> {
         let mut all = Vec::new();
         let mut page_token = String::new();
         loop {
             let request = proto::ListSessionsRequest {
-                labels: labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                page_size: if usage {
+                labels: query
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+                page_size: if query.usage {
                     wsfs::MAX_USAGE_PAGE
                 } else {
                     LIST_PAGE
                 },
                 page_token,
-                include_usage: usage,
+                include_usage: query.usage,
+                local_only: query.local_only,
             };
             let page = self
                 .sessions

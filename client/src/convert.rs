@@ -105,6 +105,8 @@ pub(crate) fn session_info(s: proto::Session) -> Result<SessionInfo> {
             }),
             None => None,
         },
+        served_by: (!s.served_by.is_empty()).then_some(s.served_by),
+        served_elsewhere: s.served_elsewhere,
     })
 }
 
@@ -209,9 +211,13 @@ mod tests {
                 file_permissions: 0o640,
                 directory_permissions: 0o750,
             }),
+            served_by: "replica-1".into(),
+            served_elsewhere: true,
         })
         .unwrap();
         assert_eq!(info.id, "0f0e");
+        assert_eq!(info.served_by.as_deref(), Some("replica-1"));
+        assert!(info.served_elsewhere);
         assert_eq!(
             info.usage,
             Some(crate::SessionUsage {

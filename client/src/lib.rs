@@ -69,7 +69,7 @@ mod snapshots;
 mod stream;
 mod watch;
 
-pub use client::{endpoint, Client, IssuedToken, MAX_MESSAGE_BYTES};
+pub use client::{endpoint, Client, IssuedToken, SessionQuery, MAX_MESSAGE_BYTES};
 pub use query::{GlobBuilder, GrepBuilder};
 pub use session::{parse_path, Session};
 pub use sessions::{

@@ -228,6 +228,14 @@ pub struct SessionInfo {
     /// Directory sessions made with an owner: that owner, with the bits
     /// the server applies.
     pub owner: Option<FileOwner>,
+    /// With replicas sharing an object store: the replica (its
+    /// `--replica-id`) that serves the session; `None` without an object
+    /// store, or when no replica's lease holds it now.
+    pub served_by: Option<String>,
+    /// Listed from the object store's record: another replica than the
+    /// one that answered serves it (or none does now); its activity,
+    /// streams and usage are unknown here.
+    pub served_elsewhere: bool,
 }
 
 /// A workspace's regular files and their bytes, as its quotas count them.

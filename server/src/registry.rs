@@ -24,7 +24,6 @@ mod recover;
 mod session;
 
 pub use crate::kind::{SessionRecord, SessionSpec, SnapshotRef};
-pub use failover::is_session_id;
 pub use labels::{check_labels, MAX_LABEL_BYTES};
 use session::{now_ms, Activity};
 pub use session::{Session, StreamPermit};

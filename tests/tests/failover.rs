@@ -82,6 +82,7 @@ where
 /// client and by a caller holding only its own token, snapshotted, then
 /// written again; the replica is SIGKILLed. Through the proxy, with no
 /// admin call, the first session's next call comes from its token holder
+/// (a GetSession naming no session: the token names it)
 /// and the second's from the admin client: both succeed within the lease
 /// and a margin, on another replica, each with exactly its last snapshot
 /// (the write after it is lost, as RELIABILITY.md states), and the tokens
@@ -147,14 +148,18 @@ async fn a_killed_replicas_sessions_fail_over_through_the_proxy_with_their_token
     cluster.kill_replica(victim);
     let killed = Instant::now();
 
-    // The first session: its token holder calls first.
-    let first = agents[0].session(&ids[0]);
-    let read = once_served("the token holder's first read", || {
-        first.read_to_string("agent.txt")
+    // The first session: its token holder calls first, knowing only its
+    // token (GetSession naming no session, routed by the session the
+    // token names).
+    let found = once_served("the token holder's first call", || {
+        agents[0].token_session()
     })
     .await;
-    assert_eq!(read, "the agent's\n");
+    assert_eq!(found.id, ids[0], "the token's own session");
     let failed_over_in = killed.elapsed();
+    let first = agents[0].session(&ids[0]);
+    let read = first.read_to_string("agent.txt").await.unwrap();
+    assert_eq!(read, "the agent's\n");
     assert_eq!(
         workspace_state(&agents[0].session(&ids[0])).await,
         kept[0],

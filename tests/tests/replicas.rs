@@ -182,7 +182,11 @@ async fn a_lost_replicas_session_comes_back_on_another_from_a_shared_directory()
         .await
         .unwrap_err();
     assert_eq!(err.reason(), "SNAPSHOT_NOT_FOUND", "{err}");
-    assert!(c1.list_sessions().await.unwrap().is_empty());
+    let here = wsfs_client::SessionQuery {
+        local_only: true,
+        ..Default::default()
+    };
+    assert!(c1.query_sessions(&here).await.unwrap().is_empty());
     assert!(!local_session_dir(&r1, &id1).exists());
 
     let recovered = c1.recover_session(&id1, None, false).await.unwrap();
@@ -337,8 +341,13 @@ async fn placement(cluster: &Cluster, label: &str) -> BTreeMap<String, usize> {
     let mut held = BTreeMap::new();
     for (index, replica) in cluster.replicas.iter().enumerate() {
         if let Ok(direct) = Client::connect(&replica.url()).await {
-            let wanted = BTreeMap::from([("test".to_string(), label.to_string())]);
-            if let Ok(sessions) = direct.list_sessions_labelled(&wanted, false).await {
+            // Its own only: with the shared bucket, each lists them all.
+            let own = wsfs_client::SessionQuery {
+                labels: BTreeMap::from([("test".to_string(), label.to_string())]),
+                local_only: true,
+                ..Default::default()
+            };
+            if let Ok(sessions) = direct.query_sessions(&own).await {
                 for s in sessions {
                     held.insert(s.id, index);
                 }

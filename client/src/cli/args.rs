@@ -350,7 +350,7 @@ pub enum SessionCommand {
     Create(Box<SessionCreateArgs>),
     /// List the server's sessions.
     #[command(
-        after_help = "Needs the admin token when the server has tokens on. Through a proxy in front of\nseveral servers, this lists only the sessions of the one server the proxy sends\nthe call to: ask each server directly (--server) for the whole list.\n\nExamples:\n  wsfs session list --label owner=ci\n  wsfs session list --json"
+        after_help = "Needs the admin token when the server has tokens on. Servers that share an object\nstore (--object-store) each list every replica's sessions, with the REPLICA that\nserves each (\"-\": none does now; `wsfs session recover` brings it back). A\nserver without one lists only its own: through a proxy in front of several such\nservers, ask each directly (--server) for the whole list.\n\nExamples:\n  wsfs session list --label owner=ci\n  wsfs session list --local --json"
     )]
     List {
         /// Only sessions with this label KEY=VALUE (repeatable: all of them).
@@ -360,6 +360,10 @@ pub enum SessionCommand {
         /// listed workspace).
         #[arg(long)]
         usage: bool,
+        /// Only the sessions of the server reached, not the other replicas'
+        /// it knows from a shared object store.
+        #[arg(long)]
+        local: bool,
     },
     /// Show one session (default: WSFS_SESSION).
     #[command(after_help = "Example:\n  wsfs session show 0b5e...")]

@@ -190,8 +190,13 @@ impl Ctx {
     }
 
     /// The session the token opens; `None` when it opens none in
-    /// particular (the admin token, or a server with tokens off).
+    /// particular (the admin token, or a server with tokens off). A token
+    /// that names its session says so itself; one of the older shape is
+    /// asked about.
     async fn token_session(&mut self) -> Outcome<Option<String>> {
+        if let Some(id) = self.token.as_deref().and_then(wsfs::token::session_of) {
+            return Ok(Some(id.to_string()));
+        }
         match self.client().await?.token_session().await {
             Ok(info) => Ok(Some(info.id)),
             Err(Error::InvalidArgument { .. }) => Ok(None),

@@ -12,90 +12,47 @@ use wsfs_client::{Backend, Layout, SessionInfo, SessionOptions, SnapshotChangeKi
 /// the proxy in front of the servers that will not list. A wsfs server
 /// answers ListSessions with UNAUTHENTICATED about the admin token, never
 /// PERMISSION_DENIED or UNIMPLEMENTED: those, an UNAUTHENTICATED that is
-/// not about a token, and an HTTP error page instead of a gRPC answer come
-/// from something between the two.
+/// not about a token, and an HTTP answer instead of a gRPC one (which the
+/// client names as the proxy's, [`wsfs::error::PROXY_ANSWERED`]) come from
+/// something between the two.
 fn listing_refused(error: wsfs_client::Error, ctx: &Ctx) -> Failure {
     use wsfs_client::Error;
-    let by_proxy = |said: &str| {
-        format!(
-            "a proxy or gateway at {} refused to list sessions ({said}); a proxy in front of \
-             several servers may forbid it: list each server directly with `wsfs session list \
-             --server http://HOST:PORT`",
-            ctx.server
-        )
-    };
-    let (error, line) = match error {
-        Error::Unauthenticated { message } if message.contains("token") => {
-            let line = if ctx.token.is_some() {
+    let line = match &error {
+        Error::Unauthenticated { message }
+            if message.contains("token") && !message.starts_with(wsfs::error::PROXY_ANSWERED) =>
+        {
+            if ctx.token.is_some() {
                 "listing sessions needs the server's admin token, and the token sent \
                  (WSFS_TOKEN or --token) is not it: a session's token opens that one session \
                  (`wsfs session show` shows it)"
+                    .to_string()
             } else {
                 "listing sessions needs the server's admin token: set WSFS_TOKEN (or pass \
                  --token) to it"
-            };
-            (Error::Unauthenticated { message }, line.to_string())
-        }
-        other => {
-            let message = match &other {
-                Error::Unauthenticated { message }
-                | Error::PermissionDenied { message, .. }
-                | Error::Unimplemented { message }
-                | Error::Internal { message } => message.clone(),
-                _ => return other.into(),
-            };
-            match http_refusal(&message) {
-                Some((status, text)) => {
-                    let answer = format!("HTTP {status} {text}");
-                    let line = by_proxy(&format!("it answered {}, not gRPC", answer.trim_end()));
-                    (http_status_error(status, message), line)
-                }
-                None if matches!(other, Error::Internal { .. }) => return other.into(),
-                None => {
-                    let line = by_proxy(&message);
-                    (other, line)
-                }
+                    .to_string()
             }
         }
+        Error::Unauthenticated { message }
+        | Error::PermissionDenied { message, .. }
+        | Error::Unimplemented { message } => {
+            // "a proxy ... answered HTTP 403 Forbidden instead of gRPC: ..."
+            let said = match message.strip_prefix(wsfs::error::PROXY_ANSWERED) {
+                Some(rest) => format!(
+                    "it answered HTTP {}",
+                    rest.split(':').next().unwrap_or(rest)
+                ),
+                None => message.clone(),
+            };
+            format!(
+                "a proxy or gateway at {} refused to list sessions ({said}); a proxy in front of \
+                 several servers may forbid it: list each server directly with `wsfs session \
+                 list --server http://HOST:PORT`",
+                ctx.server
+            )
+        }
+        _ => return error.into(),
     };
     Failure::Said(error, line)
-}
-
-/// The refusing HTTP status (401, 403, 404 or 405) and its text, when a
-/// call was answered by an HTTP error instead of gRPC (a proxy's own
-/// page): tonic says `... response with status: 403 Forbidden` or
-/// `... HTTP status code 403`.
-fn http_refusal(message: &str) -> Option<(u16, &str)> {
-    ["response with status: ", "HTTP status code "]
-        .iter()
-        .find_map(|mark| message.split_once(mark).map(|(_, rest)| rest))
-        .and_then(|rest| {
-            let (code, text) = rest.split_once(' ').unwrap_or((rest, ""));
-            let code: u16 = code
-                .trim_end_matches(|c: char| !c.is_ascii_digit())
-                .parse()
-                .ok()?;
-            let text = text
-                .split([')', ',', ';'])
-                .next()
-                .unwrap_or_default()
-                .trim();
-            [401, 403, 404, 405].contains(&code).then_some((code, text))
-        })
-}
-
-/// The error an HTTP refusal stands for, as gRPC maps HTTP statuses (401
-/// UNAUTHENTICATED, 404 UNIMPLEMENTED, the others PERMISSION_DENIED).
-fn http_status_error(status: u16, message: String) -> wsfs_client::Error {
-    use wsfs_client::Error;
-    match status {
-        401 => Error::Unauthenticated { message },
-        404 => Error::Unimplemented { message },
-        _ => Error::PermissionDenied {
-            path: String::new(),
-            message,
-        },
-    }
 }
 
 pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
@@ -181,27 +138,54 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
                 .await?;
             print_new_session(ctx, &info)
         }
-        SessionCommand::List { labels, usage } => {
-            let mut wanted = std::collections::BTreeMap::new();
+        SessionCommand::List {
+            labels,
+            usage,
+            local,
+        } => {
+            let mut query = wsfs_client::SessionQuery {
+                usage,
+                local_only: local,
+                ..Default::default()
+            };
             for label in &labels {
                 let (key, value) = split_pair(label, "--label KEY=VALUE")?;
-                wanted.insert(key.to_string(), value.to_string());
+                query.labels.insert(key.to_string(), value.to_string());
             }
             let sessions = ctx
                 .client()
                 .await?
-                .list_sessions_labelled(&wanted, usage)
+                .query_sessions(&query)
                 .await
                 .map_err(|e| listing_refused(e, ctx))?;
             if ctx.json {
                 let all: Vec<_> = sessions.iter().map(session_json).collect();
                 return print_json(&json!({ "sessions": all }));
             }
+            // Servers that share an object store name each session's replica.
+            let replicas = sessions
+                .iter()
+                .any(|s| s.served_by.is_some() || s.served_elsewhere);
+            let width = sessions
+                .iter()
+                .filter_map(|s| s.served_by.as_ref().map(|r| r.chars().count()))
+                .max()
+                .unwrap_or(0)
+                .max("REPLICA".len());
+            let replica = |name: &str| match replicas {
+                true => format!("{name:<width$}  "),
+                false => String::new(),
+            };
             if !ctx.quiet {
                 let counts = if usage { "    FILES      BYTES  " } else { "" };
                 println(&format!(
-                    "{:<36}  {:<9}  {:<20}  {:<20}  {:>7}  {counts}LABELS",
-                    "ID", "BACKEND", "CREATED", "LAST ACTIVE", "STREAMS"
+                    "{:<36}  {:<9}  {}{:<20}  {:<20}  {:>7}  {counts}LABELS",
+                    "ID",
+                    "BACKEND",
+                    replica("REPLICA"),
+                    "CREATED",
+                    "LAST ACTIVE",
+                    "STREAMS"
                 ))?;
             }
             for info in &sessions {
@@ -218,9 +202,10 @@ pub async fn session(ctx: &mut Ctx, command: SessionCommand) -> Outcome {
                     (true, None) => format!("{:>9}  {:>9}  ", "-", "-"),
                 };
                 println(&format!(
-                    "{:<36}  {:<9}  {:<20}  {:<20}  {:>7}  {counts}{}",
+                    "{:<36}  {:<9}  {}{:<20}  {:<20}  {:>7}  {counts}{}",
                     info.id,
                     backend(info.backend),
+                    replica(info.served_by.as_deref().unwrap_or("-")),
                     output::time(info.created_at),
                     info.last_active_at
                         .map(output::time)
@@ -333,6 +318,8 @@ fn session_json(info: &SessionInfo) -> Value {
         "idle_ttl_seconds": info.idle_ttl.map(|t| t.as_secs()),
         "last_active_at": info.last_active_at.map(output::time),
         "open_streams": info.open_streams,
+        "served_by": info.served_by,
+        "served_elsewhere": info.served_elsewhere,
         "usage": info.usage.map(|u| json!({"files": u.files, "bytes": u.bytes})),
         "limits": {
             "max_write_bytes": info.limits.max_write_bytes,
@@ -700,25 +687,4 @@ fn print_new_session(ctx: &Ctx, info: &SessionInfo) -> Outcome {
         eprintln!("wsfs: this session's system token (shown once): export WSFS_TOKEN={token}");
     }
     println(&info.id)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::http_refusal;
-
-    #[test]
-    fn an_http_refusal_is_read_from_what_tonic_says() {
-        let page = "protocol error: received message with invalid compression flag: 60 (valid \
-                    flags are 0 and 1) while receiving response with status: 403 Forbidden";
-        assert_eq!(http_refusal(page), Some((403, "Forbidden")));
-        let mapped = "grpc-status header missing, mapped from HTTP status code 401";
-        assert_eq!(http_refusal(mapped), Some((401, "")));
-        // Not a refusal: a proxy without a server behind it, or a gRPC answer.
-        let gateway = "grpc-status header missing, mapped from HTTP status code 502";
-        assert_eq!(http_refusal(gateway), None);
-        assert_eq!(
-            http_refusal("this call needs the server's admin token"),
-            None
-        );
-    }
 }

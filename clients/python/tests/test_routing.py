@@ -194,3 +194,18 @@ def test_a_call_whose_metadata_names_another_session_is_refused(proxied: Proxied
         assert not a.exists("a.txt") and not b.exists("a.txt")
         a.delete_session()
         b.delete_session()
+
+
+def test_a_call_naming_no_session_is_routed_by_the_session_its_token_names() -> None:
+    session = "67e55044-10b1-426f-9247-bb680e5fe0c8"
+    token = f"wsfs_{session}_{'ab' * 32}"
+    assert c.token_session(token) == session
+    assert c.routed(c.credentials(token, None), "") == (
+        ("authorization", f"Bearer {token}"),
+        (c.SESSION_HEADER, session),
+    )
+    other = "0f9e8d7c-6b5a-4c3d-8e1f-a0b1c2d3e4f5"
+    assert c.routed(c.credentials(token, None), other)[-1] == (c.SESSION_HEADER, other)
+    for unrouted in (f"wsfs_{'ab' * 32}", "an-admin-token", f"wsfs_{session.upper()}_{'ab' * 32}"):
+        assert c.token_session(unrouted) is None
+        assert c.routed(c.credentials(unrouted, None), "") == c.credentials(unrouted, None)

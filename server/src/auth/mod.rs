@@ -201,6 +201,18 @@ impl Auth {
         (self.tokens_on() && !self.is_admin(token)).then(|| tokens::hash(token))
     }
 
+    /// The session the call's bearer token names by its shape
+    /// ([`wsfs::token::session_of`]); `None` for the admin token, a token
+    /// of the older shape, or none. Only a routing hint: the token is
+    /// still looked up whole.
+    pub fn bearer_session(&self, metadata: &MetadataMap) -> Option<String> {
+        let token = bearer(metadata).ok()?;
+        if !self.tokens_on() || self.is_admin(token) {
+            return None;
+        }
+        wsfs::token::session_of(token).map(str::to_string)
+    }
+
     /// A new token for `caller` in `session`; the token hashes of a
     /// session that outlives a restart are written down before the token
     /// is handed out.

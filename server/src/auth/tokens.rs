@@ -1,4 +1,7 @@
 //! Bearer tokens: 256 random bits, shown once, stored only as SHA-256.
+//! Each names its session for routing (`wsfs_<session id>_<64 hex>`, see
+//! [`wsfs::token`]); the lookup is by the hash of the whole string, so the
+//! session a token names is always the one it was issued for.
 //!
 //! A token is looked up by the hash of what the client sent. Because the
 //! token is a high-entropy secret, a hash-map lookup by its hash leaks
@@ -22,12 +25,13 @@ pub fn hash(token: &str) -> [u8; 32] {
     sha256(token.as_bytes())
 }
 
-/// A fresh token: `wsfs_` and 64 hex digits (256 bits from the OS).
-pub fn new_token() -> Result<String> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes)
+/// A fresh token of session `session_id`: `wsfs_`, the session's id, `_`
+/// and 64 hex digits (256 bits from the OS).
+pub fn new_token(session_id: &str) -> Result<String> {
+    let mut secret = [0u8; wsfs::token::SECRET_BYTES];
+    getrandom::fill(&mut secret)
         .map_err(|e| Error::internal(format!("no randomness for a token: {e}")))?;
-    Ok(format!("wsfs_{}", hex::encode(bytes)))
+    Ok(wsfs::token::session_token(session_id, &secret))
 }
 
 /// Every live token, by hash.
@@ -39,7 +43,7 @@ pub struct TokenStore {
 impl TokenStore {
     /// A new token for `caller` in `session_id`. Earlier tokens stay valid.
     pub fn issue(&self, session_id: &str, caller: Caller) -> Result<String> {
-        let token = new_token()?;
+        let token = new_token(session_id)?;
         self.insert(
             hash(&token),
             TokenGrant {
@@ -98,11 +102,39 @@ impl TokenStore {
 mod tests {
     use super::*;
 
+    const ID: &str = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+
     #[test]
-    fn tokens_are_long_random_and_distinct() {
-        let (a, b) = (new_token().unwrap(), new_token().unwrap());
-        assert_eq!(a.len(), 69);
+    fn tokens_are_long_random_distinct_and_name_their_session() {
+        let (a, b) = (new_token(ID).unwrap(), new_token(ID).unwrap());
+        assert_eq!(a.len(), 5 + 36 + 1 + 64);
         assert_ne!(a, b);
+        assert_eq!(wsfs::token::session_of(&a), Some(ID));
+    }
+
+    #[test]
+    fn a_token_edited_to_name_another_session_is_unknown() {
+        let store = TokenStore::default();
+        let issued = store.issue(ID, Caller::System).unwrap();
+        let other = "0f9e8d7c-6b5a-4c3d-8e1f-a0b1c2d3e4f5";
+        let forged = issued.replace(ID, other);
+        assert_eq!(wsfs::token::session_of(&forged), Some(other));
+        assert!(store.resolve(&forged).is_none());
+        assert_eq!(store.resolve(&issued).unwrap().session_id, ID);
+    }
+
+    #[test]
+    fn tokens_of_the_older_shape_still_resolve() {
+        let store = TokenStore::default();
+        let old = format!("wsfs_{}", "5a".repeat(32));
+        store.insert(
+            hash(&old),
+            TokenGrant {
+                session_id: ID.to_string(),
+                caller: Caller::System,
+            },
+        );
+        assert_eq!(store.resolve(&old).unwrap().session_id, ID);
     }
 
     #[test]

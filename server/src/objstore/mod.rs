@@ -29,9 +29,11 @@
 //! - [`download`] fetches a session's snapshots into a fresh local store.
 //! - [`sweep`] removes the contents and manifests no snapshot references,
 //!   never what an upload in flight relies on.
+//! - [`listing`] reads every session the bucket knows, for ListSessions.
 
 pub mod download;
 pub mod lease;
+pub mod listing;
 pub mod sweep;
 pub mod tokens;
 pub mod upload;
@@ -305,8 +307,11 @@ pub mod keys {
         Key::from("trees")
     }
 
+    /// Where every session's keys live, under its id.
+    pub const SESSIONS: &str = "sessions";
+
     pub fn sessions() -> Key {
-        Key::from("sessions")
+        Key::from(SESSIONS)
     }
 
     pub fn markers() -> Key {
@@ -322,7 +327,7 @@ pub mod keys {
     }
 
     pub fn session(id: &str) -> Key {
-        Key::from(format!("sessions/{id}"))
+        Key::from(format!("{SESSIONS}/{id}"))
     }
 
     pub fn session_record(id: &str) -> Key {

@@ -17,6 +17,7 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use wsfs::token::is_session_id;
 use wsfs::{Error, Result};
 
 /// Bucket lookups for sessions not served here, at once.
@@ -96,12 +97,6 @@ impl<T: Clone> Memo<T> {
     fn forget(&self, id: &str) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
     }
-}
-
-/// Whether `raw` is a session id as servers write them: a UUID in
-/// lowercase hyphenated form (what a proxy routes by, byte for byte).
-pub fn is_session_id(raw: &str) -> bool {
-    uuid::Uuid::try_parse(raw).is_ok_and(|id| id.hyphenated().to_string() == raw)
 }
 
 fn not_found(id: &str) -> Error {

@@ -2,14 +2,17 @@
 
 use super::{timestamp, to_the_end, traced};
 use crate::auth::{Auth, Caller, Layout};
+use crate::directory::record::PersistedSession;
+use crate::objstore::listing::RecordedSession;
 use crate::registry::{
     BackendKind, Session, SessionRecord, SessionRegistry, SessionSpec, Unavailable,
 };
 use futures::stream::BoxStream;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tonic::{Request, Response, Status, Streaming};
 use wsfs::proto::{self, sessions_server};
-use wsfs::{Error, MAX_USAGE_PAGE};
+use wsfs::{Error, MAX_SESSION_PAGE, MAX_USAGE_PAGE};
 
 /// Every RPC here needs the admin token when tokens are on; IssueToken
 /// also takes the session's own system token.
@@ -28,6 +31,169 @@ impl SessionsService {
         super::check_route(metadata, session_id)?;
         self.auth.require_admin(metadata)
     }
+}
+
+impl SessionsService {
+    /// One page of ListSessions: this server's sessions and, with an
+    /// object store (unless `local_only`), every other session it records,
+    /// in session-id order. At most [`MAX_SESSION_PAGE`] sessions are
+    /// looked at per answer then, so that one costs one listing of the
+    /// bucket's session ids and at most that many reads of records and
+    /// leases; `next_page_token` names the last one looked at.
+    async fn list_page(
+        &self,
+        r: &proto::ListSessionsRequest,
+    ) -> wsfs::Result<proto::ListSessionsResponse> {
+        let wanted = |labels: &std::collections::HashMap<String, String>| {
+            r.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+        };
+        let after = |id: &str| r.page_token.is_empty() || id > r.page_token.as_str();
+        let bucket = self.registry.bucket().filter(|_| !r.local_only);
+        let live = self.registry.list();
+        // Each id after the page token: this server's own, shown as they
+        // are (None: filtered out by label), or another replica's (read
+        // from the bucket when its turn comes).
+        let mut candidates: BTreeMap<String, Candidate> = BTreeMap::new();
+        for shown in live
+            .iter()
+            .map(|s| self.served_here(session_to_proto(s)))
+            .chain(
+                self.registry
+                    .list_unavailable()
+                    .iter()
+                    .map(|u| self.served_here(unavailable_to_proto(u))),
+            )
+            .filter(|s| after(&s.session_id))
+        {
+            let id = shown.session_id.clone();
+            let kept = wanted(&shown.labels).then_some(shown);
+            candidates.insert(id, Candidate::Here(kept.map(Box::new)));
+        }
+        let mut looked_at_most = usize::MAX;
+        if let Some(bucket) = bucket {
+            let ids = bucket.session_ids().await.map_err(|e| Error::Unavailable {
+                message: format!(
+                    "cannot list the other replicas' sessions: {e}; local_only lists this \
+                     server's own (`wsfs session list --local`)"
+                ),
+            })?;
+            for id in ids.into_iter().filter(|id| after(id)) {
+                candidates.entry(id).or_insert(Candidate::Elsewhere);
+            }
+            looked_at_most = MAX_SESSION_PAGE as usize;
+        }
+        let page = match r.page_size {
+            0 => usize::MAX,
+            n => n as usize,
+        }
+        .min(looked_at_most);
+        let mut all = Vec::new();
+        let mut looked_at = 0;
+        let mut last_looked_at = String::new();
+        let mut rest = candidates.into_iter().peekable();
+        while all.len() < page && looked_at < looked_at_most {
+            let batch: Vec<(String, Candidate)> = rest
+                .by_ref()
+                .take((page - all.len()).min(looked_at_most - looked_at))
+                .collect();
+            let Some((last, _)) = batch.last() else { break };
+            last_looked_at = last.clone();
+            looked_at += batch.len();
+            let elsewhere: Vec<String> = batch
+                .iter()
+                .filter(|(_, c)| matches!(c, Candidate::Elsewhere))
+                .map(|(id, _)| id.clone())
+                .collect();
+            let mut recorded: HashMap<String, RecordedSession> =
+                match (bucket, elsewhere.is_empty()) {
+                    (Some(bucket), false) => bucket
+                        .recorded_sessions(&elsewhere)
+                        .await?
+                        .into_iter()
+                        .map(|s| (s.id.clone(), s))
+                        .collect(),
+                    _ => HashMap::new(),
+                };
+            for (id, candidate) in batch {
+                let shown = match candidate {
+                    Candidate::Here(kept) => kept.map(|s| *s),
+                    Candidate::Elsewhere => recorded
+                        .remove(&id)
+                        .map(|s| self.recorded_to_proto(s))
+                        .filter(|s| wanted(&s.labels)),
+                };
+                all.extend(shown);
+            }
+        }
+        let next_page_token = match rest.peek() {
+            Some(_) => last_looked_at,
+            None => String::new(),
+        };
+        if r.include_usage {
+            for shown in &mut all {
+                if let Some(s) = live.iter().find(|s| s.record.id == shown.session_id) {
+                    *shown = self.served_here(session_with_usage(s).await?);
+                }
+            }
+        }
+        Ok(proto::ListSessionsResponse {
+            sessions: all,
+            next_page_token,
+        })
+    }
+
+    /// `shown`, a session this server holds, named as served here when
+    /// replicas share an object store.
+    fn served_here(&self, shown: proto::Session) -> proto::Session {
+        proto::Session {
+            served_by: self
+                .registry
+                .bucket()
+                .map(|b| b.replica().to_string())
+                .unwrap_or_default(),
+            ..shown
+        }
+    }
+
+    /// A session another replica serves (or none does now), as the
+    /// bucket records it.
+    fn recorded_to_proto(&self, recorded: RecordedSession) -> proto::Session {
+        let max_write = self.registry.config().max_write_bytes;
+        let parsed = recorded.record.and_then(|record| {
+            serde_json::from_value::<PersistedSession>(record)
+                .map_err(|e| e.to_string())
+                .and_then(|p| match p.id == recorded.id {
+                    true => Ok(p),
+                    false => Err(format!("it names session '{}'", p.id)),
+                })
+        });
+        let mut shown = match parsed {
+            Ok(persisted) => record_to_proto(&persisted.into_record(max_write)),
+            Err(why) => proto::Session {
+                session_id: recorded.id.clone(),
+                labels: [(
+                    UNAVAILABLE_LABEL.to_string(),
+                    format!("its record in the object store cannot be read: {why}"),
+                )]
+                .into(),
+                ..Default::default()
+            },
+        };
+        shown.served_by = recorded
+            .lease
+            .filter(|lease| lease.is_live())
+            .map(|lease| lease.holder)
+            .unwrap_or_default();
+        shown.served_elsewhere = true;
+        shown
+    }
+}
+
+/// A session ListSessions may show: one of this server's (`None` when its
+/// labels do not match), or one the bucket records for another replica.
+enum Candidate {
+    Here(Option<Box<proto::Session>>),
+    Elsewhere,
 }
 
 fn session_to_proto(s: &Session) -> proto::Session {
@@ -101,16 +267,14 @@ fn record_to_proto(r: &SessionRecord) -> proto::Session {
 /// write them (lowercase, hyphenated), because a proxy routes by the exact
 /// text and every later call names the id the server returns.
 fn chosen_id(raw: &str) -> wsfs::Result<Option<String>> {
-    if raw.is_empty() {
-        return Ok(None);
+    match raw {
+        "" => Ok(None),
+        id if wsfs::token::is_session_id(id) => Ok(Some(id.to_string())),
+        _ => Err(Error::invalid_argument(format!(
+            "session_id '{}' is not a UUID in lowercase hyphenated form (like 67e55044-10b1-426f-9247-bb680e5fe0c8)",
+            wsfs::path::quote(raw)
+        ))),
     }
-    if crate::registry::is_session_id(raw) {
-        return Ok(Some(raw.to_string()));
-    }
-    Err(Error::invalid_argument(format!(
-        "session_id '{}' is not a UUID in lowercase hyphenated form (like 67e55044-10b1-426f-9247-bb680e5fe0c8)",
-        wsfs::path::quote(raw)
-    )))
 }
 
 fn spec_from_proto(r: proto::CreateSessionRequest) -> wsfs::Result<SessionSpec> {
@@ -203,16 +367,22 @@ impl sessions_server::Sessions for SessionsService {
     ) -> Result<Response<proto::Session>, Status> {
         let (metadata, _, r) = request.into_parts();
         traced("GetSession", &r.session_id, "", async {
-            super::check_route(&metadata, &r.session_id)?;
-            let id =
-                super::authorized(&self.registry, &self.auth, &metadata, &r.session_id, || {
-                    self.auth.session_to_get(&metadata, &r.session_id)
-                })
-                .await?;
+            // A token-only call names its session by its token (and the
+            // metadata, sent from the token), not by its body: the session
+            // answered is what the route is checked against.
+            let named = match r.session_id.as_str() {
+                "" => self.auth.bearer_session(&metadata).unwrap_or_default(),
+                id => id.to_string(),
+            };
+            let id = super::authorized(&self.registry, &self.auth, &metadata, &named, || {
+                self.auth.session_to_get(&metadata, &r.session_id)
+            })
+            .await?;
+            super::check_route(&metadata, &id)?;
             if let Some(u) = self.registry.unavailable(&id) {
-                return Ok(unavailable_to_proto(&u));
+                return Ok(self.served_here(unavailable_to_proto(&u)));
             }
-            session_with_usage(&*self.registry.get(&id).await?).await
+            Ok(self.served_here(session_with_usage(&*self.registry.get(&id).await?).await?))
         })
         .await
     }
@@ -233,45 +403,7 @@ impl sessions_server::Sessions for SessionsService {
                     r.page_size
                 )));
             }
-            let wanted = |labels: &std::collections::HashMap<String, String>| {
-                r.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
-            };
-            let live = self.registry.list();
-            let mut all: Vec<proto::Session> = live
-                .iter()
-                .map(|s| session_to_proto(s))
-                .chain(
-                    self.registry
-                        .list_unavailable()
-                        .iter()
-                        .map(unavailable_to_proto),
-                )
-                .filter(|s| wanted(&s.labels))
-                .filter(|s| r.page_token.is_empty() || s.session_id > r.page_token)
-                .collect();
-            all.sort_by(|a, b| a.session_id.cmp(&b.session_id));
-            let page = if r.page_size == 0 {
-                all.len()
-            } else {
-                r.page_size as usize
-            };
-            let next_page_token = if all.len() > page {
-                all.truncate(page);
-                all.last().map(|s| s.session_id.clone()).unwrap_or_default()
-            } else {
-                String::new()
-            };
-            if r.include_usage {
-                for shown in &mut all {
-                    if let Some(s) = live.iter().find(|s| s.record.id == shown.session_id) {
-                        *shown = session_with_usage(s).await?;
-                    }
-                }
-            }
-            Ok(proto::ListSessionsResponse {
-                sessions: all,
-                next_page_token,
-            })
+            self.list_page(&r).await
         })
         .await
     }

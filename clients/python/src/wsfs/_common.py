@@ -4,6 +4,7 @@ credentials and request construction."""
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 from urllib.parse import urlsplit
@@ -64,8 +65,31 @@ def parse_url(url: str) -> tuple[str, bool]:
 SESSION_HEADER = "x-wsfs-session"
 
 
+#: A session's token as servers issue it: ``wsfs_<session id>_<64 hex>``.
+#: The session id in it is not a secret (it is the routing key every call
+#: about the session carries); the 256 random bits after it authenticate.
+_SESSION_TOKEN = re.compile(
+    r"wsfs_([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})_[0-9a-f]{64}"
+)
+
+
+def token_session(token: str) -> Optional[str]:
+    """The session ``token`` names, for routing; None for a token of the
+    older shape (``wsfs_<64 hex>``) or an admin token. Says nothing about
+    whether the token is valid: only the server knows."""
+    match = _SESSION_TOKEN.fullmatch(token)
+    return match.group(1) if match else None
+
+
 def routed(metadata: tuple[tuple[str, str], ...], session_id: str) -> tuple[tuple[str, str], ...]:
-    """``metadata`` plus the session a call is about, for the proxy."""
+    """``metadata`` plus the session a call is about, for the proxy; with
+    no ``session_id`` (asking which session the token opens), the session
+    the bearer token in ``metadata`` names, if any."""
+    if not session_id:
+        bearer = [v[len("Bearer ") :] for k, v in metadata if k == "authorization"]
+        session_id = (bearer and token_session(bearer[0])) or ""
+    if not session_id:
+        return metadata
     return metadata + ((SESSION_HEADER, session_id),)
 
 

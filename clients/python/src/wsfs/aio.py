@@ -182,6 +182,13 @@ class AsyncClient:
             )
         )
 
+    async def token_session(self) -> SessionInfo:
+        """The session this client's token opens (a GetSession naming
+        none): how a holder of nothing but a session's token finds its
+        session. Through a proxy the call is routed by the session the
+        token names."""
+        return await self.get_session("")
+
     async def list_sessions(
         self, labels: Optional[Mapping[str, str]] = None, include_usage: bool = False
     ) -> list[SessionInfo]:

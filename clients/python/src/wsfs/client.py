@@ -201,6 +201,13 @@ class Client:
             )
         )
 
+    def token_session(self) -> SessionInfo:
+        """The session this client's token opens (a GetSession naming
+        none): how a holder of nothing but a session's token finds its
+        session. Through a proxy the call is routed by the session the
+        token names."""
+        return self.get_session("")
+
     def list_sessions(
         self, labels: Optional[Mapping[str, str]] = None, include_usage: bool = False
     ) -> list[SessionInfo]:

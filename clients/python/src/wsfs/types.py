@@ -233,6 +233,11 @@ class SessionInfo:
     forked_from: Optional[tuple[str, str]] = None
     #: DIRECTORY sessions made with an owner: it, with the bits applied.
     owner: Optional[FileOwner] = None
+    #: With replicas sharing an object store: the replica that serves the
+    #: session (None without one, or when no replica's lease holds it).
+    served_by: Optional[str] = None
+    #: Listed from the object store's record: another replica serves it.
+    served_elsewhere: bool = False
 
     @classmethod
     def _from_proto(cls, p: sessions_pb2.Session) -> "SessionInfo":
@@ -256,6 +261,8 @@ class SessionInfo:
                 else None
             ),
             owner=FileOwner._from_proto(p.owner) if p.HasField("owner") else None,
+            served_by=p.served_by or None,
+            served_elsewhere=p.served_elsewhere,
         )
 
 

@@ -112,7 +112,7 @@ class ContainerSpec(_message.Message):
     def __init__(self, runtime: _Optional[str] = ..., name: _Optional[str] = ..., workdir: _Optional[str] = ...) -> None: ...
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "backend", "root_path", "created_at", "limits", "read_only", "layout", "labels", "idle_ttl_seconds", "token", "last_active_at", "open_streams", "container", "forked_from", "owner", "usage")
+    __slots__ = ("session_id", "backend", "root_path", "created_at", "limits", "read_only", "layout", "labels", "idle_ttl_seconds", "token", "last_active_at", "open_streams", "container", "forked_from", "owner", "usage", "served_by", "served_elsewhere")
     class Backend(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         MEMORY: _ClassVar[Session.Backend]
@@ -150,6 +150,8 @@ class Session(_message.Message):
     FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    SERVED_BY_FIELD_NUMBER: _ClassVar[int]
+    SERVED_ELSEWHERE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     backend: Session.Backend
     root_path: str
@@ -166,7 +168,9 @@ class Session(_message.Message):
     forked_from: SnapshotRef
     owner: FileOwner
     usage: SessionUsage
-    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[Session.Backend, str]] = ..., root_path: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., read_only: bool = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ..., token: _Optional[str] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., open_streams: _Optional[int] = ..., container: _Optional[_Union[ContainerSpec, _Mapping]] = ..., forked_from: _Optional[_Union[SnapshotRef, _Mapping]] = ..., owner: _Optional[_Union[FileOwner, _Mapping]] = ..., usage: _Optional[_Union[SessionUsage, _Mapping]] = ...) -> None: ...
+    served_by: str
+    served_elsewhere: bool
+    def __init__(self, session_id: _Optional[str] = ..., backend: _Optional[_Union[Session.Backend, str]] = ..., root_path: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., limits: _Optional[_Union[SessionLimits, _Mapping]] = ..., read_only: bool = ..., layout: _Optional[_Union[Session.Layout, str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idle_ttl_seconds: _Optional[int] = ..., token: _Optional[str] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., open_streams: _Optional[int] = ..., container: _Optional[_Union[ContainerSpec, _Mapping]] = ..., forked_from: _Optional[_Union[SnapshotRef, _Mapping]] = ..., owner: _Optional[_Union[FileOwner, _Mapping]] = ..., usage: _Optional[_Union[SessionUsage, _Mapping]] = ..., served_by: _Optional[str] = ..., served_elsewhere: bool = ...) -> None: ...
 
 class SessionUsage(_message.Message):
     __slots__ = ("files", "bytes")
@@ -183,7 +187,7 @@ class GetSessionRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class ListSessionsRequest(_message.Message):
-    __slots__ = ("labels", "page_size", "page_token", "include_usage")
+    __slots__ = ("labels", "page_size", "page_token", "include_usage", "local_only")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -195,11 +199,13 @@ class ListSessionsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_USAGE_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ONLY_FIELD_NUMBER: _ClassVar[int]
     labels: _containers.ScalarMap[str, str]
     page_size: int
     page_token: str
     include_usage: bool
-    def __init__(self, labels: _Optional[_Mapping[str, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_usage: bool = ...) -> None: ...
+    local_only: bool
+    def __init__(self, labels: _Optional[_Mapping[str, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_usage: bool = ..., local_only: bool = ...) -> None: ...
 
 class ListSessionsResponse(_message.Message):
     __slots__ = ("sessions", "next_page_token")
