@@ -317,7 +317,14 @@ fn writes_to_an_open_file_commit_once_at_fsync_and_once_after_close(backend: Bac
             .map_err(|e| e.to_string())?;
         (text == all).then_some(()).ok_or(text)
     });
-    let events = events_for(&m, "log.txt", since);
+    // A commit's event is recorded just after its bytes can be read.
+    let events = eventually("the second commit's event", || {
+        let events = events_for(&m, "log.txt", since);
+        match events.len() {
+            0 | 1 => Err(format!("{events:?}")),
+            _ => Ok(events),
+        }
+    });
     assert_eq!(
         events.len(),
         2,
