@@ -34,6 +34,12 @@ pub fn new_token(session_id: &str) -> Result<String> {
     Ok(wsfs::token::session_token(session_id, &secret))
 }
 
+/// The most tokens one session may hold. Its token list, about 200 bytes
+/// a token, then stays well under the size the bucket's copy is read back
+/// with (`objstore::tokens`), and issuing a token (which rewrites the
+/// list) stays cheap.
+pub const MAX_TOKENS_PER_SESSION: usize = 4096;
+
 /// Every live token, by hash.
 #[derive(Default)]
 pub struct TokenStore {
@@ -41,16 +47,28 @@ pub struct TokenStore {
 }
 
 impl TokenStore {
-    /// A new token for `caller` in `session_id`. Earlier tokens stay valid.
+    /// A new token for `caller` in `session_id`. Earlier tokens stay
+    /// valid; a session that holds [`MAX_TOKENS_PER_SESSION`] already is
+    /// refused (`QUOTA_EXCEEDED`), and nothing changes.
     pub fn issue(&self, session_id: &str, caller: Caller) -> Result<String> {
         let token = new_token(session_id)?;
-        self.insert(
-            hash(&token),
-            TokenGrant {
-                session_id: session_id.to_string(),
-                caller,
-            },
-        );
+        let mut by_hash = self.by_hash.write().unwrap_or_else(|e| e.into_inner());
+        let held = by_hash
+            .values()
+            .filter(|g| g.session_id == session_id)
+            .count();
+        if held >= MAX_TOKENS_PER_SESSION {
+            return Err(Error::QuotaExceeded {
+                message: format!(
+                    "session {session_id} holds {held} tokens, the most one session may hold; tokens live as long as their session, so give callers that need their own token a session of their own"
+                ),
+            });
+        }
+        let grant = TokenGrant {
+            session_id: session_id.to_string(),
+            caller,
+        };
+        by_hash.insert(hash(&token), grant);
         Ok(token)
     }
 
@@ -103,6 +121,22 @@ mod tests {
     use super::*;
 
     const ID: &str = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+
+    #[test]
+    fn a_session_holds_at_most_its_share_of_tokens_and_a_refusal_changes_nothing() {
+        let store = TokenStore::default();
+        let caller = || Caller::named("agent").unwrap();
+        for _ in 0..MAX_TOKENS_PER_SESSION {
+            store.issue(ID, caller()).unwrap();
+        }
+        let err = store.issue(ID, caller()).unwrap_err();
+        assert_eq!(err.reason(), "QUOTA_EXCEEDED", "{err}");
+        assert!(err.to_string().contains("4096 tokens"), "{err}");
+        assert_eq!(store.of_session(ID).len(), MAX_TOKENS_PER_SESSION);
+        // Another session is not held back.
+        let other = "00000000-0000-4000-8000-000000000001";
+        assert!(store.issue(other, caller()).is_ok());
+    }
 
     #[test]
     fn tokens_are_long_random_distinct_and_name_their_session() {
