@@ -85,19 +85,10 @@ where
         std::fs::write(&changed, &last_change)
             .map_err(|e| format!("cannot rewrite '{}': {e}", changed.display()))?;
         trees::settle();
-        let t = Instant::now();
-        client
-            .snapshot(&info.id, &format!("round {run}"))
-            .await
-            .map_err(failed("snapshot"))?;
-        let snapshot_s = t.elapsed().as_secs_f64();
+        let snapshot_s = timed_snapshot(&client, &info.id, &format!("round {run}")).await?;
         let sync_s = rsync(&root, &mirror)?;
-        let t = Instant::now();
-        client
-            .snapshot(&info.id, &format!("round {run}, unchanged"))
-            .await
-            .map_err(failed("snapshot"))?;
-        let unchanged_s = t.elapsed().as_secs_f64();
+        let unchanged_s =
+            timed_snapshot(&client, &info.id, &format!("round {run}, unchanged")).await?;
         let unchanged_sync_s = rsync(&root, &mirror)?;
         if run > 0 {
             snapshot.push(snapshot_s);
@@ -186,6 +177,13 @@ where
 /// Times the sweep of `bucket` (at `url`, no server on it) and a plain
 /// listing of it, each run over [`SWEEP_KEYS`] keys: what the snapshots
 /// left, and unreferenced contents written (untimed) up to that count.
+/// Seconds one Snapshot of session `id` takes, upload included.
+async fn timed_snapshot(client: &Client, id: &str, tag: &str) -> Result<f64, String> {
+    let t = Instant::now();
+    client.snapshot(id, tag).await.map_err(failed("snapshot"))?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
 async fn sweep(bucket: &Path, url: &str, runs: usize) -> Result<(Samples, Samples), String> {
     use wsfs_server::objstore::Bucket;
     let store = Bucket::open(url, "bench-sweeper".into(), crate::server::BENCH_LEASE_TTL)
