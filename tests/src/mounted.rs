@@ -92,6 +92,25 @@ impl Mount {
     /// Runs `wsfs --server URL mount --session ID [extra...] DIR` on a fresh
     /// directory and waits until the kernel lists the mount.
     pub fn start(wsfs: &Path, url: &str, session: &str, extra: &[&str]) -> Mount {
+        Mount::spawn(wsfs, url, session, extra, None)
+    }
+
+    /// [`Mount::start`] with the mount process held to `address_space`
+    /// bytes of `RLIMIT_AS`. Glibc's malloc arenas are held to two
+    /// (`MALLOC_ARENA_MAX`), as an operator setting such a limit would,
+    /// so the limit bounds what the mount allocates rather than the 64 MiB
+    /// each arena reserves.
+    pub fn start_limited(wsfs: &Path, url: &str, session: &str, address_space: u64) -> Mount {
+        Mount::spawn(wsfs, url, session, &[], Some(address_space))
+    }
+
+    fn spawn(
+        wsfs: &Path,
+        url: &str,
+        session: &str,
+        extra: &[&str],
+        address_space: Option<u64>,
+    ) -> Mount {
         let scratch = tempfile::tempdir().expect("a directory for the mount");
         let dir = scratch.path().join("mnt");
         std::fs::create_dir(&dir).expect("the mount point");
@@ -108,6 +127,23 @@ impl Mount {
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("the log, twice"))
             .stderr(out);
+        if let Some(limit) = address_space {
+            command.env("MALLOC_ARENA_MAX", "2");
+            // SAFETY: setrlimit is async-signal-safe; nothing else runs
+            // between fork and exec.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                    let limit = libc::rlimit {
+                        rlim_cur: limit,
+                        rlim_max: limit,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         let child = crate::cluster::spawn_tied(command);
         let mut mount = Mount {
             child,
@@ -200,6 +236,20 @@ pub struct MountedSession {
 impl MountedSession {
     /// `None` (having said why) when mounts cannot run here.
     pub fn start(backend: Backend, mounts: usize) -> Option<MountedSession> {
+        MountedSession::spawn(backend, mounts, None)
+    }
+
+    /// One mount whose process is held to `address_space` bytes of
+    /// `RLIMIT_AS` ([`Mount::start_limited`]).
+    pub fn start_limited(backend: Backend, address_space: u64) -> Option<MountedSession> {
+        MountedSession::spawn(backend, 1, Some(address_space))
+    }
+
+    fn spawn(
+        backend: Backend,
+        mounts: usize,
+        address_space: Option<u64>,
+    ) -> Option<MountedSession> {
         let wsfs = mount_command()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -218,7 +268,10 @@ impl MountedSession {
             (client, session, info)
         });
         let mounts = (0..mounts)
-            .map(|_| Mount::start(&wsfs, &server.url(), &info.id, &[]))
+            .map(|_| match address_space {
+                Some(limit) => Mount::start_limited(&wsfs, &server.url(), &info.id, limit),
+                None => Mount::start(&wsfs, &server.url(), &info.id, &[]),
+            })
             .collect();
         Some(MountedSession {
             mounts,

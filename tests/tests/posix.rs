@@ -337,3 +337,57 @@ fn writes_to_an_open_file_commit_once_at_fsync_and_once_after_close(backend: Bac
         written.version
     );
 }
+
+/// The mount process's memory is bounded whatever the size of a file:
+/// held to 256 MiB of address space (`RLIMIT_AS`), it writes a 600 MiB
+/// file (committed at fsync in parts within the session's per-write
+/// limit), the API reads back every byte, and reading it through the
+/// mount gives the same bytes. A mount that held a whole file in memory
+/// could not: its allocations would fail past the limit.
+#[test]
+fn a_file_over_twice_the_mounts_address_space_is_written_and_read_back() {
+    use sha2::{Digest, Sha256};
+    const LIMIT: u64 = 256 << 20;
+    const CHUNK: usize = 1 << 20;
+    const CHUNKS: usize = 600;
+    let Some(m) = MountedSession::start_limited(Backend::Directory, LIMIT) else {
+        return;
+    };
+    let path = m.mount(0).join("big.bin");
+    let mut chunk = vec![0u8; CHUNK];
+    let mut written = Sha256::new();
+    let mut file = fs::File::create(&path).expect("create in the limited mount");
+    for i in 0..CHUNKS {
+        for (j, byte) in chunk.iter_mut().enumerate() {
+            *byte = (i.wrapping_mul(31) ^ j.wrapping_mul(7) ^ (j >> 11)) as u8;
+        }
+        file.write_all(&chunk)
+            .unwrap_or_else(|e| panic!("write of chunk {i} through the limited mount: {e}"));
+        written.update(&chunk);
+    }
+    file.sync_all()
+        .expect("fsync commits the whole file under the limit");
+    drop(file);
+    let written = written.finalize();
+
+    let scratch = tempfile::tempdir().unwrap();
+    let copy = scratch.path().join("copy");
+    let fetched = m
+        .block_on(async {
+            let out = tokio::fs::File::create(&copy).await.unwrap();
+            m.session.download("big.bin", out).await
+        })
+        .expect("the API reads the file back");
+    assert_eq!(fetched, (CHUNK * CHUNKS) as u64, "every byte committed");
+    let hash = |path: &std::path::Path| {
+        let mut hasher = Sha256::new();
+        std::io::copy(&mut fs::File::open(path).unwrap(), &mut hasher).unwrap();
+        hasher.finalize()
+    };
+    assert_eq!(hash(&copy), written, "the API holds the bytes written");
+    assert_eq!(
+        hash(&path),
+        written,
+        "the limited mount reads the bytes back"
+    );
+}
