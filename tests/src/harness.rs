@@ -306,6 +306,36 @@ impl TestServer {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind a loopback port");
+        TestServer::serve_on(listener, data_dir, configure)
+    }
+
+    /// Starts a server on `data_dir` at `addr`, where a stopped server
+    /// listened (to restart it where its clients left it). The port may
+    /// take a moment to be free again; binding is retried for a while.
+    pub async fn start_on(
+        addr: SocketAddr,
+        data_dir: &Path,
+        configure: impl FnOnce(&mut ServerConfig),
+    ) -> TestServer {
+        let started = std::time::Instant::now();
+        let listener = loop {
+            match TcpListener::bind(addr).await {
+                Ok(listener) => break listener,
+                Err(e) if started.elapsed() < std::time::Duration::from_secs(30) => {
+                    eprintln!("binding {addr} again: {e}; retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("cannot bind {addr} again: {e}"),
+            }
+        };
+        TestServer::serve_on(listener, data_dir, configure)
+    }
+
+    fn serve_on(
+        listener: TcpListener,
+        data_dir: &Path,
+        configure: impl FnOnce(&mut ServerConfig),
+    ) -> TestServer {
         let addr = listener.local_addr().expect("bound address");
         let mut config = ServerConfig::for_tests(data_dir.to_path_buf());
         config.listen = addr;

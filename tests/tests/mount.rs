@@ -760,6 +760,99 @@ async fn an_unreachable_server_fails_calls_with_eio_after_the_wait() {
     assert_eq!(failed, libc::EIO, "a create the server cannot answer");
 }
 
+/// A server that restarts (same address, same data) while the mount is
+/// up: a call made while it is down waits and is then answered right;
+/// files committed before stay readable; new files written in the mount
+/// reach the restarted server; a change made over gRPC after the restart
+/// to a file the mount has cached appears in the mount (the Watch stream
+/// reconnected by itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_mount_carries_on_when_its_server_restarts() {
+    if !can_mount() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let server = TestServer::start_at(data.path(), |_| {}).await;
+    let addr = server.addr();
+    let client = Client::connect(&server.url()).await.unwrap();
+    let info = client
+        .create_session(SessionOptions::directory())
+        .await
+        .unwrap();
+    let session = client.session(&info.id);
+    let dir = tempfile::tempdir().unwrap();
+    let handle = wsfs_client::mount::mount(session.clone(), dir.path(), MountOptions::default())
+        .await
+        .expect("mount the session");
+    let root = dir.path().to_path_buf();
+
+    let written = root.clone();
+    blocking(move || std::fs::write(written.join("before.txt"), "committed before\n").unwrap())
+        .await;
+    handle.sync().await.expect("the first file lands");
+    session
+        .write_str("unseen.txt", "never looked up before the stop\n")
+        .await
+        .unwrap();
+
+    server.stop().await.unwrap();
+    let looked_up = root.clone();
+    let waiting =
+        tokio::task::spawn_blocking(move || std::fs::read_to_string(looked_up.join("unseen.txt")));
+    // The lookup waits for the server (MountOptions::server_wait, 15 s);
+    // the server comes back well within that.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "the call waits for the server");
+    let server = TestServer::start_on(addr, data.path(), |_| {}).await;
+    let text = waiting
+        .await
+        .unwrap()
+        .expect("answered once the server is back");
+    assert_eq!(text, "never looked up before the stop\n");
+
+    let files = root.clone();
+    let before = blocking(move || {
+        std::fs::write(files.join("after.txt"), "written after the restart\n").unwrap();
+        std::fs::read_to_string(files.join("before.txt")).unwrap()
+    })
+    .await;
+    assert_eq!(before, "committed before\n");
+    handle.sync().await.expect("the new file lands");
+    assert_eq!(
+        session.read_to_string("after.txt").await.unwrap(),
+        "written after the restart\n",
+        "the restarted server holds the file written in the mount"
+    );
+
+    // The kernel keeps the root's listing and before.txt's attributes
+    // (long TTLs, and an open would ask the server anyway): only the
+    // Watch stream, reconnected, can tell the mount of these changes.
+    let listed = root.clone();
+    let names = blocking(move || {
+        let size = std::fs::metadata(listed.join("before.txt")).unwrap().len();
+        (names_in(&listed), size)
+    })
+    .await;
+    assert!(!names.0.contains(&"from-grpc.txt".to_string()), "{names:?}");
+    session
+        .write_str("from-grpc.txt", "made after the restart\n")
+        .await
+        .unwrap();
+    session
+        .write_str("before.txt", "changed over gRPC after the restart\n")
+        .await
+        .unwrap();
+    let seen = root.clone();
+    eventually("changes made after the restart, in the mount", move || {
+        names_in(&seen).contains(&"from-grpc.txt".to_string())
+            && std::fs::metadata(seen.join("before.txt"))
+                .is_ok_and(|m| m.len() == "changed over gRPC after the restart\n".len() as u64)
+    })
+    .await;
+    handle.unmount().expect("a clean unmount");
+    server.stop().await.unwrap();
+}
+
 /// renameat2(2) with `flags`, as an io::Result.
 fn rename_with(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
