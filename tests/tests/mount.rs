@@ -1,8 +1,10 @@
 //! The FUSE mount (`wsfs_client::mount`, what `wsfs mount` runs) on a real
-//! server and a real kernel mount, MEMORY and DIRECTORY sessions both:
-//! files written by programs in the mount reach the API when closed, API
-//! changes reach the mount within a deadline, real programs (git, tar, rm,
-//! python) work in it, and refusals arrive as the errno programs expect.
+//! server and a real kernel mount, on MEMORY, DIRECTORY and CONTAINER
+//! sessions (the container one of the tests' runtime, bwrap): files
+//! written by programs in the mount reach the API when closed, API changes
+//! reach the mount within a deadline, real programs (git, tar, rm, python,
+//! sqlite3, pytest, cargo) work in it, and refusals arrive as the errno
+//! programs expect.
 //!
 //! Needs /dev/fuse (and root or fusermount3): without them each test says
 //! "skipping" and passes, unless WSFS_REQUIRE_TOOLS=1.
@@ -17,7 +19,7 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 use wsfs_client::mount::{MountHandle, MountOptions};
 use wsfs_client::{Client, FileKind, Filesystem, Session, SessionLimits, SessionOptions};
-use wsfs_tests::harness::TestServer;
+use wsfs_tests::harness::{Sandbox, TestServer};
 use wsfs_tests::kit::{fuse_missing, p, system_tool, unavailable};
 
 /// A session mounted at a temporary directory; unmounted when dropped,
@@ -29,6 +31,8 @@ struct Mounted {
     backend: &'static str,
     _client: Client,
     server: Option<TestServer>,
+    /// A CONTAINER session's container (dropped after the server).
+    _sandbox: Option<Sandbox>,
 }
 
 impl Mounted {
@@ -79,10 +83,19 @@ async fn mounted_with_limits(
     limits: SessionLimits,
     options: MountOptions,
 ) -> Mounted {
-    let server = TestServer::start().await;
+    let sandbox =
+        (backend == "container").then(|| Sandbox::new(env!("CARGO_BIN_EXE_wsfs-stdio"), "box"));
+    let server = match &sandbox {
+        Some(sandbox) => {
+            let runtime = sandbox.runtime();
+            TestServer::start_with(|c| c.container_runtimes = vec![runtime]).await
+        }
+        None => TestServer::start().await,
+    };
     let client = Client::connect(&server.url()).await.unwrap();
-    let session_options = match backend {
-        "memory" => SessionOptions::memory(),
+    let session_options = match (backend, &sandbox) {
+        ("memory", _) => SessionOptions::memory(),
+        (_, Some(sandbox)) => sandbox.options(),
         _ => SessionOptions::directory(),
     }
     .limits(limits);
@@ -99,14 +112,17 @@ async fn mounted_with_limits(
         backend,
         _client: client,
         server: Some(server),
+        _sandbox: sandbox,
     }
 }
 
-/// Both backends, mounted with the default options.
-async fn both() -> Vec<Mounted> {
+/// Every backend (MEMORY, DIRECTORY, and CONTAINER on a container of
+/// the tests' runtime), mounted with the default options.
+async fn every_backend() -> Vec<Mounted> {
     vec![
         mounted("memory", MountOptions::default()).await,
         mounted("directory", MountOptions::default()).await,
+        mounted("container", MountOptions::default()).await,
     ]
 }
 
@@ -182,7 +198,7 @@ async fn files_written_in_the_mount_reach_the_api_soon_after_close() {
     if !can_mount() {
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         blocking(move || {
             std::fs::create_dir_all(root.join("src/bin")).unwrap();
@@ -247,7 +263,7 @@ async fn a_mode_and_mtime_set_while_writing_are_kept_after_close() {
         return;
     }
     let then = SystemTime::UNIX_EPOCH + Duration::from_secs(1_600_000_000);
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let seen = blocking(move || {
             let mut f = std::fs::File::create(root.join("run.sh")).unwrap();
@@ -276,7 +292,7 @@ async fn changes_made_through_the_api_appear_in_the_mount() {
     if !can_mount() {
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         m.session.write_str("doc.txt", "first\n").await.unwrap();
         let file = m.path("doc.txt");
         let seen = file.clone();
@@ -349,7 +365,7 @@ async fn git_init_add_commit_status_and_checkout_work_in_the_mount() {
         eprintln!("skipping: `git` is not on PATH");
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let status = blocking(move || {
             let repo = root.join("repo");
@@ -419,7 +435,7 @@ async fn tar_extracts_a_tree_and_rm_removes_it() {
         "tar",
         &["cf", archive.to_str().unwrap(), "tree"],
     );
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let archive = archive.clone();
         blocking(move || run(&root, "tar", &["xf", archive.to_str().unwrap()])).await;
@@ -471,7 +487,7 @@ async fn an_editor_style_save_replaces_the_file() {
         eprintln!("skipping: `python3` is not on PATH");
         return;
     };
-    for m in both().await {
+    for m in every_backend().await {
         m.session
             .write_str("config.toml", "old = 1\n")
             .await
@@ -507,7 +523,7 @@ async fn an_open_file_stays_readable_after_unlink() {
     if !can_mount() {
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         let content: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         m.session
             .upload(
@@ -544,7 +560,7 @@ async fn a_small_write_into_a_big_file_changes_only_those_bytes() {
     }
     const SIZE: usize = 24 << 20;
     let content: Vec<u8> = (0..SIZE).map(|i| (i % 253) as u8).collect();
-    for m in both().await {
+    for m in every_backend().await {
         m.session
             .upload(
                 "big.bin",
@@ -609,7 +625,7 @@ async fn refusals_arrive_as_the_errno_programs_expect() {
     if !can_mount() {
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let backend = m.backend;
         blocking(move || {
@@ -713,7 +729,7 @@ async fn symlinks_are_made_and_read_as_links() {
     if !can_mount() {
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let (target, mode) = blocking(move || {
             std::fs::write(root.join("real.txt"), "real\n").unwrap();
@@ -853,6 +869,49 @@ async fn the_mount_carries_on_when_its_server_restarts() {
     server.stop().await.unwrap();
 }
 
+/// A CONTAINER session mounted elsewhere: a file closed in the mount is
+/// what a program in the container reads, and what a program in the
+/// container writes appears in the mount (its cached listing dropped from
+/// the Watch stream).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_program_in_the_container_and_the_mount_see_each_others_files() {
+    if !can_mount() {
+        return;
+    }
+    let m = mounted("container", MountOptions::default()).await;
+    let sandbox = m._sandbox.as_ref().expect("a container");
+    let root = m.root();
+    let names = blocking(move || {
+        std::fs::create_dir(root.join("src")).unwrap();
+        std::fs::write(root.join("src/main.txt"), "written in the mount\n").unwrap();
+        names_in(&root)
+    })
+    .await;
+    assert_eq!(names, ["src"], "the mount lists what it made");
+    m.synced().await;
+    let inside = sandbox.run("cat src/main.txt && echo made inside > inside.txt");
+    assert!(
+        inside.status.success(),
+        "{}",
+        String::from_utf8_lossy(&inside.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&inside.stdout),
+        "written in the mount\n",
+        "the container reads the mount's file"
+    );
+    let root = m.root();
+    eventually(
+        "a file a program in the container wrote, in the mount",
+        move || {
+            names_in(&root).contains(&"inside.txt".to_string())
+                && std::fs::read_to_string(root.join("inside.txt"))
+                    .is_ok_and(|t| t == "made inside\n")
+        },
+    )
+    .await;
+}
+
 /// renameat2(2) with `flags`, as an io::Result.
 fn rename_with(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
@@ -880,7 +939,7 @@ async fn rename_replaces_an_open_file_and_noreplace_refuses() {
     if !can_mount() {
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         m.session
             .write_str("target.txt", "old target\n")
             .await
@@ -931,7 +990,7 @@ async fn unmount_commits_every_queued_file() {
         return;
     }
     const FILES: usize = 300;
-    for mut m in both().await {
+    for mut m in every_backend().await {
         let root = m.root();
         blocking(move || {
             std::fs::create_dir(root.join("many")).unwrap();
@@ -1030,7 +1089,7 @@ async fn sqlite3_creates_and_queries_a_database_in_the_mount() {
         return;
     };
     let sqlite3 = sqlite3.to_str().unwrap().to_string();
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let program = sqlite3.clone();
         let counted = blocking(move || {
@@ -1089,7 +1148,7 @@ async fn pytest_runs_a_small_project_in_the_mount() {
         eprintln!("skipping: pytest is not installed for python3 (pip install pytest)");
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let python = python.clone();
         blocking(move || {
@@ -1139,7 +1198,7 @@ async fn cargo_builds_and_runs_a_small_crate_in_the_mount() {
     let Some(cargo) = tool("cargo") else {
         return;
     };
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let cargo = cargo.clone();
         let printed = blocking(move || {
