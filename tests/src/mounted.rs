@@ -11,7 +11,7 @@
 //! deadline, SIGKILL and a lazy unmount, so that a broken mount never
 //! hangs the test run.
 
-use crate::harness::TestServer;
+use crate::harness::{Sandbox, TestServer};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -32,15 +32,19 @@ pub const VISIBLE_WITHIN: Duration = Duration::from_secs(20);
 pub enum Backend {
     Memory,
     Directory,
+    /// A container of the tests' runtime ([`Sandbox`]), its inner server
+    /// the `wsfs-stdio` binary built beside the tests.
+    Container,
 }
 
-impl Backend {
-    fn options(self) -> SessionOptions {
-        match self {
-            Backend::Memory => SessionOptions::memory(),
-            Backend::Directory => SessionOptions::directory(),
-        }
-    }
+/// The `wsfs-stdio` binary built beside the test binaries (the inner
+/// server a [`Sandbox`] runs).
+fn stdio_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("the test binary sits in target/<profile>/deps")
+        .join("wsfs-stdio")
 }
 
 /// The `wsfs` binary, when a session can be mounted here; otherwise says
@@ -230,6 +234,8 @@ pub struct MountedSession {
     pub info: SessionInfo,
     pub client: Client,
     server: TestServer,
+    /// A CONTAINER session's container, removed after its server stops.
+    _sandbox: Option<Sandbox>,
     runtime: tokio::runtime::Runtime,
 }
 
@@ -256,15 +262,27 @@ impl MountedSession {
             .enable_all()
             .build()
             .expect("a runtime for the server");
-        let server = runtime.block_on(TestServer::start());
+        let sandbox = (backend == Backend::Container)
+            .then(|| Sandbox::new(&stdio_binary().display().to_string(), "box"));
+        let server = match &sandbox {
+            Some(sandbox) => {
+                let inner = sandbox.runtime();
+                runtime.block_on(TestServer::start_with(|c| {
+                    c.container_runtimes = vec![inner]
+                }))
+            }
+            None => runtime.block_on(TestServer::start()),
+        };
+        let options = match (backend, &sandbox) {
+            (Backend::Memory, _) => SessionOptions::memory(),
+            (_, Some(sandbox)) => sandbox.options(),
+            _ => SessionOptions::directory(),
+        };
         let (client, session, info) = runtime.block_on(async {
             let client = Client::connect(&server.url())
                 .await
                 .expect("connect to the test server");
-            let (session, info) = client
-                .create(backend.options())
-                .await
-                .expect("create a session");
+            let (session, info) = client.create(options).await.expect("create a session");
             (client, session, info)
         });
         let mounts = (0..mounts)
@@ -279,6 +297,7 @@ impl MountedSession {
             info,
             client,
             server,
+            _sandbox: sandbox,
             runtime,
         })
     }

@@ -1,6 +1,6 @@
 //! The POSIX behaviour suite ([`wsfs_tests::posix`]) on a local directory,
-//! the reference that validates it, and on `wsfs mount` of a MEMORY and of
-//! a DIRECTORY session; then what only a mount has: a change made over
+//! the reference that validates it, and on `wsfs mount` of a MEMORY, a
+//! DIRECTORY and a CONTAINER session; then what only a mount has: a change made over
 //! gRPC appears in the mount, two mounts of one session see each other's
 //! closed files (and the API sees them at close), O_EXCL races between two
 //! mounts have one winner, many writes to an open file make one version
@@ -35,6 +35,13 @@ mod mount_directory {
     );
 }
 
+mod mount_container {
+    use wsfs_tests::mounted::{Backend, MountedSession};
+    wsfs_tests::posix_suite!(
+        MountedSession::start(Backend::Container, 1).map(MountedSession::subject)
+    );
+}
+
 /// Expands a test body taking a [`Backend`] into one test per backend.
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
@@ -43,6 +50,9 @@ macro_rules! on_both_backends {
         }
         mod directory {
             $(#[test] fn $name() { super::$name(super::Backend::Directory) })*
+        }
+        mod container {
+            $(#[test] fn $name() { super::$name(super::Backend::Container) })*
         }
     };
 }
