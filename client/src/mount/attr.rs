@@ -154,12 +154,32 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// What a lookup answers for a name that does not exist: inode 0,
+    /// which the kernel keeps as a negative entry.
+    fn absent_attr(&self) -> FileAttr {
+        let never = SystemTime::UNIX_EPOCH;
+        self.attr_of(
+            0,
+            FileKind::File,
+            0,
+            never,
+            never,
+            Permissions::FILE_DEFAULT,
+        )
+    }
+}
+
 impl WsfsFs {
     pub(super) fn do_lookup(&self, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let path = match self.shared.child(parent.0, name) {
             Ok(path) => path,
             Err(e) => return reply.error(e),
         };
+        if self.shared.known.absent(&path) && self.shared.inodes().at(&path).is_none() {
+            // A directory the mount made, and no such name in it.
+            return reply.entry(&NEGATIVE_TTL, &self.shared.absent_attr(), Generation(0));
+        }
         self.spawn(move |s| async move {
             match s.stat(&path).await {
                 Ok(meta) => {
@@ -171,16 +191,7 @@ impl WsfsFs {
                     // while (the Watch stream drops it when the name is
                     // made elsewhere), so builds and git probing for
                     // missing files ask once.
-                    let never = SystemTime::UNIX_EPOCH;
-                    let none = s.attr_of(
-                        0,
-                        FileKind::File,
-                        0,
-                        never,
-                        never,
-                        Permissions::FILE_DEFAULT,
-                    );
-                    reply.entry(&NEGATIVE_TTL, &none, Generation(0));
+                    reply.entry(&NEGATIVE_TTL, &s.absent_attr(), Generation(0));
                 }
                 Err(e) => reply.error(e),
             }

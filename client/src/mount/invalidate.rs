@@ -15,7 +15,7 @@ use std::ffi::OsString;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
-use wsfs::CanonicalPath;
+use wsfs::FileKind;
 
 /// One thing for the kernel to forget.
 enum Forget {
@@ -61,18 +61,21 @@ async fn watch(shared: Arc<Shared>, tx: mpsc::Sender<Forget>) {
             while let Some(Ok(event)) = events.next().await {
                 since = since.max(event.seq);
                 let kind = ChangeKind::try_from(event.kind).unwrap_or(ChangeKind::Unspecified);
+                // Before the kernel's entries go: a lookup after that must
+                // not be answered "absent" from a stale directory.
+                note_existing(&shared, kind, &event.path, &event.to_path);
                 match kind {
                     ChangeKind::Ready | ChangeKind::Keepalive | ChangeKind::Unspecified => {}
                     ChangeKind::Resync => forget_everything(&shared, &tx),
                     ChangeKind::Created | ChangeKind::Modified
                         if already_cached(&shared, &event.path, event.version) => {}
-                    ChangeKind::Created
-                    | ChangeKind::Modified
-                    | ChangeKind::Deleted
-                    | ChangeKind::Moved => {
+                    ChangeKind::Created | ChangeKind::Modified => {
+                        forget_path(&shared, &tx, &event.path, Still::There);
+                    }
+                    ChangeKind::Deleted | ChangeKind::Moved => {
                         for path in [&event.path, &event.to_path] {
                             if !path.is_empty() {
-                                forget_path(&shared, &tx, path);
+                                forget_path(&shared, &tx, path, Still::Replaced);
                             }
                         }
                     }
@@ -97,21 +100,57 @@ fn already_cached(shared: &Shared, raw: &str, version: u64) -> bool {
             .is_some_and(|node| node.own_version == Some(version))
 }
 
-fn forget_path(shared: &Shared, tx: &mpsc::Sender<Forget>, raw: &str) {
+/// What an event says of the object the kernel knows at its path.
+#[derive(Clone, Copy, PartialEq)]
+enum Still {
+    /// Created or modified: a directory the kernel knows there is still
+    /// the same directory.
+    There,
+    /// Deleted, moved away or replaced.
+    Replaced,
+}
+
+fn forget_path(shared: &Shared, tx: &mpsc::Sender<Forget>, raw: &str, still: Still) {
     let Ok(path) = crate::parse_path(raw) else {
         return;
     };
     let mut inodes = shared.inodes();
     if let Some(ino) = inodes.at(&path) {
-        if let Some(node) = inodes.get_mut(ino) {
-            node.attr = None;
-        }
+        let node = inodes.get_mut(ino).expect("at() names live nodes");
+        node.attr = None;
         let _ = tx.send(Forget::Inode(ino));
+        if still == Still::There && node.kind == FileKind::Directory {
+            // Its entry stays: dropping a directory's entry would cut the
+            // working directory of every process inside it (getcwd fails
+            // with ENOENT), for a directory that is still there.
+            return;
+        }
     }
-    let parent = path.parent().unwrap_or_else(CanonicalPath::root);
-    if let (Some(dir), Some(name)) = (inodes.at(&parent), path.name()) {
-        let _ = tx.send(Forget::Entry(dir, name.into()));
-        let _ = tx.send(Forget::Inode(dir));
+    // The name in the nearest directory the kernel knows: a call that made
+    // parents on the way names only its file, and the kernel may hold a
+    // negative entry for the first new parent.
+    let mut child = path;
+    while let Some(parent) = child.parent() {
+        if let (Some(dir), Some(name)) = (inodes.at(&parent), child.name()) {
+            let _ = tx.send(Forget::Entry(dir, name.into()));
+            let _ = tx.send(Forget::Inode(dir));
+            break;
+        }
+        child = parent;
+    }
+}
+
+/// The names an event says exist now, for the directories whose names
+/// the mount knows (known.rs); after a gap, none is known any more.
+fn note_existing(shared: &Shared, kind: ChangeKind, path: &str, to_path: &str) {
+    let made = match kind {
+        ChangeKind::Created | ChangeKind::Modified => path,
+        ChangeKind::Moved => to_path,
+        ChangeKind::Resync => return shared.known.forget_all(),
+        _ => return,
+    };
+    if let Ok(made) = crate::parse_path(made) {
+        shared.known.added(&made);
     }
 }
 
@@ -127,7 +166,9 @@ fn forget_everything(shared: &Shared, tx: &mpsc::Sender<Forget>) {
             .map(|node| node.path.as_str().to_string())
             .collect()
     };
+    // Directories keep their entries (see `Still::There`): one removed in
+    // the gap answers ENOENT from the server to what is looked up in it.
     for path in paths {
-        forget_path(shared, tx, &path);
+        forget_path(shared, tx, &path, Still::There);
     }
 }

@@ -32,6 +32,7 @@ mod dispatch;
 mod errno;
 mod inodes;
 mod invalidate;
+mod known;
 mod namespace;
 mod read;
 mod shared;

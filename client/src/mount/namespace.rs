@@ -45,6 +45,7 @@ impl WsfsFs {
                     modified: None,
                 };
                 let outcome = s.patch(&path, options).await?;
+                s.known.added(&path);
                 let ino = {
                     let mut inodes = s.inodes();
                     let ino = inodes.learn(&path, FileKind::File);
@@ -109,6 +110,9 @@ impl WsfsFs {
                 ..PatchOptions::default()
             };
             let made = s.patch(&path, options).await;
+            if made.is_ok() {
+                s.known.added(&path);
+            }
             match made {
                 Ok(_) => match s.stat(&path).await {
                     Ok(meta) => {
@@ -141,8 +145,12 @@ impl WsfsFs {
                 exist_ok: false,
                 permissions: Some(permissions),
             };
+            // Known (empty) before it exists, so that no name made in it
+            // meanwhile is missed (known.rs).
+            s.known.made(&path);
             match s.retry(|| s.session.mkdir(&path, options)).await {
                 Ok(_) => {
+                    s.known.added(&path);
                     let ino = s.inodes().learn(&path, FileKind::Directory);
                     let now = SystemTime::now();
                     let attr = s.remember(
@@ -151,7 +159,10 @@ impl WsfsFs {
                     );
                     reply.entry(&s.ttl(), &attr, Generation(0));
                 }
-                Err(e) => reply.error(e),
+                Err(e) => {
+                    s.known.forget(&path);
+                    reply.error(e)
+                }
             }
         });
     }
@@ -176,6 +187,7 @@ impl WsfsFs {
             };
             match s.retry(|| s.session.symlink(&path, &target, options)).await {
                 Ok(meta) => {
+                    s.known.added(&path);
                     let ino = s.inodes().learn(&path, FileKind::Symlink);
                     reply.entry(&s.ttl(), &s.attr(ino, &meta), Generation(0));
                 }
@@ -244,6 +256,10 @@ impl WsfsFs {
                 s.retry(|| s.session.rename(&source, &destination, options))
                     .await?;
                 s.inodes().renamed(&source, &destination);
+                s.known.forget(&source);
+                s.known.forget(&destination);
+                s.known.removed(&source);
+                s.known.added(&destination);
                 Ok(())
             }
             .await;
@@ -284,6 +300,8 @@ impl WsfsFs {
                 };
                 s.retry(|| s.session.delete(&path, options)).await?;
                 s.inodes().detach(&path);
+                s.known.forget(&path);
+                s.known.removed(&path);
                 Ok(())
             }
             .await;

@@ -5,6 +5,7 @@
 use super::behind::WriteBehind;
 use super::errno::errno;
 use super::inodes::Inodes;
+use super::known::KnownDirs;
 use super::staging::Staged;
 use super::MountOptions;
 use crate::Session;
@@ -46,6 +47,8 @@ pub(super) struct Shared {
     /// The session's per-write limit once a commit has learned it (0: not
     /// yet): a commit sending more goes in parts of at most this.
     pub(super) max_write: AtomicU64,
+    /// The directories whose every name the mount knows (known.rs).
+    pub(super) known: KnownDirs,
 }
 
 impl Shared {
@@ -69,6 +72,7 @@ impl Shared {
             runtime,
             behind: WriteBehind::new(),
             max_write: AtomicU64::new(0),
+            known: KnownDirs::default(),
         }
     }
 
