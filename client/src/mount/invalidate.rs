@@ -131,6 +131,12 @@ fn forget_path(shared: &Shared, tx: &mpsc::Sender<Forget>, raw: &str, still: Sti
     // negative entry for the first new parent.
     let mut child = path;
     while let Some(parent) = child.parent() {
+        if still == Still::There && shared.making().contains(&child) {
+            // The mount's own Mkdir, its answer on the way: the kernel
+            // gets a positive entry from it (and a working directory may
+            // be made in it at once).
+            break;
+        }
         if let (Some(dir), Some(name)) = (inodes.at(&parent), child.name()) {
             let _ = tx.send(Forget::Entry(dir, name.into()));
             let _ = tx.send(Forget::Inode(dir));

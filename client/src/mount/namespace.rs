@@ -148,10 +148,16 @@ impl WsfsFs {
             // Known (empty) before it exists, so that no name made in it
             // meanwhile is missed (known.rs).
             s.known.made(&path);
-            match s.retry(|| s.session.mkdir(&path, options)).await {
+            s.making().insert(path.clone());
+            let made = s.retry(|| s.session.mkdir(&path, options)).await;
+            if made.is_ok() {
+                s.inodes().learn(&path, FileKind::Directory);
+            }
+            s.making().remove(&path);
+            match made {
                 Ok(_) => {
                     s.known.added(&path);
-                    let ino = s.inodes().learn(&path, FileKind::Directory);
+                    let ino = s.inodes().at(&path).expect("learned above");
                     let now = SystemTime::now();
                     let attr = s.remember(
                         ino,

@@ -49,6 +49,10 @@ pub(super) struct Shared {
     pub(super) max_write: AtomicU64,
     /// The directories whose every name the mount knows (known.rs).
     pub(super) known: KnownDirs,
+    /// Directories the mount is making, until the inode table knows them:
+    /// their Created event must not drop the entry the Mkdir's answer
+    /// gives the kernel (invalidate.rs).
+    pub(super) making: Mutex<std::collections::HashSet<CanonicalPath>>,
 }
 
 impl Shared {
@@ -73,11 +77,17 @@ impl Shared {
             behind: WriteBehind::new(),
             max_write: AtomicU64::new(0),
             known: KnownDirs::default(),
+            making: Mutex::default(),
         }
     }
 
     pub(super) fn inodes(&self) -> MutexGuard<'_, Inodes> {
         self.inodes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// See [`Shared::making`].
+    pub(super) fn making(&self) -> MutexGuard<'_, std::collections::HashSet<CanonicalPath>> {
+        self.making.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(super) fn handles(&self) -> MutexGuard<'_, HashMap<u64, Handle>> {
