@@ -261,3 +261,52 @@ async fn a_handback_whose_snapshot_fails_keeps_serving_and_bad_requests_change_n
     drop((r0, r1));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Ping-pong is bounded: two replicas both getting calls for one session
+/// (a flapping proxy) move it at most once per lease length, the
+/// shortest time a replica holds a session before it hands it on; each
+/// move is a snapshot in the bucket, so they are counted there.
+#[tokio::test]
+async fn two_replicas_both_getting_calls_move_a_session_at_most_once_per_lease() {
+    let Some(moto) = Moto::start() else {
+        eprintln!("skipping: moto_server is not installed");
+        return;
+    };
+    let dir = fresh_dir();
+    let r0 = Replica::start(&dir, 0, &moto.replica(0, LEASE_TTL).with_admin(ADMIN));
+    let r1 = Replica::start(&dir, 1, &moto.replica(1, LEASE_TTL).with_admin(ADMIN));
+    let (c0, c1) = (admin(&r0.url()).await, admin(&r1.url()).await);
+    let (s0, info) = c0.create(SessionOptions::directory()).await.unwrap();
+    let id = info.id;
+    s0.write_str("a.txt", "kept\n").await.unwrap();
+    c0.snapshot(&id, "kept").await.unwrap();
+    let snapshots = || moto.keys(&format!("sessions/{id}/snapshots/")).len();
+    let before = snapshots();
+
+    let window = LEASE_TTL * 4;
+    let started = Instant::now();
+    let mut served = 0;
+    while started.elapsed() < window {
+        for client in [&c0, &c1] {
+            match client.session(&id).read_to_string("a.txt").await {
+                Ok(text) => {
+                    assert_eq!(text, "kept\n");
+                    served += 1;
+                }
+                Err(e) => assert_eq!(e.code(), Code::Unavailable, "{e}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let moves = snapshots() - before;
+    let bound = 1 + (window.as_millis() / LEASE_TTL.as_millis()) as usize;
+    eprintln!("{moves} moves in {window:?} with a {LEASE_TTL:?} lease, {served} calls served");
+    assert!(moves >= 1, "the session never moved");
+    assert!(
+        moves <= bound,
+        "{moves} moves in {window:?}: more than {bound}"
+    );
+    assert!(served > 0);
+    drop((r0, r1));
+    let _ = std::fs::remove_dir_all(&dir);
+}
