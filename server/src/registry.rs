@@ -19,6 +19,7 @@ pub(crate) mod background;
 mod factory;
 mod failover;
 mod fork;
+mod handback;
 mod labels;
 mod recover;
 mod session;
@@ -80,6 +81,10 @@ pub struct Unavailable {
     /// Set while its recovery after a restart runs: it is served once
     /// that ends.
     recovering: bool,
+    /// Set when a restart found it taken over (`leased_to`): a stale copy,
+    /// replaced by the bucket's when the session comes back here
+    /// ([`handback`]).
+    superseded: bool,
 }
 
 impl Unavailable {
@@ -234,6 +239,7 @@ impl SessionRegistry {
                     session_dir,
                     leased_to: None,
                     recovering: false,
+                    superseded: false,
                 };
                 let error = unavailable.error();
                 tracing::warn!(dir = %unavailable.session_dir.display(), %error, "session directory skipped");
@@ -260,6 +266,7 @@ impl SessionRegistry {
                             session_dir: session_dir.clone(),
                             leased_to: None,
                             recovering: true,
+                            superseded: false,
                         },
                     );
                 self.pending
@@ -338,6 +345,7 @@ impl SessionRegistry {
                 u.recovering = false;
                 u.why = format!("taken over by replica '{holder}'");
                 u.leased_to = Some(holder);
+                u.superseded = true;
             }
             return;
         }
@@ -373,6 +381,7 @@ impl SessionRegistry {
     /// DIRECTORY session mirrored to a bucket is served only while this
     /// server's lease on it is good ([`crate::objstore::Bucket::check_serving`]).
     pub fn get_here(&self, id: &str) -> Result<Arc<Session>> {
+        self.failovers.handbacks.check_not_handing(id)?;
         let session = self
             .sessions
             .read()

@@ -100,6 +100,56 @@ impl ReplicaSetup {
     }
 }
 
+impl ReplicaSetup {
+    /// The same setup with `token` as the admin token.
+    pub fn with_admin(mut self, token: &str) -> ReplicaSetup {
+        self.args.extend(["--admin-token".into(), token.into()]);
+        self
+    }
+}
+
+/// The index of the replica whose disk holds session `id`, if one does.
+pub fn holder(replicas: &[Replica], id: &str) -> Option<usize> {
+    replicas.iter().position(|r| {
+        r.data_dir
+            .join("sessions")
+            .join(id)
+            .join("session.json")
+            .exists()
+    })
+}
+
+/// `call`'s answer once it succeeds and `done` holds of it, retrying
+/// while it is UNAVAILABLE (the proxy found a replica gone, a lease has
+/// not run out yet, a session is being handed over) for `patience`; any
+/// other error fails the test.
+pub async fn once_answered<T, F, Fut>(
+    what: &str,
+    patience: Duration,
+    mut call: F,
+    done: impl Fn(&T) -> bool,
+) -> T
+where
+    T: std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = wsfs::Result<T>>,
+{
+    let started = Instant::now();
+    loop {
+        match call().await {
+            Ok(answer) if done(&answer) => return answer,
+            Ok(answer) => assert!(
+                started.elapsed() < patience,
+                "{what}: still {answer:?} after {:?}",
+                started.elapsed()
+            ),
+            Err(e) if e.code() == tonic::Code::Unavailable && started.elapsed() < patience => {}
+            Err(e) => panic!("{what}: {e} (after {:?})", started.elapsed()),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Replicas and the nginx in front of them, in a directory of their own.
 pub struct Cluster {
     pub replicas: Vec<Replica>,
@@ -166,6 +216,17 @@ impl Cluster {
     /// Kills replica `index` at once, as a lost machine would vanish.
     pub fn kill_replica(&mut self, index: usize) {
         self.replicas[index].kill();
+    }
+
+    /// Starts replica `index` again, after it was killed or stopped, as
+    /// `setup` says, with its data directory and at its address: as a
+    /// restarted pod comes back.
+    pub fn restart_replica(&mut self, index: usize, setup: &ReplicaSetup) {
+        let setup = ReplicaSetup {
+            listen: Some(self.replicas[index].addr),
+            ..setup.clone()
+        };
+        self.replicas[index] = start_replica(&self.dir, index, &setup);
     }
 
     /// The proxy's error log, for a failing assertion's message.

@@ -62,14 +62,27 @@ impl Moto {
 
     /// [`Moto::http`] with the body as bytes.
     pub fn request(&self, method: &str, target: &str) -> (String, Vec<u8>) {
+        self.send(method, target, b"")
+    }
+
+    /// Writes `body` at `<PREFIX>/<key>`, as a replica (or anyone with
+    /// the bucket's credentials) could.
+    pub fn put(&self, key: &str, body: &[u8]) {
+        let (status, _) = self.send("PUT", &format!("/{BUCKET}/{PREFIX}/{key}"), body);
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    }
+
+    fn send(&self, method: &str, target: &str, body: &[u8]) -> (String, Vec<u8>) {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(self.addr).unwrap();
         write!(
             stream,
-            "{method} {target} HTTP/1.1\r\nHost: {}\r\n{SIGNED}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            self.addr
+            "{method} {target} HTTP/1.1\r\nHost: {}\r\n{SIGNED}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            self.addr,
+            body.len()
         )
         .unwrap();
+        stream.write_all(body).unwrap();
         let mut response = Vec::new();
         stream.read_to_end(&mut response).unwrap();
         let end = response
@@ -107,6 +120,23 @@ impl Moto {
     pub fn get(&self, key: &str) -> Option<Vec<u8>> {
         let (status, body) = self.request("GET", &format!("/{BUCKET}/{PREFIX}/{key}"));
         status.starts_with("HTTP/1.1 200").then_some(body)
+    }
+
+    /// Replica `index` of several sharing this bucket (as
+    /// [`crate::cluster::ReplicaSetup::mirrored`]), directly.
+    pub fn replica(&self, index: usize, lease_ttl: Duration) -> crate::cluster::ReplicaSetup {
+        self.replica_via(index, lease_ttl, &format!("http://{}", self.addr))
+    }
+
+    /// [`Moto::replica`] through `endpoint` (a forwarder in between).
+    pub fn replica_via(
+        &self,
+        index: usize,
+        lease_ttl: Duration,
+        endpoint: &str,
+    ) -> crate::cluster::ReplicaSetup {
+        let url = format!("s3://{BUCKET}/{PREFIX}");
+        crate::cluster::ReplicaSetup::mirrored(&url, index, lease_ttl, self.envs_via(endpoint))
     }
 
     /// What a replica needs to use this bucket directly.

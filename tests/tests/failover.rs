@@ -15,7 +15,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 use tonic::Code;
 use wsfs_client::{Client, SessionOptions};
-use wsfs_tests::cluster::{fresh_dir, Cluster, Replica, ReplicaSetup};
+use wsfs_tests::cluster::{fresh_dir, holder, once_answered, Cluster, Replica, ReplicaSetup};
 use wsfs_tests::forwarder::{Forwarder, Link};
 use wsfs_tests::kit::{workspace_state, WorkspaceState};
 use wsfs_tests::moto::{Moto, BUCKET, PREFIX};
@@ -28,10 +28,8 @@ const MARGIN: Duration = Duration::from_secs(60);
 const ADMIN: &str = "admin-token-for-failover-0123456789";
 
 fn setup(index: usize, envs: Vec<(String, String)>) -> ReplicaSetup {
-    let mut setup =
-        ReplicaSetup::mirrored(&format!("s3://{BUCKET}/{PREFIX}"), index, LEASE_TTL, envs);
-    setup.args.extend(["--admin-token".into(), ADMIN.into()]);
-    setup
+    ReplicaSetup::mirrored(&format!("s3://{BUCKET}/{PREFIX}"), index, LEASE_TTL, envs)
+        .with_admin(ADMIN)
 }
 
 /// A session id no bucket has seen (a UUID as servers write them).
@@ -47,35 +45,15 @@ fn fresh_session_id() -> String {
     )
 }
 
-/// The index of the replica whose disk holds session `id`, if one does.
-fn holder(replicas: &[Replica], id: &str) -> Option<usize> {
-    replicas.iter().position(|r| {
-        r.data_dir
-            .join("sessions")
-            .join(id)
-            .join("session.json")
-            .exists()
-    })
-}
-
 /// `call`'s answer once it succeeds, retrying while it is UNAVAILABLE (the
 /// proxy found the replica gone, or the session's lease has not run out
 /// yet) for the lease and a margin; any other error fails the test.
-async fn once_served<T, F, Fut>(what: &str, mut call: F) -> T
+async fn once_served<T: std::fmt::Debug, F, Fut>(what: &str, call: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = wsfs::Result<T>>,
 {
-    let started = Instant::now();
-    loop {
-        match call().await {
-            Ok(answer) => return answer,
-            Err(e) if e.code() == Code::Unavailable && started.elapsed() < LEASE_TTL + MARGIN => {
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            Err(e) => panic!("{what}: {e} (after {:?})", started.elapsed()),
-        }
-    }
+    once_answered(what, LEASE_TTL + MARGIN, call, |_| true).await
 }
 
 /// The headline: two sessions of one replica, each written by the admin

@@ -25,6 +25,12 @@
 //!    holder serves only from that expiry on (a forced takeover waits it
 //!    out). A confirmed holder serves until its expiry less
 //!    [`skew_margin`], the expiry counted from when the create was sent.
+//! 5. A holder gives a lease back ([`Bucket::release`]: a graceful stop,
+//!    or a hand-back to a replica that asked for the session, see
+//!    [`super::handback`]) by creating the next generation already
+//!    expired, once it has stopped serving the session. A hand-back
+//!    request is only a hint: the lease stays the one decision, taken
+//!    by rule 4 like any other.
 //!
 //! # Why two replicas never both serve
 //!
@@ -54,12 +60,12 @@ use serde::{Deserialize, Serialize};
 use std::time::{Duration, UNIX_EPOCH};
 use wsfs::{Error, Result};
 
-/// How long before its lease expires a holder stops serving: a quarter
-/// of the lease's length (7.5 s of the default 30 s). Replicas' clocks
-/// must differ by less than this.
 /// How many leases a shutdown gives back at once.
 const RELEASES_AT_ONCE: usize = 16;
 
+/// How long before its lease expires a holder stops serving: a quarter
+/// of the lease's length (7.5 s of the default 30 s). Replicas' clocks
+/// must differ by less than this.
 pub fn skew_margin(ttl: Duration) -> Duration {
     ttl / 4
 }
@@ -104,6 +110,9 @@ pub(super) struct Held {
     /// The lease's expiry less the skew margin: from this on this
     /// replica no longer serves, until a renewal succeeds.
     good_until_ms: u64,
+    /// When this process took the lease (its renewals keep it): how long
+    /// it has held the session, which a hand-back asks.
+    since_ms: u64,
 }
 
 /// What a renewal found.
@@ -217,7 +226,10 @@ impl Bucket {
                 self.leases
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .insert(id.to_string(), self.held_by(&lease, serves_from_ms));
+                    .insert(
+                        id.to_string(),
+                        self.held_by(&lease, serves_from_ms, now_ms().max(serves_from_ms)),
+                    );
                 self.drop_generations_below(id, lease.generation, listed)
                     .await;
                 Ok(serves_from_ms)
@@ -235,7 +247,7 @@ impl Bucket {
         match self.claim(id, Some(held.generation)).await? {
             Claim::Won(lease, listed) => {
                 let generation = lease.generation;
-                let renewed = self.held_by(&lease, held.serves_from_ms);
+                let renewed = self.held_by(&lease, held.serves_from_ms, held.since_ms);
                 // Not brought back when given back meanwhile.
                 let still_held = match self
                     .leases
@@ -267,13 +279,20 @@ impl Bucket {
         }
     }
 
-    fn held_by(&self, lease: &Lease, serves_from_ms: u64) -> Held {
+    fn held_by(&self, lease: &Lease, serves_from_ms: u64, since_ms: u64) -> Held {
         let margin = skew_margin(self.lease_ttl).as_millis() as u64;
         Held {
             generation: lease.generation,
             serves_from_ms,
             good_until_ms: lease.expires_at_ms.saturating_sub(margin),
+            since_ms,
         }
+    }
+
+    /// When this process took its lease on session `id` (ms since the
+    /// epoch); `None` when it holds none.
+    pub fn held_since_ms(&self, id: &str) -> Option<u64> {
+        self.held(id).map(|held| held.since_ms)
     }
 
     /// Whether this replica may serve a call on session `id` now: it holds

@@ -16,6 +16,8 @@
 //!                                        with its caller
 //! markers/<kind>-<uuid>                  an upload or sweep at work
 //! sweep/epoch                            changed before a sweep deletes
+//! handback/<holder>/<id>                 a replica asks the holder of
+//!                                        session <id> for it
 //! ```
 //!
 //! - [`Bucket`] opens the store from its URL.
@@ -30,8 +32,11 @@
 //! - [`sweep`] removes the contents and manifests no snapshot references,
 //!   never what an upload in flight relies on.
 //! - [`listing`] reads every session the bucket knows, for ListSessions.
+//! - [`handback`] carries one replica's request for a session another
+//!   holds, to that holder.
 
 pub mod download;
+pub mod handback;
 pub mod lease;
 pub mod listing;
 pub mod sweep;
@@ -283,6 +288,7 @@ impl Bucket {
                 Err(e) => return Err(self.failed("delete", &meta.location, e)),
             }
         }
+        self.drop_handback(&self.replica, id).await;
         Ok(())
     }
 }
@@ -344,6 +350,16 @@ pub mod keys {
 
     pub fn leases(id: &str) -> Key {
         Key::from(format!("sessions/{id}/lease"))
+    }
+
+    /// The hand-back requests addressed to replica `holder` (any replica
+    /// id: each is one escaped part of the key).
+    pub fn handbacks(holder: &str) -> Key {
+        Key::from_iter(["handback", holder])
+    }
+
+    pub fn handback(holder: &str, id: &str) -> Key {
+        Key::from_iter(["handback", holder, id])
     }
 
     pub fn tokens(id: &str) -> Key {

@@ -1,5 +1,5 @@
-//! The server's background work for durability: renewing leases
-//! (`--object-store`), snapshotting changed sessions
+//! The server's background work for durability: renewing leases and
+//! honouring hand-back requests (`--object-store`), snapshotting changed sessions
 //! (`--autosnapshot SECS`) and sweeping the bucket (`--sweep-interval`).
 
 use super::SessionRegistry;
@@ -20,24 +20,26 @@ pub fn start(registry: Arc<SessionRegistry>) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     if let Some(bucket) = registry.bucket() {
         let every = crate::objstore::lease::renewal_interval(bucket.lease_ttl());
-        let registry = registry.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                registry.tend_leases().await;
-            }
+        let renewing = registry.clone();
+        tasks.push(each_round(every, move || {
+            let registry = renewing.clone();
+            async move { registry.tend_leases().await }
+        }));
+        // Its own task: renewals never wait for a hand-back.
+        let handing = registry.clone();
+        tasks.push(each_round(every, move || {
+            let registry = handing.clone();
+            async move { registry.honour_handbacks().await }
         }));
     }
     let sweep_every = registry.config().sweep_interval;
     if let Some(bucket) = registry.bucket().filter(|_| !sweep_every.is_zero()) {
-        tasks.push(tokio::spawn(sweep(
-            bucket.clone(),
-            sweep_every,
-            registry.config().sweep_grace,
-        )));
+        let (bucket, grace) = (bucket.clone(), registry.config().sweep_grace);
+        // The markers make it one sweep at a time across replicas.
+        tasks.push(each_round(sweep_every, move || {
+            let bucket = bucket.clone();
+            async move { sweep(&bucket, grace).await }
+        }));
     }
     let secs = registry.config().autosnapshot;
     if secs > 0 {
@@ -47,6 +49,24 @@ pub fn start(registry: Arc<SessionRegistry>) -> Vec<JoinHandle<()>> {
         )));
     }
     tasks
+}
+
+/// Runs `round` every `every` (the first one `every` after start), each
+/// once the one before has ended.
+fn each_round<F, Fut>(every: Duration, mut round: F) -> JoinHandle<()>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            round().await;
+        }
+    })
 }
 
 /// Every `every`, snapshots each MEMORY or DIRECTORY session changed since
@@ -82,23 +102,16 @@ async fn autosnapshot(registry: Arc<SessionRegistry>, every: Duration) {
     }
 }
 
-/// Every `every` (the first one `every` after start), sweeps the bucket;
-/// the markers make it one sweep at a time across replicas.
-async fn sweep(bucket: Arc<crate::objstore::Bucket>, every: Duration, grace: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        match bucket.sweep(grace).await {
-            Ok(report) => tracing::info!(?report, "object store swept"),
-            Err(e) => tracing::warn!(error = %e, "sweeping the object store failed"),
-        }
+/// Sweeps the bucket once.
+async fn sweep(bucket: &crate::objstore::Bucket, grace: Duration) {
+    match bucket.sweep(grace).await {
+        Ok(report) => tracing::info!(?report, "object store swept"),
+        Err(e) => tracing::warn!(error = %e, "sweeping the object store failed"),
     }
 }
 
 /// Deletes the oldest `auto` snapshots past the newest `keep`.
-async fn prune(snapshots: &dyn crate::snapshots::SnapshotStore, id: &str, keep: usize) {
+pub(super) async fn prune(snapshots: &dyn crate::snapshots::SnapshotStore, id: &str, keep: usize) {
     let Ok(all) = snapshots.list().await else {
         return;
     };

@@ -11,6 +11,12 @@
 //! session another replica holds for [`LEASED_RECHECK`]; concurrent
 //! calls for one session wait for its one recovery; and a recovery is
 //! bounded by the session's byte budget, as RecoverSession checks.
+//!
+//! While another replica holds a live lease, the call asks that replica
+//! to hand the session over ([`super::handback`]) and is refused
+//! `UNAVAILABLE` (retryable): behind a proxy whose ring moved the session
+//! here (a replica back at its address, or one added) the session
+//! follows its calls within a renewal round or two.
 
 use super::{Session, SessionRegistry};
 use futures::future::{BoxFuture, FutureExt, Shared};
@@ -47,6 +53,8 @@ pub(super) struct Failovers {
     /// [`LEASED_RECHECK`]; `None`: none): tokens a list does not hold
     /// cost no lookup meanwhile.
     token_lists: Memo<Option<bytes::Bytes>>,
+    /// The hand-backs this server asked for or is giving ([`super::handback`]).
+    pub(super) handbacks: super::handback::Handbacks,
 }
 
 impl Failovers {
@@ -56,6 +64,7 @@ impl Failovers {
             lookups: tokio::sync::Semaphore::new(LOOKUPS_AT_ONCE),
             refused: Memo::default(),
             token_lists: Memo::default(),
+            handbacks: super::handback::Handbacks::default(),
         }
     }
 
@@ -66,7 +75,7 @@ impl Failovers {
 
 /// Answers about sessions, each kept for a while, at most
 /// [`MAX_REMEMBERED`] at once.
-struct Memo<T>(Mutex<HashMap<String, (Instant, T)>>);
+pub(super) struct Memo<T>(Mutex<HashMap<String, (Instant, T)>>);
 
 impl<T> Default for Memo<T> {
     fn default() -> Self {
@@ -76,14 +85,14 @@ impl<T> Default for Memo<T> {
 
 impl<T: Clone> Memo<T> {
     /// What is remembered about `id`, while it stands.
-    fn get(&self, id: &str) -> Option<T> {
+    pub(super) fn get(&self, id: &str) -> Option<T> {
         let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let (until, value) = memo.get(id)?;
         (Instant::now() < *until).then(|| value.clone())
     }
 
     /// Remembers `value` about `id` for `kept`.
-    fn remember(&self, id: &str, kept: Duration, value: T) {
+    pub(super) fn remember(&self, id: &str, kept: Duration, value: T) {
         let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         if memo.len() >= MAX_REMEMBERED {
@@ -94,7 +103,7 @@ impl<T: Clone> Memo<T> {
         }
     }
 
-    fn forget(&self, id: &str) {
+    pub(super) fn forget(&self, id: &str) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
     }
 }
@@ -115,6 +124,9 @@ impl SessionRegistry {
     pub async fn get(self: &Arc<Self>, id: &str) -> Result<Arc<Session>> {
         match self.get_here(id) {
             Err(Error::SessionNotFound { .. }) if self.bucket.is_some() => self.fail_over(id).await,
+            // A copy a restart found taken over elsewhere: the session
+            // comes back here as any other does (see `handback`).
+            Err(Error::SessionLeased { .. }) if self.superseded(id) => self.fail_over(id).await,
             served => served,
         }
     }
@@ -212,15 +224,18 @@ impl SessionRegistry {
             .bucket
             .clone()
             .ok_or_else(|| Error::internal("failover without an object store"))?;
+        let previous;
         {
             let _lookup = self.failovers.lookups.acquire().await;
             if bucket.session_record(id).await?.is_none() {
                 self.failovers.remember_unknown(id);
                 return Err(not_found(id));
             }
-            if let Some(lease) = bucket.lease(id).await? {
+            previous = bucket.lease(id).await?;
+            if let Some(lease) = &previous {
                 if lease.is_live() && lease.holder != bucket.replica() {
-                    let refused = retryable(bucket.leased_error(id, &lease));
+                    let asked = self.ask_handback(&bucket, id, lease).await;
+                    let refused = retryable(bucket.leased_error(id, lease), asked);
                     // Asked again once a second at most, and not before
                     // the lease could run out: a holder that gives its
                     // lease back (a graceful stop) is noticed at once.
@@ -232,13 +247,18 @@ impl SessionRegistry {
             }
         }
         self.failovers.refused.forget(id);
+        self.discard_superseded(id).await?;
         let started = Instant::now();
         match self.recover(id, "", false).await {
             Ok(session) => {
                 tracing::warn!(session = %id, elapsed = ?started.elapsed(), "session failed over to this server from its latest snapshot");
+                if let Some(lease) = previous.filter(|l| l.holder != bucket.replica()) {
+                    // What this server asked of that holder is answered.
+                    bucket.drop_handback(&lease.holder, id).await;
+                }
                 Ok(session)
             }
-            Err(e @ Error::SessionLeased { .. }) => Err(retryable(e)),
+            Err(e @ Error::SessionLeased { .. }) => Err(retryable(e, false)),
             // Being recovered here by RecoverSession meanwhile.
             Err(Error::AlreadyExists { .. }) => self.get_here(id).map_err(|_| Error::Unavailable {
                 message: format!(
@@ -252,13 +272,17 @@ impl SessionRegistry {
 
 /// The refusal of a call for a session another replica holds, made
 /// retryable: behind a proxy that routes here because that replica is
-/// gone, the session fails over here once its lease runs out.
-fn retryable(leased: Error) -> Error {
+/// gone, the session fails over here once its lease runs out; one that
+/// routes here because the ring changed gets it once the holder hands it
+/// over (`asked`: this server asked it to).
+fn retryable(leased: Error, asked: bool) -> Error {
+    let then = match asked {
+        true => "this server asked that replica to hand the session over, and takes it once it has (or once that lease runs out without being renewed)",
+        false => "this server takes the session over if that lease runs out without being renewed",
+    };
     match leased {
         Error::SessionLeased { message, .. } => Error::Unavailable {
-            message: format!(
-                "{message}; this server takes the session over if that lease runs out without being renewed: try again"
-            ),
+            message: format!("{message}; {then}: try again"),
         },
         other => other,
     }

@@ -203,7 +203,10 @@ impl SessionRegistry {
                 let held = &held;
                 async move {
                     if let Some(holder) = self.tend(bucket, held, &session).await {
-                        self.surrender(&session.record.id, holder);
+                        // Never held by this process: a copy from before
+                        // a restart, which another replica took over.
+                        let superseded = !held.contains(&session.record.id);
+                        self.surrender(&session.record.id, holder, superseded);
                     }
                 }
             })
@@ -285,8 +288,9 @@ impl SessionRegistry {
         }
     }
 
-    /// Stops serving session `id`, which replica `holder` took over.
-    fn surrender(&self, id: &str, holder: String) {
+    /// Stops serving session `id`, which replica `holder` took over
+    /// (`superseded`: while this server was down).
+    fn surrender(&self, id: &str, holder: String, superseded: bool) {
         let Some(session) = self
             .sessions
             .write()
@@ -303,6 +307,7 @@ impl SessionRegistry {
             session_dir: session.owned_dir.clone().unwrap_or_default(),
             leased_to: Some(holder),
             recovering: false,
+            superseded,
         };
         self.unavailable
             .write()

@@ -95,6 +95,14 @@ impl Session {
         self.activity.streams.load(Ordering::SeqCst)
     }
 
+    /// Watches open on this session now.
+    pub(super) fn watches(&self) -> usize {
+        let a = &self.activity;
+        a.streams
+            .load(Ordering::SeqCst)
+            .saturating_sub(a.working.load(Ordering::SeqCst))
+    }
+
     /// Admits one more working stream (ReadBytes, WriteBytes, Grep,
     /// Export) or refuses with `QUOTA_EXCEEDED` when the session has its
     /// maximum open. Hold the permit for as long as the stream lives: the

@@ -379,7 +379,13 @@ impl sessions_server::Sessions for SessionsService {
             })
             .await?;
             super::check_route(&metadata, &id)?;
-            if let Some(u) = self.registry.unavailable(&id) {
+            // (A copy superseded by a failover is not shown: the session
+            // is asked for, as every call on it does.)
+            if let Some(u) = self
+                .registry
+                .unavailable(&id)
+                .filter(|_| !self.registry.superseded(&id))
+            {
                 return Ok(self.served_here(unavailable_to_proto(&u)));
             }
             Ok(self.served_here(session_with_usage(&*self.registry.get(&id).await?).await?))
