@@ -47,14 +47,17 @@ fn fresh_session_id() -> String {
     )
 }
 
-/// The index of the replica whose disk holds session `id`, if one does.
+/// The index of the replica whose disk records session `id` (a DIRECTORY
+/// session, or a MEMORY one mirrored to the bucket), if one does.
 fn holder(replicas: &[Replica], id: &str) -> Option<usize> {
     replicas.iter().position(|r| {
-        r.data_dir
-            .join("sessions")
-            .join(id)
-            .join("session.json")
-            .exists()
+        ["sessions", "memory-sessions"].iter().any(|under| {
+            r.data_dir
+                .join(under)
+                .join(id)
+                .join("session.json")
+                .exists()
+        })
     })
 }
 
@@ -202,6 +205,85 @@ async fn a_killed_replicas_sessions_fail_over_through_the_proxy_with_their_token
     eprintln!(
         "failed over in {failed_over_in:?} with a {LEASE_TTL:?} lease:\n{}",
         cluster.proxy_log()
+    );
+}
+
+/// A MEMORY session fails over like a DIRECTORY one: written, snapshotted,
+/// written again; its replica SIGKILLed. Through the proxy, the first call
+/// (its token holder's, knowing only the token) finds it on another
+/// replica, still a MEMORY session, holding exactly its last snapshot, and
+/// the token keeps working there.
+#[tokio::test]
+async fn a_killed_replicas_memory_session_fails_over_as_a_memory_session() {
+    let Some(moto) = Moto::start() else {
+        eprintln!("skipping: moto_server is not installed");
+        return;
+    };
+    let envs = moto.envs();
+    let Some(mut cluster) = Cluster::start_configured(3, |i| setup(i, envs.clone())) else {
+        eprintln!("skipping: nginx is not installed");
+        return;
+    };
+    let admin = Client::connect(&cluster.url())
+        .await
+        .unwrap()
+        .with_token(ADMIN)
+        .unwrap();
+    let (session, info) = admin.create(SessionOptions::memory()).await.unwrap();
+    let id = info.id;
+    let victim = holder(&cluster.replicas, &id).expect("recorded on a replica");
+    session
+        .write_str("dir/a.txt", "before the snapshot\n")
+        .await
+        .unwrap();
+    let token = admin.issue_token(&id, "agent").await.unwrap().token;
+    let agent = Client::connect(&cluster.url())
+        .await
+        .unwrap()
+        .with_token(&token)
+        .unwrap();
+    agent
+        .session(&id)
+        .write_str("agent.txt", "the agent's\n")
+        .await
+        .unwrap();
+    let snapshot = admin.snapshot(&id, "kept").await.unwrap();
+    let kept = workspace_state(&session).await;
+    session
+        .write_str("after.txt", "after the snapshot\n")
+        .await
+        .unwrap();
+
+    cluster.kill_replica(victim);
+    let found = once_served("the token holder's first call", || agent.token_session()).await;
+    assert_eq!(found.id, id, "the token's own session");
+    assert_eq!(found.backend, wsfs_client::Backend::Memory, "still MEMORY");
+    assert_eq!(workspace_state(&agent.session(&id)).await, kept);
+    let listed = admin.list_snapshots(&id).await.unwrap();
+    assert_eq!(listed, vec![snapshot], "its last snapshot, listed");
+    agent
+        .session(&id)
+        .write_str("agent.txt", "written after the failover\n")
+        .await
+        .unwrap();
+    let taken_by = holder(&cluster.replicas, &id);
+    let elsewhere = cluster
+        .replicas
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| *i != victim && holder(std::slice::from_ref(*r), &id).is_some())
+        .count();
+    assert_eq!(
+        elsewhere, 1,
+        "served by one surviving replica: {taken_by:?}"
+    );
+    assert_eq!(
+        admin
+            .session(&id)
+            .read_to_string("agent.txt")
+            .await
+            .unwrap(),
+        "written after the failover\n"
     );
 }
 
