@@ -357,6 +357,22 @@ async fn a_lost_replicas_memory_session_comes_back_on_another_as_a_memory_sessio
         distinct_contents([&first_state, &second_state, &big_state]),
         "the bucket holds each content once, by its hash"
     );
+    let recorded = bucket.join("sessions").join(&id).join("session.json");
+    let recorded = std::fs::read_to_string(recorded).unwrap();
+    assert!(recorded.contains(r#""backend":"memory""#), "{recorded}");
+    // Listed on another replica with its kind.
+    let everywhere = c2
+        .query_sessions(&wsfs_client::SessionQuery::default())
+        .await
+        .unwrap();
+    let listed = everywhere.iter().find(|s| s.id == id).expect("listed");
+    assert_eq!(listed.backend, wsfs_client::Backend::Memory);
+    // Forked on another replica, as either kind, from the bucket.
+    for options in [SessionOptions::memory(), SessionOptions::directory()] {
+        let options = options.from_snapshot(&id, &second.id);
+        let (fork, info) = c2.create(options).await.unwrap();
+        assert_eq!(workspace_state(&fork).await, second_state, "{info:?}");
+    }
 
     r0.kill();
     tokio::time::sleep(LEASE_TTL + Duration::from_millis(500)).await;
