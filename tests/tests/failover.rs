@@ -47,18 +47,40 @@ fn fresh_session_id() -> String {
     )
 }
 
-/// The index of the replica whose disk records session `id` (a DIRECTORY
-/// session, or a MEMORY one mirrored to the bucket), if one does.
+/// The index of the replica whose disk holds session `id`, if one does.
 fn holder(replicas: &[Replica], id: &str) -> Option<usize> {
     replicas.iter().position(|r| {
-        ["sessions", "memory-sessions"].iter().any(|under| {
-            r.data_dir
-                .join(under)
-                .join(id)
-                .join("session.json")
-                .exists()
-        })
+        r.data_dir
+            .join("sessions")
+            .join(id)
+            .join("session.json")
+            .exists()
     })
+}
+
+/// The replicas (of those not in `gone`) that serve session `id`, as each
+/// lists its own sessions.
+async fn serving(replicas: &[Replica], gone: &[usize], id: &str) -> Vec<usize> {
+    let mut serving = Vec::new();
+    let here = wsfs_client::SessionQuery {
+        local_only: true,
+        ..Default::default()
+    };
+    for (i, replica) in replicas.iter().enumerate() {
+        if gone.contains(&i) {
+            continue;
+        }
+        let client = Client::connect(&replica.url()).await.unwrap();
+        let listed = client
+            .with_token(ADMIN)
+            .unwrap()
+            .query_sessions(&here)
+            .await;
+        if listed.unwrap().iter().any(|s| s.id == id) {
+            serving.push(i);
+        }
+    }
+    serving
 }
 
 /// `call`'s answer once it succeeds, retrying while it is UNAVAILABLE (the
@@ -211,8 +233,8 @@ async fn a_killed_replicas_sessions_fail_over_through_the_proxy_with_their_token
 /// A MEMORY session fails over like a DIRECTORY one: written, snapshotted,
 /// written again; its replica SIGKILLed. Through the proxy, the first call
 /// (its token holder's, knowing only the token) finds it on another
-/// replica, still a MEMORY session, holding exactly its last snapshot, and
-/// the token keeps working there.
+/// replica, still a MEMORY session, holding exactly its last snapshot (a
+/// file over 8 MiB among its files), and the token keeps working there.
 #[tokio::test]
 async fn a_killed_replicas_memory_session_fails_over_as_a_memory_session() {
     let Some(moto) = Moto::start() else {
@@ -231,7 +253,7 @@ async fn a_killed_replicas_memory_session_fails_over_as_a_memory_session() {
         .unwrap();
     let (session, info) = admin.create(SessionOptions::memory()).await.unwrap();
     let id = info.id;
-    let victim = holder(&cluster.replicas, &id).expect("recorded on a replica");
+    let victim = serving(&cluster.replicas, &[], &id).await[0];
     session
         .write_str("dir/a.txt", "before the snapshot\n")
         .await
@@ -245,6 +267,12 @@ async fn a_killed_replicas_memory_session_fails_over_as_a_memory_session() {
     agent
         .session(&id)
         .write_str("agent.txt", "the agent's\n")
+        .await
+        .unwrap();
+    // Over the single-request bound: sent and fetched in parts.
+    let large: Vec<u8> = (0..9 * 1024 * 1024 + 7).map(|i| (i % 251) as u8).collect();
+    session
+        .upload("large.bin", std::io::Cursor::new(large), Default::default())
         .await
         .unwrap();
     let snapshot = admin.snapshot(&id, "kept").await.unwrap();
@@ -266,17 +294,8 @@ async fn a_killed_replicas_memory_session_fails_over_as_a_memory_session() {
         .write_str("agent.txt", "written after the failover\n")
         .await
         .unwrap();
-    let taken_by = holder(&cluster.replicas, &id);
-    let elsewhere = cluster
-        .replicas
-        .iter()
-        .enumerate()
-        .filter(|(i, r)| *i != victim && holder(std::slice::from_ref(*r), &id).is_some())
-        .count();
-    assert_eq!(
-        elsewhere, 1,
-        "served by one surviving replica: {taken_by:?}"
-    );
+    let taken_by = serving(&cluster.replicas, &[victim], &id).await;
+    assert_eq!(taken_by.len(), 1, "served by one replica: {taken_by:?}");
     assert_eq!(
         admin
             .session(&id)
