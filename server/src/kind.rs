@@ -2,9 +2,10 @@
 //!
 //! Each kind (MEMORY, DIRECTORY, CONTAINER) is one folder with one
 //! [`BackendProvider`]: it makes a new session's workspace, makes a fork's
-//! from a snapshot, reopens what a restart left in the data directory, and
-//! says whether its sessions outlive a restart (then they are recorded on
-//! disk with their tokens, and leased and mirrored in the object store).
+//! from a snapshot, reopens what a restart left in the data directory,
+//! recreates a session from the object store, and says whether its
+//! sessions are recorded on disk with their tokens, and leased and
+//! mirrored in the object store.
 //! The registry picks a kind's provider in one place, its factory, and
 //! names no kind anywhere else.
 
