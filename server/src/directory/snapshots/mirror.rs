@@ -277,3 +277,68 @@ pub fn record_info(raw: &[u8]) -> Result<crate::snapshots::SnapshotInfo> {
         .map_err(|e| Error::internal(format!("a snapshot record is corrupt: {e}")))?;
     Ok(info.info())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sha2::{Digest, Sha256};
+    use wsfs::Permissions;
+
+    /// A tree given entry by entry becomes one manifest per directory,
+    /// children before parents, each child named once and sorted bytewise
+    /// (`a` < `a.txt` though `a/b` sorts after `a.txt` as a path), an empty
+    /// directory with a manifest of its own; decoded back, the same names,
+    /// bits, sizes and times.
+    #[test]
+    fn a_loose_tree_is_laid_out_as_a_store_lays_it_out() {
+        let modified = std::time::UNIX_EPOCH + std::time::Duration::new(1_700_000_000, 5);
+        let file = |b: &[u8]| Some((Sha256::digest(b).into(), b.len() as u64, modified));
+        let dir = Permissions::DIRECTORY_DEFAULT;
+        let bits = Permissions::masked(0o600);
+        let entries = [
+            ("a", None, dir),
+            ("a.txt", file(b"top"), bits),
+            ("a/b", file(b"inner"), bits),
+            ("empty", None, dir),
+        ];
+        let (root, manifests) =
+            manifests_of(entries.iter().map(|(path, file, permissions)| LooseEntry {
+                path,
+                file: *file,
+                permissions: *permissions,
+            }));
+        assert_eq!(manifests.len(), 3, "the root, a and empty");
+        assert_eq!(
+            manifests.last().map(|(h, _)| *h),
+            Some(root),
+            "the root last"
+        );
+        for (hash, raw) in &manifests {
+            assert_eq!(<[u8; 32]>::from(Sha256::digest(raw)), *hash);
+        }
+        let top = manifest_entries(&manifests.last().unwrap().1).unwrap();
+        let names: Vec<&str> = top.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["a", "a.txt", "empty"]);
+        assert_eq!(
+            top[1].child,
+            StoredChild::Content {
+                hash: Sha256::digest(b"top").into(),
+                size: 3
+            }
+        );
+        assert_eq!(top[1].permissions, bits);
+        assert_eq!(top[1].modified, modified);
+        let StoredChild::Manifest(a) = top[0].child else {
+            panic!("a is a directory");
+        };
+        let (_, raw_a) = manifests.iter().find(|(h, _)| *h == a).unwrap();
+        let inner = manifest_entries(raw_a).unwrap();
+        assert_eq!(inner.len(), 1);
+        assert_eq!(inner[0].name, "b");
+        let StoredChild::Manifest(empty) = top[2].child else {
+            panic!("empty is a directory");
+        };
+        let (_, raw_empty) = manifests.iter().find(|(h, _)| *h == empty).unwrap();
+        assert!(manifest_entries(raw_empty).unwrap().is_empty());
+    }
+}
