@@ -470,7 +470,8 @@ async fn a_memory_snapshot_the_bucket_refuses_fails_unavailable_and_is_not_kept(
 }
 
 /// `--autosnapshot`: a session changed since its last autosnapshot gets
-/// one (tag `auto`, in the bucket too); an unchanged one does not.
+/// one (tag `auto`, in the bucket too, for a DIRECTORY and a MEMORY
+/// session); an unchanged one does not.
 #[tokio::test]
 async fn autosnapshot_snapshots_changed_sessions_only() {
     let dir = fresh_dir();
@@ -483,27 +484,36 @@ async fn autosnapshot_snapshots_changed_sessions_only() {
     let (_dirty, dirty_id) =
         session_with(&c0, SessionOptions::directory(), &[("work.txt", "done\n")]).await;
     let (_clean, clean_id) = session_with(&c0, SessionOptions::directory(), &[]).await;
+    // A MEMORY session's autosnapshots are mirrored too.
+    let (_memory, memory_id) =
+        session_with(&c0, SessionOptions::memory(), &[("work.txt", "done\n")]).await;
 
-    let mut autos = Vec::new();
-    for _ in 0..200 {
-        autos = c0.list_snapshots(&dirty_id).await.unwrap();
-        if !autos.is_empty() {
-            break;
+    let mut all_autos = Vec::new();
+    for id in [&dirty_id, &memory_id] {
+        let mut autos = Vec::new();
+        for _ in 0..200 {
+            autos = c0.list_snapshots(id).await.unwrap();
+            if !autos.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(autos.len(), 1, "{autos:?}");
+        assert_eq!(autos[0].tag, "auto");
+        all_autos.push((id, autos));
     }
-    assert_eq!(autos.len(), 1, "{autos:?}");
-    assert_eq!(autos[0].tag, "auto");
     // Three more ticks: nothing changed, so nothing more is taken.
     tokio::time::sleep(Duration::from_millis(3_200)).await;
-    assert_eq!(c0.list_snapshots(&dirty_id).await.unwrap(), autos);
+    for (id, autos) in &all_autos {
+        assert_eq!(&c0.list_snapshots(id).await.unwrap(), autos);
+        assert!(bucket
+            .join("sessions")
+            .join(id)
+            .join("snapshots")
+            .join(format!("{}.json", autos[0].id))
+            .is_file());
+    }
     assert_eq!(c0.list_snapshots(&clean_id).await.unwrap(), vec![]);
-    assert!(bucket
-        .join("sessions")
-        .join(&dirty_id)
-        .join("snapshots")
-        .join(format!("{}.json", autos[0].id))
-        .is_file());
     drop(r0);
     let _ = std::fs::remove_dir_all(&dir);
 }
