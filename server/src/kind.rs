@@ -2,9 +2,10 @@
 //!
 //! Each kind (MEMORY, DIRECTORY, CONTAINER) is one folder with one
 //! [`BackendProvider`]: it makes a new session's workspace, makes a fork's
-//! from a snapshot, reopens what a restart left in the data directory, and
-//! says whether its sessions outlive a restart (then they are recorded on
-//! disk with their tokens, and leased and mirrored in the object store).
+//! from a snapshot, reopens what a restart left in the data directory,
+//! recreates a session from the object store, and says whether its
+//! sessions are recorded on disk with their tokens, and leased and
+//! mirrored in the object store.
 //! The registry picks a kind's provider in one place, its factory, and
 //! names no kind anywhere else.
 
@@ -269,9 +270,11 @@ pub(crate) trait BackendProvider: Send + Sync {
         Ok(Vec::new())
     }
 
-    /// Whether its sessions outlive a restart: recorded on disk with their
-    /// tokens, and leased and mirrored in the object store when the server
-    /// has one.
+    /// Whether its sessions are recorded on disk with their tokens, and
+    /// leased and mirrored in the object store when the server has one:
+    /// DIRECTORY sessions outlive a restart so; MEMORY ones are recorded
+    /// only with an object store, and come back from it, not from the
+    /// disk.
     fn persistent(&self) -> bool {
         false
     }
@@ -279,6 +282,28 @@ pub(crate) trait BackendProvider: Send + Sync {
     /// Whether `--autosnapshot` snapshots its sessions.
     fn autosnapshots(&self) -> bool {
         true
+    }
+
+    /// The directory under `data_dir` that keeps session `id`'s record.
+    fn session_dir(&self, data_dir: &Path, id: &str) -> PathBuf {
+        crate::directory::provider::sessions_dir(data_dir).join(id)
+    }
+
+    /// Recreates from the object store the workspace of session `record`
+    /// as snapshot `chosen` holds it (`None`: empty), with that snapshot
+    /// listed, recording the session in `session_dir`; nothing is fetched
+    /// past `budget` bytes (0: no limit). `None` when the kind keeps its
+    /// snapshots on disk, which the registry fetches itself (DIRECTORY).
+    async fn recover(
+        &self,
+        _cx: &Context<'_>,
+        _bucket: &Arc<crate::objstore::Bucket>,
+        _record: &SessionRecord,
+        _session_dir: &Path,
+        _chosen: Option<&crate::objstore::download::BucketSnapshot>,
+        _budget: u64,
+    ) -> Option<Result<Handles>> {
+        None
     }
 }
 

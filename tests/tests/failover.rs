@@ -45,6 +45,31 @@ fn fresh_session_id() -> String {
     )
 }
 
+/// The replicas (of those not in `gone`) that serve session `id`, as each
+/// lists its own sessions.
+async fn serving(replicas: &[Replica], gone: &[usize], id: &str) -> Vec<usize> {
+    let mut serving = Vec::new();
+    let here = wsfs_client::SessionQuery {
+        local_only: true,
+        ..Default::default()
+    };
+    for (i, replica) in replicas.iter().enumerate() {
+        if gone.contains(&i) {
+            continue;
+        }
+        let client = Client::connect(&replica.url()).await.unwrap();
+        let listed = client
+            .with_token(ADMIN)
+            .unwrap()
+            .query_sessions(&here)
+            .await;
+        if listed.unwrap().iter().any(|s| s.id == id) {
+            serving.push(i);
+        }
+    }
+    serving
+}
+
 /// `call`'s answer once it succeeds, retrying while it is UNAVAILABLE (the
 /// proxy found the replica gone, or the session's lease has not run out
 /// yet) for the lease and a margin; any other error fails the test.
@@ -180,6 +205,82 @@ async fn a_killed_replicas_sessions_fail_over_through_the_proxy_with_their_token
     eprintln!(
         "failed over in {failed_over_in:?} with a {LEASE_TTL:?} lease:\n{}",
         cluster.proxy_log()
+    );
+}
+
+/// A MEMORY session fails over like a DIRECTORY one: written, snapshotted,
+/// written again; its replica SIGKILLed. Through the proxy, the first call
+/// (its token holder's, knowing only the token) finds it on another
+/// replica, still a MEMORY session, holding exactly its last snapshot (a
+/// file over 8 MiB among its files), and the token keeps working there.
+#[tokio::test]
+async fn a_killed_replicas_memory_session_fails_over_as_a_memory_session() {
+    let Some(moto) = Moto::start() else {
+        eprintln!("skipping: moto_server is not installed");
+        return;
+    };
+    let envs = moto.envs();
+    let Some(mut cluster) = Cluster::start_configured(3, |i| setup(i, envs.clone())) else {
+        eprintln!("skipping: nginx is not installed");
+        return;
+    };
+    let admin = Client::connect(&cluster.url())
+        .await
+        .unwrap()
+        .with_token(ADMIN)
+        .unwrap();
+    let (session, info) = admin.create(SessionOptions::memory()).await.unwrap();
+    let id = info.id;
+    let victim = serving(&cluster.replicas, &[], &id).await[0];
+    session
+        .write_str("dir/a.txt", "before the snapshot\n")
+        .await
+        .unwrap();
+    let token = admin.issue_token(&id, "agent").await.unwrap().token;
+    let agent = Client::connect(&cluster.url())
+        .await
+        .unwrap()
+        .with_token(&token)
+        .unwrap();
+    agent
+        .session(&id)
+        .write_str("agent.txt", "the agent's\n")
+        .await
+        .unwrap();
+    // Over the single-request bound: sent and fetched in parts.
+    let large: Vec<u8> = (0..9 * 1024 * 1024 + 7).map(|i| (i % 251) as u8).collect();
+    session
+        .upload("large.bin", std::io::Cursor::new(large), Default::default())
+        .await
+        .unwrap();
+    let snapshot = admin.snapshot(&id, "kept").await.unwrap();
+    let kept = workspace_state(&session).await;
+    session
+        .write_str("after.txt", "after the snapshot\n")
+        .await
+        .unwrap();
+
+    cluster.kill_replica(victim);
+    let found = once_served("the token holder's first call", || agent.token_session()).await;
+    assert_eq!(found.id, id, "the token's own session");
+    assert_eq!(found.backend, wsfs_client::Backend::Memory, "still MEMORY");
+    assert_eq!(workspace_state(&agent.session(&id)).await, kept);
+    let listed = admin.list_snapshots(&id).await.unwrap();
+    assert_eq!(listed, vec![snapshot], "its last snapshot, listed");
+    agent
+        .session(&id)
+        .write_str("agent.txt", "written after the failover\n")
+        .await
+        .unwrap();
+    let taken_by = serving(&cluster.replicas, &[victim], &id).await;
+    assert_eq!(taken_by.len(), 1, "served by one replica: {taken_by:?}");
+    assert_eq!(
+        admin
+            .session(&id)
+            .read_to_string("agent.txt")
+            .await
+            .unwrap(),
+        "written after the failover\n"
     );
 }
 

@@ -104,7 +104,12 @@ impl Drop for Pair {
 }
 
 async fn session_on(client: &Client, text: &str) -> (Session, String) {
-    let (session, info) = client.create(SessionOptions::directory()).await.unwrap();
+    session_of(client, SessionOptions::directory(), text).await
+}
+
+/// A session made with `options`, its `a.txt` holding `text`.
+async fn session_of(client: &Client, options: SessionOptions, text: &str) -> (Session, String) {
+    let (session, info) = client.create(options).await.unwrap();
     session.write_str("a.txt", text).await.unwrap();
     (session, info.id)
 }
@@ -220,8 +225,21 @@ async fn a_partitioned_holder_stops_accepting_writes_before_its_lease_runs_out()
     let Some(pair) = Pair::start().await else {
         return;
     };
-    let (s0, id) = session_on(&pair.c0, "before\n").await;
+    let kinds = [
+        ("DIRECTORY", SessionOptions::directory()),
+        ("MEMORY", SessionOptions::memory()),
+    ];
+    for (kind, options) in kinds {
+        a_partitioned_holder_stops(&pair, kind, options).await;
+    }
+}
+
+/// [`a_partitioned_holder_stops_accepting_writes_before_its_lease_runs_out`]
+/// for a session of one kind.
+async fn a_partitioned_holder_stops(pair: &Pair, kind: &str, options: SessionOptions) {
+    let (s0, id) = session_of(&pair.c0, options, "before\n").await;
     for fault in [Link::Cut, Link::Stalled] {
+        let fault_name = format!("{kind} {fault:?}");
         pair.forwarder.set_link(fault);
         let cut_at = Instant::now();
         let mut last_acknowledged_ms = now_ms();
@@ -232,12 +250,12 @@ async fn a_partitioned_holder_stops_accepting_writes_before_its_lease_runs_out()
             }
             assert!(
                 cut_at.elapsed() < PATIENCE,
-                "{fault:?}: replica 0 kept acknowledging writes without reaching the bucket"
+                "{fault_name}: replica 0 kept acknowledging writes without reaching the bucket"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        assert_eq!(refusal.code(), Code::Unavailable, "{fault:?}: {refusal}");
-        assert_eq!(refusal.reason(), "UNAVAILABLE", "{fault:?}: {refusal}");
+        assert_eq!(refusal.code(), Code::Unavailable, "{fault_name}: {refusal}");
+        assert_eq!(refusal.reason(), "UNAVAILABLE", "{fault_name}: {refusal}");
         // Whatever lease reached the bucket last, the last write came
         // before it ran out.
         let expiry = pair
@@ -248,15 +266,15 @@ async fn a_partitioned_holder_stops_accepting_writes_before_its_lease_runs_out()
             .expect("a lease in the bucket");
         assert!(
             last_acknowledged_ms < expiry,
-            "{fault:?}: a write was acknowledged at {last_acknowledged_ms}, after the lease ran out at {expiry}"
+            "{fault_name}: a write was acknowledged at {last_acknowledged_ms}, after the lease ran out at {expiry}"
         );
         eprintln!(
-            "{fault:?}: the last write was acknowledged {} ms before the lease ran out",
+            "{fault_name}: the last write was acknowledged {} ms before the lease ran out",
             expiry - last_acknowledged_ms
         );
 
         pair.forwarder.set_link(Link::Up);
-        write_once_served(&s0, "after the fault\n", &format!("{fault:?}")).await;
+        write_once_served(&s0, "after the fault\n", &fault_name).await;
     }
 }
 

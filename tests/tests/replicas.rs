@@ -300,8 +300,181 @@ async fn a_snapshot_the_bucket_refuses_fails_unavailable_and_is_not_kept() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A MEMORY session is mirrored like a DIRECTORY one: each content once
+/// in the bucket, under its hash. When its replica is lost, another
+/// recovers it as a MEMORY session (no disk of its own) from the snapshot
+/// RecoverSession names, then a third from its latest, with its labels,
+/// limits, snapshot and tokens; one over the recovering replica's byte
+/// budget is refused before anything is fetched, and nothing is made.
+#[tokio::test]
+async fn a_lost_replicas_memory_session_comes_back_on_another_as_a_memory_session() {
+    let dir = fresh_dir();
+    let bucket = dir.join("bucket");
+    let url = file_url(&bucket);
+    const ADMIN: &str = "admin-token-for-tests-0123456789";
+    let with_admin = |index: usize, extra: &[&str]| {
+        let mut setup = setup(&url, index, &[]);
+        setup.args.extend(["--admin-token".into(), ADMIN.into()]);
+        setup.args.extend(extra.iter().map(|a| a.to_string()));
+        setup
+    };
+    let admin = |client: Client| client.with_token(ADMIN).unwrap();
+    let mut r0 = Replica::start(&dir, 0, &with_admin(0, &[]));
+    // Replica 1 gives sessions without a byte limit of their own 64 bytes.
+    let mut r1 = Replica::start(
+        &dir,
+        1,
+        &with_admin(1, &["--default-max-total-bytes", "64"]),
+    );
+    let r2 = Replica::start(&dir, 2, &with_admin(2, &[]));
+    let c0 = admin(connect(&r0).await);
+    let c1 = admin(connect(&r1).await);
+    let c2 = admin(connect(&r2).await);
+
+    let limits = SessionLimits {
+        max_total_bytes: 1000,
+        ..SessionLimits::default()
+    };
+    let options = SessionOptions::memory().label("team", "red").limits(limits);
+    let (s, id) = session_with(
+        &c0,
+        options,
+        &[("a.txt", "alpha\n"), ("dir/b.txt", "beta\n")],
+    )
+    .await;
+    let first = c0.snapshot(&id, "first").await.unwrap();
+    let first_state = workspace_state(&s).await;
+    s.write_str("c.txt", "gamma\n").await.unwrap();
+    s.write_str("dir/same.txt", "alpha\n").await.unwrap();
+    let second = c0.snapshot(&id, "second").await.unwrap();
+    let second_state = workspace_state(&s).await;
+    s.write_str("lost.txt", "unsaved\n").await.unwrap();
+    let token = c0.issue_token(&id, "agent").await.unwrap().token;
+    let big_text = "x".repeat(100);
+    let (big, big_id) =
+        session_with(&c0, SessionOptions::memory(), &[("big.txt", &big_text)]).await;
+    c0.snapshot(&big_id, "big").await.unwrap();
+    let big_state = workspace_state(&big).await;
+    assert_eq!(
+        file_bucket_objects(&bucket),
+        distinct_contents([&first_state, &second_state, &big_state]),
+        "the bucket holds each content once, by its hash"
+    );
+    let recorded = bucket.join("sessions").join(&id).join("session.json");
+    let recorded = std::fs::read_to_string(recorded).unwrap();
+    assert!(recorded.contains(r#""backend":"memory""#), "{recorded}");
+    // Listed on another replica with its kind.
+    let everywhere = c2
+        .query_sessions(&wsfs_client::SessionQuery::default())
+        .await
+        .unwrap();
+    let listed = everywhere.iter().find(|s| s.id == id).expect("listed");
+    assert_eq!(listed.backend, wsfs_client::Backend::Memory);
+    // Forked on another replica, as either kind, from the bucket.
+    for options in [SessionOptions::memory(), SessionOptions::directory()] {
+        let options = options.from_snapshot(&id, &second.id);
+        let (fork, info) = c2.create(options).await.unwrap();
+        assert_eq!(workspace_state(&fork).await, second_state, "{info:?}");
+    }
+
+    r0.kill();
+    tokio::time::sleep(LEASE_TTL + Duration::from_millis(500)).await;
+
+    let here = wsfs_client::SessionQuery {
+        local_only: true,
+        ..Default::default()
+    };
+    let err = c1.recover_session(&big_id, None, false).await.unwrap_err();
+    assert_eq!(err.reason(), "QUOTA_EXCEEDED", "{err}");
+    assert!(err.to_string().contains("64"), "{err}");
+    assert!(c1.query_sessions(&here).await.unwrap().is_empty());
+    assert!(!r1.data_dir.join("memory-sessions").join(&big_id).exists());
+
+    let recovered = c1
+        .recover_session(&id, Some(&first.id), false)
+        .await
+        .unwrap();
+    assert_eq!(recovered.backend, wsfs_client::Backend::Memory);
+    assert_eq!(recovered.root_path, None);
+    assert_eq!(
+        recovered.labels.get("team").map(String::as_str),
+        Some("red")
+    );
+    assert_eq!(recovered.limits.max_total_bytes, 1000);
+    assert!(!local_session_dir(&r1, &id).exists(), "nothing on disk");
+    assert_eq!(workspace_state(&c1.session(&id)).await, first_state);
+    let listed: Vec<_> = c1
+        .list_snapshots(&id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.id, s.tag))
+        .collect();
+    assert_eq!(listed, vec![(first.id.clone(), "first".to_string())]);
+    let agent = Client::connect(&r1.url())
+        .await
+        .unwrap()
+        .with_token(&token)
+        .unwrap();
+    assert_eq!(
+        agent.session(&id).read_to_string("a.txt").await.unwrap(),
+        "alpha\n",
+        "its tokens work on the replica that took it"
+    );
+
+    // Lost again: the next replica recovers the latest snapshot.
+    r1.kill();
+    tokio::time::sleep(LEASE_TTL + Duration::from_millis(500)).await;
+    let recovered = c2.recover_session(&id, None, false).await.unwrap();
+    assert_eq!(recovered.backend, wsfs_client::Backend::Memory);
+    assert_eq!(workspace_state(&c2.session(&id)).await, second_state);
+    let listed: Vec<_> = c2.list_snapshots(&id).await.unwrap();
+    assert_eq!(listed, vec![second], "the snapshot it was recovered from");
+    let third = c2.snapshot(&id, "third").await.unwrap();
+    assert!(bucket
+        .join("sessions")
+        .join(&id)
+        .join("snapshots")
+        .join(format!("{}.json", third.id))
+        .is_file());
+    drop((r0, r1, r2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A MEMORY session's Snapshot that the bucket refuses is UNAVAILABLE and
+/// is kept nowhere, as a DIRECTORY one's.
+#[tokio::test]
+async fn a_memory_snapshot_the_bucket_refuses_fails_unavailable_and_is_not_kept() {
+    let dir = fresh_dir();
+    let bucket = dir.join("bucket");
+    let r0 = Replica::start(&dir, 0, &setup(&file_url(&bucket), 0, &[]));
+    let c0 = connect(&r0).await;
+    let (_session, id) = session_with(&c0, SessionOptions::memory(), &[("a.txt", "alpha\n")]).await;
+    // Contents cannot be stored: `objects` is a file, not a directory.
+    std::fs::write(bucket.join("objects"), b"in the way").unwrap();
+
+    let err = c0.snapshot(&id, "doomed").await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err}");
+    assert_eq!(err.reason(), "UNAVAILABLE", "{err}");
+    assert_eq!(c0.list_snapshots(&id).await.unwrap(), vec![]);
+    assert!(!bucket.join("sessions").join(&id).join("snapshots").exists());
+
+    std::fs::remove_file(bucket.join("objects")).unwrap();
+    let info = c0.snapshot(&id, "later").await.unwrap();
+    assert_eq!(c0.list_snapshots(&id).await.unwrap(), vec![info.clone()]);
+    assert!(bucket
+        .join("sessions")
+        .join(&id)
+        .join("snapshots")
+        .join(format!("{}.json", info.id))
+        .is_file());
+    drop(r0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--autosnapshot`: a session changed since its last autosnapshot gets
-/// one (tag `auto`, in the bucket too); an unchanged one does not.
+/// one (tag `auto`, in the bucket too, for a DIRECTORY and a MEMORY
+/// session); an unchanged one does not.
 #[tokio::test]
 async fn autosnapshot_snapshots_changed_sessions_only() {
     let dir = fresh_dir();
@@ -314,27 +487,36 @@ async fn autosnapshot_snapshots_changed_sessions_only() {
     let (_dirty, dirty_id) =
         session_with(&c0, SessionOptions::directory(), &[("work.txt", "done\n")]).await;
     let (_clean, clean_id) = session_with(&c0, SessionOptions::directory(), &[]).await;
+    // A MEMORY session's autosnapshots are mirrored too.
+    let (_memory, memory_id) =
+        session_with(&c0, SessionOptions::memory(), &[("work.txt", "done\n")]).await;
 
-    let mut autos = Vec::new();
-    for _ in 0..200 {
-        autos = c0.list_snapshots(&dirty_id).await.unwrap();
-        if !autos.is_empty() {
-            break;
+    let mut all_autos = Vec::new();
+    for id in [&dirty_id, &memory_id] {
+        let mut autos = Vec::new();
+        for _ in 0..200 {
+            autos = c0.list_snapshots(id).await.unwrap();
+            if !autos.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(autos.len(), 1, "{autos:?}");
+        assert_eq!(autos[0].tag, "auto");
+        all_autos.push((id, autos));
     }
-    assert_eq!(autos.len(), 1, "{autos:?}");
-    assert_eq!(autos[0].tag, "auto");
     // Three more ticks: nothing changed, so nothing more is taken.
     tokio::time::sleep(Duration::from_millis(3_200)).await;
-    assert_eq!(c0.list_snapshots(&dirty_id).await.unwrap(), autos);
+    for (id, autos) in &all_autos {
+        assert_eq!(&c0.list_snapshots(id).await.unwrap(), autos);
+        assert!(bucket
+            .join("sessions")
+            .join(id)
+            .join("snapshots")
+            .join(format!("{}.json", autos[0].id))
+            .is_file());
+    }
     assert_eq!(c0.list_snapshots(&clean_id).await.unwrap(), vec![]);
-    assert!(bucket
-        .join("sessions")
-        .join(&dirty_id)
-        .join("snapshots")
-        .join(format!("{}.json", autos[0].id))
-        .is_file());
     drop(r0);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -37,6 +37,18 @@ pub(crate) struct PersistedSession {
     forked_from: Option<SnapshotRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     owner: Option<PersistedOwner>,
+    /// The session's kind: DIRECTORY unless it says otherwise (a MEMORY
+    /// session mirrored to the object store keeps this record too).
+    #[serde(default = "directory", skip_serializing_if = "is_directory")]
+    backend: BackendKind,
+}
+
+fn directory() -> BackendKind {
+    BackendKind::Directory
+}
+
+fn is_directory(kind: &BackendKind) -> bool {
+    *kind == BackendKind::Directory
 }
 
 /// [`crate::directory::Owner`] as session.json keeps it.
@@ -76,6 +88,7 @@ impl PersistedSession {
             idle_ttl_seconds: r.idle_ttl_seconds,
             layout: r.layout,
             forked_from: r.forked_from.clone(),
+            backend: r.backend,
             owner: r.owner.map(|o| PersistedOwner {
                 uid: o.uid,
                 gid: o.gid,
@@ -86,10 +99,11 @@ impl PersistedSession {
     }
 
     pub(crate) fn into_record(self, server_max_write: u64) -> SessionRecord {
+        let root_path = is_directory(&self.backend).then_some(self.root_path);
         SessionRecord {
             id: self.id,
-            backend: BackendKind::Directory,
-            root_path: Some(self.root_path),
+            backend: self.backend,
+            root_path,
             created_at: self.created_at,
             limits: SessionLimits {
                 max_write_bytes: self.max_write_bytes.min(server_max_write),

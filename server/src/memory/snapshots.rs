@@ -3,15 +3,17 @@
 use super::ImageEntry;
 use super::{MemoryBackend, MemoryImage};
 use crate::backend::Content;
+use crate::directory::snapshots::mirror::{manifests_of, snapshot_record, LooseEntry};
 use crate::quota;
 use crate::snapshots::fork::{abandoned, EntryAttributes, FileSource, Origin, OriginSource, Visit};
 use crate::snapshots::{
-    new_id, not_found, parse_id, Restored, SnapshotEntry, SnapshotFiles, SnapshotInfo,
-    SnapshotStore,
+    new_id, not_found, parse_id, LooseSnapshot, Restored, SnapshotEntry, SnapshotFiles,
+    SnapshotInfo, SnapshotMirror, SnapshotStore,
 };
 use crate::workspace::Workspace;
 use async_trait::async_trait;
 use bytes::Bytes;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -21,14 +23,68 @@ pub struct MemorySnapshots {
     workspace: Arc<Workspace<MemoryBackend>>,
     /// Oldest first.
     snapshots: Mutex<Vec<(SnapshotInfo, Arc<MemoryImage>)>>,
+    /// Where each snapshot is mirrored (`--object-store`).
+    mirror: Option<Arc<dyn SnapshotMirror>>,
+    /// The hash of each file content the last mirrored snapshot held, by
+    /// its bytes' address and length (the `Bytes` kept, so that the
+    /// address is not reused): an unchanged file is not hashed again.
+    hashes: Mutex<Hashes>,
 }
+
+type Hash = [u8; 32];
+/// Content hashes by their bytes' address and length.
+type Hashes = HashMap<(usize, usize), (Bytes, Hash)>;
 
 impl MemorySnapshots {
     pub fn new(workspace: Arc<Workspace<MemoryBackend>>) -> Self {
         MemorySnapshots {
             workspace,
             snapshots: Mutex::new(Vec::new()),
+            mirror: None,
+            hashes: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same store, each snapshot mirrored to `mirror` before it is
+    /// listed.
+    pub(crate) fn mirrored(mut self, mirror: Option<Arc<dyn SnapshotMirror>>) -> Self {
+        self.mirror = mirror;
+        self
+    }
+
+    /// Lists `image` as snapshot `info`, taken before (a recovered
+    /// session's snapshot, as the bucket holds it).
+    pub(crate) fn with_snapshot(self, info: SnapshotInfo, image: Arc<MemoryImage>) -> Self {
+        self.snapshots().push((info, image));
+        self
+    }
+
+    /// Captures the workspace as snapshot `tag`, listed here only.
+    pub(crate) async fn take_here(&self, tag: &str) -> Result<(SnapshotInfo, Arc<MemoryImage>)> {
+        let image = self.workspace.exclusive(|b| Ok(b.image())).await?;
+        let info = SnapshotInfo {
+            id: new_id(),
+            tag: tag.to_string(),
+            created_at: SystemTime::now(),
+            file_count: image.file_count(),
+            total_bytes: image.total_bytes(),
+        };
+        Ok((info, Arc::new(image)))
+    }
+
+    /// Sends snapshot `info` of `image` to the mirror, if any.
+    async fn send(&self, info: &SnapshotInfo, image: &Arc<MemoryImage>) -> Result<()> {
+        let Some(mirror) = &self.mirror else {
+            return Ok(());
+        };
+        let known = std::mem::take(&mut *self.hashes.lock().unwrap_or_else(|e| e.into_inner()));
+        let (info, image) = (info.clone(), image.clone());
+        let (loose, hashes) = tokio::task::spawn_blocking(move || loose(&info, &image, known))
+            .await
+            .map_err(crate::snapshots::fork::task_failed)??;
+        mirror.clone().mirror_loose(Arc::new(loose)).await?;
+        *self.hashes.lock().unwrap_or_else(|e| e.into_inner()) = hashes;
+        Ok(())
     }
 
     fn snapshots(&self) -> std::sync::MutexGuard<'_, Vec<(SnapshotInfo, Arc<MemoryImage>)>> {
@@ -48,16 +104,27 @@ impl MemorySnapshots {
 #[async_trait]
 impl SnapshotStore for MemorySnapshots {
     async fn snapshot(&self, tag: &str) -> Result<SnapshotInfo> {
-        let image = self.workspace.exclusive(|b| Ok(b.image())).await?;
-        let info = SnapshotInfo {
-            id: new_id(),
-            tag: tag.to_string(),
-            created_at: SystemTime::now(),
-            file_count: image.file_count(),
-            total_bytes: image.total_bytes(),
-        };
-        self.snapshots().push((info.clone(), Arc::new(image)));
+        let (info, image) = self.take_here(tag).await?;
+        // Listed only once the mirror holds it: a failed upload leaves
+        // nothing.
+        self.send(&info, &image).await?;
+        self.snapshots().push((info.clone(), image));
         Ok(info)
+    }
+
+    async fn mirror_taken(&self, id: &str) -> Option<Result<()>> {
+        self.mirror.as_ref()?;
+        let sent = async {
+            let key = parse_id(id)?;
+            let (info, image) = self
+                .snapshots()
+                .iter()
+                .find(|(info, _)| info.id == key)
+                .cloned()
+                .ok_or_else(|| not_found(id))?;
+            self.send(&info, &image).await
+        };
+        Some(sent.await)
     }
 
     async fn restore(&self, id: &str, at: &CanonicalPath) -> Result<Restored> {
@@ -115,12 +182,22 @@ impl SnapshotStore for MemorySnapshots {
 
     async fn delete(&self, id: &str) -> Result<()> {
         let key = parse_id(id)?;
-        let mut snapshots = self.snapshots();
-        let before = snapshots.len();
-        snapshots.retain(|(info, _)| info.id != key);
-        if snapshots.len() == before {
-            return Err(not_found(id));
+        let newest_left = {
+            let snapshots = self.snapshots();
+            if !snapshots.iter().any(|(info, _)| info.id == key) {
+                return Err(not_found(id));
+            }
+            snapshots
+                .iter()
+                .rev()
+                .find(|(info, _)| info.id != key)
+                .map(|(info, _)| info.id.clone())
+        };
+        // The mirror first: when it is unreachable, nothing changes.
+        if let Some(mirror) = &self.mirror {
+            mirror.forget_snapshot(&key, newest_left.as_deref()).await?;
         }
+        self.snapshots().retain(|(info, _)| info.id != key);
         Ok(())
     }
 
@@ -213,4 +290,43 @@ pub(crate) fn image_of(origin: &Origin, cancel: &AtomicBool) -> Result<Arc<Memor
 
 fn store_error(e: std::io::Error) -> wsfs::Error {
     wsfs::Error::io_while(e, "reading the origin's snapshot store")
+}
+
+/// Snapshot `info` of `image` laid out for the mirror, and the hashes of
+/// its contents by address (those in `known` not hashed again). Blocking.
+fn loose(
+    info: &SnapshotInfo,
+    image: &MemoryImage,
+    mut known: Hashes,
+) -> Result<(LooseSnapshot, Hashes)> {
+    use sha2::{Digest, Sha256};
+    let mut hashes = HashMap::new();
+    let mut contents = Vec::new();
+    let mut entries = Vec::new();
+    for (path, entry) in image.entries() {
+        let file = entry.data.as_ref().map(|data| {
+            let at = (data.as_ptr() as usize, data.len());
+            let hash = match known.remove(&at) {
+                Some((_, hash)) => hash,
+                None => Sha256::digest(data).into(),
+            };
+            hashes.insert(at, (data.clone(), hash));
+            contents.push((hash, data.clone()));
+            (hash, data.len() as u64, entry.modified)
+        });
+        entries.push((path, file, entry.permissions));
+    }
+    let (root, manifests) =
+        manifests_of(entries.iter().map(|(path, file, permissions)| LooseEntry {
+            path: path.as_str(),
+            file: *file,
+            permissions: *permissions,
+        }));
+    let snapshot = LooseSnapshot {
+        id: info.id.clone(),
+        record: snapshot_record(info, &root)?,
+        manifests,
+        contents,
+    };
+    Ok((snapshot, hashes))
 }

@@ -6,7 +6,7 @@
 use super::upload::{BucketSession, MAX_RECORD_BYTES};
 use super::{keys, Bucket};
 use crate::directory::snapshots::mirror::{
-    hash_hex, manifest_children, record_root, StoreFiles, StoredChild,
+    hash_hex, manifest_children, manifest_entries, record_root, StoreFiles, StoredChild,
 };
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
@@ -90,14 +90,7 @@ impl Bucket {
             let raw = match tokio::fs::read(files.manifest_path(&hash)).await {
                 Ok(raw) => raw,
                 Err(_) => {
-                    let key = keys::manifest(&hash_hex(&hash));
-                    let raw = self
-                        .get_small(&key, MAX_MANIFEST_BYTES)
-                        .await?
-                        .ok_or_else(|| missing(&key))?;
-                    if <[u8; 32]>::from(Sha256::digest(&raw)) != hash {
-                        return Err(corrupt(&key));
-                    }
+                    let raw = self.fetch_manifest(hash).await?;
                     let stored = raw.clone();
                     let files = files.clone();
                     blocking(move || files.put(true, &hash, &stored)).await?;
@@ -171,6 +164,96 @@ impl Bucket {
             published
         })
         .await
+    }
+}
+
+/// One entry of a snapshot fetched into memory: its path, its bytes (a
+/// file) or none (a directory), its bits and modification time.
+pub type LooseEntry = (String, Option<bytes::Bytes>, wsfs::Permissions, SystemTime);
+
+impl Bucket {
+    /// Every entry of the tree under manifest `root`, contents held in
+    /// memory (a MEMORY session's recovery): each manifest and content
+    /// checked against its hash as it arrives. Refused (`QuotaExceeded`)
+    /// before any content is fetched when the manifests name more than
+    /// `budget` bytes (0: no limit); `what` names the call.
+    pub async fn fetch_loose(
+        &self,
+        root: [u8; 32],
+        budget: u64,
+        what: &str,
+    ) -> Result<Vec<LooseEntry>> {
+        let mut entries = Vec::new();
+        let mut files = Vec::new();
+        let mut wanted: std::collections::HashMap<[u8; 32], u64> = Default::default();
+        let mut named = 0u64;
+        let mut stack = vec![(root, String::new())];
+        while let Some((hash, at)) = stack.pop() {
+            let raw = self.fetch_manifest(hash).await?;
+            let damaged = || corrupt(&keys::manifest(&hash_hex(&hash)));
+            for entry in manifest_entries(&raw).ok_or_else(damaged)? {
+                let path = match at.is_empty() {
+                    true => entry.name,
+                    false => format!("{at}/{}", entry.name),
+                };
+                match entry.child {
+                    StoredChild::Manifest(tree) => {
+                        entries.push((path.clone(), None, entry.permissions, entry.modified));
+                        stack.push((tree, path));
+                    }
+                    StoredChild::Content { hash, size } => {
+                        named = named.saturating_add(size);
+                        wanted.insert(hash, size);
+                        files.push((path, hash, entry.permissions, entry.modified));
+                    }
+                }
+            }
+        }
+        if budget > 0 && named > budget {
+            return Err(Error::QuotaExceeded {
+                message: format!(
+                    "cannot {what}: its snapshot's files hold {named} bytes, over the budget of {budget} bytes (the session's max_total_bytes, or --default-max-total-bytes)"
+                ),
+            });
+        }
+        let fetched: std::collections::HashMap<[u8; 32], bytes::Bytes> =
+            futures::stream::iter(wanted)
+                .map(|(hash, size)| async move {
+                    Ok::<_, Error>((hash, self.fetch_content(hash, size).await?))
+                })
+                .buffer_unordered(GET_CONCURRENCY)
+                .try_collect()
+                .await?;
+        for (path, hash, permissions, modified) in files {
+            entries.push((path, Some(fetched[&hash].clone()), permissions, modified));
+        }
+        Ok(entries)
+    }
+
+    /// Manifest `hash`, read and checked against its hash.
+    async fn fetch_manifest(&self, hash: [u8; 32]) -> Result<bytes::Bytes> {
+        let key = keys::manifest(&hash_hex(&hash));
+        let raw = self
+            .get_small(&key, MAX_MANIFEST_BYTES)
+            .await?
+            .ok_or_else(|| missing(&key))?;
+        if <[u8; 32]>::from(Sha256::digest(&raw)) != hash {
+            return Err(corrupt(&key));
+        }
+        Ok(raw)
+    }
+
+    /// Content `hash` of `size` bytes, read into memory and checked.
+    async fn fetch_content(&self, hash: [u8; 32], size: u64) -> Result<bytes::Bytes> {
+        let key = keys::content(&hash_hex(&hash));
+        let got = self
+            .get_small(&key, size)
+            .await?
+            .ok_or_else(|| missing(&key))?;
+        if <[u8; 32]>::from(Sha256::digest(&got)) != hash {
+            return Err(corrupt(&key));
+        }
+        Ok(got)
     }
 }
 

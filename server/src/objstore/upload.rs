@@ -16,6 +16,7 @@ use super::{keys, Bucket, Key};
 use crate::directory::snapshots::mirror::{
     hash_hex, manifest_children, record_root, StoreFiles, StoredChild,
 };
+use crate::snapshots::LooseSnapshot;
 use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectStoreExt, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
@@ -88,6 +89,31 @@ impl SessionMirror {
         // No sweep deletes what this upload finds while its marker lives.
         let (marker, epoch) = self.bucket.begin_upload().await?;
         self.bucket.upload_tree(&files, root, &epoch).await?;
+        self.finish_upload(marker, snapshot_id, raw).await
+    }
+
+    /// Sends snapshot `snapshot` of a tree held in memory (MEMORY): the
+    /// same objects, checks and order as [`Self::upload_snapshot`], each
+    /// content sent from the session's own `Bytes` (shared, never copied
+    /// into a buffer of its own).
+    pub async fn upload_loose(&self, snapshot: &LooseSnapshot) -> Result<()> {
+        let _one = self.busy.lock().await;
+        let (marker, epoch) = self.bucket.begin_upload().await?;
+        self.bucket.upload_loose_tree(snapshot, &epoch).await?;
+        self.finish_upload(marker, &snapshot.id, snapshot.record.clone())
+            .await
+    }
+
+    /// The end of an upload whose contents and manifests are in the
+    /// bucket: the session record naming `snapshot_id` as the latest, then
+    /// the snapshot's record `raw`, written while `marker` is live; a
+    /// failure removes the record it may have written.
+    async fn finish_upload(
+        &self,
+        marker: super::sweep::Marker,
+        snapshot_id: &str,
+        raw: Vec<u8>,
+    ) -> Result<()> {
         self.write_record(Some(snapshot_id)).await?;
         let key = keys::snapshot(&self.session_id, snapshot_id);
         let written = self.bucket.put_over(&key, raw.into()).await;
@@ -177,6 +203,13 @@ impl crate::snapshots::SnapshotMirror for SessionMirror {
             }
         });
         task.await
+            .map_err(|e| Error::internal(format!("the snapshot's upload failed: {e}")))?
+    }
+
+    async fn mirror_loose(self: Arc<Self>, snapshot: Arc<LooseSnapshot>) -> Result<()> {
+        // Runs to its end even when the caller goes away.
+        tokio::spawn(async move { self.upload_loose(&snapshot).await })
+            .await
             .map_err(|e| Error::internal(format!("the snapshot's upload failed: {e}")))?
     }
 
@@ -318,6 +351,61 @@ impl Bucket {
         Ok(())
     }
 
+    /// [`Self::upload_tree`] for a tree held in memory: what the bucket
+    /// lacks of `snapshot`'s contents (sent from their `Bytes`) and
+    /// manifests.
+    async fn upload_loose_tree(&self, snapshot: &LooseSnapshot, epoch: &KnownEpoch) -> Result<()> {
+        let by_hash: std::collections::HashMap<[u8; 32], bytes::Bytes> =
+            snapshot.contents.iter().cloned().collect();
+        let wanted = by_hash
+            .iter()
+            .map(|(hash, bytes)| (*hash, bytes.len() as u64))
+            .collect();
+        let contents = self.lacking(epoch, false, wanted).await?;
+        let sends: Vec<([u8; 32], bytes::Bytes)> = contents
+            .iter()
+            .map(|(hash, _)| (*hash, by_hash[hash].clone()))
+            .collect();
+        futures::stream::iter(sends)
+            .map(|(hash, bytes)| self.upload_bytes(hash, bytes))
+            .buffer_unordered(PUT_CONCURRENCY)
+            .try_collect::<()>()
+            .await?;
+        self.remember(epoch, false, contents);
+        let sizes = snapshot
+            .manifests
+            .iter()
+            .map(|(hash, raw)| (*hash, raw.len() as u64))
+            .collect();
+        let lacking: std::collections::HashSet<([u8; 32], u64)> = self
+            .lacking(epoch, true, sizes)
+            .await?
+            .into_iter()
+            .collect();
+        // Children before parents, as listed.
+        for (hash, raw) in &snapshot.manifests {
+            if lacking.contains(&(*hash, raw.len() as u64)) {
+                self.put_over(&keys::manifest(&hash_hex(hash)), raw.clone().into())
+                    .await?;
+            }
+        }
+        self.remember(epoch, true, lacking);
+        Ok(())
+    }
+
+    /// Sends content `hash` from `bytes`: in one request up to
+    /// [`SINGLE_PUT_MAX_BYTES`], in parts of [`PART_BYTES`] above.
+    async fn upload_bytes(&self, hash: [u8; 32], bytes: bytes::Bytes) -> Result<()> {
+        let key = keys::content(&hash_hex(&hash));
+        if bytes.len() as u64 <= SINGLE_PUT_MAX_BYTES {
+            return self.put_over(&key, bytes.into()).await;
+        }
+        let parts = (0..bytes.len())
+            .step_by(PART_BYTES)
+            .map(move |at| Ok(bytes.slice(at..bytes.len().min(at + PART_BYTES))));
+        self.put_in_parts(&key, futures::stream::iter(parts)).await
+    }
+
     async fn upload_small(&self, files: &StoreFiles, hash: [u8; 32]) -> Result<()> {
         let key = keys::content(&hash_hex(&hash));
         let path = files.content_path(&hash);
@@ -338,27 +426,36 @@ impl Bucket {
 
     async fn upload_large(&self, files: &StoreFiles, hash: [u8; 32]) -> Result<()> {
         let key = keys::content(&hash_hex(&hash));
-        let mut file = tokio::fs::File::open(files.content_path(&hash))
+        let file = tokio::fs::File::open(files.content_path(&hash))
             .await
             .map_err(unreadable)?;
+        let parts = tokio_util::io::ReaderStream::with_capacity(file, PART_BYTES)
+            .map(|part| part.map_err(unreadable));
+        self.put_in_parts(&key, parts).await
+    }
+
+    /// Writes `key` as a multipart upload of `parts` in order, at most
+    /// [`PARTS_IN_FLIGHT`] parts of [`PART_BYTES`] in flight; aborted when
+    /// a part fails.
+    async fn put_in_parts(
+        &self,
+        key: &Key,
+        parts: impl futures::Stream<Item = Result<bytes::Bytes>>,
+    ) -> Result<()> {
         let upload = self
             .store
-            .put_multipart(&key)
+            .put_multipart(key)
             .await
-            .map_err(|e| self.failed("write", &key, e))?;
+            .map_err(|e| self.failed("write", key, e))?;
         let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
-        let mut buf = vec![0u8; PART_BYTES];
         let sent = async {
-            loop {
+            let mut parts = std::pin::pin!(parts);
+            while let Some(part) = parts.next().await {
                 writer
                     .wait_for_capacity(PARTS_IN_FLIGHT)
                     .await
-                    .map_err(|e| self.failed("write", &key, e))?;
-                let n = file.read(&mut buf).await.map_err(unreadable)?;
-                if n == 0 {
-                    break;
-                }
-                writer.write(&buf[..n]);
+                    .map_err(|e| self.failed("write", key, e))?;
+                writer.put(part?);
             }
             Ok::<_, Error>(())
         }
@@ -368,7 +465,7 @@ impl Bucket {
                 writer
                     .finish()
                     .await
-                    .map_err(|e| self.failed("write", &key, e))?;
+                    .map_err(|e| self.failed("write", key, e))?;
                 Ok(())
             }
             Err(e) => {

@@ -1,5 +1,5 @@
 //! The registry's side of the object store ([`crate::objstore`]): leases
-//! on the DIRECTORY sessions this server serves, and RecoverSession, which
+//! on the DIRECTORY and MEMORY sessions this server serves, and RecoverSession, which
 //! recreates here a session the bucket knows.
 
 use super::{factory, Session, SessionRegistry, Unavailable};
@@ -166,9 +166,8 @@ impl SessionRegistry {
                 .await?
                 .ok_or_else(|| Error::internal("the object store went away during the fork"))?;
             let latest = session.snapshots.list().await?.pop();
-            let mirror = SessionMirror::new(bucket.clone(), id, dir);
             match latest {
-                Some(info) => mirror.upload_snapshot(&info.id).await?,
+                Some(info) => upload_taken(bucket, session, dir, &info.id).await?,
                 None => claim.record(dir, None).await?,
             }
             claim.keep();
@@ -281,10 +280,13 @@ impl SessionRegistry {
         if bucket.session_record(id).await?.is_some() {
             return Ok(());
         }
-        let mirror = SessionMirror::new(bucket.clone(), id, dir);
         match session.snapshots.list().await?.pop() {
-            Some(latest) => mirror.upload_snapshot(&latest.id).await,
-            None => mirror.write_record(None).await,
+            Some(latest) => upload_taken(bucket, session, dir, &latest.id).await,
+            None => {
+                SessionMirror::new(bucket.clone(), id, dir)
+                    .write_record(None)
+                    .await
+            }
         }
     }
 
@@ -331,12 +333,6 @@ impl SessionRegistry {
                         .to_string(),
             })?;
         let _slot = self.reserve_slot(id)?;
-        let session_dir = self.config.data_dir.join("sessions").join(id);
-        if session_dir.symlink_metadata().is_ok() {
-            return Err(Error::AlreadyExists {
-                path: format!("session {id}"),
-            });
-        }
         let (record, snapshots) = bucket.session(id).await?;
         let chosen = match snapshot_id.is_empty() && snapshots.is_empty() {
             // Recorded but never snapshotted: it comes back empty.
@@ -352,6 +348,17 @@ impl SessionRegistry {
                 "the object store's record of session '{id}' names '{}'",
                 persisted.id
             )));
+        }
+        // Recreated as the kind it was.
+        let kind = persisted
+            .clone()
+            .into_record(self.config.max_write_bytes)
+            .backend;
+        let session_dir = factory::provider(kind).session_dir(&self.config.data_dir, id);
+        if session_dir.symlink_metadata().is_ok() {
+            return Err(Error::AlreadyExists {
+                path: format!("session {id}"),
+            });
         }
         // Rooted elsewhere on the lost machine or not, the recovered
         // session's workspace is its own directory here.
@@ -376,6 +383,7 @@ impl SessionRegistry {
                 persisted,
                 &snapshots,
                 chosen.as_deref(),
+                budget,
             )
             .await;
         match made {
@@ -405,21 +413,22 @@ impl SessionRegistry {
         persisted: PersistedSession,
         snapshots: &[download::BucketSnapshot],
         chosen: Option<&str>,
+        budget: u64,
     ) -> Result<Arc<Session>> {
         let record = persisted.clone().into_record(self.config.max_write_bytes);
-        let root = persisted.root_path.clone();
-        create_session_dirs(session_dir, &root, true)?;
-        bucket
-            .download(&StoreFiles::new(session_dir), snapshots)
-            .await?;
-        let (ws, store) =
-            crate::directory::provider::recovered(&self.context(), session_dir, &record)?;
-        if let Some(snapshot) = chosen {
-            store
-                .restore(snapshot, &wsfs::CanonicalPath::root())
-                .await?;
-        }
-        ws.set_read_only(record.read_only);
+        let provider = factory::provider(record.backend);
+        let chosen_snapshot = chosen.and_then(|id| snapshots.iter().find(|s| s.id == id));
+        let cx = self.context();
+        let recovered = provider
+            .recover(&cx, bucket, &record, session_dir, chosen_snapshot, budget)
+            .await;
+        let handles = match recovered {
+            Some(handles) => handles?,
+            None => {
+                self.fetch_directory(bucket, session_dir, &persisted, &record, snapshots, chosen)
+                    .await?
+            }
+        };
         // Its clients' tokens work here as they did on its last holder.
         if let Some(tokens) = bucket.tokens(&record.id).await? {
             let file = crate::auth::tokens_file(session_dir);
@@ -431,11 +440,34 @@ impl SessionRegistry {
         if let Some(auth) = self.auth.get() {
             auth.load_session(&record.id, session_dir);
         }
-        Ok(self.insert(
-            record,
-            crate::kind::handles(ws, store),
-            Some(session_dir.to_path_buf()),
-        ))
+        Ok(self.insert(record, handles, Some(session_dir.to_path_buf())))
+    }
+
+    /// A DIRECTORY session's store fetched into `session_dir`, and its
+    /// workspace as snapshot `chosen` holds it.
+    async fn fetch_directory(
+        &self,
+        bucket: &Arc<Bucket>,
+        session_dir: &Path,
+        persisted: &PersistedSession,
+        record: &crate::kind::SessionRecord,
+        snapshots: &[download::BucketSnapshot],
+        chosen: Option<&str>,
+    ) -> Result<crate::kind::Handles> {
+        let root = persisted.root_path.clone();
+        create_session_dirs(session_dir, &root, true)?;
+        bucket
+            .download(&StoreFiles::new(session_dir), snapshots)
+            .await?;
+        let (ws, store) =
+            crate::directory::provider::recovered(&self.context(), session_dir, record)?;
+        if let Some(snapshot) = chosen {
+            store
+                .restore(snapshot, &wsfs::CanonicalPath::root())
+                .await?;
+        }
+        ws.set_read_only(record.read_only);
+        Ok(crate::kind::handles(ws, store))
     }
 
     /// Snapshot `from` of a session this server does not hold, fetched
@@ -471,6 +503,25 @@ impl SessionRegistry {
         )
         .await?;
         Ok((origin, copy))
+    }
+}
+
+/// Mirrors snapshot `id` of `session` (recorded in `dir`), taken before
+/// the session held its lease: from its store when the store holds it in
+/// memory, else from the files of its store on disk.
+async fn upload_taken(
+    bucket: &Arc<Bucket>,
+    session: &Arc<Session>,
+    dir: &Path,
+    id: &str,
+) -> Result<()> {
+    match session.snapshots.mirror_taken(id).await {
+        Some(sent) => sent,
+        None => {
+            SessionMirror::new(bucket.clone(), &session.record.id, dir)
+                .upload_snapshot(id)
+                .await
+        }
     }
 }
 

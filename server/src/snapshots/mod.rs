@@ -96,6 +96,14 @@ pub trait SnapshotStore: Send + Sync {
     /// Snapshot `id` as the origin of a new session ([`fork`]). Unknown
     /// id: `SnapshotNotFound`.
     async fn fork_origin(&self, id: &str) -> Result<fork::Origin>;
+
+    /// Mirrors snapshot `id` (taken before the session held its lease: a
+    /// fork's first) from what the store holds of it; `None` when the
+    /// store keeps its snapshots on disk, where the mirror reads them
+    /// itself ([`crate::objstore::upload::SessionMirror::upload_snapshot`]).
+    async fn mirror_taken(&self, _id: &str) -> Option<Result<()>> {
+        None
+    }
 }
 
 /// Where a session's snapshots are mirrored: the object store
@@ -111,9 +119,28 @@ pub trait SnapshotMirror: Send + Sync {
         roll_back: Box<dyn FnOnce() + Send>,
     ) -> Result<SnapshotInfo>;
 
+    /// Mirrors `snapshot`, taken of a tree held in memory (MEMORY): the
+    /// same objects in the bucket as a stored one. Runs to its end even
+    /// when the caller goes away; on failure nothing of it is recorded.
+    async fn mirror_loose(
+        self: std::sync::Arc<Self>,
+        snapshot: std::sync::Arc<LooseSnapshot>,
+    ) -> Result<()>;
+
     /// Forgets snapshot `id` in the mirror, which then names `newest_left`
     /// as the session's latest.
     async fn forget_snapshot(&self, id: &str, newest_left: Option<&str>) -> Result<()>;
+}
+
+/// A snapshot of a tree held in memory, ready to mirror: its record,
+/// its manifests (children before parents) and its files' contents by
+/// hash, as `Bytes` shared with the session (laid out by
+/// [`crate::directory::snapshots::mirror::manifests_of`]).
+pub struct LooseSnapshot {
+    pub id: String,
+    pub record: Vec<u8>,
+    pub manifests: Vec<([u8; 32], Vec<u8>)>,
+    pub contents: Vec<([u8; 32], bytes::Bytes)>,
 }
 
 /// Makes each session's [`SnapshotMirror`]: the object store.
