@@ -413,7 +413,7 @@ impl SessionRegistry {
         let (ws, store) =
             crate::directory::provider::recovered(&self.context(), session_dir, &record)?;
         if let Some(snapshot) = chosen {
-            store.restore_recovered(snapshot).await?;
+            store.restore_recovered(snapshot, &root).await?;
         }
         ws.set_read_only(record.read_only);
         // Its clients' tokens work here as they did on its last holder.

@@ -159,17 +159,18 @@ impl DirectorySnapshots {
     /// contents: they are fetched again when something needs them
     /// ([`Self::ensure_local`]). Only for a workspace nothing else writes
     /// yet.
-    pub async fn restore_recovered(&self, id: &str) -> Result<Restored> {
+    pub async fn restore_recovered(&self, id: &str, workspace_root: &Path) -> Result<Restored> {
         let key = parse_id(id)?;
         let store = self.store.clone();
         let limits = crate::quota::with_budget(self.workspace.limits(), self.default_budget);
         let source = self.mirror.clone();
+        let workspace_root = workspace_root.to_path_buf();
         let (restored, displaced) = self
             .workspace
             .exclusive(move |b| {
                 let root = CanonicalPath::root();
                 let restored = store.restore(b, &key, &root, &limits, source.as_deref())?;
-                store.adopt_restored(b, &key)?;
+                store.adopt_restored(&key, &workspace_root)?;
                 Ok(restored)
             })
             .await?;

@@ -99,6 +99,28 @@ impl Store {
         let displaced = apply_restore(b, id, &doomed, &target, &to_write, staged)?;
         Ok((restored, displaced))
     }
+
+    /// Makes the head name the workspace at `workspace_root` just
+    /// restored from snapshot `id`, which nothing else has written since
+    /// (a recovered session not served yet): the snapshot's manifests
+    /// with the restored files' identities, so that the next snapshot
+    /// reads none of them.
+    pub(super) fn adopt_restored(&self, id: &str, workspace_root: &Path) -> Result<()> {
+        let mut state = self.lock();
+        let info = self.read_info(id)?;
+        let Some(root) = Self::root_of(&info)? else {
+            return Ok(());
+        };
+        let walk = fork::Reidentify {
+            from: self,
+            state: &state,
+            to: self,
+            workspace: workspace_root,
+        };
+        let head = walk.tree(&root, &CanonicalPath::root(), 0)?;
+        state.trees.clear();
+        self.set_head(&mut state, Some(head))
+    }
 }
 
 /// Narrows a restore's `target` (the snapshot's entries) and `live` (the

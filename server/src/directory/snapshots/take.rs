@@ -27,9 +27,42 @@ impl Store {
             Some(hash) => self.tree(&state, &hash).ok().map(|tree| (hash, tree)),
             None => None,
         };
+        let live = tree(b)?;
         let budget = if budget == 0 { u64::MAX } else { budget };
-        let (root, walk) = self.walk(b, &state, previous, budget, cancel, false)?;
-        let (file_count, total_bytes, seen) = walk;
+        check_snapshot_budget(&live, budget)?;
+        let mut children: HashMap<&str, Vec<&TreeEntry>> = HashMap::new();
+        for e in &live {
+            if e.kind != TreeKind::Other {
+                let (parent, _) = split_parent(e.path.as_str());
+                children.entry(parent).or_default().push(e);
+            }
+        }
+        let mut walk = SnapshotWalk {
+            b,
+            store: self,
+            state: &state,
+            children: &children,
+            objects: self.objects(),
+            trees: self.trees(),
+            buf: vec![0u8; COPY_BUFFER],
+            file_count: 0,
+            total_bytes: 0,
+            seen: HashMap::new(),
+            budget,
+            cancel,
+            created: Vec::new(),
+        };
+        let root = match walk.directory("", previous, 0) {
+            Ok(root) => root,
+            Err(e) => {
+                // Stored only for this snapshot, which will not exist.
+                for path in &walk.created {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(e);
+            }
+        };
+        let (file_count, total_bytes, seen) = (walk.file_count, walk.total_bytes, walk.seen);
         let info = InfoFile {
             id: new_id(),
             tag,
@@ -46,77 +79,6 @@ impl Store {
         state.trees = seen;
         self.set_head(&mut state, Some(root))?;
         Ok(info.info())
-    }
-
-    /// Makes the head name the workspace just restored from snapshot
-    /// `id` (the caller holds its write lock, and nothing else has
-    /// written the workspace since): its manifests with the restored
-    /// files' identities, so that the next snapshot reads none of them.
-    /// A file of the snapshot's size is taken to hold the snapshot's
-    /// bytes (the restore wrote them, checked); any other is hashed.
-    pub(super) fn adopt_restored(&self, b: &DirectoryBackend, id: &str) -> Result<()> {
-        let mut state = self.lock();
-        let info = self.read_info(id)?;
-        let Some(root) = Self::root_of(&info)? else {
-            return Ok(());
-        };
-        let previous = Some((root, self.tree(&state, &root)?));
-        let never = AtomicBool::new(false);
-        let (head, (_, _, seen)) = self.walk(b, &state, previous, u64::MAX, &never, true)?;
-        state.trees = seen;
-        self.set_head(&mut state, Some(head))
-    }
-
-    /// Walks the workspace into manifests, compared with `previous` (the
-    /// root's manifest before), storing what changed; with `restored`, a
-    /// file the size `previous` says is taken as unchanged. Returns the
-    /// root manifest's hash, the files, their bytes and every manifest;
-    /// on failure removes what it stored.
-    #[allow(clippy::type_complexity)]
-    fn walk(
-        &self,
-        b: &DirectoryBackend,
-        state: &State,
-        previous: Option<(Hash, Arc<Tree>)>,
-        budget: u64,
-        cancel: &AtomicBool,
-        restored: bool,
-    ) -> Result<(Hash, (u64, u64, HashMap<Hash, Arc<Tree>>))> {
-        let live = tree(b)?;
-        check_snapshot_budget(&live, budget)?;
-        let mut children: HashMap<&str, Vec<&TreeEntry>> = HashMap::new();
-        for e in &live {
-            if e.kind != TreeKind::Other {
-                let (parent, _) = split_parent(e.path.as_str());
-                children.entry(parent).or_default().push(e);
-            }
-        }
-        let mut walk = SnapshotWalk {
-            b,
-            store: self,
-            state,
-            children: &children,
-            objects: self.objects(),
-            trees: self.trees(),
-            buf: vec![0u8; COPY_BUFFER],
-            file_count: 0,
-            total_bytes: 0,
-            seen: HashMap::new(),
-            budget,
-            cancel,
-            created: Vec::new(),
-            restored,
-        };
-        match walk.directory("", previous, 0) {
-            Ok(root) => Ok((root, (walk.file_count, walk.total_bytes, walk.seen))),
-            Err(e) => {
-                // Stored only for this walk, which will not count.
-                for path in &walk.created {
-                    let _ = std::fs::remove_file(path);
-                }
-                Err(e)
-            }
-        }
     }
 }
 
@@ -142,9 +104,6 @@ pub(super) struct SnapshotWalk<'a> {
     /// Objects and manifests this snapshot stored that were not stored
     /// before: removed when it fails.
     pub(super) created: Vec<PathBuf>,
-    /// The workspace was just restored from the previous manifests: a
-    /// file of the size they say holds their bytes ([`Store::adopt_restored`]).
-    pub(super) restored: bool,
 }
 
 impl SnapshotWalk<'_> {
@@ -184,13 +143,11 @@ impl SnapshotWalk<'_> {
                         size,
                         hash,
                         identity,
-                    }) if *identity == e.identity || self.restored && *size == e.identity.size => {
-                        Node::File {
-                            size: *size,
-                            hash: *hash,
-                            identity: e.identity,
-                        }
-                    }
+                    }) if *identity == e.identity => Node::File {
+                        size: *size,
+                        hash: *hash,
+                        identity: e.identity,
+                    },
                     _ => match self.hash_file(&e.path)? {
                         Some((hash, size)) => Node::File {
                             size,
