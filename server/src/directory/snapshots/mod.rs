@@ -180,18 +180,19 @@ impl DirectorySnapshots {
 
     /// Fetches what the local store lacks of snapshot `id`'s contents
     /// (a recovered session's other snapshots stay in the bucket until
-    /// needed), once: they are then in the local store. Without the
-    /// object store, `UNAVAILABLE`.
+    /// needed), once: they are then in the local store. Without an
+    /// object store there is nowhere to fetch from: a content missing
+    /// then is damage, which the call reading it reports.
     async fn ensure_local(&self, id: &str) -> Result<()> {
+        let Some(mirror) = &self.mirror else {
+            return Ok(());
+        };
         let key = id.to_string();
         let wanted = self.blocking(move |s| s.missing(&key)).await?;
         if wanted.is_empty() {
             return Ok(());
         }
-        match &self.mirror {
-            Some(mirror) => mirror.fetch_contents(wanted).await,
-            None => Err(not_fetchable(id)),
-        }
+        mirror.fetch_contents(wanted).await
     }
 
     async fn blocking<T, F>(&self, f: F) -> Result<T>
@@ -322,16 +323,6 @@ struct CancelOnDrop(Arc<AtomicBool>);
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Relaxed);
-    }
-}
-
-/// A snapshot whose contents the local store lacks, on a server without
-/// the object store that holds them.
-pub(super) fn not_fetchable(id: &str) -> Error {
-    Error::Unavailable {
-        message: format!(
-            "snapshot {id}'s contents are kept in the object store, which this server has not been started with (--object-store)"
-        ),
     }
 }
 

@@ -306,7 +306,7 @@ pub(super) fn stage_objects(
 
 /// Copies a stored content into a new staged file, checking its bytes
 /// against its hash; one the store lacks streams from `source` (the
-/// object store), unless there is none (`UNAVAILABLE`).
+/// object store), when there is one.
 pub(super) fn stage_object(
     b: &DirectoryBackend,
     objects: &ContentStore,
@@ -320,13 +320,12 @@ pub(super) fn stage_object(
             "the snapshot cannot be restored: the stored content of '{path}' {why}"
         ))
     };
-    let object = match std::fs::File::open(objects.path(&file.hash)) {
-        Ok(object) => object,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let source = source.ok_or_else(|| not_fetchable(&hex(&file.hash)))?;
+    let object = match (std::fs::File::open(objects.path(&file.hash)), source) {
+        (Ok(object), _) => object,
+        (Err(e), Some(source)) if e.kind() == std::io::ErrorKind::NotFound => {
             return stage_fetched(b, source, file, path);
         }
-        Err(e) => return Err(damaged(format!("cannot be read: {e}"))),
+        (Err(e), _) => return Err(damaged(format!("cannot be read: {e}"))),
     };
     let unreadable = |e: std::io::Error| damaged(format!("cannot be read: {e}"));
     let mut staged = b.stage()?;
