@@ -115,6 +115,11 @@ impl Recovered {
 
     /// The contents the recovering replica has sent with `method`.
     fn contents_requested(&self, method: &str) -> BTreeSet<String> {
+        self.content_requests(method).into_iter().collect()
+    }
+
+    /// Every request with `method` for a content, by its hash, in order.
+    fn content_requests(&self, method: &str) -> Vec<String> {
         self.forwarder
             .seen()
             .into_iter()
@@ -257,7 +262,8 @@ async fn the_first_snapshot_after_a_recovery_sends_only_what_changed() {
 }
 
 /// ReadSnapshotFile and ExportArchive of a snapshot whose contents the
-/// recovery left in the bucket fetch them then and answer its bytes.
+/// recovery left in the bucket fetch them then, once, and answer its
+/// bytes.
 #[tokio::test]
 async fn an_unfetched_snapshot_reads_and_exports_its_own_bytes() {
     use futures::TryStreamExt;
@@ -293,4 +299,10 @@ async fn an_unfetched_snapshot_reads_and_exports_its_own_bytes() {
         .await
         .unwrap();
     assert_eq!(workspace_state(&copy).await, oldest.state);
+    let times = r
+        .content_requests("GET")
+        .into_iter()
+        .filter(|hash| *hash == wanted)
+        .count();
+    assert_eq!(times, 1, "fetched once, then read from the local store");
 }
