@@ -174,9 +174,6 @@ where
     ])
 }
 
-/// Times the sweep of `bucket` (at `url`, no server on it) and a plain
-/// listing of it, each run over [`SWEEP_KEYS`] keys: what the snapshots
-/// left, and unreferenced contents written (untimed) up to that count.
 /// Seconds one Snapshot of session `id` takes, upload included.
 async fn timed_snapshot(client: &Client, id: &str, tag: &str) -> Result<f64, String> {
     let t = Instant::now();
@@ -184,6 +181,9 @@ async fn timed_snapshot(client: &Client, id: &str, tag: &str) -> Result<f64, Str
     Ok(t.elapsed().as_secs_f64())
 }
 
+/// Times the sweep of `bucket` (at `url`, no server on it) and a plain
+/// listing of it, each run over [`SWEEP_KEYS`] keys: what the snapshots
+/// left, and unreferenced contents written (untimed) up to that count.
 async fn sweep(bucket: &Path, url: &str, runs: usize) -> Result<(Samples, Samples), String> {
     use wsfs_server::objstore::Bucket;
     let store = Bucket::open(url, "bench-sweeper".into(), crate::server::BENCH_LEASE_TTL)

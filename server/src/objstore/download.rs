@@ -1,7 +1,9 @@
 //! Fetching a session's snapshots from the bucket into a local snapshot
-//! store, for RecoverSession. Every manifest and content is checked
-//! against its hash as it arrives; contents stream to disk, never whole
-//! in memory.
+//! store, for RecoverSession: every manifest and record, and contents
+//! when something needs them (the restored snapshot's stream straight
+//! into its workspace, the others' into the store on demand). Every
+//! manifest and content is checked against its hash as it arrives;
+//! contents stream to disk, never whole in memory.
 
 use super::upload::{BucketSession, MAX_RECORD_BYTES};
 use super::{keys, Bucket};
@@ -80,6 +82,32 @@ impl Bucket {
     /// Fetches every manifest and content of `snapshots` into `files`
     /// (skipping what it already holds), then their records.
     pub async fn download(&self, files: &StoreFiles, snapshots: &[BucketSnapshot]) -> Result<()> {
+        let contents = self.download_manifests(files, snapshots).await?;
+        self.fetch_contents(files, contents).await?;
+        self.download_records(files, snapshots).await
+    }
+
+    /// Fetches the manifests and records of `snapshots` into `files`, not
+    /// their contents (skipping what it already holds): a recovered
+    /// session lists and knows them all, and fetches a snapshot's contents
+    /// when something needs them ([`Bucket::fetch_contents`],
+    /// [`Bucket::stream_content`]).
+    pub async fn download_known(
+        &self,
+        files: &StoreFiles,
+        snapshots: &[BucketSnapshot],
+    ) -> Result<()> {
+        self.download_manifests(files, snapshots).await?;
+        self.download_records(files, snapshots).await
+    }
+
+    /// Fetches every manifest under `snapshots`' roots into `files`
+    /// (skipping what it already holds); returns the contents they name.
+    async fn download_manifests(
+        &self,
+        files: &StoreFiles,
+        snapshots: &[BucketSnapshot],
+    ) -> Result<Vec<[u8; 32]>> {
         let mut contents = Vec::new();
         let mut stack: Vec<[u8; 32]> = snapshots.iter().map(|s| s.root).collect();
         let mut seen = std::collections::HashSet::new();
@@ -108,11 +136,14 @@ impl Bucket {
         }
         contents.sort_unstable();
         contents.dedup();
-        futures::stream::iter(contents)
-            .map(|hash| self.download_content(files, hash))
-            .buffer_unordered(GET_CONCURRENCY)
-            .try_collect::<()>()
-            .await?;
+        Ok(contents)
+    }
+
+    async fn download_records(
+        &self,
+        files: &StoreFiles,
+        snapshots: &[BucketSnapshot],
+    ) -> Result<()> {
         for s in snapshots {
             let (files, id, raw) = (files.clone(), s.id.clone(), s.raw.clone());
             blocking(move || files.put_record(&id, &raw)).await?;
@@ -120,23 +151,61 @@ impl Bucket {
         Ok(())
     }
 
+    /// Fetches the contents `hashes` into `files` (skipping what it
+    /// already holds), [`GET_CONCURRENCY`] at once, each checked against
+    /// its hash as it streams to disk.
+    pub async fn fetch_contents(&self, files: &StoreFiles, hashes: Vec<[u8; 32]>) -> Result<()> {
+        futures::stream::iter(hashes)
+            .map(|hash| self.download_content(files, hash))
+            .buffer_unordered(GET_CONCURRENCY)
+            .try_collect::<()>()
+            .await
+    }
+
+    /// Hands content `hash` to `sink` as it streams from the bucket,
+    /// driven on `runtime` from this (blocking) thread; the caller checks
+    /// the bytes against the hash. A missing object fails as in
+    /// [`Bucket::download`], an unreachable bucket `UNAVAILABLE`.
+    pub fn stream_content(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        hash: &[u8; 32],
+        sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let key = keys::content(&hash_hex(hash));
+        runtime.block_on(async {
+            let mut stream = self.get_stream(&key).await?;
+            while let Some(chunk) = stream.next().await {
+                sink(&chunk.map_err(|e| self.failed("read", &key, e))?)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The bytes of content object `key`, as they arrive.
+    async fn get_stream(
+        &self,
+        key: &object_store::path::Path,
+    ) -> Result<futures::stream::BoxStream<'static, object_store::Result<bytes::Bytes>>> {
+        match self.store.get(key).await {
+            Ok(got) => Ok(got.into_stream()),
+            Err(object_store::Error::NotFound { .. }) => Err(missing(key)),
+            Err(e) => Err(self.failed("read", key, e)),
+        }
+    }
+
     async fn download_content(&self, files: &StoreFiles, hash: [u8; 32]) -> Result<()> {
         if tokio::fs::metadata(files.content_path(&hash)).await.is_ok() {
             return Ok(());
         }
         let key = keys::content(&hash_hex(&hash));
-        let got = match self.store.get(&key).await {
-            Ok(got) => got,
-            Err(object_store::Error::NotFound { .. }) => return Err(missing(&key)),
-            Err(e) => return Err(self.failed("read", &key, e)),
-        };
+        let mut stream = self.get_stream(&key).await?;
         let (tmp, file) = {
             let files = files.clone();
             blocking(move || files.temp()).await?
         };
         let mut out = tokio::io::BufWriter::new(tokio::fs::File::from_std(file));
         let mut hasher = Sha256::new();
-        let mut stream = got.into_stream();
         let written = async {
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| self.failed("read", &key, e))?;

@@ -59,6 +59,9 @@ pub struct SessionMirror {
     /// One upload of this session at a time, so that the session record
     /// names the latest snapshot last.
     busy: tokio::sync::Mutex<()>,
+    /// The runtime that fetches contents for blocking readers
+    /// ([`Bucket::stream_content`]).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl SessionMirror {
@@ -68,6 +71,7 @@ impl SessionMirror {
             session_id: session_id.to_string(),
             session_dir: session_dir.to_path_buf(),
             busy: tokio::sync::Mutex::new(()),
+            runtime: tokio::runtime::Handle::try_current().ok(),
         }
     }
 
@@ -215,6 +219,26 @@ impl crate::snapshots::SnapshotMirror for SessionMirror {
 
     async fn forget_snapshot(&self, id: &str, newest_left: Option<&str>) -> Result<()> {
         SessionMirror::forget_snapshot(self, id, newest_left).await
+    }
+
+    async fn fetch_contents(&self, wanted: Vec<([u8; 32], u64)>) -> Result<()> {
+        let hashes = wanted.into_iter().map(|(hash, _)| hash).collect();
+        self.bucket
+            .fetch_contents(&StoreFiles::new(&self.session_dir), hashes)
+            .await
+    }
+
+    fn stream_content(
+        &self,
+        hash: &[u8; 32],
+        sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let runtime = self
+            .runtime
+            .clone()
+            .or_else(|| tokio::runtime::Handle::try_current().ok())
+            .ok_or_else(|| Error::internal("no runtime to fetch a content with"))?;
+        self.bucket.stream_content(&runtime, hash, sink)
     }
 }
 

@@ -9,7 +9,6 @@ use crate::directory::snapshots::mirror::StoreFiles;
 use crate::objstore::lease::Renewal;
 use crate::objstore::upload::SessionMirror;
 use crate::objstore::{download, Bucket};
-use crate::snapshots::SnapshotStore;
 use std::path::Path;
 use std::sync::Arc;
 use wsfs::{Error, Result};
@@ -319,8 +318,9 @@ impl SessionRegistry {
 
     /// Recreates on this server DIRECTORY session `id` from the bucket:
     /// its record, every snapshot it has there (listed and restorable
-    /// here), and its workspace as snapshot `snapshot_id` (empty: the
-    /// latest) holds it. Takes the session's lease first: refused
+    /// here; their contents fetched when needed), and its workspace as
+    /// snapshot `snapshot_id` (empty: the latest) holds it, fetched
+    /// straight into the workspace. Takes the session's lease first: refused
     /// (`SESSION_LEASED`) while another replica holds a live one, unless
     /// `force`.
     pub async fn recover(&self, id: &str, snapshot_id: &str, force: bool) -> Result<Arc<Session>> {
@@ -456,15 +456,16 @@ impl SessionRegistry {
     ) -> Result<crate::kind::Handles> {
         let root = persisted.root_path.clone();
         create_session_dirs(session_dir, &root, true)?;
+        // Every snapshot's manifests and record; the contents of the one
+        // restored stream into the workspace, the others' stay in the
+        // bucket until something needs them.
         bucket
-            .download(&StoreFiles::new(session_dir), snapshots)
+            .download_known(&StoreFiles::new(session_dir), snapshots)
             .await?;
         let (ws, store) =
             crate::directory::provider::recovered(&self.context(), session_dir, record)?;
         if let Some(snapshot) = chosen {
-            store
-                .restore(snapshot, &wsfs::CanonicalPath::root())
-                .await?;
+            store.restore_recovered(snapshot, &root).await?;
         }
         ws.set_read_only(record.read_only);
         Ok(crate::kind::handles(ws, store))

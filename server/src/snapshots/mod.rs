@@ -130,6 +130,31 @@ pub trait SnapshotMirror: Send + Sync {
     /// Forgets snapshot `id` in the mirror, which then names `newest_left`
     /// as the session's latest.
     async fn forget_snapshot(&self, id: &str, newest_left: Option<&str>) -> Result<()>;
+
+    /// Fetches into the session's local store the contents `wanted`
+    /// (hash, size) that it lacks, each checked against its hash: those
+    /// of the snapshots a recovery left in the mirror
+    /// ([`crate::objstore::download`]).
+    async fn fetch_contents(&self, wanted: Vec<([u8; 32], u64)>) -> Result<()> {
+        let _ = wanted;
+        Err(not_in_mirror())
+    }
+
+    /// Hands content `hash` from the mirror to `sink`, chunk by chunk,
+    /// checking nothing (the caller checks the bytes against `hash`).
+    /// Blocking: called on the blocking pool or a thread of its own.
+    fn stream_content(
+        &self,
+        hash: &[u8; 32],
+        sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let _ = (hash, sink);
+        Err(not_in_mirror())
+    }
+}
+
+fn not_in_mirror() -> Error {
+    Error::internal("this session's mirror keeps no contents to fetch")
 }
 
 /// A snapshot of a tree held in memory, ready to mirror: its record,

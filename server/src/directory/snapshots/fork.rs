@@ -209,17 +209,17 @@ fn link_object(from: &ContentStore, to: &ContentStore, hash: &Hash) -> Result<bo
 }
 
 /// Rewrites a snapshot's manifests with the identities of the fork's own
-/// files, storing them in the fork's store.
-struct Reidentify<'a> {
-    from: &'a Store,
-    state: &'a State,
-    to: &'a Store,
-    workspace: &'a Path,
+/// files (or a recovered session's), storing them in the fork's store.
+pub(super) struct Reidentify<'a> {
+    pub(super) from: &'a Store,
+    pub(super) state: &'a State,
+    pub(super) to: &'a Store,
+    pub(super) workspace: &'a Path,
 }
 
 impl Reidentify<'_> {
     /// The fork's manifest for the origin's manifest `hash` at `path`.
-    fn tree(&self, hash: &Hash, path: &CanonicalPath, depth: usize) -> Result<Hash> {
+    pub(super) fn tree(&self, hash: &Hash, path: &CanonicalPath, depth: usize) -> Result<Hash> {
         if depth > MAX_TREE_DEPTH {
             return Err(Error::internal(
                 "the snapshot store's manifests nest too deep",
@@ -255,8 +255,9 @@ impl Reidentify<'_> {
     /// different reading would only make the next snapshot hash it).
     fn identity(&self, path: &CanonicalPath) -> Result<FileIdentity> {
         use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::symlink_metadata(self.workspace.join(path.as_str()))
-            .map_err(|e| Error::internal(format!("cannot stat the fork's '{path}': {e}")))?;
+        let meta = std::fs::symlink_metadata(self.workspace.join(path.as_str())).map_err(|e| {
+            Error::internal(format!("cannot stat the new workspace's '{path}': {e}"))
+        })?;
         let ns = FileIdentity::nanos;
         Ok(FileIdentity {
             ino: meta.ino(),

@@ -149,6 +149,52 @@ impl DirectorySnapshots {
         self
     }
 
+    /// Makes the workspace of a session just recovered from the object
+    /// store exactly snapshot `id`, whose contents stream from the bucket
+    /// straight into their workspace files (each byte written once,
+    /// checked against its hash before the first change to the
+    /// workspace), then makes the head name the restored files'
+    /// identities, so that the next snapshot reads (and uploads) none of
+    /// them unless they change. The store keeps no copy of those
+    /// contents: they are fetched again when something needs them
+    /// ([`Self::ensure_local`]). Only for a workspace nothing else writes
+    /// yet.
+    pub async fn restore_recovered(&self, id: &str, workspace_root: &Path) -> Result<Restored> {
+        let key = parse_id(id)?;
+        let store = self.store.clone();
+        let limits = crate::quota::with_budget(self.workspace.limits(), self.default_budget);
+        let source = self.mirror.clone();
+        let workspace_root = workspace_root.to_path_buf();
+        let (restored, displaced) = self
+            .workspace
+            .exclusive(move |b| {
+                let root = CanonicalPath::root();
+                let restored = store.restore(b, &key, &root, &limits, source.as_deref())?;
+                store.adopt_restored(&key, &workspace_root)?;
+                Ok(restored)
+            })
+            .await?;
+        drop(displaced);
+        Ok(restored)
+    }
+
+    /// Fetches what the local store lacks of snapshot `id`'s contents
+    /// (a recovered session's other snapshots stay in the bucket until
+    /// needed), once: they are then in the local store. Without an
+    /// object store there is nowhere to fetch from: a content missing
+    /// then is damage, which the call reading it reports.
+    async fn ensure_local(&self, id: &str) -> Result<()> {
+        let Some(mirror) = &self.mirror else {
+            return Ok(());
+        };
+        let key = id.to_string();
+        let wanted = self.blocking(move |s| s.missing(&key)).await?;
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        mirror.fetch_contents(wanted).await
+    }
+
     async fn blocking<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
@@ -204,9 +250,11 @@ impl SnapshotStore for DirectorySnapshots {
         let store = self.store.clone();
         let limits = crate::quota::with_budget(self.workspace.limits(), self.default_budget);
         let at = at.clone();
+        self.ensure_local(&key).await?;
+        let source = self.mirror.clone();
         let (restored, displaced) = self
             .workspace
-            .exclusive(move |b| store.restore(b, &key, &at, &limits))
+            .exclusive(move |b| store.restore(b, &key, &at, &limits, source.as_deref()))
             .await?;
         if !displaced.is_empty() {
             // The replaced files' blocks are freed once the workspace is
@@ -244,6 +292,7 @@ impl SnapshotStore for DirectorySnapshots {
 
     async fn fork_origin(&self, id: &str) -> Result<crate::snapshots::fork::Origin> {
         let key = parse_id(id)?;
+        self.ensure_local(&key).await?;
         let store = self.store.clone();
         self.blocking(move |s| {
             Ok(crate::snapshots::fork::Origin::new(
@@ -256,6 +305,7 @@ impl SnapshotStore for DirectorySnapshots {
 
     async fn files(&self, id: &str) -> Result<SnapshotFiles> {
         let key = parse_id(id)?;
+        self.ensure_local(&key).await?;
         self.blocking(move |s| {
             let state = s.lock();
             let info = s.read_info(&key)?;

@@ -8,7 +8,8 @@ impl Store {
     /// Makes the workspace exactly snapshot `id` (the caller holds its write
     /// lock), or only the subtree at `at` when it is not the root (see
     /// [`SnapshotStore::restore`]). Everything it writes is staged before
-    /// the first change. Also returns the old files it replaced, for the
+    /// the first change; a content the local store lacks streams from
+    /// `source` (the object store) straight into its staged file. Also returns the old files it replaced, for the
     /// caller to drop (and so remove) when it likes.
     pub(super) fn restore(
         &self,
@@ -16,6 +17,7 @@ impl Store {
         id: &str,
         at: &CanonicalPath,
         limits: &SessionLimits,
+        source: Option<&dyn SnapshotMirror>,
     ) -> Result<(Restored, Vec<Displaced>)> {
         let mut state = self.lock();
         let info = self.read_info(id)?;
@@ -92,10 +94,32 @@ impl Store {
             .filter(|(_, same)| !**same)
             .filter_map(|(e, _)| Some((&e.path, e.file.as_ref()?, e.permissions)))
             .collect();
-        let staged = stage_objects(b, &self.objects(), &to_write)?;
+        let staged = stage_objects(b, &self.objects(), source, &to_write)?;
         drop(state);
         let displaced = apply_restore(b, id, &doomed, &target, &to_write, staged)?;
         Ok((restored, displaced))
+    }
+
+    /// Makes the head name the workspace at `workspace_root` just
+    /// restored from snapshot `id`, which nothing else has written since
+    /// (a recovered session not served yet): the snapshot's manifests
+    /// with the restored files' identities, so that the next snapshot
+    /// reads none of them.
+    pub(super) fn adopt_restored(&self, id: &str, workspace_root: &Path) -> Result<()> {
+        let mut state = self.lock();
+        let info = self.read_info(id)?;
+        let Some(root) = Self::root_of(&info)? else {
+            return Ok(());
+        };
+        let walk = fork::Reidentify {
+            from: self,
+            state: &state,
+            to: self,
+            workspace: workspace_root,
+        };
+        let head = walk.tree(&root, &CanonicalPath::root(), 0)?;
+        state.trees.clear();
+        self.set_head(&mut state, Some(head))
     }
 }
 
@@ -230,21 +254,31 @@ pub(super) fn apply_restore(
 pub(super) const MAX_STAGING_THREADS: usize = 4;
 
 /// Stages every file of `files` (in order), on a few threads: creating and
-/// filling many small files is mostly waiting on the filesystem. On error,
+/// filling many small files is mostly waiting on the filesystem (or, for
+/// contents fetched from the object store, on the network). On error,
 /// everything staged so far is dropped (and so removed).
 pub(super) fn stage_objects(
     b: &DirectoryBackend,
     objects: &ContentStore,
+    source: Option<&dyn SnapshotMirror>,
     files: &[(&CanonicalPath, &FlatFile, Permissions)],
 ) -> Result<Vec<<DirectoryBackend as Backend>::Staged>> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, MAX_STAGING_THREADS);
+    let fetching = source.is_some()
+        && files
+            .iter()
+            .any(|(_, file, _)| !objects.path(&file.hash).exists());
+    let threads = match fetching {
+        // Mostly waiting on the object store: as many as it serves at once.
+        true => crate::objstore::download::GET_CONCURRENCY,
+        false => std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, MAX_STAGING_THREADS),
+    };
     let chunk = files.len().div_ceil(threads).max(1);
     let stage_chunk = |part: &[(&CanonicalPath, &FlatFile, Permissions)]| {
         let mut buf = vec![0u8; COPY_BUFFER];
         part.iter()
-            .map(|(path, file, _)| stage_object(b, objects, file, path, &mut buf))
+            .map(|(path, file, _)| stage_object(b, objects, source, file, path, &mut buf))
             .collect::<Result<Vec<_>>>()
     };
     if files.len() <= chunk {
@@ -271,10 +305,12 @@ pub(super) fn stage_objects(
 }
 
 /// Copies a stored content into a new staged file, checking its bytes
-/// against its hash.
+/// against its hash; one the store lacks streams from `source` (the
+/// object store), when there is one.
 pub(super) fn stage_object(
     b: &DirectoryBackend,
     objects: &ContentStore,
+    source: Option<&dyn SnapshotMirror>,
     file: &FlatFile,
     path: &CanonicalPath,
     buf: &mut [u8],
@@ -284,8 +320,13 @@ pub(super) fn stage_object(
             "the snapshot cannot be restored: the stored content of '{path}' {why}"
         ))
     };
-    let object = std::fs::File::open(objects.path(&file.hash))
-        .map_err(|e| damaged(format!("cannot be read: {e}")))?;
+    let object = match (std::fs::File::open(objects.path(&file.hash)), source) {
+        (Ok(object), _) => object,
+        (Err(e), Some(source)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return stage_fetched(b, source, file, path);
+        }
+        (Err(e), _) => return Err(damaged(format!("cannot be read: {e}"))),
+    };
     let unreadable = |e: std::io::Error| damaged(format!("cannot be read: {e}"));
     let mut staged = b.stage()?;
     let end = object.metadata().map_err(unreadable)?.len();
@@ -300,4 +341,38 @@ pub(super) fn stage_object(
     }
     staged.finish()?;
     Ok(staged)
+}
+
+/// Streams content `file` from `source` into a new staged file, checking
+/// its bytes against its hash (a chunk of zeros stays a hole).
+fn stage_fetched(
+    b: &DirectoryBackend,
+    source: &dyn SnapshotMirror,
+    file: &FlatFile,
+    path: &CanonicalPath,
+) -> Result<<DirectoryBackend as Backend>::Staged> {
+    let mut staged = b.stage()?;
+    let mut hasher = Sha256::new();
+    source.stream_content(&file.hash, &mut |chunk| {
+        hasher.update(chunk);
+        if staged.len() + chunk.len() as u64 > file.size {
+            // Longer than the snapshot says: damaged, and never written.
+            return Err(fetched_damaged(path));
+        }
+        match chunk.iter().all(|&byte| byte == 0) {
+            true => staged.write_hole(chunk.len() as u64),
+            false => staged.write_chunk(chunk),
+        }
+    })?;
+    if <[u8; 32]>::from(hasher.finalize()) != file.hash || staged.len() != file.size {
+        return Err(fetched_damaged(path));
+    }
+    staged.finish()?;
+    Ok(staged)
+}
+
+fn fetched_damaged(path: &CanonicalPath) -> Error {
+    Error::internal(format!(
+        "the snapshot cannot be restored: the object store's content of '{path}' does not match its hash"
+    ))
 }

@@ -258,6 +258,24 @@ impl Store {
         Ok(None)
     }
 
+    /// The contents (hash, size) of snapshot `id` that the local store
+    /// lacks: left in the object store by a recovery.
+    pub(super) fn missing(&self, id: &str) -> Result<Vec<(Hash, u64)>> {
+        let state = self.lock();
+        let info = self.read_info(id)?;
+        let objects = self.objects();
+        let mut wanted: Vec<(Hash, u64)> = self
+            .flatten(&info, &state)?
+            .into_iter()
+            .filter_map(|e| e.file)
+            .filter(|f| !objects.path(&f.hash).exists())
+            .map(|f| (f.hash, f.size))
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        Ok(wanted)
+    }
+
     pub(super) fn infos_raw(&self) -> Result<Vec<InfoFile>> {
         let entries = match std::fs::read_dir(self.manifests()) {
             Ok(e) => e,
