@@ -1,13 +1,20 @@
-//! The `wsfs.v1.Sessions` service's session messages: what a session is
-//! ([`SessionInfo`], with its container, owner and usage), both ways, so
-//! that the server builds and the client reads the same value.
+//! The `wsfs.v1.Sessions` service's messages and the [`crate::session`]
+//! types, both ways: what a session is ([`SessionInfo`], with its
+//! container, owner and usage), what its creation asks for (backend,
+//! layout, host mounts, limits), its snapshots and what a restore put back,
+//! so that the server builds and the client reads the same value.
 //!
-//! An answer the client cannot read (an unknown backend or layout, bits
-//! above `0o777`) is the server's fault: `INTERNAL`.
+//! A conversion that can fail on the wire (an unknown enum value, a
+//! negative count) returns `None` or a plain error here; which gRPC code
+//! that is depends on the side: a request the server cannot read is the
+//! caller's `INVALID_ARGUMENT`, an answer the client cannot read (an
+//! unknown backend or layout, bits above `0o777`, a negative count) is the
+//! server's fault: `INTERNAL`.
 
-use super::{server_permissions, system_time, timestamp};
+use super::{server_count, server_permissions, system_time, timestamp, utf8_path, wire_count};
 use crate::{proto, BackendKind, Error, Layout, Permissions, Result};
 use crate::{ContainerSpec, FileOwner, SessionInfo, SessionUsage};
+use crate::{HostMount, RequestedLimits, Restored, SnapshotInfo, SnapshotRef};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -139,6 +146,204 @@ impl TryFrom<proto::Session> for SessionInfo {
             owner: s.owner.map(FileOwner::try_from).transpose()?,
             served_by: (!s.served_by.is_empty()).then_some(s.served_by),
             served_elsewhere: s.served_elsewhere,
+        })
+    }
+}
+
+impl BackendKind {
+    /// The backend a wire value names; `None` for a value this version
+    /// does not know.
+    pub fn from_wire(value: i32) -> Option<BackendKind> {
+        proto::session::Backend::try_from(value)
+            .ok()
+            .map(Into::into)
+    }
+}
+
+impl From<proto::session::Backend> for BackendKind {
+    fn from(b: proto::session::Backend) -> Self {
+        match b {
+            proto::session::Backend::Memory => BackendKind::Memory,
+            proto::session::Backend::Directory => BackendKind::Directory,
+            proto::session::Backend::Container => BackendKind::Container,
+        }
+    }
+}
+
+impl From<BackendKind> for proto::session::Backend {
+    fn from(b: BackendKind) -> Self {
+        match b {
+            BackendKind::Memory => proto::session::Backend::Memory,
+            BackendKind::Directory => proto::session::Backend::Directory,
+            BackendKind::Container => proto::session::Backend::Container,
+        }
+    }
+}
+
+impl Layout {
+    /// The layout a wire value names; `None` for a value this version does
+    /// not know.
+    pub fn from_wire(value: i32) -> Option<Layout> {
+        proto::session::Layout::try_from(value).ok().map(Into::into)
+    }
+}
+
+impl From<proto::session::Layout> for Layout {
+    fn from(l: proto::session::Layout) -> Self {
+        match l {
+            proto::session::Layout::Flat => Layout::Flat,
+            proto::session::Layout::Swarm => Layout::Swarm,
+        }
+    }
+}
+
+impl From<Layout> for proto::session::Layout {
+    fn from(l: Layout) -> Self {
+        match l {
+            Layout::Flat => proto::session::Layout::Flat,
+            Layout::Swarm => proto::session::Layout::Swarm,
+        }
+    }
+}
+
+impl From<proto::HostMount> for HostMount {
+    fn from(m: proto::HostMount) -> Self {
+        HostMount {
+            host_path: m.host_path.into(),
+            mount_path: m.mount_path,
+            include_glob: m.include_glob,
+            exclude_glob: m.exclude_glob,
+            max_bytes: m.max_bytes,
+            follow_symlinks: m.follow_symlinks,
+        }
+    }
+}
+
+/// A host path that is not UTF-8 cannot be sent: `INVALID_ARGUMENT`.
+impl TryFrom<HostMount> for proto::HostMount {
+    type Error = Error;
+
+    fn try_from(m: HostMount) -> Result<Self> {
+        Ok(proto::HostMount {
+            host_path: utf8_path("host path", &m.host_path)?,
+            mount_path: m.mount_path,
+            include_glob: m.include_glob,
+            exclude_glob: m.exclude_glob,
+            max_bytes: m.max_bytes,
+            follow_symlinks: m.follow_symlinks,
+        })
+    }
+}
+
+impl From<proto::SessionLimits> for RequestedLimits {
+    fn from(l: proto::SessionLimits) -> Self {
+        RequestedLimits {
+            max_write_bytes: l.max_write_bytes,
+            max_path_depth: l.max_path_depth,
+            max_segment_length: l.max_segment_length,
+            max_files: l.max_files,
+            max_total_bytes: l.max_total_bytes,
+        }
+    }
+}
+
+impl From<RequestedLimits> for proto::SessionLimits {
+    fn from(l: RequestedLimits) -> Self {
+        proto::SessionLimits {
+            max_write_bytes: l.max_write_bytes,
+            max_path_depth: l.max_path_depth,
+            max_segment_length: l.max_segment_length,
+            max_files: l.max_files,
+            max_total_bytes: l.max_total_bytes,
+        }
+    }
+}
+
+impl From<proto::SnapshotRef> for SnapshotRef {
+    fn from(r: proto::SnapshotRef) -> Self {
+        SnapshotRef {
+            session_id: r.session_id,
+            snapshot_id: r.snapshot_id,
+        }
+    }
+}
+
+impl From<SnapshotRef> for proto::SnapshotRef {
+    fn from(r: SnapshotRef) -> Self {
+        proto::SnapshotRef {
+            session_id: r.session_id,
+            snapshot_id: r.snapshot_id,
+        }
+    }
+}
+
+impl From<&SnapshotInfo> for proto::SnapshotInfo {
+    fn from(i: &SnapshotInfo) -> Self {
+        proto::SnapshotInfo {
+            snapshot_id: i.id.clone(),
+            tag: i.tag.clone(),
+            created_at: timestamp(i.created_at),
+            file_count: wire_count(i.file_count),
+            total_bytes: wire_count(i.total_bytes),
+        }
+    }
+}
+
+/// A negative count is the server's fault: `INTERNAL`.
+impl TryFrom<proto::SnapshotInfo> for SnapshotInfo {
+    type Error = Error;
+
+    fn try_from(p: proto::SnapshotInfo) -> Result<Self> {
+        Ok(SnapshotInfo {
+            file_count: server_count("file_count", p.file_count)?,
+            total_bytes: server_count("total_bytes", p.total_bytes)?,
+            created_at: system_time(p.created_at),
+            id: p.snapshot_id,
+            tag: p.tag,
+        })
+    }
+}
+
+impl From<Restored> for proto::RestoreResponse {
+    fn from(r: Restored) -> Self {
+        proto::RestoreResponse {
+            file_count: wire_count(r.file_count),
+            total_bytes: wire_count(r.total_bytes),
+            // The restored path is the service's to say.
+            path: String::new(),
+        }
+    }
+}
+
+/// A negative count is the server's fault: `INTERNAL`.
+impl TryFrom<proto::RestoreResponse> for Restored {
+    type Error = Error;
+
+    fn try_from(r: proto::RestoreResponse) -> Result<Self> {
+        Ok(Restored {
+            file_count: server_count("file_count", r.file_count)?,
+            total_bytes: server_count("total_bytes", r.total_bytes)?,
+        })
+    }
+}
+
+impl From<Restored> for proto::ImportArchiveResponse {
+    fn from(r: Restored) -> Self {
+        proto::ImportArchiveResponse {
+            file_count: wire_count(r.file_count),
+            total_bytes: wire_count(r.total_bytes),
+        }
+    }
+}
+
+/// A negative count is the server's fault: `INTERNAL`.
+impl TryFrom<proto::ImportArchiveResponse> for Restored {
+    type Error = Error;
+
+    fn try_from(r: proto::ImportArchiveResponse) -> Result<Self> {
+        Ok(Restored {
+            file_count: server_count("file_count", r.file_count)?,
+            total_bytes: server_count("total_bytes", r.total_bytes)?,
         })
     }
 }
