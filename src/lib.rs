@@ -42,7 +42,8 @@ pub use fs::*;
 pub use path::{CanonicalPath, PathLimits};
 pub use permissions::Permissions;
 pub use session::{
-    BackendKind, HostMount, Layout, RequestedLimits, Restored, SnapshotInfo, SnapshotRef,
+    BackendKind, ContainerSpec, FileOwner, HostMount, Layout, RequestedLimits, Restored,
+    SessionInfo, SessionUsage, SnapshotInfo, SnapshotRef,
 };
 
 /// Generated gRPC types and service stubs for package `wsfs.v1`.

@@ -1,18 +1,12 @@
-//! Session and snapshot types the server and the client share, each with
-//! its conversions to and from the generated [`proto`] types, so that both
-//! sides agree on them by construction.
-//!
-//! A conversion that can fail on the wire (an unknown enum value, a
-//! negative count) returns `None` or a plain error here; which gRPC code
-//! that is depends on the side: a request the server cannot read is the
-//! caller's `INVALID_ARGUMENT`, an answer the client cannot read is the
-//! server's fault (`INTERNAL`).
+//! Session and snapshot types the server and the client share. Their
+//! conversions to and from the generated [`crate::proto`] types are in
+//! [`crate::wire::sessions`], so that both sides agree on them by
+//! construction.
 
-use crate::wire::{server_count, system_time, timestamp, utf8_path, wire_count};
-use crate::{proto, Error, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// Where a session keeps its files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -29,36 +23,6 @@ pub enum BackendKind {
     Container,
 }
 
-impl BackendKind {
-    /// The backend a wire value names; `None` for a value this version
-    /// does not know.
-    pub fn from_wire(value: i32) -> Option<BackendKind> {
-        proto::session::Backend::try_from(value)
-            .ok()
-            .map(Into::into)
-    }
-}
-
-impl From<proto::session::Backend> for BackendKind {
-    fn from(b: proto::session::Backend) -> Self {
-        match b {
-            proto::session::Backend::Memory => BackendKind::Memory,
-            proto::session::Backend::Directory => BackendKind::Directory,
-            proto::session::Backend::Container => BackendKind::Container,
-        }
-    }
-}
-
-impl From<BackendKind> for proto::session::Backend {
-    fn from(b: BackendKind) -> Self {
-        match b {
-            BackendKind::Memory => proto::session::Backend::Memory,
-            BackendKind::Directory => proto::session::Backend::Directory,
-            BackendKind::Container => proto::session::Backend::Container,
-        }
-    }
-}
-
 /// How a session's workspace is divided between callers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -68,32 +32,6 @@ pub enum Layout {
     Flat,
     /// The zones of a multi-context swarm: `shared/`, `home/<caller>/`, `sys/`.
     Swarm,
-}
-
-impl Layout {
-    /// The layout a wire value names; `None` for a value this version does
-    /// not know.
-    pub fn from_wire(value: i32) -> Option<Layout> {
-        proto::session::Layout::try_from(value).ok().map(Into::into)
-    }
-}
-
-impl From<proto::session::Layout> for Layout {
-    fn from(l: proto::session::Layout) -> Self {
-        match l {
-            proto::session::Layout::Flat => Layout::Flat,
-            proto::session::Layout::Swarm => Layout::Swarm,
-        }
-    }
-}
-
-impl From<Layout> for proto::session::Layout {
-    fn from(l: Layout) -> Self {
-        match l {
-            Layout::Flat => proto::session::Layout::Flat,
-            Layout::Swarm => proto::session::Layout::Swarm,
-        }
-    }
 }
 
 /// A host directory copied into the workspace once, when the session is
@@ -142,35 +80,6 @@ impl HostMount {
     }
 }
 
-impl From<proto::HostMount> for HostMount {
-    fn from(m: proto::HostMount) -> Self {
-        HostMount {
-            host_path: m.host_path.into(),
-            mount_path: m.mount_path,
-            include_glob: m.include_glob,
-            exclude_glob: m.exclude_glob,
-            max_bytes: m.max_bytes,
-            follow_symlinks: m.follow_symlinks,
-        }
-    }
-}
-
-/// A host path that is not UTF-8 cannot be sent: `INVALID_ARGUMENT`.
-impl TryFrom<HostMount> for proto::HostMount {
-    type Error = Error;
-
-    fn try_from(m: HostMount) -> Result<Self> {
-        Ok(proto::HostMount {
-            host_path: utf8_path("host path", &m.host_path)?,
-            mount_path: m.mount_path,
-            include_glob: m.include_glob,
-            exclude_glob: m.exclude_glob,
-            max_bytes: m.max_bytes,
-            follow_symlinks: m.follow_symlinks,
-        })
-    }
-}
-
 /// The limits a session's creation asks for, as the wire carries them. A
 /// zero field asks for the server's default (and, for `max_files` and
 /// `max_total_bytes`, for no limit). The server resolves these against its
@@ -190,54 +99,12 @@ pub struct RequestedLimits {
     pub max_total_bytes: u64,
 }
 
-impl From<proto::SessionLimits> for RequestedLimits {
-    fn from(l: proto::SessionLimits) -> Self {
-        RequestedLimits {
-            max_write_bytes: l.max_write_bytes,
-            max_path_depth: l.max_path_depth,
-            max_segment_length: l.max_segment_length,
-            max_files: l.max_files,
-            max_total_bytes: l.max_total_bytes,
-        }
-    }
-}
-
-impl From<RequestedLimits> for proto::SessionLimits {
-    fn from(l: RequestedLimits) -> Self {
-        proto::SessionLimits {
-            max_write_bytes: l.max_write_bytes,
-            max_path_depth: l.max_path_depth,
-            max_segment_length: l.max_segment_length,
-            max_files: l.max_files,
-            max_total_bytes: l.max_total_bytes,
-        }
-    }
-}
-
 /// One snapshot of one session: what a fork is made from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SnapshotRef {
     pub session_id: String,
     /// A snapshot id, as Restore takes it.
     pub snapshot_id: String,
-}
-
-impl From<proto::SnapshotRef> for SnapshotRef {
-    fn from(r: proto::SnapshotRef) -> Self {
-        SnapshotRef {
-            session_id: r.session_id,
-            snapshot_id: r.snapshot_id,
-        }
-    }
-}
-
-impl From<SnapshotRef> for proto::SnapshotRef {
-    fn from(r: SnapshotRef) -> Self {
-        proto::SnapshotRef {
-            session_id: r.session_id,
-            snapshot_id: r.snapshot_id,
-        }
-    }
 }
 
 /// What the server says about one snapshot.
@@ -253,33 +120,6 @@ pub struct SnapshotInfo {
     pub total_bytes: u64,
 }
 
-impl From<&SnapshotInfo> for proto::SnapshotInfo {
-    fn from(i: &SnapshotInfo) -> Self {
-        proto::SnapshotInfo {
-            snapshot_id: i.id.clone(),
-            tag: i.tag.clone(),
-            created_at: timestamp(i.created_at),
-            file_count: wire_count(i.file_count),
-            total_bytes: wire_count(i.total_bytes),
-        }
-    }
-}
-
-/// A negative count is the server's fault: `INTERNAL`.
-impl TryFrom<proto::SnapshotInfo> for SnapshotInfo {
-    type Error = Error;
-
-    fn try_from(p: proto::SnapshotInfo) -> Result<Self> {
-        Ok(SnapshotInfo {
-            file_count: server_count("file_count", p.file_count)?,
-            total_bytes: server_count("total_bytes", p.total_bytes)?,
-            created_at: system_time(p.created_at),
-            id: p.snapshot_id,
-            tag: p.tag,
-        })
-    }
-}
-
 /// What a restore or an archive import put back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Restored {
@@ -287,53 +127,96 @@ pub struct Restored {
     pub total_bytes: u64,
 }
 
-impl From<Restored> for proto::RestoreResponse {
-    fn from(r: Restored) -> Self {
-        proto::RestoreResponse {
-            file_count: wire_count(r.file_count),
-            total_bytes: wire_count(r.total_bytes),
-            // The restored path is the service's to say.
-            path: String::new(),
+/// Which container a CONTAINER session's files live in.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct ContainerSpec {
+    /// One of the runtimes the server was started with.
+    pub runtime: String,
+    /// The container's name, as the runtime knows it.
+    pub name: String,
+    /// The absolute directory inside the container that holds the files.
+    pub workdir: String,
+}
+
+/// Who owns everything the service creates in a directory session, and the
+/// bits new files and directories get when a call names none (`None`:
+/// 0644 and 0755).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileOwner {
+    pub uid: u32,
+    pub gid: u32,
+    pub file_permissions: Option<crate::Permissions>,
+    pub directory_permissions: Option<crate::Permissions>,
+}
+
+impl FileOwner {
+    /// `uid:gid`, with the usual default bits.
+    pub fn new(uid: u32, gid: u32) -> Self {
+        FileOwner {
+            uid,
+            gid,
+            file_permissions: None,
+            directory_permissions: None,
         }
     }
 }
 
-/// A negative count is the server's fault: `INTERNAL`.
-impl TryFrom<proto::RestoreResponse> for Restored {
-    type Error = Error;
-
-    fn try_from(r: proto::RestoreResponse) -> Result<Self> {
-        Ok(Restored {
-            file_count: server_count("file_count", r.file_count)?,
-            total_bytes: server_count("total_bytes", r.total_bytes)?,
-        })
-    }
+/// A session as the server describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// A UUID.
+    pub id: String,
+    pub backend: BackendKind,
+    /// Directory sessions: the absolute directory on the server, to
+    /// bind-mount into containers.
+    pub root_path: Option<PathBuf>,
+    pub created_at: SystemTime,
+    pub read_only: bool,
+    pub limits: RequestedLimits,
+    pub layout: Layout,
+    pub labels: BTreeMap<String, String>,
+    pub idle_ttl: Option<Duration>,
+    /// The session's system-caller token: only in the answer to
+    /// CreateSession, and only when the server requires tokens.
+    pub token: Option<String>,
+    /// When a call last named the session, or its last working stream
+    /// ended; `None` for a session the server lists as unavailable.
+    pub last_active_at: Option<SystemTime>,
+    /// Streams open on the session when it was listed, Watch included.
+    pub open_streams: u32,
+    /// What the workspace held when it was counted: always from
+    /// `get_session`, from a listing only when asked for
+    /// (`list_sessions_labelled` in the client); `None` when the server
+    /// did not count.
+    pub usage: Option<SessionUsage>,
+    /// Container sessions: the container the files live in.
+    pub container: Option<ContainerSpec>,
+    /// A fork: the snapshot it was made from.
+    pub forked_from: Option<SnapshotRef>,
+    /// Directory sessions made with an owner: that owner, with the bits
+    /// the server applies.
+    pub owner: Option<FileOwner>,
+    /// With replicas sharing an object store: the replica (its
+    /// `--replica-id`) that serves the session; `None` without an object
+    /// store, or when no replica's lease holds it now.
+    pub served_by: Option<String>,
+    /// Listed from the object store's record: another replica than the
+    /// one that answered serves it (or none does now); its activity,
+    /// streams and usage are unknown here.
+    pub served_elsewhere: bool,
 }
 
-impl From<Restored> for proto::ImportArchiveResponse {
-    fn from(r: Restored) -> Self {
-        proto::ImportArchiveResponse {
-            file_count: wire_count(r.file_count),
-            total_bytes: wire_count(r.total_bytes),
-        }
-    }
-}
-
-/// A negative count is the server's fault: `INTERNAL`.
-impl TryFrom<proto::ImportArchiveResponse> for Restored {
-    type Error = Error;
-
-    fn try_from(r: proto::ImportArchiveResponse) -> Result<Self> {
-        Ok(Restored {
-            file_count: server_count("file_count", r.file_count)?,
-            total_bytes: server_count("total_bytes", r.total_bytes)?,
-        })
-    }
+/// A workspace's regular files and their bytes, as its quotas count them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionUsage {
+    pub files: u64,
+    pub bytes: u64,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto;
 
     #[test]
     fn backends_and_layouts_round_trip_through_the_wire_and_unknown_values_are_none() {

@@ -133,7 +133,7 @@ impl Client {
             .clone()
             .create_session(self.credentials.about(request))
             .await?;
-        convert::session_info(response.into_inner())
+        SessionInfo::try_from(response.into_inner())
     }
 
     /// Creates a session and opens it; the handle carries the session's
@@ -156,7 +156,7 @@ impl Client {
             .clone()
             .get_session(self.credentials.about(request))
             .await?;
-        convert::session_info(response.into_inner())
+        SessionInfo::try_from(response.into_inner())
     }
 
     /// The version the server names in its answers
@@ -244,7 +244,7 @@ impl Client {
                 .await?
                 .into_inner();
             for s in page.sessions {
-                all.push(convert::session_info(s)?);
+                all.push(SessionInfo::try_from(s)?);
             }
             if page.next_page_token.is_empty() {
                 return Ok(all);
@@ -287,7 +287,7 @@ impl Client {
             .clone()
             .recover_session(self.credentials.about(request))
             .await?;
-        convert::session_info(response.into_inner())
+        SessionInfo::try_from(response.into_inner())
     }
 
     /// A token for `caller` in session `id` (this client must carry the

@@ -1,23 +1,16 @@
-//! The translations of this crate's own session types (`SessionOptions`,
-//! `SessionInfo` and the parts they hold) to and from the generated
-//! `wsfs::proto` messages. Every message of the `wsfs` crate's types
-//! translates in `wsfs::wire`.
+//! The translation of this crate's own `SessionOptions` builder to the
+//! generated `CreateSessionRequest`. Every message of the `wsfs` crate's
+//! types (a session's `SessionInfo` among them) translates in `wsfs::wire`.
 //!
 //! Requests are built from values the caller controls, so a value the wire
 //! cannot carry is `INVALID_ARGUMENT`. Responses come from the server, so a
 //! value that breaks the protocol is `INTERNAL`, never a panic.
 
-use crate::sessions::{
-    Backend, ContainerSpec, FileOwner, Layout, SessionInfo, SessionOptions, SessionUsage,
-    SnapshotRef,
-};
-use std::path::PathBuf;
+use crate::sessions::SessionOptions;
 use std::time::Duration;
 use wsfs::proto;
-use wsfs::wire::{server_permissions, system_time, utf8_path};
-use wsfs::{Error, Permissions, Result};
-
-// ------------------------------------------------------------------ sessions
+use wsfs::wire::utf8_path;
+use wsfs::Result;
 
 /// Whole seconds, rounded up so a sub-second TTL is not "none".
 fn ttl_seconds(ttl: Duration) -> u64 {
@@ -42,79 +35,22 @@ pub(crate) fn create_session_request(o: SessionOptions) -> Result<proto::CreateS
         layout: proto::session::Layout::from(o.layout).into(),
         labels: o.labels.into_iter().collect(),
         idle_ttl_seconds: o.idle_ttl.map(ttl_seconds).unwrap_or(0),
-        container: o.container.map(|c| proto::ContainerSpec {
-            runtime: c.runtime,
-            name: c.name,
-            workdir: c.workdir,
-        }),
+        container: o.container.map(Into::into),
         // Chosen here, not by the server, so that the creation carries the
         // id a proxy routes every later call of the session by.
         session_id: o.id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
         from_snapshot: o.from_snapshot.map(proto::SnapshotRef::from),
-        owner: o.owner.map(|o| proto::FileOwner {
-            uid: o.uid,
-            gid: o.gid,
-            file_permissions: o.file_permissions.map_or(0, Permissions::bits),
-            directory_permissions: o.directory_permissions.map_or(0, Permissions::bits),
-        }),
-    })
-}
-
-pub(crate) fn session_info(s: proto::Session) -> Result<SessionInfo> {
-    let backend = Backend::from_wire(s.backend).ok_or_else(|| {
-        Error::internal(format!(
-            "the server sent an unknown session backend ({})",
-            s.backend
-        ))
-    })?;
-    let layout = Layout::from_wire(s.layout).ok_or_else(|| {
-        Error::internal(format!(
-            "the server sent an unknown session layout ({})",
-            s.layout
-        ))
-    })?;
-    Ok(SessionInfo {
-        id: s.session_id,
-        backend,
-        root_path: (!s.root_path.is_empty()).then(|| PathBuf::from(s.root_path)),
-        created_at: system_time(s.created_at),
-        read_only: s.read_only,
-        limits: s.limits.map(Into::into).unwrap_or_default(),
-        layout,
-        labels: s.labels.into_iter().collect(),
-        idle_ttl: (s.idle_ttl_seconds > 0).then(|| Duration::from_secs(s.idle_ttl_seconds)),
-        token: (!s.token.is_empty()).then_some(s.token),
-        last_active_at: s.last_active_at.map(|t| system_time(Some(t))),
-        open_streams: s.open_streams,
-        usage: s.usage.map(|u| SessionUsage {
-            files: u.files,
-            bytes: u.bytes,
-        }),
-        container: s.container.map(|c| ContainerSpec {
-            runtime: c.runtime,
-            name: c.name,
-            workdir: c.workdir,
-        }),
-        forked_from: s.forked_from.map(SnapshotRef::from),
-        owner: match s.owner {
-            Some(o) => Some(FileOwner {
-                uid: o.uid,
-                gid: o.gid,
-                file_permissions: Some(server_permissions(o.file_permissions)?),
-                directory_permissions: Some(server_permissions(o.directory_permissions)?),
-            }),
-            None => None,
-        },
-        served_by: (!s.served_by.is_empty()).then_some(s.served_by),
-        served_elsewhere: s.served_elsewhere,
+        owner: o.owner.map(Into::into),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::SessionLimits;
+    use crate::sessions::{Backend, Layout, SessionInfo};
+    use crate::{Permissions, SessionLimits};
     use bytes::Bytes;
+    use std::path::PathBuf;
     use std::time::UNIX_EPOCH;
     use tonic::Code;
     use wsfs::HostMount;
@@ -180,7 +116,7 @@ mod tests {
     #[test]
     fn session_maps_to_info() {
         let created = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        let info = session_info(proto::Session {
+        let info = SessionInfo::try_from(proto::Session {
             session_id: "0f0e".into(),
             backend: proto::session::Backend::Directory as i32,
             root_path: "/var/lib/wsfs/0f0e".into(),
@@ -248,7 +184,7 @@ mod tests {
 
     #[test]
     fn memory_session_has_no_root_ttl_or_token() {
-        let info = session_info(proto::Session {
+        let info = SessionInfo::try_from(proto::Session {
             session_id: "id".into(),
             ..Default::default()
         })
@@ -272,7 +208,7 @@ mod tests {
             (spec.runtime.as_str(), spec.name.as_str()),
             ("podman", "web")
         );
-        let info = session_info(proto::Session {
+        let info = SessionInfo::try_from(proto::Session {
             backend: proto::session::Backend::Container as i32,
             container: Some(spec),
             ..Default::default()

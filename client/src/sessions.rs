@@ -4,22 +4,13 @@
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// Where a session keeps its files.
 pub use wsfs::BackendKind as Backend;
-pub use wsfs::{HostMount, Layout, SnapshotRef};
-
-/// Which container a CONTAINER session's files live in.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct ContainerSpec {
-    /// One of the runtimes the server was started with.
-    pub runtime: String,
-    /// The container's name, as the runtime knows it.
-    pub name: String,
-    /// The absolute directory inside the container that holds the files.
-    pub workdir: String,
-}
+pub use wsfs::{
+    ContainerSpec, FileOwner, HostMount, Layout, SessionInfo, SessionUsage, SnapshotRef,
+};
 
 /// Per-session limits. A zero field means the server's default (and, for
 /// `max_files` and `max_total_bytes`, no limit), as in the protocol.
@@ -51,29 +42,6 @@ pub struct SessionOptions {
     pub(crate) id: Option<String>,
     pub(crate) from_snapshot: Option<SnapshotRef>,
     pub(crate) owner: Option<FileOwner>,
-}
-
-/// Who owns everything the service creates in a directory session, and the
-/// bits new files and directories get when a call names none (`None`:
-/// 0644 and 0755).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileOwner {
-    pub uid: u32,
-    pub gid: u32,
-    pub file_permissions: Option<wsfs::Permissions>,
-    pub directory_permissions: Option<wsfs::Permissions>,
-}
-
-impl FileOwner {
-    /// `uid:gid`, with the usual default bits.
-    pub fn new(uid: u32, gid: u32) -> Self {
-        FileOwner {
-            uid,
-            gid,
-            file_permissions: None,
-            directory_permissions: None,
-        }
-    }
 }
 
 impl SessionOptions {
@@ -191,56 +159,4 @@ impl SessionOptions {
         self.id = Some(id.into());
         self
     }
-}
-
-/// A session as the server describes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionInfo {
-    /// A UUID.
-    pub id: String,
-    pub backend: Backend,
-    /// Directory sessions: the absolute directory on the server, to
-    /// bind-mount into containers.
-    pub root_path: Option<PathBuf>,
-    pub created_at: SystemTime,
-    pub read_only: bool,
-    pub limits: SessionLimits,
-    pub layout: Layout,
-    pub labels: BTreeMap<String, String>,
-    pub idle_ttl: Option<Duration>,
-    /// The session's system-caller token: only in the answer to
-    /// CreateSession, and only when the server requires tokens.
-    pub token: Option<String>,
-    /// When a call last named the session, or its last working stream
-    /// ended; `None` for a session the server lists as unavailable.
-    pub last_active_at: Option<SystemTime>,
-    /// Streams open on the session when it was listed, Watch included.
-    pub open_streams: u32,
-    /// What the workspace held when it was counted: always from
-    /// `get_session`, from a listing only when asked for
-    /// ([`crate::Client::list_sessions_labelled`]); `None` when the server
-    /// did not count.
-    pub usage: Option<SessionUsage>,
-    /// Container sessions: the container the files live in.
-    pub container: Option<ContainerSpec>,
-    /// A fork: the snapshot it was made from.
-    pub forked_from: Option<SnapshotRef>,
-    /// Directory sessions made with an owner: that owner, with the bits
-    /// the server applies.
-    pub owner: Option<FileOwner>,
-    /// With replicas sharing an object store: the replica (its
-    /// `--replica-id`) that serves the session; `None` without an object
-    /// store, or when no replica's lease holds it now.
-    pub served_by: Option<String>,
-    /// Listed from the object store's record: another replica than the
-    /// one that answered serves it (or none does now); its activity,
-    /// streams and usage are unknown here.
-    pub served_elsewhere: bool,
-}
-
-/// A workspace's regular files and their bytes, as its quotas count them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionUsage {
-    pub files: u64,
-    pub bytes: u64,
 }

@@ -161,6 +161,7 @@ impl PathLocks {
 
     /// Claims the whole workspace: what a whole-tree change (a snapshot, a
     /// restore, an import) holds, as the session-wide lock did.
+    #[cfg(test)]
     pub async fn lock_owned(self: Arc<Self>) -> Claim {
         self.claim(vec![CanonicalPath::root()]).await
     }

@@ -316,8 +316,6 @@ const EXTERNAL_SETTLE: std::time::Duration = std::time::Duration::from_millis(15
 /// changes to finish before it reports what it saw.
 const OWN_CHANGE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-pub use watcher::{FORCE_POLL_ENV, POLL_INTERVAL};
-
 /// Watches a DIRECTORY session's root for changes made from outside the
 /// service (a container writing into `root_path`), through the server's
 /// one shared watcher ([`watcher`]): no thread of its own, a task that

@@ -18,41 +18,44 @@
 //! restores and reads back each session's snapshots; [`stdio`] serves one
 //! directory over stdin and stdout inside a container.
 
+// Reached by other crates (the binary, the tests, the benchmarks); the
+// reasons are listed in tests/tests/architecture.rs, which refuses a new
+// `pub mod` without one.
 pub mod archive;
-pub mod auth;
 pub mod backend;
-pub mod claims;
-pub(crate) mod clock;
-pub mod container;
-pub mod durability;
-pub mod events;
-pub(crate) mod exporter;
-pub mod faults;
-pub mod http;
-pub(crate) mod kind;
-pub(crate) mod layers;
-pub mod limits;
-pub mod memory;
-pub mod metrics;
-pub mod mounts;
-pub mod objstore;
-pub mod pattern;
-pub mod producer;
-pub mod quota;
-pub mod search;
-pub mod workspace;
-
-pub use limits::SessionLimits;
-pub use workspace::Workspace;
 pub mod config;
 pub mod connections;
+pub mod container;
 pub mod directory;
-pub(crate) mod registry;
-pub mod service;
-pub(crate) mod snapshots;
+pub mod durability;
+pub mod faults;
+pub mod http;
+pub mod memory;
+pub mod metrics;
+pub mod objstore;
 pub mod stdio;
+pub mod workspace;
+
+pub(crate) mod auth;
+pub(crate) mod claims;
+pub(crate) mod clock;
+pub(crate) mod events;
+pub(crate) mod exporter;
+pub(crate) mod kind;
+pub(crate) mod layers;
+pub(crate) mod limits;
+pub(crate) mod mounts;
+pub(crate) mod pattern;
+pub(crate) mod producer;
+pub(crate) mod quota;
+pub(crate) mod registry;
+pub(crate) mod search;
+pub(crate) mod service;
+pub(crate) mod snapshots;
 
 pub use config::ServerConfig;
+pub use limits::SessionLimits;
+pub use workspace::Workspace;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -51,8 +51,8 @@ impl SessionLimits {
 
     /// The limits as GetSession reports them: in the shape of a request
     /// that would resolve to them.
-    pub fn to_proto(self) -> wsfs::proto::SessionLimits {
-        wsfs::proto::SessionLimits {
+    pub fn as_requested(self) -> wsfs::RequestedLimits {
+        wsfs::RequestedLimits {
             max_write_bytes: self.max_write_bytes,
             max_path_depth: self.path.max_depth as u32,
             max_segment_length: self.path.max_segment_chars as u32,

@@ -95,6 +95,7 @@ pub fn check_usage(limits: &SessionLimits, usage: Usage, holder: impl Display) -
 
 /// Refuses a change to `path` that removes `removed` and adds `added` when
 /// the workspace would end up over a quota. Changes that shrink usage pass.
+#[cfg(test)]
 pub fn check<B: Backend + ?Sized>(
     b: &B,
     limits: &SessionLimits,
@@ -105,8 +106,10 @@ pub fn check<B: Backend + ?Sized>(
     check_beside(b, limits, path, Usage::default(), removed, added)
 }
 
-/// [`check`] with `pending` growth (reserved by parallel changes, not yet
-/// on disk) counted as if it were there.
+/// Refuses a change to `path` that removes `removed` and adds `added` when
+/// the workspace would end up over a quota, with `pending` growth
+/// (reserved by parallel changes, not yet on disk) counted as if it were
+/// there. Changes that shrink usage pass.
 fn check_beside<B: Backend + ?Sized>(
     b: &B,
     limits: &SessionLimits,

@@ -5,8 +5,9 @@
 //! This module holds the scalars both directions share (times, counts,
 //! permission bits, file kinds, paths); [`filesystem`] holds the
 //! `wsfs.v1.Filesystem` service's messages, [`events`] the change events of
-//! Watch and Changes, [`crate::session`] the session
-//! and snapshot types, and [`crate::error`] the one error table.
+//! Watch and Changes, [`sessions`] the `wsfs.v1.Sessions` service's
+//! messages (the types are in [`crate::session`]), and [`crate::error`]
+//! the one error table.
 //!
 //! Which gRPC code a value the wire cannot carry gets depends on who sent
 //! it: a request the server cannot read, or a value a caller asks a client
@@ -16,6 +17,7 @@
 
 pub mod events;
 pub mod filesystem;
+pub mod sessions;
 
 use crate::{proto, ContextLine, Error, GrepEvent, GrepMatch, GrepSummary, Result};
 use crate::{CanonicalPath, FileKind, PathLimits, Permissions};

@@ -252,3 +252,66 @@ fn no_source_file_is_over_a_thousand_lines() {
         "server files over {MAX_LINES} lines: {long:?}"
     );
 }
+
+/// The server's top-level modules other crates reach by path (the binary,
+/// the tests, the benchmarks), and why; every other module is
+/// `pub(crate)`, its public items re-exported in lib.rs where needed.
+const PUBLIC_MODULES: &[(&str, &str)] = &[
+    (
+        "archive",
+        "the archive fuzz test checks import plans directly",
+    ),
+    ("backend", "tests drive workspaces over the Backend trait"),
+    ("config", "the binary and the tests build a ServerConfig"),
+    (
+        "connections",
+        "the binary binds its listener and raises its file limit",
+    ),
+    ("container", "the test harness builds a container runtime"),
+    ("directory", "tests make DIRECTORY backends in-process"),
+    ("durability", "benchmarks and tests pick a durability mode"),
+    ("faults", "reliability tests inject panics"),
+    (
+        "http",
+        "tests and benchmarks address the HTTP face's sessions",
+    ),
+    ("memory", "tests make MEMORY backends in-process"),
+    ("metrics", "tests read the server's counters"),
+    ("objstore", "the object-store benchmark runs a sweep"),
+    (
+        "stdio",
+        "the stdio binary serves a directory over stdin and stdout",
+    ),
+    ("workspace", "tests wrap backends in a Workspace"),
+];
+
+/// The top-level modules lib.rs declares `pub`.
+fn public_modules(lib: &str) -> BTreeSet<String> {
+    lib.lines()
+        .filter_map(|line| line.trim().strip_prefix("pub mod "))
+        .filter_map(|rest| rest.strip_suffix(';'))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_top_level_module_is_public_only_with_a_reason() {
+    let lib = std::fs::read_to_string(server_src().join("lib.rs")).unwrap();
+    let allowed: BTreeSet<String> = PUBLIC_MODULES.iter().map(|(m, _)| m.to_string()).collect();
+    let public = public_modules(&lib);
+    let unlisted: Vec<_> = public.difference(&allowed).collect();
+    assert!(
+        unlisted.is_empty(),
+        "top-level modules declared `pub` without a reason in PUBLIC_MODULES \
+         (make them `pub(crate)`, or re-export what other crates need): {unlisted:?}"
+    );
+}
+
+#[test]
+fn a_public_module_off_the_list_is_found() {
+    let lib = "pub mod workspace;\npub(crate) mod search;\npub mod secret;\n";
+    assert_eq!(
+        public_modules(lib),
+        ["secret", "workspace"].map(String::from).into()
+    );
+}

@@ -423,8 +423,7 @@ fn replace_all<B: Backend>(backend: &B, plan: &ImportPlan, staged: Vec<B::Staged
                 create_parents: true,
                 permissions: attributes(path).map(|a| a.permissions),
                 modified: attributes(path).and_then(|a| a.modified),
-                // The intent record names the staged file.
-                swap_out: false,
+                ..CommitMode::default()
             };
             backend.commit(file, path, put)?;
         }

@@ -37,7 +37,7 @@ use tonic::metadata::MetadataMap;
 use wsfs::{Error, Result};
 
 pub use tokens::TokenStore;
-pub use zones::{Layout, Operation};
+pub use zones::Layout;
 
 /// The metadata key naming the caller when tokens are off.
 pub const CALLER_HEADER: &str = "x-wsfs-caller";

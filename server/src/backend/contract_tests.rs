@@ -525,7 +525,6 @@ fn patch<B: Backend>(
     }
     let mode = CommitMode {
         create_parents: true,
-        swap_out: true,
         ..CommitMode::default()
     };
     b.commit_patch(staged, &p(path), &patch, mode)

@@ -1,6 +1,6 @@
 //! Intent records: the description of a whole-workspace replacement
 //! (Restore, ImportArchive, emptying the root) that a backend records
-//! before the replacement's first change ([`super::Backend::begin_intent`]),
+//! before the replacement's first change ([`super::Backend::replace_whole`]),
 //! so that a crash part-way can be completed at the next start. What the
 //! record means, and how the DIRECTORY backend replays it, is told in
 //! [`crate::directory::journal`].
@@ -89,22 +89,13 @@ impl Intent {
 
 pub(crate) use hex::encode as hex;
 
-/// Runs `changes` (the replacement's steps, on `backend`) between recording
-/// `intent` and clearing it; the caller holds the workspace's write lock.
-/// A crash part-way leaves the record: the next start rolls forward. A
-/// step that fails with an error (a full disk) has dropped the staged files
-/// it did not reach, so the record could not be replayed whole: it is
-/// cleared, and the error says the call failed part-way (calling again
-/// completes it).
+/// Runs `changes` (the replacement's steps, on `backend`) as the
+/// replacement `intent` describes ([`Backend::replace_whole`]); the caller
+/// holds the workspace's write lock.
 pub fn apply<B: Backend, T>(
     backend: &B,
     intent: &Intent,
     changes: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
-    backend.begin_intent(intent)?;
-    let out = changes();
-    let cleared = backend.end_intent();
-    let out = out?;
-    cleared?;
-    Ok(out)
+    backend.replace_whole(intent, changes)
 }

@@ -65,27 +65,43 @@ pub fn symlink_denied(path: &CanonicalPath, last: bool) -> Error {
     }
 }
 
+/// A backend's own handle on where a walk found a file, kept for
+/// [`Backend::open_listed`]: opaque to everyone but the backend that made
+/// it (DIRECTORY keeps the directory it held open).
+pub type FoundAt = std::sync::Arc<dyn std::any::Any + Send + Sync>;
+
 /// A file a walk listed ([`Backend::walk_listed`]).
 pub struct Listed {
     pub path: CanonicalPath,
-    /// DIRECTORY: the directory the walk held open when it listed the
-    /// file, which holds it under the path's last name.
-    pub(crate) dir: Option<std::sync::Arc<rustix::fd::OwnedFd>>,
+    found: Option<FoundAt>,
 }
 
 impl Listed {
     /// A file known by its path alone.
     pub fn path(path: CanonicalPath) -> Listed {
-        Listed { path, dir: None }
+        Listed { path, found: None }
     }
 
-    /// Whether this file holds open a directory that `previous` (the file
-    /// listed before it) does not: what keeping a run of listed files
-    /// costs in descriptors.
+    /// A file with the backend's handle on where it was found.
+    pub fn found(path: CanonicalPath, at: FoundAt) -> Listed {
+        Listed {
+            path,
+            found: Some(at),
+        }
+    }
+
+    /// The handle [`Listed::found`] kept, if it is a `T`.
+    pub fn found_at<T: std::any::Any>(&self) -> Option<&T> {
+        self.found.as_ref()?.downcast_ref()
+    }
+
+    /// Whether this file holds a handle that `previous` (the file listed
+    /// before it) does not: what keeping a run of listed files costs in
+    /// descriptors.
     pub fn holds_new_dir(&self, previous: Option<&Listed>) -> bool {
-        match (&self.dir, previous.and_then(|p| p.dir.as_ref())) {
+        match (&self.found, previous.and_then(|p| p.found.as_ref())) {
             (None, _) => false,
-            (Some(dir), Some(prev)) => !std::sync::Arc::ptr_eq(dir, prev),
+            (Some(at), Some(prev)) => !std::sync::Arc::ptr_eq(at, prev),
             (Some(_), None) => true,
         }
     }
@@ -143,12 +159,9 @@ pub struct CommitMode {
     pub permissions: Option<Permissions>,
     /// The file's modification time; `None`: the time of the commit.
     pub modified: Option<SystemTime>,
-    /// An existing file may be swapped out under the staged file's name
-    /// and then removed, instead of replaced by one rename: on ext4 a
-    /// rename over a file writes the new file's data out at once (about
-    /// 0.5 s per GiB), an exchange does not. Only for a staged file no
-    /// intent record names: a replay would take the old file left under
-    /// that name by a crash for the new one.
+    /// Read by no backend: DIRECTORY decides for itself whether a commit
+    /// swaps the old file out (whenever no intent record is open). Kept
+    /// only while a caller still names it; to be removed with that line.
     pub swap_out: bool,
 }
 
@@ -348,17 +361,15 @@ pub trait Backend: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Records, before its first change, a whole-workspace replacement
-    /// whose every file is already staged, so that a crash part-way is
-    /// completed at the next start ([`intent`]). Memory: nothing
-    /// outlives a crash, so nothing to record.
-    fn begin_intent(&self, _intent: &Intent) -> Result<()> {
-        Ok(())
-    }
-
-    /// The replacement begun by [`Backend::begin_intent`] is complete.
-    fn end_intent(&self) -> Result<()> {
-        Ok(())
+    /// Runs `changes`, a whole-workspace replacement (a restore, an
+    /// import, emptying the root) whose every file is already staged as
+    /// `intent` describes; the caller holds the workspace's write lock. A
+    /// backend whose changes outlive a crash records `intent` first, so
+    /// that a crash part-way is completed at the next start
+    /// ([`intent::apply`]). Memory: nothing outlives a crash, so it just
+    /// runs them.
+    fn replace_whole<T>(&self, _intent: &Intent, changes: impl FnOnce() -> Result<T>) -> Result<T> {
+        changes()
     }
 }
 

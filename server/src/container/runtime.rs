@@ -29,8 +29,8 @@ impl ContainerTarget {
         })
     }
 
-    pub fn to_proto(&self) -> wsfs::proto::ContainerSpec {
-        wsfs::proto::ContainerSpec {
+    pub fn to_spec(&self) -> wsfs::ContainerSpec {
+        wsfs::ContainerSpec {
             runtime: self.runtime.clone(),
             name: self.name.clone(),
             workdir: self.workdir.clone(),

@@ -7,7 +7,7 @@
 //! apply step then records an [`Intent`]: the target (every directory, and
 //! every file with the name of its staged copy) and what may have to go.
 //! The record is fsynced before the first change and removed after the
-//! last, by the backend ([`crate::backend::Backend::begin_intent`]). At the
+//! last, by the backend ([`crate::backend::Backend::replace_whole`]). At the
 //! next start, [`recover`] finds a record left behind and rolls the
 //! workspace forward to the target, before the staging directory is
 //! emptied. Replay is idempotent (a crash during recovery is recovered the
@@ -59,7 +59,7 @@ pub fn recover(
     let backend = DirectoryBackend::open(root, &staging)?
         .with_durability(durability)
         .with_owner(owner);
-    let Some(intent) = backend.pending_intent()? else {
+    let Some(intent) = backend.resume_intent()? else {
         return Ok(false);
     };
     tracing::warn!(
@@ -148,8 +148,7 @@ fn replay(b: &DirectoryBackend, staging: &Path, intent: &Intent) -> Result<()> {
             create_parents: true,
             permissions: intent.bits(&f.path),
             modified: f.modified,
-            // The record names the staged file.
-            swap_out: false,
+            ..CommitMode::default()
         };
         let Some(name) = &f.staged else { continue };
         let Some(staged) = b.staged(name)? else {

@@ -319,5 +319,3 @@ impl<T> Drop for LoggedStream<T> {
         );
     }
 }
-
-pub(crate) use wsfs::wire::timestamp;

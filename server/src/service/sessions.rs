@@ -1,6 +1,6 @@
 //! `wsfs.v1.Sessions`.
 
-use super::{timestamp, to_the_end, traced};
+use super::{to_the_end, traced};
 use crate::auth::{Auth, Caller, Layout};
 use crate::directory::record::PersistedSession;
 use crate::objstore::listing::RecordedSession;
@@ -10,9 +10,10 @@ use crate::registry::{
 use futures::stream::BoxStream;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 use tonic::{Request, Response, Status, Streaming};
 use wsfs::proto::{self, sessions_server};
-use wsfs::{Error, MAX_SESSION_PAGE, MAX_USAGE_PAGE};
+use wsfs::{Error, FileOwner, SessionInfo, SessionUsage, MAX_SESSION_PAGE, MAX_USAGE_PAGE};
 
 /// Every RPC here needs the admin token when tokens are on; IssueToken
 /// also takes the session's own system token.
@@ -197,23 +198,29 @@ enum Candidate {
 }
 
 fn session_to_proto(s: &Session) -> proto::Session {
-    proto::Session {
-        last_active_at: timestamp(s.last_active()),
+    session_info(s).into()
+}
+
+/// A live session: its record with its activity.
+fn session_info(s: &Session) -> SessionInfo {
+    SessionInfo {
+        last_active_at: Some(s.last_active()),
         open_streams: u32::try_from(s.open_streams()).unwrap_or(u32::MAX),
-        ..record_to_proto(&s.record)
+        ..record_info(&s.record)
     }
 }
 
 /// [`session_to_proto`] with the workspace's files and bytes counted.
 async fn session_with_usage(s: &Session) -> wsfs::Result<proto::Session> {
     let usage = s.archive.usage().await?;
-    Ok(proto::Session {
-        usage: usage.map(|u| proto::SessionUsage {
+    Ok(SessionInfo {
+        usage: usage.map(|u| SessionUsage {
             files: u.files,
             bytes: u.bytes,
         }),
-        ..session_to_proto(s)
-    })
+        ..session_info(s)
+    }
+    .into())
 }
 
 /// The label that marks, in GetSession and ListSessions, a recorded session
@@ -229,37 +236,43 @@ fn unavailable_to_proto(u: &Unavailable) -> proto::Session {
 }
 
 fn record_to_proto(r: &SessionRecord) -> proto::Session {
-    proto::Session {
-        session_id: r.id.clone(),
-        backend: proto::session::Backend::from(r.backend) as i32,
-        root_path: r
-            .root_path
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default(),
-        created_at: timestamp(r.created_at),
-        limits: Some(r.limits.to_proto()),
+    record_info(r).into()
+}
+
+/// What a session's record says; the token, activity and usage are the
+/// live session's to add.
+fn record_info(r: &SessionRecord) -> SessionInfo {
+    SessionInfo {
+        id: r.id.clone(),
+        backend: r.backend,
+        root_path: r.root_path.clone(),
+        created_at: r.created_at,
         read_only: r.read_only,
-        layout: proto::session::Layout::from(r.layout) as i32,
+        limits: r.limits.as_requested(),
+        layout: r.layout,
         labels: r
             .labels
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
-        idle_ttl_seconds: r.idle_ttl_seconds,
-        forked_from: r.forked_from.clone().map(proto::SnapshotRef::from),
+        idle_ttl: (r.idle_ttl_seconds > 0).then(|| Duration::from_secs(r.idle_ttl_seconds)),
+        token: None,
+        last_active_at: None,
+        open_streams: 0,
+        usage: None,
         container: r
             .container
             .as_ref()
-            .map(crate::container::ContainerTarget::to_proto),
-        owner: r.owner.map(|o| proto::FileOwner {
+            .map(crate::container::ContainerTarget::to_spec),
+        forked_from: r.forked_from.clone(),
+        owner: r.owner.map(|o| FileOwner {
             uid: o.uid,
             gid: o.gid,
-            file_permissions: o.file_permissions.bits(),
-            directory_permissions: o.directory_permissions.bits(),
+            file_permissions: Some(o.file_permissions),
+            directory_permissions: Some(o.directory_permissions),
         }),
-        // The token, activity and usage are the live session's to add.
-        ..Default::default()
+        served_by: None,
+        served_elsewhere: false,
     }
 }
 

@@ -159,7 +159,7 @@ impl<B: Backend> Filesystem for Workspace<B> {
                 create_parents: options.create_parents,
                 permissions: options.permissions,
                 modified: options.modified,
-                swap_out: true,
+                ..CommitMode::default()
             };
             let landing = Landing {
                 quota: &quota,
@@ -250,7 +250,6 @@ impl<B: Backend> Filesystem for Workspace<B> {
                 let mode = CommitMode {
                     append: false,
                     create_parents: false,
-                    swap_out: true,
                     ..CommitMode::default()
                 };
                 let m = reserved.land(|| b.commit(staged, &path, mode))?;

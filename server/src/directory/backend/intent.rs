@@ -12,6 +12,7 @@ use rustix::io::Errno;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::Write;
+use std::sync::atomic::Ordering;
 use wsfs::{Error, Result};
 
 /// The intent record of a whole-workspace replacement in progress, in the
@@ -20,10 +21,37 @@ use wsfs::{Error, Result};
 pub(crate) const INTENT_NAME: &str = "intent.json";
 
 impl DirectoryBackend {
+    /// Records `intent` before the first change of a whole-workspace
+    /// replacement ([`Backend::replace_whole`]); commits replace files by
+    /// one rename until [`Self::end_intent`].
+    pub(crate) fn begin_intent(&self, intent: &Intent) -> Result<()> {
+        self.write_intent(intent)?;
+        self.replacing.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// The replacement begun by [`Self::begin_intent`] (or found pending by
+    /// [`Self::resume_intent`]) is complete: its record goes.
+    pub(crate) fn end_intent(&self) -> Result<()> {
+        let cleared = self.clear_intent();
+        self.replacing.store(false, Ordering::Release);
+        cleared
+    }
+
+    /// [`Self::pending_intent`], for replaying it: until
+    /// [`Self::end_intent`], commits replace files by one rename.
+    pub(crate) fn resume_intent(&self) -> Result<Option<Intent>> {
+        let pending = self.pending_intent()?;
+        if pending.is_some() {
+            self.replacing.store(true, Ordering::Release);
+        }
+        Ok(pending)
+    }
+
     /// Records `intent` before the first change, durably in every mode:
     /// written aside, fsynced, renamed into place, directory fsynced. In
     /// `fsync` mode the staged files it names are flushed first.
-    pub(super) fn write_intent(&self, intent: &Intent) -> Result<()> {
+    fn write_intent(&self, intent: &Intent) -> Result<()> {
         let fail = |e: std::io::Error| Error::io_while(e, "recording the intent of a replacement");
         self.durability().settle_fs(&*self.staging)?;
         let json = serde_json::to_vec(intent)
@@ -65,7 +93,7 @@ impl DirectoryBackend {
     /// The replacement is complete: in `fsync` mode its changes are flushed,
     /// then the record goes (durably, so a power loss cannot bring back a
     /// record that would replay over later writes).
-    pub(super) fn clear_intent(&self) -> Result<()> {
+    fn clear_intent(&self) -> Result<()> {
         let fail = |e: Errno| {
             Error::internal(format!(
                 "cannot clear the intent record of a replacement: {e}"

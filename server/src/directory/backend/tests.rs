@@ -197,10 +197,8 @@ fn a_swapped_commit_replaces_the_file_and_leaves_nothing_aside() {
     write(b, "a.txt", b"old").unwrap();
     // A second name for the old file: a replacement leaves it whole.
     std::fs::hard_link(fx.root.join("a.txt"), fx.outside.join("old-link")).unwrap();
-    let swap = CommitMode {
-        swap_out: true,
-        ..CommitMode::default()
-    };
+    // No intent record names the staged file: the old file is swapped out.
+    let swap = CommitMode::default();
     for content in [&b"new"[..], b"newer"] {
         let mut staged = b.stage().unwrap();
         staged.write_chunk(content).unwrap();
@@ -245,7 +243,9 @@ fn a_listed_file_replaced_before_it_is_opened_is_refused_for_what_it_became() {
         .unwrap()
         .collect::<Result<_>>()
         .unwrap();
-    assert!(listed.iter().all(|f| f.dir.is_some()));
+    assert!(listed
+        .iter()
+        .all(|f| f.found_at::<rustix::fd::OwnedFd>().is_some()));
     // Each swapped after the walk listed it as a regular file.
     let d = fx.root.join("d");
     for name in ["link", "fifo", "dir", "gone"] {
@@ -859,10 +859,7 @@ fn a_patch_copies_the_file_with_its_holes_and_leaves_the_old_inode_whole() {
         b.cross_device.store(cross_device, Ordering::Relaxed);
         let mut staged = b.stage().unwrap();
         staged.write_chunk(b"BODY").unwrap();
-        let mode = CommitMode {
-            swap_out: true,
-            ..CommitMode::default()
-        };
+        let mode = CommitMode::default();
 
         let meta = b
             .commit_patch(staged, &p("sparse.bin"), &patch, mode)

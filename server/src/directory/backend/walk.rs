@@ -377,10 +377,12 @@ impl Iterator for FileWalk {
             };
             match item {
                 Item::Entry(name) => {
-                    return Some(level.path.join(&name).map(|path| Listed {
-                        path,
-                        dir: Some(level.dir.clone()),
-                    }))
+                    return Some(
+                        level
+                            .path
+                            .join(&name)
+                            .map(|path| Listed::found(path, level.dir.clone())),
+                    )
                 }
                 Item::Subtree(name) => {
                     let path = match level.path.join(&name) {
