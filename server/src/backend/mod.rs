@@ -159,10 +159,6 @@ pub struct CommitMode {
     pub permissions: Option<Permissions>,
     /// The file's modification time; `None`: the time of the commit.
     pub modified: Option<SystemTime>,
-    /// Read by no backend: DIRECTORY decides for itself whether a commit
-    /// swaps the old file out (whenever no intent record is open). Kept
-    /// only while a caller still names it; to be removed with that line.
-    pub swap_out: bool,
 }
 
 impl CommitMode {

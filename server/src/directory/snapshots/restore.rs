@@ -239,8 +239,6 @@ pub(super) fn apply_restore(
                 create_parents: true,
                 permissions: Some(*permissions),
                 modified: file.modified_at(),
-                // Swapped by commit_aside, the record holding the hash.
-                swap_out: false,
             };
             displaced.extend(b.commit_aside(content, path, put)?.1);
         }
