@@ -423,7 +423,6 @@ fn replace_all<B: Backend>(backend: &B, plan: &ImportPlan, staged: Vec<B::Staged
                 create_parents: true,
                 permissions: attributes(path).map(|a| a.permissions),
                 modified: attributes(path).and_then(|a| a.modified),
-                ..CommitMode::default()
             };
             backend.commit(file, path, put)?;
         }

@@ -148,7 +148,6 @@ fn replay(b: &DirectoryBackend, staging: &Path, intent: &Intent) -> Result<()> {
             create_parents: true,
             permissions: intent.bits(&f.path),
             modified: f.modified,
-            ..CommitMode::default()
         };
         let Some(name) = &f.staged else { continue };
         let Some(staged) = b.staged(name)? else {

@@ -159,7 +159,6 @@ impl<B: Backend> Filesystem for Workspace<B> {
                 create_parents: options.create_parents,
                 permissions: options.permissions,
                 modified: options.modified,
-                ..CommitMode::default()
             };
             let landing = Landing {
                 quota: &quota,

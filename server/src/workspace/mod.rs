@@ -254,7 +254,6 @@ impl<B: Backend> Workspace<B> {
                 create_parents: options.create_parents,
                 permissions: options.permissions,
                 modified: options.modified,
-                ..CommitMode::default()
             };
             let old = current.as_ref().map_or(0, |m| m.size);
             let new = if mode.append {
