@@ -3,9 +3,10 @@
 //! Each kind (MEMORY, DIRECTORY, CONTAINER) is one folder with one
 //! [`BackendProvider`]: it makes a new session's workspace, makes a fork's
 //! from a snapshot, reopens what a restart left in the data directory,
-//! recreates a session from the object store, and says whether its
-//! sessions are recorded on disk with their tokens, and leased and
-//! mirrored in the object store.
+//! and says whether its sessions are recorded on disk with their tokens,
+//! and leased and mirrored in the object store. A kind whose snapshots
+//! live only in the object store also recreates its sessions from there
+//! ([`crate::objstore::recovers::RecoversFromBucket`]).
 //! The registry picks a kind's provider in one place, its factory, and
 //! names no kind anywhere else.
 
@@ -25,6 +26,12 @@ use std::time::SystemTime;
 use wsfs::{BackendKind, CanonicalPath, Filesystem, Permissions, Result, WriteMode, WriteOptions};
 
 pub use wsfs::SnapshotRef;
+
+/// Where the records of sessions kept on disk live, under the data
+/// directory: one directory per session.
+pub(crate) fn sessions_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("sessions")
+}
 
 /// What the server knows of a session, apart from its files.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -286,24 +293,7 @@ pub(crate) trait BackendProvider: Send + Sync {
 
     /// The directory under `data_dir` that keeps session `id`'s record.
     fn session_dir(&self, data_dir: &Path, id: &str) -> PathBuf {
-        crate::directory::provider::sessions_dir(data_dir).join(id)
-    }
-
-    /// Recreates from the object store the workspace of session `record`
-    /// as snapshot `chosen` holds it (`None`: empty), with that snapshot
-    /// listed, recording the session in `session_dir`; nothing is fetched
-    /// past `budget` bytes (0: no limit). `None` when the kind keeps its
-    /// snapshots on disk, which the registry fetches itself (DIRECTORY).
-    async fn recover(
-        &self,
-        _cx: &Context<'_>,
-        _bucket: &Arc<crate::objstore::Bucket>,
-        _record: &SessionRecord,
-        _session_dir: &Path,
-        _chosen: Option<&crate::objstore::download::BucketSnapshot>,
-        _budget: u64,
-    ) -> Option<Result<Handles>> {
-        None
+        sessions_dir(data_dir).join(id)
     }
 }
 

@@ -10,7 +10,7 @@ use crate::kind::{
 };
 use crate::snapshots::fork::{abandoned, task_failed, HalfMade, Origin};
 use crate::workspace::Workspace;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use wsfs::{Error, Result};
@@ -19,10 +19,7 @@ use wsfs::{Error, Result};
 /// directory, and outlives a restart.
 pub(crate) struct DirectoryProvider;
 
-/// Where DIRECTORY sessions live under the data directory.
-pub(crate) fn sessions_dir(data_dir: &Path) -> PathBuf {
-    data_dir.join("sessions")
-}
+pub(crate) use crate::kind::sessions_dir;
 
 /// The snapshots of DIRECTORY session `id`, kept in `session_dir` and
 /// mirrored when the server has an object store.

@@ -19,6 +19,7 @@ use crate::kind::{
     handles, populate, BackendProvider, Context, Handles, Made, NewSession, Reopened, SessionRecord,
 };
 use crate::objstore::download::{BucketSnapshot, LooseEntry};
+use crate::objstore::recovers::RecoversFromBucket;
 use crate::objstore::Bucket;
 use crate::snapshots::fork::{task_failed, HalfMade, Origin};
 use crate::workspace::Workspace;
@@ -180,7 +181,10 @@ impl BackendProvider for MemoryProvider {
             )),
         }
     }
+}
 
+#[async_trait::async_trait]
+impl RecoversFromBucket for MemoryProvider {
     async fn recover(
         &self,
         cx: &Context<'_>,
@@ -189,25 +193,22 @@ impl BackendProvider for MemoryProvider {
         session_dir: &Path,
         chosen: Option<&BucketSnapshot>,
         budget: u64,
-    ) -> Option<Result<Handles>> {
-        let made = async {
-            std::fs::create_dir_all(session_dir).map_err(|e| {
-                Error::io_while(e, format_args!("creating '{}'", session_dir.display()))
-            })?;
-            let ws = Arc::new(Workspace::new(MemoryBackend::new(), record.limits));
-            let mut snapshots = snapshots_of(cx, &ws, &record.id, Some(session_dir));
-            if let Some(chosen) = chosen {
-                let what = format!("recover session '{}'", record.id);
-                let entries = bucket.fetch_loose(chosen.root, budget, &what).await?;
-                let image = image_from(entries, record)?;
-                ws.backend().restore_image(&image);
-                let info = record_info(&chosen.raw)?;
-                snapshots = snapshots.with_snapshot(info, Arc::new(image));
-            }
-            ws.set_read_only(record.read_only);
-            Ok(handles(ws, Arc::new(snapshots)))
-        };
-        Some(made.await)
+    ) -> Result<Handles> {
+        std::fs::create_dir_all(session_dir).map_err(|e| {
+            Error::io_while(e, format_args!("creating '{}'", session_dir.display()))
+        })?;
+        let ws = Arc::new(Workspace::new(MemoryBackend::new(), record.limits));
+        let mut snapshots = snapshots_of(cx, &ws, &record.id, Some(session_dir));
+        if let Some(chosen) = chosen {
+            let what = format!("recover session '{}'", record.id);
+            let entries = bucket.fetch_loose(chosen.root, budget, &what).await?;
+            let image = image_from(entries, record)?;
+            ws.backend().restore_image(&image);
+            let info = record_info(&chosen.raw)?;
+            snapshots = snapshots.with_snapshot(info, Arc::new(image));
+        }
+        ws.set_read_only(record.read_only);
+        Ok(handles(ws, Arc::new(snapshots)))
     }
 }
 

@@ -17,8 +17,7 @@ use std::time::SystemTime;
 use tokio::io::AsyncWriteExt;
 use wsfs::{Error, Result};
 
-/// Contents fetched at once.
-pub const GET_CONCURRENCY: usize = 16;
+use crate::snapshots::FETCH_CONCURRENCY;
 /// The largest manifest read back (a directory of some 100,000 entries).
 const MAX_MANIFEST_BYTES: u64 = 16 * 1024 * 1024;
 
@@ -152,12 +151,12 @@ impl Bucket {
     }
 
     /// Fetches the contents `hashes` into `files` (skipping what it
-    /// already holds), [`GET_CONCURRENCY`] at once, each checked against
+    /// already holds), [`FETCH_CONCURRENCY`] at once, each checked against
     /// its hash as it streams to disk.
     pub async fn fetch_contents(&self, files: &StoreFiles, hashes: Vec<[u8; 32]>) -> Result<()> {
         futures::stream::iter(hashes)
             .map(|hash| self.download_content(files, hash))
-            .buffer_unordered(GET_CONCURRENCY)
+            .buffer_unordered(FETCH_CONCURRENCY)
             .try_collect::<()>()
             .await
     }
@@ -290,7 +289,7 @@ impl Bucket {
                 .map(|(hash, size)| async move {
                     Ok::<_, Error>((hash, self.fetch_content(hash, size).await?))
                 })
-                .buffer_unordered(GET_CONCURRENCY)
+                .buffer_unordered(FETCH_CONCURRENCY)
                 .try_collect()
                 .await?;
         for (path, hash, permissions, modified) in files {

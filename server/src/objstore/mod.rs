@@ -39,6 +39,7 @@ pub mod download;
 pub mod handback;
 pub mod lease;
 pub mod listing;
+pub(crate) mod recovers;
 pub mod sweep;
 pub mod tokens;
 pub mod upload;

@@ -22,3 +22,15 @@ pub(crate) fn provider(kind: BackendKind) -> &'static dyn BackendProvider {
         BackendKind::Container => &ContainerProvider,
     }
 }
+
+/// How `kind`'s sessions come back from the object store when its
+/// snapshots live only there; `None`: the registry fetches them itself
+/// (DIRECTORY, whose snapshots are kept on disk).
+pub(crate) fn bucket_recovery(
+    kind: BackendKind,
+) -> Option<&'static dyn crate::objstore::recovers::RecoversFromBucket> {
+    match kind {
+        BackendKind::Memory => Some(&MemoryProvider),
+        BackendKind::Directory | BackendKind::Container => None,
+    }
+}

@@ -416,14 +416,13 @@ impl SessionRegistry {
         budget: u64,
     ) -> Result<Arc<Session>> {
         let record = persisted.clone().into_record(self.config.max_write_bytes);
-        let provider = factory::provider(record.backend);
         let chosen_snapshot = chosen.and_then(|id| snapshots.iter().find(|s| s.id == id));
         let cx = self.context();
-        let recovered = provider
-            .recover(&cx, bucket, &record, session_dir, chosen_snapshot, budget)
-            .await;
-        let handles = match recovered {
-            Some(handles) => handles?,
+        let handles = match factory::bucket_recovery(record.backend) {
+            Some(kind) => {
+                kind.recover(&cx, bucket, &record, session_dir, chosen_snapshot, budget)
+                    .await?
+            }
             None => {
                 self.fetch_directory(bucket, session_dir, &persisted, &record, snapshots, chosen)
                     .await?

@@ -178,6 +178,10 @@ pub trait SnapshotMirrors: Send + Sync {
     ) -> std::sync::Arc<dyn SnapshotMirror>;
 }
 
+/// Contents fetched from the object store at once: by a recovery, and
+/// by a call that needs contents a recovered session's store lacks.
+pub(crate) const FETCH_CONCURRENCY: usize = 16;
+
 /// The canonical form of a snapshot id; anything that is not a UUID
 /// cannot name a snapshot.
 pub(crate) fn parse_id(id: &str) -> Result<String> {

@@ -267,7 +267,7 @@ pub(super) fn stage_objects(
             .any(|(_, file, _)| !objects.path(&file.hash).exists());
     let threads = match fetching {
         // Mostly waiting on the object store: as many as it serves at once.
-        true => crate::objstore::download::GET_CONCURRENCY,
+        true => crate::snapshots::FETCH_CONCURRENCY,
         false => std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .clamp(1, MAX_STAGING_THREADS),
