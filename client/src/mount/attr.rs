@@ -22,6 +22,9 @@ impl Shared {
     /// The kernel's attributes for `meta`, with the staged length and time
     /// of a file being written.
     pub(super) fn attr(&self, ino: u64, meta: &Metadata) -> FileAttr {
+        if let Some(known) = self.newer_than(ino, meta.version) {
+            return known;
+        }
         let (size, modified, permissions) = match self.staged(ino) {
             Some(staged) => (
                 staged.size(),
@@ -32,6 +35,19 @@ impl Shared {
         };
         let attr = self.attr_of(ino, meta.kind, size, modified, meta.created, permissions);
         self.remember(ino, attr)
+    }
+
+    /// What the mount told the kernel of `ino`, when it knows a version
+    /// newer than `version`: an answer that left the server before one of
+    /// the mount's own commits landed (and arrived after it) must not take
+    /// the file back to its older length, which would make the kernel drop
+    /// the bytes just written from its cache.
+    fn newer_than(&self, ino: u64, version: u64) -> Option<FileAttr> {
+        let newer = self
+            .inodes()
+            .get(ino)
+            .is_some_and(|node| node.cached_version.is_some_and(|v| v > version));
+        newer.then(|| self.known_attr(ino)).flatten()
     }
 
     /// Keeps `attr` as what the kernel was told of `ino`.

@@ -163,7 +163,15 @@ fn note_existing(shared: &Shared, kind: ChangeKind, path: &str, to_path: &str) {
 /// After a gap in the events: every path the kernel may cache.
 fn forget_everything(shared: &Shared, tx: &mpsc::Sender<Forget>) {
     let paths: Vec<String> = {
-        let inodes = shared.inodes();
+        let mut inodes = shared.inodes();
+        // A session recovered elsewhere may number its versions anew: none
+        // known here is compared with the server's answers again.
+        for ino in inodes.all() {
+            if let Some(node) = inodes.get_mut(ino) {
+                node.cached_version = None;
+                node.own_version = None;
+            }
+        }
         inodes
             .all()
             .into_iter()

@@ -53,6 +53,37 @@ pub(super) struct Shared {
     /// their Created event must not drop the entry the Mkdir's answer
     /// gives the kernel (invalidate.rs).
     pub(super) making: Mutex<std::collections::HashSet<CanonicalPath>>,
+    /// The versions the mount's latest commits made, by path.
+    recent: Mutex<RecentCommits>,
+}
+
+/// The versions the mount's own latest commits made, by path, at most
+/// [`RecentCommits::KEPT`] (the oldest go first): a Stat answer below one
+/// of them left the server before that commit landed, whatever the inode
+/// table has forgotten since.
+#[derive(Default)]
+struct RecentCommits {
+    by_path: HashMap<CanonicalPath, u64>,
+    order: std::collections::VecDeque<CanonicalPath>,
+}
+
+impl RecentCommits {
+    const KEPT: usize = 4096;
+
+    fn note(&mut self, path: &CanonicalPath, version: u64) {
+        if self.by_path.insert(path.clone(), version).is_none() {
+            self.order.push_back(path.clone());
+        }
+        while self.order.len() > Self::KEPT {
+            if let Some(oldest) = self.order.pop_front() {
+                self.by_path.remove(&oldest);
+            }
+        }
+    }
+
+    fn newer_than(&self, path: &CanonicalPath, version: u64) -> bool {
+        self.by_path.get(path).is_some_and(|&v| v > version)
+    }
 }
 
 impl Shared {
@@ -78,6 +109,7 @@ impl Shared {
             max_write: AtomicU64::new(0),
             known: KnownDirs::default(),
             making: Mutex::default(),
+            recent: Mutex::default(),
         }
     }
 
@@ -167,7 +199,58 @@ impl Shared {
         .await
     }
 
+    /// The server's metadata of `path`. An answer older than a commit of
+    /// the mount's own that landed while it travelled (its version below
+    /// the one the mount knows; versions only grow) is asked again once:
+    /// the second question leaves after that commit, so it sees it.
     pub(super) async fn stat(&self, path: &CanonicalPath) -> Result<Metadata, Errno> {
-        self.retry(|| self.session.stat(path)).await
+        let meta = self.retry(|| self.session.stat(path)).await?;
+        let known = {
+            let inodes = self.inodes();
+            inodes
+                .at(path)
+                .and_then(|ino| inodes.get(ino))
+                .and_then(|node| node.cached_version)
+        };
+        let stale =
+            known.is_some_and(|v| v > meta.version) || self.recent().newer_than(path, meta.version);
+        if stale {
+            return self.retry(|| self.session.stat(path)).await;
+        }
+        Ok(meta)
+    }
+
+    /// A commit of the mount's own made `version` of `path`.
+    pub(super) fn committed(&self, path: &CanonicalPath, version: u64) {
+        self.recent().note(path, version);
+    }
+
+    fn recent(&self) -> MutexGuard<'_, RecentCommits> {
+        self.recent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RecentCommits;
+
+    fn p(s: &str) -> wsfs::CanonicalPath {
+        crate::parse_path(s).unwrap()
+    }
+
+    #[test]
+    fn an_answer_below_a_recent_commit_is_stale_and_the_oldest_go_first() {
+        let mut recent = RecentCommits::default();
+        recent.note(&p("a"), 10);
+        assert!(recent.newer_than(&p("a"), 9), "left before the commit");
+        assert!(!recent.newer_than(&p("a"), 10));
+        assert!(!recent.newer_than(&p("a"), 11), "a later change elsewhere");
+        assert!(!recent.newer_than(&p("b"), 1), "no commit there");
+        for i in 0..RecentCommits::KEPT {
+            recent.note(&p(&format!("f{i}")), 5);
+        }
+        assert!(!recent.newer_than(&p("a"), 9), "the oldest went first");
+        assert!(recent.newer_than(&p("f1"), 4));
+        assert_eq!(recent.by_path.len(), RecentCommits::KEPT);
     }
 }

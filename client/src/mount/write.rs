@@ -87,6 +87,7 @@ impl Shared {
         let sent = self.send(&path, &reader, &commit).await;
         match sent {
             Ok(outcome) => {
+                self.committed(&path, outcome.version);
                 staged.committed(&commit);
                 if let Some(node) = self.inodes().get_mut(ino) {
                     node.cached_version = Some(outcome.version);
@@ -263,8 +264,14 @@ impl WsfsFs {
                 let keep_cache = {
                     let mut inodes = s.inodes();
                     let node = inodes.get_mut(ino).ok_or(Errno::ENOENT)?;
-                    let same = node.cached_version == Some(meta.version);
-                    node.cached_version = Some(meta.version);
+                    // An answer older than a commit of the mount's own that
+                    // landed while it travelled says nothing new (versions
+                    // only grow).
+                    let stale = node.cached_version.is_some_and(|v| v > meta.version);
+                    let same = stale || node.cached_version == Some(meta.version);
+                    if !stale {
+                        node.cached_version = Some(meta.version);
+                    }
                     node.open += 1;
                     same && !truncating
                 };
