@@ -1,10 +1,10 @@
 //! The FUSE mount (`wsfs_client::mount`, what `wsfs mount` runs) on a real
-//! server and a real kernel mount, on MEMORY and DIRECTORY sessions (and
-//! a CONTAINER session, a bwrap container of the tests' runtime, in tests
-//! of its own): files written by programs in the mount reach the API when
-//! closed, API changes reach the mount within a deadline, real programs
-//! (git, tar, rm, python, sqlite3, pytest, cargo) work in it, and refusals
-//! arrive as the errno programs expect.
+//! server and a real kernel mount, on MEMORY, DIRECTORY and CONTAINER
+//! sessions (the container one of the tests' runtime, bwrap): files
+//! written by programs in the mount reach the API when closed, API changes
+//! reach the mount within a deadline, real programs (git, tar, rm, python,
+//! sqlite3, pytest, cargo) work in it, and refusals arrive as the errno
+//! programs expect.
 //!
 //! Needs /dev/fuse (and root or fusermount3): without them each test says
 //! "skipping" and passes, unless WSFS_REQUIRE_TOOLS=1.
@@ -116,15 +116,13 @@ async fn mounted_with_limits(
     }
 }
 
-/// MEMORY and DIRECTORY sessions, mounted with the default options.
-/// CONTAINER sessions have tests of their own below and in the POSIX
-/// suite (posix.rs): running every program here on a third backend at
-/// once loads the machine enough to show a race in git's checks that is
-/// not yet understood (see the mount's notes in MOUNT.md).
-async fn both() -> Vec<Mounted> {
+/// Every backend (MEMORY, DIRECTORY, and CONTAINER on a container of
+/// the tests' runtime), mounted with the default options.
+async fn every_backend() -> Vec<Mounted> {
     vec![
         mounted("memory", MountOptions::default()).await,
         mounted("directory", MountOptions::default()).await,
+        mounted("container", MountOptions::default()).await,
     ]
 }
 
@@ -200,7 +198,7 @@ async fn files_written_in_the_mount_reach_the_api_soon_after_close() {
     if !can_mount() {
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         blocking(move || {
             std::fs::create_dir_all(root.join("src/bin")).unwrap();
@@ -265,7 +263,7 @@ async fn a_mode_and_mtime_set_while_writing_are_kept_after_close() {
         return;
     }
     let then = SystemTime::UNIX_EPOCH + Duration::from_secs(1_600_000_000);
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let seen = blocking(move || {
             let mut f = std::fs::File::create(root.join("run.sh")).unwrap();
@@ -294,7 +292,7 @@ async fn changes_made_through_the_api_appear_in_the_mount() {
     if !can_mount() {
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         m.session.write_str("doc.txt", "first\n").await.unwrap();
         let file = m.path("doc.txt");
         let seen = file.clone();
@@ -367,7 +365,7 @@ async fn git_init_add_commit_status_and_checkout_work_in_the_mount() {
         eprintln!("skipping: `git` is not on PATH");
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let status = blocking(move || {
             let repo = root.join("repo");
@@ -437,7 +435,7 @@ async fn tar_extracts_a_tree_and_rm_removes_it() {
         "tar",
         &["cf", archive.to_str().unwrap(), "tree"],
     );
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let archive = archive.clone();
         blocking(move || run(&root, "tar", &["xf", archive.to_str().unwrap()])).await;
@@ -489,7 +487,7 @@ async fn an_editor_style_save_replaces_the_file() {
         eprintln!("skipping: `python3` is not on PATH");
         return;
     };
-    for m in both().await {
+    for m in every_backend().await {
         m.session
             .write_str("config.toml", "old = 1\n")
             .await
@@ -525,7 +523,7 @@ async fn an_open_file_stays_readable_after_unlink() {
     if !can_mount() {
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         let content: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
         m.session
             .upload(
@@ -562,7 +560,7 @@ async fn a_small_write_into_a_big_file_changes_only_those_bytes() {
     }
     const SIZE: usize = 24 << 20;
     let content: Vec<u8> = (0..SIZE).map(|i| (i % 253) as u8).collect();
-    for m in both().await {
+    for m in every_backend().await {
         m.session
             .upload(
                 "big.bin",
@@ -627,7 +625,7 @@ async fn refusals_arrive_as_the_errno_programs_expect() {
     if !can_mount() {
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let backend = m.backend;
         blocking(move || {
@@ -731,7 +729,7 @@ async fn symlinks_are_made_and_read_as_links() {
     if !can_mount() {
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let (target, mode) = blocking(move || {
             std::fs::write(root.join("real.txt"), "real\n").unwrap();
@@ -924,7 +922,7 @@ async fn names_made_elsewhere_in_a_directory_the_mount_made_are_found() {
     if !can_mount() {
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let absent = blocking(move || {
             std::fs::create_dir(root.join("made")).unwrap();
@@ -1010,7 +1008,7 @@ async fn rename_replaces_an_open_file_and_noreplace_refuses() {
     if !can_mount() {
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         m.session
             .write_str("target.txt", "old target\n")
             .await
@@ -1061,7 +1059,7 @@ async fn unmount_commits_every_queued_file() {
         return;
     }
     const FILES: usize = 300;
-    for mut m in both().await {
+    for mut m in every_backend().await {
         let root = m.root();
         blocking(move || {
             std::fs::create_dir(root.join("many")).unwrap();
@@ -1160,7 +1158,7 @@ async fn sqlite3_creates_and_queries_a_database_in_the_mount() {
         return;
     };
     let sqlite3 = sqlite3.to_str().unwrap().to_string();
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let program = sqlite3.clone();
         let counted = blocking(move || {
@@ -1219,7 +1217,7 @@ async fn pytest_runs_a_small_project_in_the_mount() {
         eprintln!("skipping: pytest is not installed for python3 (pip install pytest)");
         return;
     }
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let python = python.clone();
         blocking(move || {
@@ -1269,7 +1267,7 @@ async fn cargo_builds_and_runs_a_small_crate_in_the_mount() {
     let Some(cargo) = tool("cargo") else {
         return;
     };
-    for m in both().await {
+    for m in every_backend().await {
         let root = m.root();
         let cargo = cargo.clone();
         let printed = blocking(move || {
