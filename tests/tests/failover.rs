@@ -45,6 +45,27 @@ fn fresh_session_id() -> String {
     )
 }
 
+/// Three replicas behind the shipped nginx on one moto bucket, and an
+/// admin client through the proxy; `None` (having said why) without moto
+/// or nginx. The bucket lives as long as the returned `Moto`.
+async fn three_replicas() -> Option<(Moto, Cluster, Client)> {
+    let Some(moto) = Moto::start() else {
+        eprintln!("skipping: moto_server is not installed");
+        return None;
+    };
+    let envs = moto.envs();
+    let Some(cluster) = Cluster::start_configured(3, |i| setup(i, envs.clone())) else {
+        eprintln!("skipping: nginx is not installed");
+        return None;
+    };
+    let admin = Client::connect(&cluster.url())
+        .await
+        .unwrap()
+        .with_token(ADMIN)
+        .unwrap();
+    Some((moto, cluster, admin))
+}
+
 /// The replicas (of those not in `gone`) that serve session `id`, as each
 /// lists its own sessions.
 async fn serving(replicas: &[Replica], gone: &[usize], id: &str) -> Vec<usize> {
@@ -92,20 +113,9 @@ where
 /// keep working.
 #[tokio::test]
 async fn a_killed_replicas_sessions_fail_over_through_the_proxy_with_their_tokens() {
-    let Some(moto) = Moto::start() else {
-        eprintln!("skipping: moto_server is not installed");
+    let Some((_moto, mut cluster, admin)) = three_replicas().await else {
         return;
     };
-    let envs = moto.envs();
-    let Some(mut cluster) = Cluster::start_configured(3, |i| setup(i, envs.clone())) else {
-        eprintln!("skipping: nginx is not installed");
-        return;
-    };
-    let admin = Client::connect(&cluster.url())
-        .await
-        .unwrap()
-        .with_token(ADMIN)
-        .unwrap();
 
     // Sessions until one replica holds two.
     let mut placed: BTreeMap<usize, Vec<String>> = BTreeMap::new();
@@ -215,20 +225,9 @@ async fn a_killed_replicas_sessions_fail_over_through_the_proxy_with_their_token
 /// file over 8 MiB among its files), and the token keeps working there.
 #[tokio::test]
 async fn a_killed_replicas_memory_session_fails_over_as_a_memory_session() {
-    let Some(moto) = Moto::start() else {
-        eprintln!("skipping: moto_server is not installed");
+    let Some((_moto, mut cluster, admin)) = three_replicas().await else {
         return;
     };
-    let envs = moto.envs();
-    let Some(mut cluster) = Cluster::start_configured(3, |i| setup(i, envs.clone())) else {
-        eprintln!("skipping: nginx is not installed");
-        return;
-    };
-    let admin = Client::connect(&cluster.url())
-        .await
-        .unwrap()
-        .with_token(ADMIN)
-        .unwrap();
     let (session, info) = admin.create(SessionOptions::memory()).await.unwrap();
     let id = info.id;
     let victim = serving(&cluster.replicas, &[], &id).await[0];

@@ -264,14 +264,10 @@ impl WsfsFs {
                 let keep_cache = {
                     let mut inodes = s.inodes();
                     let node = inodes.get_mut(ino).ok_or(Errno::ENOENT)?;
-                    // An answer older than a commit of the mount's own that
-                    // landed while it travelled says nothing new (versions
-                    // only grow).
-                    let stale = node.cached_version.is_some_and(|v| v > meta.version);
-                    let same = stale || node.cached_version == Some(meta.version);
-                    if !stale {
-                        node.cached_version = Some(meta.version);
-                    }
+                    // `stat` never answers older than what the mount's own
+                    // commits made (shared.rs).
+                    let same = node.cached_version == Some(meta.version);
+                    node.cached_version = Some(meta.version);
                     node.open += 1;
                     same && !truncating
                 };
