@@ -1935,10 +1935,20 @@ fn entries_in(dir: &Path) -> Vec<String> {
     out.into_iter().collect()
 }
 
+/// Every entry under `dir` into `out`, named from `prefix`. The walk may
+/// race a removal still under way (the server empties its removal
+/// directory in the background): a directory that vanishes between its
+/// listing and its reading counts as seen but empty, so the caller still
+/// finds every name that was there when listed.
 fn files_on_disk_any(dir: &Path, prefix: &str, out: &mut BTreeSet<String>) {
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => panic!("reading {}: {e}", dir.display()),
+    };
+    for entry in entries.flatten() {
         let name = format!("{prefix}{}", entry.file_name().to_string_lossy());
-        if entry.file_type().unwrap().is_dir() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
             files_on_disk_any(&entry.path(), &format!("{name}/"), out);
         }
         out.insert(name);
