@@ -8,19 +8,32 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-/// Where a session keeps its files.
+/// Where a session keeps its files. Each kind's discriminant is its
+/// number in the wire's `Session.Backend` enum, so the conversions both
+/// ways are derived from this one declaration ([`BackendKind::ALL`]); a
+/// new kind is a variant here and a line in `ALL`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[repr(i32)]
 pub enum BackendKind {
     /// In the server's memory; gone with the session or the server.
     #[default]
-    Memory,
+    Memory = 0,
     /// In a directory on the server's disk, which can be bind-mounted into
     /// containers; survives a server restart.
-    Directory,
+    Directory = 1,
     /// In a running container's own filesystem, reached through an exec
     /// runtime the server's operator configured.
-    Container,
+    Container = 2,
+}
+
+impl BackendKind {
+    /// Every kind, in the order a server reopens them at its start.
+    pub const ALL: [BackendKind; 3] = [
+        BackendKind::Memory,
+        BackendKind::Directory,
+        BackendKind::Container,
+    ];
 }
 
 /// How a session's workspace is divided between callers.
@@ -206,6 +219,34 @@ pub struct SessionInfo {
     pub served_elsewhere: bool,
 }
 
+impl SessionInfo {
+    /// A session known by its id alone, nothing else about it read: every
+    /// other field as the wire gives it when it says nothing (created at
+    /// the epoch, the default kind, layout and limits).
+    pub fn named(id: impl Into<String>) -> SessionInfo {
+        SessionInfo {
+            id: id.into(),
+            backend: BackendKind::default(),
+            root_path: None,
+            created_at: std::time::UNIX_EPOCH,
+            read_only: false,
+            limits: RequestedLimits::default(),
+            layout: Layout::default(),
+            labels: BTreeMap::new(),
+            idle_ttl: None,
+            token: None,
+            last_active_at: None,
+            open_streams: 0,
+            usage: None,
+            container: None,
+            forked_from: None,
+            owner: None,
+            served_by: None,
+            served_elsewhere: false,
+        }
+    }
+}
+
 /// A workspace's regular files and their bytes, as its quotas count them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionUsage {
@@ -220,13 +261,24 @@ mod tests {
 
     #[test]
     fn backends_and_layouts_round_trip_through_the_wire_and_unknown_values_are_none() {
-        for b in [
-            BackendKind::Memory,
-            BackendKind::Directory,
-            BackendKind::Container,
-        ] {
-            let wire = proto::session::Backend::from(b) as i32;
-            assert_eq!(BackendKind::from_wire(wire), Some(b));
+        let names: Vec<String> = BackendKind::ALL
+            .iter()
+            .map(|b| {
+                serde_json::to_string(b)
+                    .unwrap()
+                    .trim_matches('"')
+                    .to_uppercase()
+            })
+            .collect();
+        // Every kind and every wire value, the same names both ways.
+        let wire_values: Vec<i32> = (0..16)
+            .filter(|v| proto::session::Backend::try_from(*v).is_ok())
+            .collect();
+        assert_eq!(wire_values.len(), BackendKind::ALL.len());
+        for (b, name) in BackendKind::ALL.into_iter().zip(&names) {
+            let wire = proto::session::Backend::from(b);
+            assert_eq!(wire.as_str_name(), name);
+            assert_eq!(BackendKind::from_wire(wire as i32), Some(b));
         }
         for l in [Layout::Flat, Layout::Swarm] {
             let wire = proto::session::Layout::from(l) as i32;

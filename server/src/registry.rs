@@ -207,7 +207,7 @@ impl SessionRegistry {
     pub fn open(config: Arc<ServerConfig>) -> Result<Self> {
         let mut registry = Self::new(config);
         registry.bucket = registry.open_bucket()?;
-        for kind in factory::KINDS {
+        for kind in BackendKind::ALL {
             for reopened in factory::provider(kind).reopen(&registry.context())? {
                 registry.reopened(reopened);
             }
@@ -432,7 +432,7 @@ impl SessionRegistry {
     /// kind, those with none too).
     pub fn count_by_kind(&self) -> Vec<(&'static str, i64)> {
         let sessions = self.list();
-        factory::KINDS
+        BackendKind::ALL
             .iter()
             .map(|&kind| {
                 let open = sessions.iter().filter(|s| s.record.backend == kind).count();

@@ -154,29 +154,19 @@ impl BackendKind {
     /// The backend a wire value names; `None` for a value this version
     /// does not know.
     pub fn from_wire(value: i32) -> Option<BackendKind> {
-        proto::session::Backend::try_from(value)
-            .ok()
-            .map(Into::into)
+        BackendKind::ALL.into_iter().find(|b| *b as i32 == value)
     }
 }
 
 impl From<proto::session::Backend> for BackendKind {
     fn from(b: proto::session::Backend) -> Self {
-        match b {
-            proto::session::Backend::Memory => BackendKind::Memory,
-            proto::session::Backend::Directory => BackendKind::Directory,
-            proto::session::Backend::Container => BackendKind::Container,
-        }
+        BackendKind::from_wire(b as i32).expect("every wire backend is a BackendKind")
     }
 }
 
 impl From<BackendKind> for proto::session::Backend {
     fn from(b: BackendKind) -> Self {
-        match b {
-            BackendKind::Memory => proto::session::Backend::Memory,
-            BackendKind::Directory => proto::session::Backend::Directory,
-            BackendKind::Container => proto::session::Backend::Container,
-        }
+        proto::session::Backend::try_from(b as i32).expect("every BackendKind is a wire backend")
     }
 }
 
@@ -418,24 +408,8 @@ mod tests {
     #[test]
     fn a_bare_session_round_trips_with_its_nones() {
         let info = SessionInfo {
-            id: "id".into(),
-            backend: BackendKind::Memory,
-            root_path: None,
             created_at: UNIX_EPOCH + Duration::from_secs(1),
-            read_only: false,
-            limits: RequestedLimits::default(),
-            layout: Layout::Flat,
-            labels: Default::default(),
-            idle_ttl: None,
-            token: None,
-            last_active_at: None,
-            open_streams: 0,
-            usage: None,
-            container: None,
-            forked_from: None,
-            owner: None,
-            served_by: None,
-            served_elsewhere: false,
+            ..SessionInfo::named("id")
         };
         let wire = proto::Session::from(info.clone());
         assert_eq!(wire.token, "");

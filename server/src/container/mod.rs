@@ -27,15 +27,11 @@ pub use snapshots::ContainerSnapshots;
 
 use crate::archive::import::{ArchiveTarget, ImportPlan};
 use crate::limits::SessionLimits;
-use futures::stream::{BoxStream, StreamExt};
+use futures::stream::StreamExt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
-use wsfs::{
-    ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions, EditOutcome, EditSpec, Error,
-    FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent, GrepQuery, LineRange, Listing,
-    Metadata, MkdirOptions, Result, TextPage, TransferOptions, WriteOptions, WriteOutcome,
-};
+use wsfs::{CanonicalPath, Error, Filesystem, MkdirOptions, Result, WriteOptions};
 
 /// How long starting the runtime and the inner server's handshake may take
 /// before the call fails with UNAVAILABLE.
@@ -49,7 +45,7 @@ const STDERR_TAIL_BYTES: usize = 2048;
 const STDERR_CHUNK_BYTES: usize = 4096;
 
 /// One running child and the inner session it serves.
-struct Link {
+pub struct Link {
     session: wsfs_client::Session,
     child: Mutex<tokio::process::Child>,
 }
@@ -298,26 +294,6 @@ impl ContainerFs {
         self.unavailable(e.to_string())
     }
 
-    /// Maps a stream's errors as [`ContainerFs::forward`] maps a call's.
-    fn watch_stream<T: Send + 'static>(
-        self: &Arc<Self>,
-        link: Arc<Link>,
-        stream: BoxStream<'static, Result<T>>,
-    ) -> BoxStream<'static, Result<T>> {
-        let fs = self.clone();
-        stream
-            .then(move |item| {
-                let (fs, link) = (fs.clone(), link.clone());
-                async move {
-                    match item {
-                        Ok(v) => Ok(v),
-                        Err(e) => Err(fs.failed(&link, e).await),
-                    }
-                }
-            })
-            .boxed()
-    }
-
     /// Replaces the inner workspace with the archive at `path`.
     pub(crate) async fn import_file(&self, path: &std::path::Path) -> Result<(u64, u64)> {
         self.forward(|l| async move { l.session.import_from(path).await })
@@ -373,159 +349,24 @@ async fn log_stderr(
     }
 }
 
-/// The forwarding handle the registry keeps: `Arc` so that streams can
-/// report a dead link.
-#[derive(Clone)]
-pub struct Container(pub Arc<ContainerFs>);
+/// The forwarding handle the registry keeps: every call runs on the live
+/// link ([`wsfs::Forwarded`]).
+pub type Container = wsfs::Forwarded<ContainerFs>;
 
 #[async_trait::async_trait]
-impl Filesystem for Container {
-    async fn read(&self, path: &CanonicalPath, range: LineRange) -> Result<TextPage> {
-        self.0
-            .forward(|l| async move { l.session.read(path, range).await })
-            .await
+impl wsfs::Remote for ContainerFs {
+    type Link = Arc<Link>;
+
+    async fn link(&self) -> Result<Arc<Link>> {
+        ContainerFs::link(self).await
     }
 
-    async fn read_bytes(
-        &self,
-        path: &CanonicalPath,
-        range: ByteRange,
-        chunk_size: usize,
-    ) -> Result<ByteStream> {
-        let link = self.0.link().await?;
-        match link.session.read_bytes(path, range, chunk_size).await {
-            Ok(mut stream) => {
-                stream.chunks = self.0.watch_stream(link, stream.chunks);
-                Ok(stream)
-            }
-            Err(e) => Err(self.0.failed(&link, e).await),
-        }
+    fn far(link: &Arc<Link>) -> &dyn Filesystem {
+        &link.session
     }
 
-    async fn write(
-        &self,
-        path: &CanonicalPath,
-        content: &str,
-        options: WriteOptions,
-    ) -> Result<WriteOutcome> {
-        self.0
-            .forward(|l| async move { l.session.write(path, content, options).await })
-            .await
-    }
-
-    async fn write_bytes(
-        &self,
-        path: &CanonicalPath,
-        options: WriteOptions,
-        data: ByteChunks,
-    ) -> Result<WriteOutcome> {
-        self.0
-            .forward(|l| async move { l.session.write_bytes(path, options, data).await })
-            .await
-    }
-
-    async fn edit(&self, path: &CanonicalPath, edit: EditSpec) -> Result<EditOutcome> {
-        self.0
-            .forward(|l| async move { l.session.edit(path, edit).await })
-            .await
-    }
-
-    async fn delete(&self, path: &CanonicalPath, options: DeleteOptions) -> Result<u64> {
-        self.0
-            .forward(|l| async move { l.session.delete(path, options).await })
-            .await
-    }
-
-    async fn mkdir(&self, path: &CanonicalPath, options: MkdirOptions) -> Result<bool> {
-        self.0
-            .forward(|l| async move { l.session.mkdir(path, options).await })
-            .await
-    }
-
-    async fn rename(
-        &self,
-        source: &CanonicalPath,
-        destination: &CanonicalPath,
-        options: TransferOptions,
-    ) -> Result<u64> {
-        self.0
-            .forward(|l| async move { l.session.rename(source, destination, options).await })
-            .await
-    }
-
-    async fn copy(
-        &self,
-        source: &CanonicalPath,
-        destination: &CanonicalPath,
-        options: TransferOptions,
-    ) -> Result<u64> {
-        self.0
-            .forward(|l| async move { l.session.copy(source, destination, options).await })
-            .await
-    }
-
-    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {
-        self.0
-            .forward(|l| async move { l.session.list(path, depth).await })
-            .await
-    }
-
-    async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {
-        self.0
-            .forward(|l| async move { l.session.glob(query).await })
-            .await
-    }
-
-    async fn grep(&self, query: GrepQuery) -> Result<BoxStream<'static, Result<GrepEvent>>> {
-        let link = self.0.link().await?;
-        match link.session.grep(query).await {
-            Ok(stream) => Ok(self.0.watch_stream(link, stream)),
-            Err(e) => Err(self.0.failed(&link, e).await),
-        }
-    }
-
-    async fn stat(&self, path: &CanonicalPath) -> Result<Metadata> {
-        self.0
-            .forward(|l| async move { l.session.stat(path).await })
-            .await
-    }
-
-    async fn set_attributes(
-        &self,
-        path: &CanonicalPath,
-        attributes: wsfs::Attributes,
-    ) -> Result<wsfs::AttributesOutcome> {
-        self.0
-            .forward(|l| async move { l.session.set_attributes(path, attributes).await })
-            .await
-    }
-
-    async fn exists(&self, path: &CanonicalPath) -> Result<Option<FileKind>> {
-        self.0
-            .forward(|l| async move { l.session.exists(path).await })
-            .await
-    }
-
-    async fn patch_bytes(
-        &self,
-        path: &CanonicalPath,
-        options: wsfs::PatchOptions,
-        data: wsfs::PatchChunks,
-    ) -> Result<WriteOutcome> {
-        self.0
-            .forward(|l| async move { l.session.patch_bytes(path, options, data).await })
-            .await
-    }
-
-    async fn symlink(
-        &self,
-        path: &CanonicalPath,
-        target: &str,
-        options: wsfs::SymlinkOptions,
-    ) -> Result<Metadata> {
-        self.0
-            .forward(|l| async move { l.session.symlink(path, target, options).await })
-            .await
+    async fn failed(&self, link: &Arc<Link>, error: Error) -> Error {
+        ContainerFs::failed(self, link, error).await
     }
 }
 
@@ -590,7 +431,7 @@ pub(crate) async fn open(
     let runtime = runtime::lookup(&config.container_runtimes, &target.runtime)?.clone();
     let fs = Arc::new(ContainerFs::new(runtime, target, limits, false));
     fs.connect().await?;
-    let handle = Container(fs.clone());
+    let handle = wsfs::Forwarded(fs.clone());
     if spec.layout == crate::auth::Layout::Swarm {
         for zone in crate::auth::zones::ZONE_DIRS {
             let zone = CanonicalPath::from_canonical(zone);
@@ -625,6 +466,6 @@ pub(crate) async fn open(
         dir.join("snapshots"),
         &budget,
     ));
-    let handle = Arc::new(Container(fs));
+    let handle = Arc::new(wsfs::Forwarded(fs));
     Ok(((handle.clone(), handle.clone(), snapshots), dir, handle))
 }

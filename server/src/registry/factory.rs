@@ -7,13 +7,6 @@ use crate::kind::BackendProvider;
 use crate::memory::MemoryProvider;
 use wsfs::BackendKind;
 
-/// Every kind, in the order a start reopens them.
-pub(crate) const KINDS: [BackendKind; 3] = [
-    BackendKind::Memory,
-    BackendKind::Directory,
-    BackendKind::Container,
-];
-
 /// The provider of `kind`'s sessions.
 pub(crate) fn provider(kind: BackendKind) -> &'static dyn BackendProvider {
     match kind {

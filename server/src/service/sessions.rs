@@ -45,7 +45,7 @@ impl SessionsService {
         &self,
         r: &proto::ListSessionsRequest,
     ) -> wsfs::Result<proto::ListSessionsResponse> {
-        let wanted = |labels: &std::collections::HashMap<String, String>| {
+        let wanted = |labels: &BTreeMap<String, String>| {
             r.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
         };
         let after = |id: &str| r.page_token.is_empty() || id > r.page_token.as_str();
@@ -57,16 +57,16 @@ impl SessionsService {
         let mut candidates: BTreeMap<String, Candidate> = BTreeMap::new();
         for shown in live
             .iter()
-            .map(|s| self.served_here(session_to_proto(s)))
+            .map(|s| self.served_here(session_info(s)))
             .chain(
                 self.registry
                     .list_unavailable()
                     .iter()
-                    .map(|u| self.served_here(unavailable_to_proto(u))),
+                    .map(|u| self.served_here(unavailable_info(u))),
             )
-            .filter(|s| after(&s.session_id))
+            .filter(|s| after(&s.id))
         {
-            let id = shown.session_id.clone();
+            let id = shown.id.clone();
             let kept = wanted(&shown.labels).then_some(shown);
             candidates.insert(id, Candidate::Here(kept.map(Box::new)));
         }
@@ -120,7 +120,7 @@ impl SessionsService {
                     Candidate::Here(kept) => kept.map(|s| *s),
                     Candidate::Elsewhere => recorded
                         .remove(&id)
-                        .map(|s| self.recorded_to_proto(s))
+                        .map(|s| self.recorded_info(s))
                         .filter(|s| wanted(&s.labels)),
                 };
                 all.extend(shown);
@@ -132,33 +132,29 @@ impl SessionsService {
         };
         if r.include_usage {
             for shown in &mut all {
-                if let Some(s) = live.iter().find(|s| s.record.id == shown.session_id) {
+                if let Some(s) = live.iter().find(|s| s.record.id == shown.id) {
                     *shown = self.served_here(session_with_usage(s).await?);
                 }
             }
         }
         Ok(proto::ListSessionsResponse {
-            sessions: all,
+            sessions: all.into_iter().map(Into::into).collect(),
             next_page_token,
         })
     }
 
     /// `shown`, a session this server holds, named as served here when
     /// replicas share an object store.
-    fn served_here(&self, shown: proto::Session) -> proto::Session {
-        proto::Session {
-            served_by: self
-                .registry
-                .bucket()
-                .map(|b| b.replica().to_string())
-                .unwrap_or_default(),
+    fn served_here(&self, shown: SessionInfo) -> SessionInfo {
+        SessionInfo {
+            served_by: self.registry.bucket().map(|b| b.replica().to_string()),
             ..shown
         }
     }
 
     /// A session another replica serves (or none does now), as the
     /// bucket records it.
-    fn recorded_to_proto(&self, recorded: RecordedSession) -> proto::Session {
+    fn recorded_info(&self, recorded: RecordedSession) -> SessionInfo {
         let max_write = self.registry.config().max_write_bytes;
         let parsed = recorded.record.and_then(|record| {
             serde_json::from_value::<PersistedSession>(record)
@@ -169,22 +165,20 @@ impl SessionsService {
                 })
         });
         let mut shown = match parsed {
-            Ok(persisted) => record_to_proto(&persisted.into_record(max_write)),
-            Err(why) => proto::Session {
-                session_id: recorded.id.clone(),
+            Ok(persisted) => record_info(&persisted.into_record(max_write)),
+            Err(why) => SessionInfo {
                 labels: [(
                     UNAVAILABLE_LABEL.to_string(),
                     format!("its record in the object store cannot be read: {why}"),
                 )]
                 .into(),
-                ..Default::default()
+                ..SessionInfo::named(recorded.id.clone())
             },
         };
         shown.served_by = recorded
             .lease
             .filter(|lease| lease.is_live())
-            .map(|lease| lease.holder)
-            .unwrap_or_default();
+            .map(|lease| lease.holder);
         shown.served_elsewhere = true;
         shown
     }
@@ -193,12 +187,8 @@ impl SessionsService {
 /// A session ListSessions may show: one of this server's (`None` when its
 /// labels do not match), or one the bucket records for another replica.
 enum Candidate {
-    Here(Option<Box<proto::Session>>),
+    Here(Option<Box<SessionInfo>>),
     Elsewhere,
-}
-
-fn session_to_proto(s: &Session) -> proto::Session {
-    session_info(s).into()
 }
 
 /// A live session: its record with its activity.
@@ -210,8 +200,8 @@ fn session_info(s: &Session) -> SessionInfo {
     }
 }
 
-/// [`session_to_proto`] with the workspace's files and bytes counted.
-async fn session_with_usage(s: &Session) -> wsfs::Result<proto::Session> {
+/// [`session_info`] with the workspace's files and bytes counted.
+async fn session_with_usage(s: &Session) -> wsfs::Result<SessionInfo> {
     let usage = s.archive.usage().await?;
     Ok(SessionInfo {
         usage: usage.map(|u| SessionUsage {
@@ -219,24 +209,19 @@ async fn session_with_usage(s: &Session) -> wsfs::Result<proto::Session> {
             bytes: u.bytes,
         }),
         ..session_info(s)
-    }
-    .into())
+    })
 }
 
 /// The label that marks, in GetSession and ListSessions, a recorded session
 /// the server would not reopen; its value says why.
 pub const UNAVAILABLE_LABEL: &str = "wsfs.unavailable";
 
-fn unavailable_to_proto(u: &Unavailable) -> proto::Session {
-    let mut shown = record_to_proto(&u.record);
+fn unavailable_info(u: &Unavailable) -> SessionInfo {
+    let mut shown = record_info(&u.record);
     shown
         .labels
         .insert(UNAVAILABLE_LABEL.to_string(), u.why.clone());
     shown
-}
-
-fn record_to_proto(r: &SessionRecord) -> proto::Session {
-    record_info(r).into()
 }
 
 /// What a session's record says; the token, activity and usage are the
@@ -362,14 +347,15 @@ impl sessions_server::Sessions for SessionsService {
             admitted?;
             let session = self.registry.create(spec_from_proto(r)?).await?;
             tracing::info!(session = %session.record.id, backend = ?session.record.backend, "session created");
-            let mut created = session_to_proto(&session);
+            let mut created = session_info(&session);
             if self.auth.tokens_on() {
-                created.token = self
-                    .registry
-                    .issue_token(&self.auth, &session, Caller::System)
-                    .await?;
+                created.token = Some(
+                    self.registry
+                        .issue_token(&self.auth, &session, Caller::System)
+                        .await?,
+                );
             }
-            Ok(created)
+            Ok(proto::Session::from(created))
         })
         .await
     }
@@ -399,9 +385,10 @@ impl sessions_server::Sessions for SessionsService {
                 .unavailable(&id)
                 .filter(|_| !self.registry.superseded(&id))
             {
-                return Ok(self.served_here(unavailable_to_proto(&u)));
+                return Ok(self.served_here(unavailable_info(&u)).into());
             }
-            Ok(self.served_here(session_with_usage(&*self.registry.get(&id).await?).await?))
+            let live = session_with_usage(&*self.registry.get(&id).await?).await?;
+            Ok(proto::Session::from(self.served_here(live)))
         })
         .await
     }
@@ -470,14 +457,15 @@ impl sessions_server::Sessions for SessionsService {
                 to_the_end(async move { registry.recover(&id, &r.snapshot_id, r.force).await })
                     .await?;
             tracing::info!(session = %session.record.id, "session recovered from the object store");
-            let mut recovered = session_to_proto(&session);
+            let mut recovered = session_info(&session);
             if self.auth.tokens_on() {
-                recovered.token = self
-                    .registry
-                    .issue_token(&self.auth, &session, Caller::System)
-                    .await?;
+                recovered.token = Some(
+                    self.registry
+                        .issue_token(&self.auth, &session, Caller::System)
+                        .await?,
+                );
             }
-            Ok(recovered)
+            Ok(proto::Session::from(recovered))
         })
         .await
     }
