@@ -35,6 +35,9 @@ pub struct Node {
     /// The version the mount's own last create or commit made: its change
     /// event needs no invalidation.
     pub own_version: Option<u64>,
+    /// Created by the mount and not on the server yet: its first commit
+    /// makes it, exclusively (namespace.rs).
+    pub unborn: bool,
     /// The attributes last told to the kernel, while nothing known has
     /// changed them since: a setattr that would change nothing is answered
     /// from here, without a round trip.
@@ -67,6 +70,7 @@ impl Inodes {
                 unlinked: false,
                 cached_version: None,
                 own_version: None,
+                unborn: false,
                 attr: None,
                 attr_at: Instant::now(),
             },
@@ -123,6 +127,7 @@ impl Inodes {
                 unlinked: false,
                 cached_version: None,
                 own_version: None,
+                unborn: false,
                 attr: None,
                 attr_at: Instant::now(),
             },
@@ -220,6 +225,17 @@ impl Inodes {
             .take_while(|(p, _)| p.as_str() < end.as_str())
             .filter(|(p, _)| p.starts_with(path))
             .map(|(p, &ino)| (p.clone(), ino))
+            .collect()
+    }
+
+    /// The files directly in `dir` that the mount created and the server
+    /// does not hold yet.
+    pub fn unborn_in(&self, dir: &CanonicalPath) -> Vec<u64> {
+        self.subtree(dir)
+            .into_iter()
+            .filter(|(p, _)| p.parent().as_ref() == Some(dir))
+            .filter(|(_, ino)| self.nodes.get(ino).is_some_and(|n| n.unborn))
+            .map(|(_, ino)| ino)
             .collect()
     }
 

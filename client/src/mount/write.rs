@@ -3,7 +3,8 @@
 //! send the changed ranges to the server in one patch.
 
 use super::dispatch::WsfsFs;
-use super::errno::{describe, errno, local};
+use super::errno::{create_errno, describe, errno, local};
+use super::namespace::create_options;
 use super::shared::{Handle, Shared};
 use super::staging::{split, Commit, Staged};
 use bytes::Bytes;
@@ -84,12 +85,14 @@ impl Shared {
                 return Err(local(&e));
             }
         };
-        let sent = self.send(&path, &reader, &commit).await;
+        let unborn = self.unborn_at(&path) == Some(ino);
+        let sent = self.send(&path, &reader, &commit, unborn).await;
         match sent {
             Ok(outcome) => {
                 self.committed(&path, outcome.version);
                 staged.committed(&commit);
                 if let Some(node) = self.inodes().get_mut(ino) {
+                    node.unborn = false;
                     node.cached_version = Some(outcome.version);
                     node.own_version = Some(outcome.version);
                     // What the kernel was told is the server's now: its
@@ -109,6 +112,9 @@ impl Shared {
             }
             Err(e) => {
                 staged.failed(commit);
+                if unborn {
+                    self.create_lost(ino, &path, e);
+                }
                 Err(e)
             }
         }
@@ -116,12 +122,14 @@ impl Shared {
 
     /// Sends `commit` to `path`: one patch, or when its bytes pass the
     /// session's per-write limit, one patch per part of at most the limit,
-    /// in order (the length change first, the bits and time last).
+    /// in order (the length change first, the bits and time last). The
+    /// first part of an `unborn` file's commit creates it, exclusively.
     async fn send(
         &self,
         path: &CanonicalPath,
         reader: &Arc<std::fs::File>,
         commit: &Commit,
+        unborn: bool,
     ) -> Result<wsfs::WriteOutcome, Errno> {
         loop {
             let limit = self.max_write.load(Ordering::Relaxed);
@@ -133,7 +141,7 @@ impl Shared {
                     truncate_to: if i == 0 { commit.truncate_to } else { None },
                     permissions: if i == last { commit.permissions } else { None },
                     modified: if i == last { commit.modified } else { None },
-                    ..PatchOptions::default()
+                    ..create_options(unborn && i == 0)
                 };
                 let sent = self
                     .retry_refusal(|| {
@@ -152,6 +160,7 @@ impl Shared {
                         outcome = None;
                         break;
                     }
+                    Err(e) if unborn => return Err(create_errno(&e)),
                     Err(e) => return Err(errno(&e)),
                 }
             }
