@@ -24,16 +24,19 @@ use std::path::Path;
 use std::time::SystemTime;
 use wsfs::{
     CanonicalPath, DeleteOptions, FileKind, Filesystem as _, MkdirOptions, PatchOptions,
-    PathLimits, Permissions, SymlinkOptions, TransferOptions,
+    PathLimits, Permissions, SymlinkOptions, TransferOptions, WriteMode, WriteOptions,
 };
 
 /// The options of a patch that makes a new file, exclusively, when
 /// `create` (its parent must exist); else those of a plain patch.
 pub(super) fn create_options(create: bool) -> PatchOptions {
+    if !create {
+        return PatchOptions::default();
+    }
     PatchOptions {
-        create_missing: create,
-        create_parents: !create,
-        if_version: create.then_some(0),
+        create_missing: true,
+        create_parents: false,
+        if_version: Some(0),
         ..PatchOptions::default()
     }
 }
@@ -70,7 +73,11 @@ impl WsfsFs {
                     permissions: Some(permissions),
                     modified: None,
                 };
-                let outcome = s.patch(&path, options).await?;
+                let outcome = if exclusive {
+                    s.create_exclusive(&path, permissions).await?
+                } else {
+                    s.patch(&path, options).await?
+                };
                 s.known.added(&path);
                 let ino = {
                     let mut inodes = s.inodes();
@@ -128,11 +135,7 @@ impl WsfsFs {
         };
         let permissions = new_permissions(mode, umask);
         self.spawn(move |s| async move {
-            let options = PatchOptions {
-                permissions: Some(permissions),
-                ..create_options(true)
-            };
-            let made = s.patch(&path, options).await;
+            let made = s.create_exclusive(&path, permissions).await;
             if made.is_ok() {
                 s.known.added(&path);
             }
@@ -370,6 +373,24 @@ impl WsfsFs {
 }
 
 impl Shared {
+    /// Makes an empty file at `path` with `permissions`, refused when the
+    /// name exists (`O_EXCL`, mknod): one unary call, cheaper for the
+    /// server than a patch.
+    async fn create_exclusive(
+        &self,
+        path: &CanonicalPath,
+        permissions: Permissions,
+    ) -> Result<wsfs::WriteOutcome, Errno> {
+        self.settle(path).await;
+        let options = WriteOptions {
+            mode: WriteMode::Create,
+            create_parents: false,
+            permissions: Some(permissions),
+            ..WriteOptions::default()
+        };
+        self.retry(|| self.session.write(path, "", options)).await
+    }
+
     /// Whether a create of `path` may be answered here: its directory's
     /// names are known and hold no such name, and the name is within the
     /// default path limits (a session may set tighter ones; a name over
