@@ -269,6 +269,22 @@ mod tests {
     }
 
     #[test]
+    fn unborn_files_are_found_in_their_directory_only() {
+        let mut t = Inodes::new();
+        let f = t.learn(&p("d/f"), FileKind::File);
+        let deep = t.learn(&p("d/sub/g"), FileKind::File);
+        let sibling = t.learn(&p("d-x/h"), FileKind::File);
+        let born = t.learn(&p("d/born"), FileKind::File);
+        for ino in [f, deep, sibling] {
+            t.get_mut(ino).unwrap().unborn = true;
+        }
+        assert_eq!(t.unborn_in(&p("d")), vec![f]);
+        assert_eq!(t.unborn_in(&p("d/sub")), vec![deep]);
+        assert!(t.unborn_in(&p("e")).is_empty());
+        assert!(!t.get(born).unwrap().unborn);
+    }
+
+    #[test]
     fn a_kind_change_is_a_new_inode() {
         let mut t = Inodes::new();
         let a = t.learn(&p("a"), FileKind::File);
