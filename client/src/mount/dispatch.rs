@@ -309,7 +309,8 @@ impl fuser::Filesystem for WsfsFs {
         // in it is reported here (behind.rs, namespace.rs).
         self.spawn(move |s| async move {
             let Ok((dir, _)) = s.path(ino.0) else {
-                return reply.error(Errno::ENOENT);
+                // Removed: nothing of it is left to send.
+                return reply.ok();
             };
             if let Some(refusal) = s.delete_refused(&dir).await {
                 return reply.error(refusal);
