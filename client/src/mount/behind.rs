@@ -97,6 +97,11 @@ impl Shared {
         if !staged.has_work() {
             return;
         }
+        // A commit queued and not started sends this change too: a chmod
+        // or utimensat after close waits for no place.
+        if !staged.enqueue() {
+            return;
+        }
         let place = self
             .behind
             .places
@@ -104,9 +109,6 @@ impl Shared {
             .acquire_owned()
             .await
             .expect("the queue's semaphore is never closed");
-        if !staged.enqueue() {
-            return;
-        }
         let s = self.clone();
         self.runtime.spawn(async move {
             tokio::time::sleep(GATHER).await;
