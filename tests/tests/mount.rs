@@ -1125,18 +1125,23 @@ async fn a_file_larger_than_the_write_limit_is_committed_in_parts() {
     let content: Vec<u8> = (0..(5 * LIMIT + 12345)).map(|i| (i % 241) as u8).collect();
     for backend in ["memory", "directory"] {
         let m = mounted_with_limits(backend, limits, MountOptions::default()).await;
-        let file = m.path("large.bin");
-        let written = content.clone();
-        blocking(move || {
-            let mut f = std::fs::File::create(&file).unwrap();
-            f.write_all(&written).unwrap();
-            f.sync_all().expect("fsync commits it in parts");
-        })
-        .await;
-        assert!(
-            bytes_of(&m.session, "large.bin").await == content,
-            "{backend}: every byte landed"
-        );
+        // In the root, made on the server at open; in a directory the
+        // mount made, made by the first of the commit's parts.
+        for name in ["large.bin", "made/large.bin"] {
+            let root = m.root();
+            let written = content.clone();
+            blocking(move || {
+                std::fs::create_dir_all(root.join("made")).unwrap();
+                let mut f = std::fs::File::create(root.join(name)).unwrap();
+                f.write_all(&written).unwrap();
+                f.sync_all().expect("fsync commits it in parts");
+            })
+            .await;
+            assert!(
+                bytes_of(&m.session, name).await == content,
+                "{backend}: every byte of {name} landed"
+            );
+        }
     }
 }
 

@@ -259,12 +259,17 @@ impl Shared {
     /// server (the failure is reported at close or fsync). Other refusals
     /// keep it staged, to be tried again.
     pub(super) fn create_lost(&self, ino: u64, path: &CanonicalPath, error: Errno) {
-        if error != Errno::EEXIST {
-            return;
+        if error == Errno::EEXIST && self.unborn_at(path) == Some(ino) {
+            self.inodes().detach(path);
         }
-        let mut inodes = self.inodes();
-        if inodes.at(path) == Some(ino) {
-            inodes.detach(path);
+    }
+
+    /// The server holds the file the mount created at `path` now.
+    pub(super) fn made(&self, path: &CanonicalPath) {
+        if let Some(ino) = self.unborn_at(path) {
+            if let Some(node) = self.inodes().get_mut(ino) {
+                node.unborn = false;
+            }
         }
     }
 

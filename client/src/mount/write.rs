@@ -92,7 +92,6 @@ impl Shared {
                 self.committed(&path, outcome.version);
                 staged.committed(&commit);
                 if let Some(node) = self.inodes().get_mut(ino) {
-                    node.unborn = false;
                     node.cached_version = Some(outcome.version);
                     node.own_version = Some(outcome.version);
                     // What the kernel was told is the server's now: its
@@ -129,7 +128,7 @@ impl Shared {
         path: &CanonicalPath,
         reader: &Arc<std::fs::File>,
         commit: &Commit,
-        unborn: bool,
+        mut unborn: bool,
     ) -> Result<wsfs::WriteOutcome, Errno> {
         loop {
             let limit = self.max_write.load(Ordering::Relaxed);
@@ -150,7 +149,15 @@ impl Shared {
                     })
                     .await;
                 match sent {
-                    Ok(done) => outcome = Some(done),
+                    Ok(done) => {
+                        if unborn {
+                            // Made: what follows, or a later try, must not
+                            // ask for it to be new again.
+                            unborn = false;
+                            self.made(path);
+                        }
+                        outcome = Some(done);
+                    }
                     // The limit, learned: the commit goes again in parts
                     // (what went already is sent again, unchanged).
                     Err(Error::TooLarge { limit: learned, .. })
