@@ -1125,18 +1125,23 @@ async fn a_file_larger_than_the_write_limit_is_committed_in_parts() {
     let content: Vec<u8> = (0..(5 * LIMIT + 12345)).map(|i| (i % 241) as u8).collect();
     for backend in ["memory", "directory"] {
         let m = mounted_with_limits(backend, limits, MountOptions::default()).await;
-        let file = m.path("large.bin");
-        let written = content.clone();
-        blocking(move || {
-            let mut f = std::fs::File::create(&file).unwrap();
-            f.write_all(&written).unwrap();
-            f.sync_all().expect("fsync commits it in parts");
-        })
-        .await;
-        assert!(
-            bytes_of(&m.session, "large.bin").await == content,
-            "{backend}: every byte landed"
-        );
+        // In the root, made on the server at open; in a directory the
+        // mount made, made by the first of the commit's parts.
+        for name in ["large.bin", "made/large.bin"] {
+            let root = m.root();
+            let written = content.clone();
+            blocking(move || {
+                std::fs::create_dir_all(root.join("made")).unwrap();
+                let mut f = std::fs::File::create(root.join(name)).unwrap();
+                f.write_all(&written).unwrap();
+                f.sync_all().expect("fsync commits it in parts");
+            })
+            .await;
+            assert!(
+                bytes_of(&m.session, name).await == content,
+                "{backend}: every byte of {name} landed"
+            );
+        }
     }
 }
 
@@ -1309,6 +1314,245 @@ async fn cargo_builds_and_runs_a_small_crate_in_the_mount() {
             binary.size > 0 && binary.permissions.bits() & 0o100 != 0,
             "{}: the built program, executable, through the API",
             m.backend
+        );
+    }
+}
+
+/// A create in a directory the mount made is answered by the mount and
+/// made on the server by the file's first commit, exclusively: a file
+/// made over gRPC in between wins, nothing of it is overwritten, and the
+/// loser hears EEXIST at fsync (or, after a close, on the mount's stderr)
+/// while the name shows the winner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_local_create_losing_to_a_grpc_create_fails_and_overwrites_nothing() {
+    if !can_mount() {
+        return;
+    }
+    for backend in ["memory", "directory"] {
+        let m = mounted(backend, MountOptions::default()).await;
+        let root = m.root();
+        // Open, not yet written: the mount answered the create itself.
+        let (synced, closed) = blocking(move || {
+            std::fs::create_dir(root.join("d")).unwrap();
+            let synced = std::fs::File::create(root.join("d/synced.txt")).unwrap();
+            let closed = std::fs::File::create(root.join("d/closed.txt")).unwrap();
+            (synced, closed)
+        })
+        .await;
+        let s = &m.session;
+        for name in ["d/synced.txt", "d/closed.txt"] {
+            s.write_str(name, "theirs\n").await.unwrap();
+        }
+        let fsynced = blocking(move || {
+            let (mut synced, mut closed) = (synced, closed);
+            synced.write_all(b"mine\n").unwrap();
+            let fsynced = errno_of(synced.sync_all());
+            closed.write_all(b"mine\n").unwrap();
+            drop(closed);
+            fsynced
+        })
+        .await;
+        assert_eq!(fsynced, libc::EEXIST, "{backend}: the loser's fsync");
+        m.synced().await;
+        for name in ["d/synced.txt", "d/closed.txt"] {
+            assert_eq!(
+                s.read_to_string(name).await.unwrap(),
+                "theirs\n",
+                "{backend}: {name} is the file made over gRPC"
+            );
+            let path = m.path(name);
+            eventually("the mount shows the winner", move || {
+                std::fs::read_to_string(&path).is_ok_and(|text| text == "theirs\n")
+            })
+            .await;
+        }
+    }
+}
+
+/// A create answered by the mount is on the server before anything that
+/// needs it there: a listing, a rename, an open from another client
+/// after close (close-to-open), an exclusive create of the same name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_local_create_reaches_the_server_before_what_depends_on_it() {
+    if !can_mount() {
+        return;
+    }
+    for m in every_backend().await {
+        let root = m.root();
+        let backend = m.backend;
+        blocking(move || {
+            std::fs::create_dir(root.join("d")).unwrap();
+            let mut open = std::fs::File::create(root.join("d/open.txt")).unwrap();
+            open.write_all(b"open\n").unwrap();
+            // Listed while still open: made on the server first.
+            assert!(names_in(&root.join("d")).contains(&"open.txt".to_string()));
+            std::fs::write(root.join("d/empty.txt"), "").unwrap();
+            std::fs::rename(root.join("d/empty.txt"), root.join("d/renamed.txt")).unwrap();
+            assert_eq!(
+                errno_of(
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(root.join("d/renamed.txt"))
+                ),
+                libc::EEXIST,
+                "{backend}"
+            );
+            std::fs::write(root.join("d/gone.txt"), "never sent\n").unwrap();
+            std::fs::remove_file(root.join("d/gone.txt")).unwrap();
+            drop(open);
+        })
+        .await;
+        m.synced().await;
+        let s = &m.session;
+        assert_eq!(s.read_to_string("d/open.txt").await.unwrap(), "open\n");
+        assert_eq!(s.read_to_string("d/renamed.txt").await.unwrap(), "");
+        assert!(s.exists(&p("d/empty.txt")).await.unwrap().is_none());
+        assert!(s.exists(&p("d/gone.txt")).await.unwrap().is_none());
+    }
+}
+
+/// Unlinks go behind (answered once the Delete is on its way), ordered
+/// before whatever depends on the name: a file deleted over gRPC first is
+/// not an error, a name made again at once is the new file, and an rm -rf
+/// leaves nothing once it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn queued_unlinks_are_ordered_before_what_depends_on_them() {
+    if !can_mount() {
+        return;
+    }
+    for m in every_backend().await {
+        let s = &m.session;
+        for i in 0..40 {
+            s.write_str(&format!("t/sub/f{i}.txt"), "x\n")
+                .await
+                .unwrap();
+        }
+        s.write_str("t/raced.txt", "x\n").await.unwrap();
+        s.write_str("t/again.txt", "old\n").await.unwrap();
+        let root = m.root();
+        blocking(move || {
+            // The mount learns every name and kind.
+            assert_eq!(names_in(&root.join("t/sub")).len(), 40);
+            assert!(root.join("t/raced.txt").exists());
+            assert!(root.join("t/again.txt").exists());
+        })
+        .await;
+        s.delete(&p("t/raced.txt"), Default::default())
+            .await
+            .unwrap();
+        let root = m.root();
+        let backend = m.backend;
+        blocking(move || {
+            // The Watch stream may or may not have told the mount yet:
+            // either way the file is gone, as asked, and nothing fails.
+            let raced = std::fs::remove_file(root.join("t/raced.txt"));
+            let raced = raced.map_err(|e| e.raw_os_error());
+            assert!(
+                matches!(raced, Ok(()) | Err(Some(libc::ENOENT))),
+                "{backend}: {raced:?}"
+            );
+            std::fs::remove_file(root.join("t/again.txt")).unwrap();
+            std::fs::write(root.join("t/again.txt"), "new\n").unwrap();
+            run(&root, "rm", &["-rf", "t/sub"]);
+            assert!(!root.join("t/sub").exists(), "{backend}");
+            let dir = std::fs::File::open(root.join("t")).unwrap();
+            dir.sync_all().expect("no Delete in it was refused");
+        })
+        .await;
+        assert!(
+            s.exists(&p("t/sub")).await.unwrap().is_none(),
+            "{}",
+            m.backend
+        );
+        m.synced().await;
+        assert_eq!(s.read_to_string("t/again.txt").await.unwrap(), "new\n");
+    }
+}
+
+/// An unlink refused by a zone (a swarm session mounted by one caller,
+/// removing another's file) was answered before the refusal came: the
+/// refusal is the error of the directory's next fsync (and rmdir), the
+/// file stays on the server and shows in the mount again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unlink_refused_by_a_zone_is_reported_and_the_file_stays() {
+    if !can_mount() {
+        return;
+    }
+    const ADMIN: &str = "admin-token-for-tests-0123456789";
+    let server = TestServer::start_with(|c| c.admin_token = Some(ADMIN.into())).await;
+    let admin = Client::connect(&server.url())
+        .await
+        .unwrap()
+        .with_token(ADMIN)
+        .unwrap();
+    let options = SessionOptions::memory()
+        .layout(wsfs_client::Layout::Swarm)
+        .seed_file("home/bob/plan.md", "bob's plan\n");
+    let (system, info) = admin.create(options).await.unwrap();
+    let alice = admin.issue_token(&info.id, "alice").await.unwrap().token;
+    let session = admin.session(&info.id).with_token(&alice).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let handle = wsfs_client::mount::mount(session, dir.path(), MountOptions::default())
+        .await
+        .expect("mount the session as alice");
+    let root = dir.path().to_path_buf();
+    let (removed, fsynced) = blocking(move || {
+        let plan = root.join("home/bob/plan.md");
+        assert!(plan.exists(), "alice may read bob's plan");
+        let removed = std::fs::remove_file(&plan).map_err(|e| e.raw_os_error());
+        let dir = std::fs::File::open(root.join("home/bob")).unwrap();
+        (removed, errno_of(dir.sync_all()))
+    })
+    .await;
+    assert_eq!(removed, Ok(()), "answered before the refusal came");
+    assert_eq!(
+        fsynced,
+        libc::EACCES,
+        "the zone's refusal, at the directory's fsync"
+    );
+    assert_eq!(
+        system.read_to_string("home/bob/plan.md").await.unwrap(),
+        "bob's plan\n",
+        "nothing changed"
+    );
+    let plan = dir.path().join("home/bob/plan.md");
+    eventually("the file shows in the mount again", move || {
+        std::fs::read_to_string(&plan).is_ok_and(|text| text == "bob's plan\n")
+    })
+    .await;
+    handle.unmount().unwrap();
+}
+
+/// The unmount waits for the unlinks on their way: every one has landed
+/// when it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unmount_waits_for_queued_unlinks() {
+    if !can_mount() {
+        return;
+    }
+    const FILES: usize = 200;
+    for backend in ["memory", "directory"] {
+        let mut m = mounted(backend, MountOptions::default()).await;
+        for i in 0..FILES {
+            m.session
+                .write_str(&format!("many/f{i}.txt"), "x\n")
+                .await
+                .unwrap();
+        }
+        let root = m.root();
+        blocking(move || {
+            for name in names_in(&root.join("many")) {
+                std::fs::remove_file(root.join("many").join(name)).unwrap();
+            }
+        })
+        .await;
+        m.handle.take().unwrap().unmount().unwrap();
+        let listing = m.session.list(&p("many"), 1).await.unwrap();
+        assert!(
+            listing.entries.is_empty(),
+            "{backend}: {:?}",
+            listing.entries
         );
     }
 }

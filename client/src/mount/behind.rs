@@ -16,13 +16,24 @@
 //! - Reported: a queued commit that fails keeps its bytes staged, is
 //!   written to the mount's stderr, and is the error of the file's next
 //!   close or fsync (which tries again).
+//!
+//! Unlinks go behind too ([`Shared::queue_delete`]): an unlink of a file
+//! the mount knows (not open, nothing staged) is answered once its Delete
+//! is on its way, at most [`DELETES`] at a time. Whatever depends on the
+//! name waits for it ([`Shared::settle`]): a lookup or create of the same
+//! name, a rename, a listing or rmdir of the directory, the unmount. A
+//! Delete the server refuses is written to stderr, the name is known
+//! again, and the refusal is the error of the directory's next rmdir or
+//! fsync.
 
-use super::errno::describe;
+use super::errno::{describe, errno};
 use super::shared::Shared;
-use std::sync::Arc;
+use fuser::Errno;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{OwnedMutexGuard, Semaphore};
-use wsfs::CanonicalPath;
+use wsfs::{CanonicalPath, DeleteOptions, Error, Filesystem as _};
 
 /// Commits queued or running at most.
 pub(super) const QUEUE: usize = 64;
@@ -30,15 +41,48 @@ pub(super) const QUEUE: usize = 64;
 /// How long a queued commit waits for the calls that follow a close.
 const GATHER: Duration = Duration::from_millis(10);
 
-/// The queue's places.
+/// Deletes on their way at most.
+pub(super) const DELETES: usize = 64;
+
+/// The queue's places, and the Deletes on their way.
 pub(super) struct WriteBehind {
     places: Arc<Semaphore>,
+    delete_places: Arc<Semaphore>,
+    deletes: Mutex<Deletes>,
+    /// Bumped whenever a Delete ends, for whoever waits on one.
+    ended: tokio::sync::watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct Deletes {
+    /// The paths of the Deletes on their way (a count each).
+    pending: HashMap<CanonicalPath, u32>,
+    /// The first refusal of a Delete, by the directory it was in.
+    refused: HashMap<CanonicalPath, Errno>,
 }
 
 impl WriteBehind {
     pub(super) fn new() -> WriteBehind {
         WriteBehind {
             places: Arc::new(Semaphore::new(QUEUE)),
+            delete_places: Arc::new(Semaphore::new(DELETES)),
+            deletes: Mutex::default(),
+            ended: tokio::sync::watch::channel(0).0,
+        }
+    }
+
+    fn deletes(&self) -> MutexGuard<'_, Deletes> {
+        self.deletes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a Delete of `path` (or, with `under`, of anything under
+    /// it) is on its way.
+    fn deleting(&self, path: &CanonicalPath, under: bool) -> bool {
+        let deletes = self.deletes();
+        if under {
+            deletes.pending.keys().any(|p| p.starts_with(path))
+        } else {
+            deletes.pending.contains_key(path)
         }
     }
 }
@@ -53,6 +97,11 @@ impl Shared {
         if !staged.has_work() {
             return;
         }
+        // A commit queued and not started sends this change too: a chmod
+        // or utimensat after close waits for no place.
+        if !staged.enqueue() {
+            return;
+        }
         let place = self
             .behind
             .places
@@ -60,9 +109,6 @@ impl Shared {
             .acquire_owned()
             .await
             .expect("the queue's semaphore is never closed");
-        if !staged.enqueue() {
-            return;
-        }
         let s = self.clone();
         self.runtime.spawn(async move {
             tokio::time::sleep(GATHER).await;
@@ -93,7 +139,7 @@ impl Shared {
         }
     }
 
-    /// Waits until every queued commit has ended.
+    /// Waits until every queued commit and every Delete has ended.
     pub(super) async fn drain(&self) {
         let all = self
             .behind
@@ -102,6 +148,90 @@ impl Shared {
             .await
             .expect("the queue's semaphore is never closed");
         drop(all);
+        self.settle_under(&CanonicalPath::root()).await;
+    }
+
+    /// Sends the Delete of the file at `path` and returns once it is on its
+    /// way (after waiting for a place when [`DELETES`] are): the caller
+    /// has already taken the name out of the inode table and the known
+    /// names.
+    pub(super) async fn queue_delete(self: &Arc<Self>, path: CanonicalPath) {
+        let place = self
+            .behind
+            .delete_places
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the deletes' semaphore is never closed");
+        *self
+            .behind
+            .deletes()
+            .pending
+            .entry(path.clone())
+            .or_default() += 1;
+        let s = self.clone();
+        self.runtime.spawn(async move {
+            let options = DeleteOptions {
+                recursive: false,
+                allow_missing: false,
+                if_version: None,
+            };
+            let sent = s.retry_refusal(|| s.session.delete(&path, options)).await;
+            // Gone already (removed elsewhere first) is what was asked.
+            if let Some(e) = sent
+                .as_ref()
+                .err()
+                .filter(|e| !matches!(e, Error::FileNotFound { .. }))
+            {
+                let refusal = errno(e);
+                eprintln!(
+                    "wsfs mount: the file '{path}' could not be removed (it is still there): {}",
+                    describe(refusal)
+                );
+                s.known.added(&path);
+                if let Some(dir) = path.parent() {
+                    s.behind.deletes().refused.entry(dir).or_insert(refusal);
+                }
+            }
+            {
+                let mut deletes = s.behind.deletes();
+                if let Some(count) = deletes.pending.get_mut(&path) {
+                    *count -= 1;
+                    if *count == 0 {
+                        deletes.pending.remove(&path);
+                    }
+                }
+            }
+            drop(place);
+            s.behind.ended.send_modify(|n| *n += 1);
+        });
+    }
+
+    /// Waits until no Delete of `path` is on its way.
+    pub(super) async fn settle(&self, path: &CanonicalPath) {
+        self.settle_deletes(path, false).await;
+    }
+
+    /// Waits until no Delete of `path` or of anything under it is on its
+    /// way.
+    pub(super) async fn settle_under(&self, path: &CanonicalPath) {
+        self.settle_deletes(path, true).await;
+    }
+
+    async fn settle_deletes(&self, path: &CanonicalPath, under: bool) {
+        let mut ended = self.behind.ended.subscribe();
+        while self.behind.deleting(path, under) {
+            if ended.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The first Delete in `dir` the server refused since the last call,
+    /// once its Deletes have ended.
+    pub(super) async fn delete_refused(&self, dir: &CanonicalPath) -> Option<Errno> {
+        self.settle_under(dir).await;
+        self.behind.deletes().refused.remove(dir)
     }
 
     /// Waits for a running commit of the file at `path` and holds its

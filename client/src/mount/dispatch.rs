@@ -299,13 +299,27 @@ impl fuser::Filesystem for WsfsFs {
     fn fsyncdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        // Every directory change is committed before it is answered.
-        reply.ok();
+        // The directory's changes are on the server once its Deletes on
+        // their way ended and its new files were made; a Delete refused
+        // in it is reported here (behind.rs, namespace.rs).
+        self.spawn(move |s| async move {
+            let Ok((dir, _)) = s.path(ino.0) else {
+                // Removed: nothing of it is left to send.
+                return reply.ok();
+            };
+            if let Some(refusal) = s.delete_refused(&dir).await {
+                return reply.error(refusal);
+            }
+            if !s.settle_dir(&dir).await {
+                return reply.error(Errno::EIO);
+            }
+            reply.ok();
+        });
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

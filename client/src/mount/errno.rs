@@ -39,6 +39,15 @@ pub fn errno(error: &Error) -> Errno {
     }
 }
 
+/// A refusal of the commit that makes a file the mount created: the name
+/// taken first by a file made elsewhere is `EEXIST`, as for `O_EXCL`.
+pub fn create_errno(error: &Error) -> Errno {
+    match error {
+        Error::VersionMismatch { .. } | Error::AlreadyExists { .. } => Errno::EEXIST,
+        other => errno(other),
+    }
+}
+
 /// A local I/O failure (the staging directory) as an errno.
 pub fn local(error: &std::io::Error) -> Errno {
     Errno::from_i32(error.raw_os_error().unwrap_or(libc::EIO))

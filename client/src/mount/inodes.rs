@@ -35,6 +35,9 @@ pub struct Node {
     /// The version the mount's own last create or commit made: its change
     /// event needs no invalidation.
     pub own_version: Option<u64>,
+    /// Created by the mount and not on the server yet: its first commit
+    /// makes it, exclusively (namespace.rs).
+    pub unborn: bool,
     /// The attributes last told to the kernel, while nothing known has
     /// changed them since: a setattr that would change nothing is answered
     /// from here, without a round trip.
@@ -67,6 +70,7 @@ impl Inodes {
                 unlinked: false,
                 cached_version: None,
                 own_version: None,
+                unborn: false,
                 attr: None,
                 attr_at: Instant::now(),
             },
@@ -123,6 +127,7 @@ impl Inodes {
                 unlinked: false,
                 cached_version: None,
                 own_version: None,
+                unborn: false,
                 attr: None,
                 attr_at: Instant::now(),
             },
@@ -223,6 +228,17 @@ impl Inodes {
             .collect()
     }
 
+    /// The files directly in `dir` that the mount created and the server
+    /// does not hold yet.
+    pub fn unborn_in(&self, dir: &CanonicalPath) -> Vec<u64> {
+        self.subtree(dir)
+            .into_iter()
+            .filter(|(p, _)| p.parent().as_ref() == Some(dir))
+            .filter(|(_, ino)| self.nodes.get(ino).is_some_and(|n| n.unborn))
+            .map(|(_, ino)| ino)
+            .collect()
+    }
+
     /// Every inode the kernel may cache, for a full invalidation.
     pub fn all(&self) -> Vec<u64> {
         self.nodes.keys().copied().collect()
@@ -250,6 +266,22 @@ mod tests {
             t.learn(&p("a"), FileKind::File) > a,
             "numbers are never reused"
         );
+    }
+
+    #[test]
+    fn unborn_files_are_found_in_their_directory_only() {
+        let mut t = Inodes::new();
+        let f = t.learn(&p("d/f"), FileKind::File);
+        let deep = t.learn(&p("d/sub/g"), FileKind::File);
+        let sibling = t.learn(&p("d-x/h"), FileKind::File);
+        let born = t.learn(&p("d/born"), FileKind::File);
+        for ino in [f, deep, sibling] {
+            t.get_mut(ino).unwrap().unborn = true;
+        }
+        assert_eq!(t.unborn_in(&p("d")), vec![f]);
+        assert_eq!(t.unborn_in(&p("d/sub")), vec![deep]);
+        assert!(t.unborn_in(&p("e")).is_empty());
+        assert!(!t.get(born).unwrap().unborn);
     }
 
     #[test]

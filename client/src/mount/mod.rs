@@ -14,9 +14,11 @@
 //!   - `attr`: lookup, getattr and setattr, and the kernel's attributes;
 //!   - `read`: reads, symlink targets and directory listings;
 //!   - `write`: opens, writes and the commits of staged files;
-//!   - `namespace`: create, mkdir, symlink, rename, unlink, rmdir.
+//!   - `namespace`: create (answered locally in a directory the mount
+//!     knows), mkdir, symlink, rename, unlink, rmdir.
 //! - `behind`: the write-behind: commits at close queued (bounded,
-//!   ordered per file), so that closing a file waits for no round trip.
+//!   ordered per file), so that closing a file waits for no round trip;
+//!   and unlinks answered once their Delete is on its way.
 //! - `shared`: what every operation's task shares (session, inodes,
 //!   handles) and the server calls behind a retry.
 //! - `invalidate`: the session's Watch stream dropping the kernel's cached

@@ -1,20 +1,45 @@
 //! Namespace changes: create, mknod, mkdir, symlink, rename, unlink and
-//! rmdir, each committed to the server before it is answered.
+//! rmdir, each committed to the server before it is answered, except two
+//! that go behind (behind.rs):
+//!
+//! - a create in a directory whose every name the mount knows (known.rs),
+//!   not `O_EXCL`, is answered at once: the file is made on the server by
+//!   its first commit (at close, or sooner when something needs the server
+//!   to hold it: see [`Shared::born`]), exclusively (`if_version: 0`), so
+//!   that a file made elsewhere first is never overwritten; the loser's
+//!   close or fsync fails with `EEXIST`.
+//! - an unlink of a file the mount knows, not open and with nothing
+//!   staged, is answered once its Delete is on its way
+//!   ([`Shared::queue_delete`]).
 
 use super::attr::new_permissions;
 use super::dispatch::WsfsFs;
-use super::shared::Handle;
+use super::shared::{Handle, Shared};
 use fuser::{
-    Errno, FileHandle, FopenFlags, Generation, INodeNo, RenameFlags, ReplyCreate, ReplyEmpty,
-    ReplyEntry,
+    Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, RenameFlags, ReplyCreate,
+    ReplyEmpty, ReplyEntry,
 };
 use std::ffi::OsStr;
 use std::path::Path;
 use std::time::SystemTime;
 use wsfs::{
-    DeleteOptions, FileKind, Filesystem as _, MkdirOptions, PatchOptions, SymlinkOptions,
-    TransferOptions,
+    CanonicalPath, DeleteOptions, FileKind, Filesystem as _, MkdirOptions, PatchOptions,
+    PathLimits, Permissions, SymlinkOptions, TransferOptions, WriteMode, WriteOptions,
 };
+
+/// The options of a patch that makes a new file, exclusively, when
+/// `create` (its parent must exist); else those of a plain patch.
+pub(super) fn create_options(create: bool) -> PatchOptions {
+    if !create {
+        return PatchOptions::default();
+    }
+    PatchOptions {
+        create_missing: true,
+        create_parents: false,
+        if_version: Some(0),
+        ..PatchOptions::default()
+    }
+}
 
 impl WsfsFs {
     pub(super) fn do_create(
@@ -36,6 +61,10 @@ impl WsfsFs {
         let truncate = flags & libc::O_TRUNC != 0;
         self.spawn(move |s| async move {
             let result = async {
+                s.settle(&path).await;
+                if writable && !exclusive && s.may_create_here(&path) {
+                    return s.create_here(&path, permissions);
+                }
                 let options = PatchOptions {
                     truncate_to: truncate.then_some(0),
                     create_missing: true,
@@ -44,7 +73,11 @@ impl WsfsFs {
                     permissions: Some(permissions),
                     modified: None,
                 };
-                let outcome = s.patch(&path, options).await?;
+                let outcome = if exclusive {
+                    s.create_exclusive(&path, permissions).await?
+                } else {
+                    s.patch(&path, options).await?
+                };
                 s.known.added(&path);
                 let ino = {
                     let mut inodes = s.inodes();
@@ -102,14 +135,7 @@ impl WsfsFs {
         };
         let permissions = new_permissions(mode, umask);
         self.spawn(move |s| async move {
-            let options = PatchOptions {
-                create_missing: true,
-                create_parents: false,
-                if_version: Some(0),
-                permissions: Some(permissions),
-                ..PatchOptions::default()
-            };
-            let made = s.patch(&path, options).await;
+            let made = s.create_exclusive(&path, permissions).await;
             if made.is_ok() {
                 s.known.added(&path);
             }
@@ -145,6 +171,7 @@ impl WsfsFs {
                 exist_ok: false,
                 permissions: Some(permissions),
             };
+            s.settle(&path).await;
             // Known (empty) before it exists, so that no name made in it
             // meanwhile is missed (known.rs).
             s.known.made(&path);
@@ -188,6 +215,7 @@ impl WsfsFs {
             return reply.error(Errno::EINVAL);
         };
         self.spawn(move |s| async move {
+            s.settle(&path).await;
             let options = SymlinkOptions {
                 create_parents: false,
             };
@@ -231,6 +259,12 @@ impl WsfsFs {
         }
         self.spawn(move |s| async move {
             let result = async {
+                // The server holds both names as the mount's programs see
+                // them: Deletes under them ended, new files made.
+                s.settle_under(&source).await;
+                s.settle_under(&destination).await;
+                s.born(&source).await?;
+                s.born(&destination).await?;
                 // No queued commit runs across the rename (behind.rs): the
                 // commits of files in a directory moved end first; a file's
                 // own one runs after, at its new name.
@@ -294,9 +328,30 @@ impl WsfsFs {
                     (true, false) => return Err(Errno::ENOTDIR),
                     _ => {}
                 }
+                if directory {
+                    // A Delete in it the server refused: the name is
+                    // still there, and this is where rm -rf hears of it.
+                    if let Some(refusal) = s.delete_refused(&path).await {
+                        return Err(refusal);
+                    }
+                    if !s.settle_dir(&path).await {
+                        return Err(Errno::ENOTEMPTY);
+                    }
+                }
                 // A queued commit of the file runs after: not at all.
-                let _held = s.quiesce(&path).await;
+                let held = s.quiesce(&path).await;
                 if !directory {
+                    if s.unborn_at(&path).is_some() {
+                        // Never on the server: gone from the mount alone.
+                        s.forget_removed(&path);
+                        return Ok(());
+                    }
+                    if s.unlink_behind(&path) {
+                        s.forget_removed(&path);
+                        drop(held);
+                        s.queue_delete(path).await;
+                        return Ok(());
+                    }
                     s.keep_if_open(&path).await?;
                 }
                 let options = DeleteOptions {
@@ -305,9 +360,7 @@ impl WsfsFs {
                     if_version: None,
                 };
                 s.retry(|| s.session.delete(&path, options)).await?;
-                s.inodes().detach(&path);
-                s.known.forget(&path);
-                s.known.removed(&path);
+                s.forget_removed(&path);
                 Ok(())
             }
             .await;
@@ -316,5 +369,90 @@ impl WsfsFs {
                 Err(e) => reply.error(e),
             }
         });
+    }
+}
+
+impl Shared {
+    /// Makes an empty file at `path` with `permissions`, refused when the
+    /// name exists (`O_EXCL`, mknod): one unary call, cheaper for the
+    /// server than a patch.
+    async fn create_exclusive(
+        &self,
+        path: &CanonicalPath,
+        permissions: Permissions,
+    ) -> Result<wsfs::WriteOutcome, Errno> {
+        self.settle(path).await;
+        let options = WriteOptions {
+            mode: WriteMode::Create,
+            create_parents: false,
+            permissions: Some(permissions),
+            ..WriteOptions::default()
+        };
+        self.retry(|| self.session.write(path, "", options)).await
+    }
+
+    /// Whether a create of `path` may be answered here: its directory's
+    /// names are known and hold no such name, and the name is within the
+    /// default path limits (a session may set tighter ones; a name over
+    /// them is then refused at the first commit, at close or fsync).
+    fn may_create_here(&self, path: &CanonicalPath) -> bool {
+        self.known.absent(path)
+            && self.inodes().at(path).is_none()
+            && CanonicalPath::parse(path.as_str(), &PathLimits::default()).is_ok()
+    }
+
+    /// A create answered here (see the module's notes): the file is open,
+    /// empty and staged, and its first commit makes it on the server.
+    fn create_here(
+        &self,
+        path: &CanonicalPath,
+        permissions: Permissions,
+    ) -> Result<(FileAttr, u64), Errno> {
+        let ino = {
+            let mut inodes = self.inodes();
+            let ino = inodes.learn(path, FileKind::File);
+            let node = inodes.get_mut(ino).expect("just learned");
+            node.open += 1;
+            node.unborn = true;
+            ino
+        };
+        let staged = match self.stage(ino, 0, true) {
+            Ok(staged) => staged,
+            Err(e) => {
+                self.inodes().detach(path);
+                self.release_node(ino);
+                return Err(e);
+            }
+        };
+        // Sent with the first commit, which it makes due even when
+        // nothing is written (`touch`).
+        staged.set_permissions(permissions);
+        self.known.added(path);
+        let now = SystemTime::now();
+        let attr = self.remember(
+            ino,
+            self.attr_of(ino, FileKind::File, 0, now, now, permissions),
+        );
+        Ok((attr, self.add_handle(Handle::File { writable: true })))
+    }
+
+    /// Whether the unlink of the file at `path` may go behind: the mount
+    /// knows it is a file or link, and no handle, staging or queued commit
+    /// needs it.
+    fn unlink_behind(&self, path: &CanonicalPath) -> bool {
+        let inodes = self.inodes();
+        inodes
+            .at(path)
+            .and_then(|ino| inodes.get(ino))
+            .is_some_and(|node| {
+                node.kind != FileKind::Directory && node.open == 0 && node.staged.is_none()
+            })
+    }
+
+    /// `path` left the workspace through the mount.
+    fn forget_removed(&self, path: &CanonicalPath) {
+        self.inodes().detach(path);
+        self.known.forget(path);
+        self.known.removed(path);
     }
 }

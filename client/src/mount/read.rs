@@ -76,6 +76,7 @@ impl Shared {
             return Ok(listing.clone());
         }
         let (path, _) = self.path(ino)?;
+        self.settle_dir(&path).await;
         let listing = Arc::new(self.retry(|| self.session.list(&path, 1)).await?.entries);
         if let Some(Handle::Dir { listing: slot }) = self.handles().get_mut(&fh) {
             *slot = Some(listing.clone());

@@ -192,6 +192,7 @@ impl Shared {
         path: &CanonicalPath,
         options: PatchOptions,
     ) -> Result<wsfs::WriteOutcome, Errno> {
+        self.settle(path).await;
         self.retry(|| {
             self.session
                 .patch_bytes(path, options, futures::stream::empty().boxed())
@@ -203,7 +204,13 @@ impl Shared {
     /// the mount's own that landed while it travelled (its version below
     /// the one the mount knows; versions only grow) is asked again once:
     /// the second question leaves after that commit, so it sees it.
+    ///
+    /// A file the mount created and has not committed yet is committed
+    /// first, and a Delete of `path` on its way ends first: the server's
+    /// answer is about what the mount's programs see.
     pub(super) async fn stat(&self, path: &CanonicalPath) -> Result<Metadata, Errno> {
+        self.settle(path).await;
+        self.born(path).await?;
         let meta = self.retry(|| self.session.stat(path)).await?;
         let known = {
             let inodes = self.inodes();
@@ -218,6 +225,68 @@ impl Shared {
             return self.retry(|| self.session.stat(path)).await;
         }
         Ok(meta)
+    }
+
+    /// The file at `path`, when the mount created it and the server does
+    /// not hold it yet (namespace.rs).
+    pub(super) fn unborn_at(&self, path: &CanonicalPath) -> Option<u64> {
+        let inodes = self.inodes();
+        inodes
+            .at(path)
+            .filter(|&ino| inodes.get(ino).is_some_and(|node| node.unborn))
+    }
+
+    /// Makes the file the mount created at `path` on the server now (its
+    /// first commit), when it has not yet: for what needs the server to
+    /// hold it (a rename of it, an open, a Stat). A create that lost to a
+    /// file made elsewhere first is not an error here: the path is that
+    /// file now (see [`Shared::create_lost`]).
+    pub(super) async fn born(&self, path: &CanonicalPath) -> Result<(), Errno> {
+        let Some(ino) = self.unborn_at(path) else {
+            return Ok(());
+        };
+        match self.commit(ino).await {
+            Err(e) if self.unborn_at(path) == Some(ino) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// The first commit of the file the mount created at `path` (`ino`)
+    /// failed with `error`. When the name was taken first (a file made
+    /// elsewhere since the create), the mount's file leaves the path, as
+    /// an unlinked one does: its open handles keep its bytes, the path
+    /// shows the file that won, and nothing of the loser reaches the
+    /// server (the failure is reported at close or fsync). Other refusals
+    /// keep it staged, to be tried again.
+    pub(super) fn create_lost(&self, ino: u64, path: &CanonicalPath, error: Errno) {
+        if error == Errno::EEXIST && self.unborn_at(path) == Some(ino) {
+            self.inodes().detach(path);
+        }
+    }
+
+    /// The server holds the file the mount created at `path` now.
+    pub(super) fn made(&self, path: &CanonicalPath) {
+        if let Some(ino) = self.unborn_at(path) {
+            if let Some(node) = self.inodes().get_mut(ino) {
+                node.unborn = false;
+            }
+        }
+    }
+
+    /// Before a listing or rmdir of `dir`: its Deletes on their way end and
+    /// the files the mount created in it reach the server. Whether every
+    /// one did: a create the server refuses is reported at the file's
+    /// close or fsync, and the file stays out of the listing.
+    pub(super) async fn settle_dir(&self, dir: &CanonicalPath) -> bool {
+        self.settle_under(dir).await;
+        let unborn = self.inodes().unborn_in(dir);
+        let mut all = true;
+        for ino in unborn {
+            if let Ok((path, _)) = self.path(ino) {
+                all &= self.born(&path).await.is_ok();
+            }
+        }
+        all
     }
 
     /// A commit of the mount's own made `version` of `path`.

@@ -3,7 +3,8 @@
 //! send the changed ranges to the server in one patch.
 
 use super::dispatch::WsfsFs;
-use super::errno::{describe, errno, local};
+use super::errno::{create_errno, describe, errno, local};
+use super::namespace::create_options;
 use super::shared::{Handle, Shared};
 use super::staging::{split, Commit, Staged};
 use bytes::Bytes;
@@ -84,7 +85,8 @@ impl Shared {
                 return Err(local(&e));
             }
         };
-        let sent = self.send(&path, &reader, &commit).await;
+        let unborn = self.unborn_at(&path) == Some(ino);
+        let sent = self.send(&path, &reader, &commit, unborn).await;
         match sent {
             Ok(outcome) => {
                 self.committed(&path, outcome.version);
@@ -109,6 +111,9 @@ impl Shared {
             }
             Err(e) => {
                 staged.failed(commit);
+                if unborn {
+                    self.create_lost(ino, &path, e);
+                }
                 Err(e)
             }
         }
@@ -116,12 +121,14 @@ impl Shared {
 
     /// Sends `commit` to `path`: one patch, or when its bytes pass the
     /// session's per-write limit, one patch per part of at most the limit,
-    /// in order (the length change first, the bits and time last).
+    /// in order (the length change first, the bits and time last). The
+    /// first part of an `unborn` file's commit creates it, exclusively.
     async fn send(
         &self,
         path: &CanonicalPath,
         reader: &Arc<std::fs::File>,
         commit: &Commit,
+        mut unborn: bool,
     ) -> Result<wsfs::WriteOutcome, Errno> {
         loop {
             let limit = self.max_write.load(Ordering::Relaxed);
@@ -133,7 +140,7 @@ impl Shared {
                     truncate_to: if i == 0 { commit.truncate_to } else { None },
                     permissions: if i == last { commit.permissions } else { None },
                     modified: if i == last { commit.modified } else { None },
-                    ..PatchOptions::default()
+                    ..create_options(unborn && i == 0)
                 };
                 let sent = self
                     .retry_refusal(|| {
@@ -142,7 +149,15 @@ impl Shared {
                     })
                     .await;
                 match sent {
-                    Ok(done) => outcome = Some(done),
+                    Ok(done) => {
+                        if unborn {
+                            // Made: what follows, or a later try, must not
+                            // ask for it to be new again.
+                            unborn = false;
+                            self.made(path);
+                        }
+                        outcome = Some(done);
+                    }
                     // The limit, learned: the commit goes again in parts
                     // (what went already is sent again, unchanged).
                     Err(Error::TooLarge { limit: learned, .. })
@@ -152,6 +167,7 @@ impl Shared {
                         outcome = None;
                         break;
                     }
+                    Err(e) if unborn => return Err(create_errno(&e)),
                     Err(e) => return Err(errno(&e)),
                 }
             }
