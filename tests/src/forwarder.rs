@@ -1,8 +1,8 @@
 //! A fault-injecting TCP forwarder for HTTP/1.1, put between a server and
 //! its bucket (a real S3 API): it passes requests on, or cuts every
 //! connection, stalls them, answers chosen requests with an error status,
-//! or forwards a chosen request and drops its answer (the request took
-//! effect; the client never learns it).
+//! stalls chosen requests, or forwards a chosen request and drops its
+//! answer (the request took effect; the client never learns it).
 //!
 //! Each request is sent upstream on a connection of its own
 //! (`Connection: close` is set both ways), so that faults apply to one
@@ -39,6 +39,9 @@ pub enum Action {
     /// Sent upstream, and the answer dropped: the connection is closed
     /// once the bucket has answered.
     DropAnswer,
+    /// Held, never sent upstream, until the link changes (then closed),
+    /// as [`Link::Stalled`] holds every request.
+    Stall,
 }
 
 #[derive(Debug, Clone)]
@@ -229,6 +232,10 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, state: &Mutex<State>
         });
         action
     };
+    if action == Some(Action::Stall) {
+        // Held until the link changes (the caller's select then ends it).
+        return std::future::pending().await;
+    }
     if let Some(Action::Status(status)) = action {
         // The body is read first, so that the client reads the answer
         // rather than a reset.

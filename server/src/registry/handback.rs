@@ -87,7 +87,16 @@ impl SessionRegistry {
         if asked.get(id).is_some() {
             return true;
         }
-        match bucket.ask_handback(&lease.holder, id).await {
+        // Within the call's bounded lookups.
+        let wait = super::failover::lookup_wait(bucket.lease_ttl());
+        let written = tokio::time::timeout(wait, bucket.ask_handback(&lease.holder, id))
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Unavailable {
+                    message: format!("the object store did not answer within {wait:?}"),
+                })
+            });
+        match written {
             Ok(()) => {
                 asked.remember(id, renewal_interval(bucket.lease_ttl()), ());
                 tracing::info!(session = %id, holder = %lease.holder, "asked the session's holder to hand it over");
