@@ -106,9 +106,16 @@ impl Pair {
     /// Whether every lease generation of session `id` in the bucket names
     /// `holder`.
     fn all_leases_held_by(&self, id: &str, holder: &str) -> bool {
+        self.holders(id).iter().all(|h| h == holder)
+    }
+
+    /// The holder each lease generation of session `id` names, lowest
+    /// first.
+    fn holders(&self, id: &str) -> Vec<serde_json::Value> {
         self.leases(id)
-            .iter()
-            .all(|(_, lease)| lease["holder"] == holder)
+            .into_iter()
+            .map(|(_, lease)| lease["holder"].clone())
+            .collect()
     }
 
     /// The snapshot records of session `id` in the bucket.
@@ -339,11 +346,7 @@ async fn a_renewal_whose_answer_was_lost_is_recognised_as_the_replicas_own() {
         "the replica stopped renewing: {:?}",
         pair.forwarder.seen()
     );
-    let holders: Vec<_> = pair
-        .leases(&id)
-        .into_iter()
-        .map(|(_, l)| l["holder"].clone())
-        .collect();
+    let holders = pair.holders(&id);
     assert!(
         !holders.is_empty() && holders.iter().all(|h| h == "replica-0"),
         "{holders:?}"
@@ -586,15 +589,15 @@ fn ids_of(sessions: Vec<wsfs_client::SessionInfo>) -> Vec<String> {
     ids
 }
 
+/// Whether the forwarder applied `action` to some request.
+fn acted(forwarder: &Forwarder, action: Action) -> bool {
+    forwarder.seen().iter().any(|s| s.action == Some(action))
+}
+
 /// Waits until the forwarder has held a request with [`Action::Stall`].
 async fn until_stalled(forwarder: &Forwarder, what: &str) {
-    let stalled = wsfs_tests::forwarder::eventually(PATIENCE, || {
-        forwarder
-            .seen()
-            .iter()
-            .any(|s| s.action == Some(Action::Stall))
-    })
-    .await;
+    let stalled =
+        wsfs_tests::forwarder::eventually(PATIENCE, || acted(forwarder, Action::Stall)).await;
     assert!(stalled, "{what} was never sent: {:?}", forwarder.seen());
 }
 
@@ -739,11 +742,7 @@ async fn a_failover_whose_lease_read_stalls_waits_bounded_and_serves_nothing() {
     })
     .await;
     assert_eq!(text, "saved\n");
-    let holders: Vec<_> = pair
-        .leases(&id)
-        .into_iter()
-        .map(|(_, l)| l["holder"].clone())
-        .collect();
+    let holders = pair.holders(&id);
     assert_eq!(holders.last(), Some(&serde_json::json!("replica-0")));
 }
 
@@ -808,10 +807,7 @@ async fn a_token_list_write_whose_answer_was_lost_loses_no_token() {
         }
     };
     assert!(
-        pair.forwarder
-            .seen()
-            .iter()
-            .any(|s| s.action == Some(Action::DropAnswer)),
+        acted(&pair.forwarder, Action::DropAnswer),
         "the answer was never dropped: {:?}",
         pair.forwarder.seen()
     );
@@ -875,12 +871,7 @@ async fn a_handback_whose_snapshot_stalls_serves_again_in_bounded_time_and_loses
         .add_rule("PUT", "/session.json", Action::Stall, 1);
     let on_r1 = pair.c1.session(&id);
     let asking = Instant::now();
-    while !pair
-        .forwarder
-        .seen()
-        .iter()
-        .any(|s| s.action == Some(Action::Stall))
-    {
+    while !acted(&pair.forwarder, Action::Stall) {
         let err = on_r1.read_to_string("a.txt").await.unwrap_err();
         assert_eq!(err.code(), Code::Unavailable, "{err}");
         assert!(
@@ -917,4 +908,46 @@ async fn a_handback_whose_snapshot_stalls_serves_again_in_bounded_time_and_loses
     let moved = once_served("the session on replica 1", || on_r1.read_to_string("b.txt")).await;
     assert_eq!(moved, "during\n");
     assert_eq!(on_r1.read_to_string("a.txt").await.unwrap(), "first\n");
+}
+
+/// A hand-back whose give-back loses its answer: replica 1 asks for a
+/// session replica 0 holds; replica 0 snapshots it and gives its lease
+/// back (a generation already expired), and that PUT's answer is dropped
+/// after it landed. The session moves once, with every write: replica 1
+/// serves it and holds the lease, and replica 0 acknowledges no write on
+/// it any more.
+#[tokio::test]
+async fn a_handback_whose_give_back_loses_its_answer_moves_the_session_once() {
+    let Some(pair) = Pair::start().await else {
+        return;
+    };
+    let (s0, id) = session_on(&pair.c0, "first\n").await;
+    s0.write_str("b.txt", "second\n").await.unwrap();
+    // Held long enough to be handed back.
+    tokio::time::sleep(LEASE_TTL).await;
+    pair.forwarder.add_body_rule(
+        "PUT",
+        "/lease/",
+        r#""expires_at_ms":0"#,
+        Action::DropAnswer,
+        1,
+    );
+    let on_r1 = pair.c1.session(&id);
+    let moved = once_served("the session on replica 1", || on_r1.read_to_string("b.txt")).await;
+    assert_eq!(moved, "second\n");
+    assert_eq!(on_r1.read_to_string("a.txt").await.unwrap(), "first\n");
+    assert!(
+        acted(&pair.forwarder, Action::DropAnswer),
+        "the give-back's answer was never dropped: {:?}",
+        pair.forwarder.seen()
+    );
+    let holders = pair.holders(&id);
+    assert_eq!(holders.last(), Some(&serde_json::json!("replica-1")));
+    let refused = s0.write_str("a.txt", "written on r0\n").await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused}");
+    on_r1.write_str("a.txt", "written on r1\n").await.unwrap();
+    assert_eq!(
+        on_r1.read_to_string("a.txt").await.unwrap(),
+        "written on r1\n"
+    );
 }
