@@ -543,3 +543,36 @@ impl Bucket {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A Snapshot's renewal ([`Bucket::renew_for_commit`]) runs beside
+    /// the background one: renewals of one session at once, on a real
+    /// (`file://`) bucket, each build on the generation the one before
+    /// confirmed, so that none takes the other's for a stale claim and
+    /// gives the session up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_renewals_of_one_session_never_give_it_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().display());
+        let bucket = Arc::new(Bucket::open(&url, "r0".into(), Duration::from_secs(30)).unwrap());
+        let id = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+        bucket.acquire(id, false, false).await.unwrap();
+        for _ in 0..10 {
+            let renewals: Vec<_> = (0..8)
+                .map(|_| {
+                    let bucket = bucket.clone();
+                    tokio::spawn(async move { bucket.renew(id).await })
+                })
+                .collect();
+            for renewal in renewals {
+                assert_eq!(renewal.await.unwrap().unwrap(), Renewal::Renewed);
+            }
+        }
+        bucket.check_holding(id).unwrap();
+        assert!(bucket.take_lost().is_empty());
+    }
+}
