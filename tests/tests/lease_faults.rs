@@ -746,11 +746,12 @@ async fn a_failover_whose_lease_read_stalls_waits_bounded_and_serves_nothing() {
     assert_eq!(holders.last(), Some(&serde_json::json!("replica-0")));
 }
 
-/// ListSessions with the bucket out of reach (the link cut): the full
-/// listing is refused UNAVAILABLE naming the bucket and the way out
-/// (`local_only`), which lists this replica's own sessions meanwhile;
-/// nothing changes: once the link is back the full listing has both
-/// replicas' sessions and replica 0 serves its own again.
+/// ListSessions with the bucket out of reach (the link cut, then
+/// stalled): the full listing is refused UNAVAILABLE, in bounded time,
+/// naming the bucket and the way out (`local_only`), which lists this
+/// replica's own sessions meanwhile; nothing changes: once the link is
+/// back the full listing has both replicas' sessions and replica 0 serves
+/// its own again.
 #[tokio::test]
 async fn list_sessions_with_the_bucket_cut_off_is_clear_and_changes_nothing() {
     let Some(pair) = Pair::start().await else {
@@ -763,17 +764,31 @@ async fn list_sessions_with_the_bucket_cut_off_is_clear_and_changes_nothing() {
         ..Default::default()
     };
 
-    pair.forwarder.set_link(Link::Cut);
-    let refusal = pair.c0.list_sessions().await.unwrap_err();
-    assert_eq!(refusal.code(), Code::Unavailable, "{refusal}");
-    let text = refusal.to_string();
-    assert!(text.contains(&s3_url()), "names the bucket: {text}");
-    assert!(text.contains("local"), "names the way out: {text}");
-    let listed = ids_of(pair.c0.query_sessions(&own).await.unwrap());
-    assert_eq!(listed, vec![id0.clone()]);
+    for fault in [Link::Cut, Link::Stalled] {
+        pair.forwarder.set_link(fault);
+        let asked = Instant::now();
+        let refusal = pair.c0.list_sessions().await.unwrap_err();
+        let waited = asked.elapsed();
+        assert_eq!(refusal.code(), Code::Unavailable, "{fault:?}: {refusal}");
+        let text = refusal.to_string();
+        assert!(
+            text.contains(&s3_url()),
+            "{fault:?}: names the bucket: {text}"
+        );
+        assert!(
+            text.contains("local"),
+            "{fault:?}: names the way out: {text}"
+        );
+        assert!(
+            waited < BOUNDED,
+            "{fault:?}: ListSessions waited {waited:?}"
+        );
+        let listed = ids_of(pair.c0.query_sessions(&own).await.unwrap());
+        assert_eq!(listed, vec![id0.clone()], "{fault:?}");
 
-    pair.forwarder.set_link(Link::Up);
-    write_once_served(&s0, "after the cut\n", "ListSessions cut").await;
+        pair.forwarder.set_link(Link::Up);
+        write_once_served(&s0, "after the fault\n", "ListSessions").await;
+    }
     let all = ids_of(pair.c0.list_sessions().await.unwrap());
     let mut expected = vec![id0, id1];
     expected.sort();

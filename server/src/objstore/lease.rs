@@ -87,6 +87,18 @@ pub fn renewal_interval(ttl: Duration) -> Duration {
     ttl / 3
 }
 
+/// The least time a call waits for the bucket to answer a lookup.
+const MIN_LOOKUP_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a call waits for the bucket to answer the lookups it makes on
+/// its way (whether a session may fail over here, what ListSessions
+/// shows): a renewal interval, at least [`MIN_LOOKUP_WAIT`]; then it is
+/// refused `UNAVAILABLE` (retryable), having changed nothing, rather than
+/// waiting out the store client's own timeouts (30 s per request).
+pub fn lookup_wait(ttl: Duration) -> Duration {
+    renewal_interval(ttl).max(MIN_LOOKUP_WAIT)
+}
+
 /// One generation of a session's lease.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
@@ -339,6 +351,26 @@ impl Bucket {
                 self.url
             ),
         }
+    }
+
+    /// `lookups`, given at most [`lookup_wait`]: `UNAVAILABLE` naming the
+    /// bucket and `what` was asked after that.
+    pub async fn within_lookup_wait<T>(
+        &self,
+        what: &str,
+        lookups: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let wait = lookup_wait(self.lease_ttl);
+        tokio::time::timeout(wait, lookups)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Unavailable {
+                    message: format!(
+                        "the object store {} did not answer within {wait:?} ({what}): try again",
+                        self.url
+                    ),
+                })
+            })
     }
 
     /// The sessions a renewal found taken over by another replica since

@@ -10,7 +10,7 @@
 //! does not know is not asked about again for [`UNKNOWN_FOR`], nor a
 //! session another replica holds for [`LEASED_RECHECK`]; concurrent
 //! calls for one session wait for its one recovery; the lookups wait for
-//! the bucket at most [`lookup_wait`] (then `UNAVAILABLE`, retryable); and
+//! the bucket at most a renewal interval (then `UNAVAILABLE`, retryable); and
 //! a recovery is bounded by the session's byte budget, as RecoverSession
 //! checks.
 //!
@@ -39,36 +39,17 @@ const LEASED_RECHECK: Duration = Duration::from_secs(1);
 /// Most answers remembered of each kind (beyond this, new ones are not
 /// remembered: each such id is then asked about, a few at a time).
 const MAX_REMEMBERED: usize = 10_000;
-/// The least time a call waits for the bucket to answer its lookups.
-const MIN_LOOKUP_WAIT: Duration = Duration::from_secs(2);
-
-/// How long a call waits for the bucket to answer the lookups that decide
-/// whether it fails a session over (its record, lease, token list): a
-/// renewal interval, at least [`MIN_LOOKUP_WAIT`]. Then it is refused
-/// `UNAVAILABLE` (retryable), having served nothing: a stalled bucket
-/// costs a caller a bounded wait, never a call served without the lease.
-pub(super) fn lookup_wait(ttl: Duration) -> Duration {
-    crate::objstore::lease::renewal_interval(ttl).max(MIN_LOOKUP_WAIT)
-}
-
-/// `lookups`, given at most [`lookup_wait`]: `UNAVAILABLE` naming the
-/// bucket after that.
+/// `lookups` deciding whether session `id` may be served here, given at
+/// most [`crate::objstore::Bucket::within_lookup_wait`]: a stalled
+/// bucket costs a caller a bounded wait, never a call served without the
+/// lease.
 async fn bounded<T>(
     bucket: &crate::objstore::Bucket,
     id: &str,
     lookups: impl std::future::Future<Output = Result<T>>,
 ) -> Result<T> {
-    let wait = lookup_wait(bucket.lease_ttl());
-    tokio::time::timeout(wait, lookups)
-        .await
-        .unwrap_or_else(|_| {
-            Err(Error::Unavailable {
-                message: format!(
-                    "the object store {} did not answer within {wait:?} whether session '{id}' may be served here; nothing was changed: try again",
-                    bucket.url()
-                ),
-            })
-        })
+    let what = format!("whether session '{id}' may be served here; nothing was changed");
+    bucket.within_lookup_wait(&what, lookups).await
 }
 
 type Flight = Shared<BoxFuture<'static, Result<Arc<Session>>>>;

@@ -88,14 +88,10 @@ impl SessionRegistry {
             return true;
         }
         // Within the call's bounded lookups.
-        let wait = super::failover::lookup_wait(bucket.lease_ttl());
-        let written = tokio::time::timeout(wait, bucket.ask_handback(&lease.holder, id))
-            .await
-            .unwrap_or_else(|_| {
-                Err(Error::Unavailable {
-                    message: format!("the object store did not answer within {wait:?}"),
-                })
-            });
+        let what = format!("the hand-back request for session '{id}'");
+        let written = bucket
+            .within_lookup_wait(&what, bucket.ask_handback(&lease.holder, id))
+            .await;
         match written {
             Ok(()) => {
                 asked.remember(id, renewal_interval(bucket.lease_ttl()), ());
