@@ -1,8 +1,8 @@
 //! A fault-injecting TCP forwarder for HTTP/1.1, put between a server and
 //! its bucket (a real S3 API): it passes requests on, or cuts every
 //! connection, stalls them, answers chosen requests with an error status,
-//! or forwards a chosen request and drops its answer (the request took
-//! effect; the client never learns it).
+//! stalls chosen requests, or forwards a chosen request and drops its
+//! answer (the request took effect; the client never learns it).
 //!
 //! Each request is sent upstream on a connection of its own
 //! (`Connection: close` is set both ways), so that faults apply to one
@@ -39,15 +39,25 @@ pub enum Action {
     /// Sent upstream, and the answer dropped: the connection is closed
     /// once the bucket has answered.
     DropAnswer,
+    /// Held, never sent upstream, until the link changes (then closed),
+    /// as [`Link::Stalled`] holds every request.
+    Stall,
 }
 
 #[derive(Debug, Clone)]
 struct Rule {
     method: String,
     path_contains: String,
+    /// When set, the request's body must contain it too (the body is then
+    /// read whole, up to [`MAX_MATCHED_BODY_BYTES`], before the rule is
+    /// judged).
+    body_contains: Option<String>,
     action: Action,
     remaining: usize,
 }
+
+/// The largest body a rule with `body_contains` reads to judge a request.
+const MAX_MATCHED_BODY_BYTES: usize = 64 * 1024;
 
 /// One request as the forwarder saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,9 +147,40 @@ impl Forwarder {
     /// The next `times` requests whose method is `method` and whose path
     /// contains `path_contains` get `action`.
     pub fn add_rule(&self, method: &str, path_contains: &str, action: Action, times: usize) {
+        self.push_rule(method, path_contains, None, action, times);
+    }
+
+    /// [`Forwarder::add_rule`] for requests whose body also contains
+    /// `body_contains` (a lease's expiry, say).
+    pub fn add_body_rule(
+        &self,
+        method: &str,
+        path_contains: &str,
+        body_contains: &str,
+        action: Action,
+        times: usize,
+    ) {
+        self.push_rule(
+            method,
+            path_contains,
+            Some(body_contains.to_string()),
+            action,
+            times,
+        );
+    }
+
+    fn push_rule(
+        &self,
+        method: &str,
+        path_contains: &str,
+        body_contains: Option<String>,
+        action: Action,
+        times: usize,
+    ) {
         self.lock().rules.push(Rule {
             method: method.to_string(),
             path_contains: path_contains.to_string(),
+            body_contains,
             action,
             remaining: times,
         });
@@ -213,10 +254,28 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, state: &Mutex<State>
     let Some((method, path)) = request_line(&head) else {
         return;
     };
+    let head_matches =
+        |r: &Rule| r.remaining > 0 && r.method == method && path.contains(r.path_contains.as_str());
+    let judges_body = state
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .rules
+        .iter()
+        .any(|r| head_matches(r) && r.body_contains.is_some());
+    let mut rest = rest;
+    if judges_body {
+        let length = content_length(&head).min(MAX_MATCHED_BODY_BYTES);
+        if read_to(&mut client, &mut rest, length).await.is_err() {
+            return;
+        }
+    }
     let action = {
         let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
         let rule = state.rules.iter_mut().find(|r| {
-            r.remaining > 0 && r.method == method && path.contains(r.path_contains.as_str())
+            head_matches(r)
+                && r.body_contains
+                    .as_ref()
+                    .is_none_or(|wanted| rest.windows(wanted.len()).any(|w| w == wanted.as_bytes()))
         });
         let action = rule.map(|r| {
             r.remaining -= 1;
@@ -229,6 +288,10 @@ async fn serve(mut client: TcpStream, upstream: SocketAddr, state: &Mutex<State>
         });
         action
     };
+    if action == Some(Action::Stall) {
+        // Held until the link changes (the caller's select then ends it).
+        return std::future::pending().await;
+    }
     if let Some(Action::Status(status)) = action {
         // The body is read first, so that the client reads the answer
         // rather than a reset.
@@ -294,6 +357,24 @@ async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> Option<(Vec<u8>, Ve
         }
         buf.extend_from_slice(&chunk[..n]);
     }
+}
+
+/// Reads from `stream` into `buf` until it holds `length` bytes or the
+/// stream ends.
+async fn read_to(
+    stream: &mut (impl AsyncRead + Unpin),
+    buf: &mut Vec<u8>,
+    length: usize,
+) -> std::io::Result<()> {
+    let mut chunk = [0u8; 8192];
+    while buf.len() < length {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Ok(())
 }
 
 async fn drain(stream: &mut (impl AsyncRead + Unpin), mut left: usize) -> std::io::Result<()> {

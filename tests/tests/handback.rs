@@ -310,3 +310,56 @@ async fn two_replicas_both_getting_calls_move_a_session_at_most_once_per_lease()
     drop((r0, r1));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Hand-back requests addressed to a replica that never comes back: a
+/// replica sweeping every second removes one nobody wrote again for three
+/// lease lengths (two for a request to stand, one more for clocks), while
+/// one its asker keeps writing again (once a second, as an asker does while
+/// calls come) stays; the sweeper's own session is served throughout.
+#[tokio::test]
+async fn handback_requests_to_a_replica_that_never_returns_are_swept() {
+    let Some(moto) = Moto::start() else {
+        eprintln!("skipping: moto_server is not installed");
+        return;
+    };
+    let dir = fresh_dir();
+    let mut sweeping = moto.replica(0, LEASE_TTL);
+    sweeping
+        .args
+        .extend(["--sweep-interval", "1s"].into_iter().map(String::from));
+    let r0 = Replica::start(&dir, 0, &sweeping);
+    let c0 = Client::connect(&r0.url()).await.unwrap();
+    let (s0, info) = c0.create(SessionOptions::directory()).await.unwrap();
+    let asked = |at_ms: u128| format!(r#"{{"from":"replica-1","at_ms":{at_ms}}}"#);
+    let now_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+    };
+    let abandoned = format!("handback/replica-gone/{}", info.id);
+    let renewed = "handback/replica-gone/00000000-0000-4000-8000-000000000000";
+    moto.put(&abandoned, asked(now_ms()).as_bytes());
+
+    let started = Instant::now();
+    while moto.get(&abandoned).is_some() {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "the abandoned request was never removed"
+        );
+        moto.put(renewed, asked(now_ms()).as_bytes());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(
+        started.elapsed() >= LEASE_TTL * 3 - Duration::from_secs(1),
+        "removed after {:?}, before it was abandoned",
+        started.elapsed()
+    );
+    assert!(
+        moto.get(renewed).is_some(),
+        "a request its asker keeps writing was removed"
+    );
+    s0.write_str("a.txt", "served\n").await.unwrap();
+    drop(r0);
+    let _ = std::fs::remove_dir_all(&dir);
+}

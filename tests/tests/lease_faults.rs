@@ -24,6 +24,12 @@ use wsfs_tests::moto::{Moto, BUCKET, PREFIX};
 const LEASE_TTL: Duration = Duration::from_secs(3);
 /// Generous: a loaded machine delays renewals and calls.
 const PATIENCE: Duration = Duration::from_secs(40);
+/// The admin token of the [`Pair`]'s replicas, which its clients carry.
+const ADMIN: &str = "admin-token-for-lease-faults-0123456789";
+/// Far above the bounds a stalled bucket may cost a call (a lease
+/// length), far below the 30 s the store's client waits for a stalled
+/// request before giving up.
+const BOUNDED: Duration = Duration::from_secs(15);
 
 fn setup(bucket: &str, index: usize, envs: Vec<(String, String)>) -> ReplicaSetup {
     ReplicaSetup::mirrored(bucket, index, LEASE_TTL, envs)
@@ -40,7 +46,8 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// Replica 0 reaching the bucket through a forwarder, replica 1 directly.
+/// Replica 0 reaching the bucket through a forwarder, replica 1 directly;
+/// a client of each carrying the admin token.
 struct Pair {
     moto: Moto,
     forwarder: Forwarder,
@@ -59,11 +66,18 @@ impl Pair {
         let r0 = Replica::start(
             &dir,
             0,
-            &setup(&s3_url(), 0, moto.envs_via(&forwarder.url())),
+            &setup(&s3_url(), 0, moto.envs_via(&forwarder.url())).with_admin(ADMIN),
         );
-        let r1 = Replica::start(&dir, 1, &setup(&s3_url(), 1, moto.envs()));
-        let c0 = Client::connect(&r0.url()).await.unwrap();
-        let c1 = Client::connect(&r1.url()).await.unwrap();
+        let r1 = Replica::start(&dir, 1, &setup(&s3_url(), 1, moto.envs()).with_admin(ADMIN));
+        let admin = |url: String| async move {
+            Client::connect(&url)
+                .await
+                .unwrap()
+                .with_token(ADMIN)
+                .unwrap()
+        };
+        let c0 = admin(r0.url()).await;
+        let c1 = admin(r1.url()).await;
         Some(Pair {
             moto,
             forwarder,
@@ -86,6 +100,21 @@ impl Pair {
                 let body = self.moto.get(&format!("{under}{g}"))?;
                 Some((g, serde_json::from_slice(&body).ok()?))
             })
+            .collect()
+    }
+
+    /// Whether every lease generation of session `id` in the bucket names
+    /// `holder`.
+    fn all_leases_held_by(&self, id: &str, holder: &str) -> bool {
+        self.holders(id).iter().all(|h| h == holder)
+    }
+
+    /// The holder each lease generation of session `id` names, lowest
+    /// first.
+    fn holders(&self, id: &str) -> Vec<serde_json::Value> {
+        self.leases(id)
+            .into_iter()
+            .map(|(_, lease)| lease["holder"].clone())
             .collect()
     }
 
@@ -317,11 +346,7 @@ async fn a_renewal_whose_answer_was_lost_is_recognised_as_the_replicas_own() {
         "the replica stopped renewing: {:?}",
         pair.forwarder.seen()
     );
-    let holders: Vec<_> = pair
-        .leases(&id)
-        .into_iter()
-        .map(|(_, l)| l["holder"].clone())
-        .collect();
+    let holders = pair.holders(&id);
     assert!(
         !holders.is_empty() && holders.iter().all(|h| h == "replica-0"),
         "{holders:?}"
@@ -546,4 +571,398 @@ async fn a_replica_stopped_gracefully_gives_back_its_leases() {
     on_r1.write_str("a.txt", "after\n").await.unwrap();
     drop(r1);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `call`'s first answer, retrying while it is UNAVAILABLE for
+/// [`PATIENCE`].
+async fn once_served<T: std::fmt::Debug, Fut>(what: &str, call: impl FnMut() -> Fut) -> T
+where
+    Fut: std::future::Future<Output = wsfs::Result<T>>,
+{
+    wsfs_tests::cluster::once_answered(what, PATIENCE, call, |_| true).await
+}
+
+/// The ids of `sessions`, sorted.
+fn ids_of(sessions: Vec<wsfs_client::SessionInfo>) -> Vec<String> {
+    let mut ids: Vec<String> = sessions.into_iter().map(|s| s.id).collect();
+    ids.sort();
+    ids
+}
+
+/// Whether the forwarder applied `action` to some request.
+fn acted(forwarder: &Forwarder, action: Action) -> bool {
+    forwarder.seen().iter().any(|s| s.action == Some(action))
+}
+
+/// Waits until the forwarder has held a request with [`Action::Stall`].
+async fn until_stalled(forwarder: &Forwarder, what: &str) {
+    let stalled =
+        wsfs_tests::forwarder::eventually(PATIENCE, || acted(forwarder, Action::Stall)).await;
+    assert!(stalled, "{what} was never sent: {:?}", forwarder.seen());
+}
+
+/// Recovers session `id` on replica 1 (no force) once replica 0's lease
+/// ran out (refused SESSION_LEASED naming replica 0 until then).
+async fn recover_on_r1(pair: &Pair, id: &str) {
+    let started = Instant::now();
+    loop {
+        match pair.c1.recover_session(id, None, false).await {
+            Ok(_) => return,
+            Err(e) if started.elapsed() < PATIENCE => {
+                assert_leased_to(&e, "replica-0");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the session was never recovered on replica 1: {e}"),
+        }
+    }
+}
+
+/// An upload that outlasts its lease: replica 0's Snapshot has checked its
+/// lease and sent the session record, whose PUT the link holds; then every
+/// renewal is held too, the lease runs out, and replica 1 recovers the
+/// session (no force). The link comes back (the held requests are tried
+/// again). The Snapshot never answers OK for a session replica 0 no longer
+/// holds (`UNAVAILABLE` or `SESSION_LEASED`); the bucket lists no record of
+/// it and its session record still names the snapshot replica 1 recovered
+/// from, the only one replica 1 lists; replica 0 then refuses every write
+/// with SESSION_LEASED naming replica 1.
+#[tokio::test]
+async fn a_snapshot_whose_upload_outlasts_its_lease_is_not_kept() {
+    let Some(pair) = Pair::start().await else {
+        return;
+    };
+    let (s0, id) = session_on(&pair.c0, "before\n").await;
+    let kept = pair.c0.snapshot(&id, "kept").await.unwrap();
+    pair.forwarder
+        .add_rule("PUT", "/session.json", Action::Stall, 1);
+    let snapshotting = {
+        let (c0, id) = (pair.c0.clone(), id.clone());
+        tokio::spawn(async move { c0.snapshot(&id, "doomed").await })
+    };
+    until_stalled(&pair.forwarder, "the session record").await;
+    // Replica 0 can no longer renew: its lease runs out.
+    pair.forwarder
+        .add_rule("PUT", "/lease/", Action::Stall, usize::MAX);
+    recover_on_r1(&pair, &id).await;
+    pair.forwarder.clear_rules();
+    // Closes the held requests: the store's client tries them again.
+    pair.forwarder.set_link(Link::Up);
+
+    match snapshotting.await.unwrap() {
+        Ok(info) => panic!(
+            "replica 0 answered OK for a snapshot of a session replica 1 holds: {info:?} (records: {:?})",
+            pair.snapshot_records(&id)
+        ),
+        Err(e) => assert!(
+            e.code() == Code::Unavailable || e.reason() == "SESSION_LEASED",
+            "{e}"
+        ),
+    }
+    let only_kept: std::collections::BTreeSet<String> =
+        [format!("{}.json", kept.id)].into_iter().collect();
+    assert_eq!(pair.snapshot_records(&id), only_kept);
+    let record: serde_json::Value = serde_json::from_slice(
+        &pair
+            .moto
+            .get(&format!("sessions/{id}/session.json"))
+            .expect("the session record"),
+    )
+    .unwrap();
+    assert_eq!(record["latest_snapshot"], kept.id.as_str(), "{record}");
+    let listed: Vec<String> = pair
+        .c1
+        .list_snapshots(&id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(listed, vec![kept.id.clone()]);
+
+    let started = Instant::now();
+    let refusal = loop {
+        match s0.write_str("a.txt", "written on r0\n").await {
+            Ok(_) => panic!("replica 0 acknowledged a write to a session replica 1 holds"),
+            Err(e) if e.reason() == "SESSION_LEASED" => break e,
+            Err(e) => {
+                assert_eq!(e.code(), Code::Unavailable, "{e}");
+                assert!(started.elapsed() < PATIENCE, "{e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_leased_to(&refusal, "replica-1");
+    assert_eq!(
+        pair.c1.session(&id).read_to_string("a.txt").await.unwrap(),
+        "before\n"
+    );
+}
+
+/// Failover's own lookups stalled: replica 1 held a session and is
+/// SIGKILLed; replica 0 gets a call for it while every read of the
+/// session's lease is held by the link. The call waits a bounded time
+/// (well within the store client's own 30 s request timeout) and is
+/// refused UNAVAILABLE (retryable), serving nothing and taking no lease;
+/// once the link is back the session fails over to replica 0 with its
+/// snapshot, and replica 0 holds the lease.
+#[tokio::test]
+async fn a_failover_whose_lease_read_stalls_waits_bounded_and_serves_nothing() {
+    let Some(mut pair) = Pair::start().await else {
+        return;
+    };
+    let (_s1, id) = session_on(&pair.c1, "saved\n").await;
+    pair.c1.snapshot(&id, "kept").await.unwrap();
+    pair.r1.kill();
+    pair.forwarder
+        .add_rule("GET", "lease", Action::Stall, usize::MAX);
+
+    let on_r0 = pair.c0.session(&id);
+    let asked = Instant::now();
+    let refusal = on_r0.read_to_string("a.txt").await.unwrap_err();
+    let waited = asked.elapsed();
+    assert_eq!(refusal.code(), Code::Unavailable, "{refusal}");
+    assert!(
+        refusal.to_string().contains(&s3_url()),
+        "the refusal names the bucket: {refusal}"
+    );
+    assert!(
+        waited < BOUNDED,
+        "the call waited {waited:?} for a stalled lease read"
+    );
+    assert!(
+        pair.all_leases_held_by(&id, "replica-1"),
+        "replica 0 took a lease without reading the one in force: {:?}",
+        pair.leases(&id)
+    );
+
+    pair.forwarder.clear_rules();
+    pair.forwarder.set_link(Link::Up);
+    let text = once_served("the failover once the link is back", || {
+        on_r0.read_to_string("a.txt")
+    })
+    .await;
+    assert_eq!(text, "saved\n");
+    let holders = pair.holders(&id);
+    assert_eq!(holders.last(), Some(&serde_json::json!("replica-0")));
+}
+
+/// ListSessions with the bucket out of reach (the link cut, then
+/// stalled): the full listing is refused UNAVAILABLE, in bounded time,
+/// naming the bucket and the way out (`local_only`), which lists this
+/// replica's own sessions meanwhile; nothing changes: once the link is
+/// back the full listing has both replicas' sessions and replica 0 serves
+/// its own again.
+#[tokio::test]
+async fn list_sessions_with_the_bucket_cut_off_is_clear_and_changes_nothing() {
+    let Some(pair) = Pair::start().await else {
+        return;
+    };
+    let (s0, id0) = session_on(&pair.c0, "r0\n").await;
+    let (_s1, id1) = session_on(&pair.c1, "r1\n").await;
+    let own = wsfs_client::SessionQuery {
+        local_only: true,
+        ..Default::default()
+    };
+
+    for fault in [Link::Cut, Link::Stalled] {
+        pair.forwarder.set_link(fault);
+        let asked = Instant::now();
+        let refusal = pair.c0.list_sessions().await.unwrap_err();
+        let waited = asked.elapsed();
+        assert_eq!(refusal.code(), Code::Unavailable, "{fault:?}: {refusal}");
+        let text = refusal.to_string();
+        assert!(
+            text.contains(&s3_url()),
+            "{fault:?}: names the bucket: {text}"
+        );
+        assert!(
+            text.contains("local"),
+            "{fault:?}: names the way out: {text}"
+        );
+        assert!(
+            waited < BOUNDED,
+            "{fault:?}: ListSessions waited {waited:?}"
+        );
+        let listed = ids_of(pair.c0.query_sessions(&own).await.unwrap());
+        assert_eq!(listed, vec![id0.clone()], "{fault:?}");
+
+        pair.forwarder.set_link(Link::Up);
+        write_once_served(&s0, "after the fault\n", "ListSessions").await;
+    }
+    let all = ids_of(pair.c0.list_sessions().await.unwrap());
+    let mut expected = vec![id0, id1];
+    expected.sort();
+    assert_eq!(all, expected);
+}
+
+/// The token list's write whose answer is lost (the PUT reached the
+/// bucket): IssueToken answers with a token that works (the store's
+/// client tries the write again, or the caller IssueToken after
+/// `UNAVAILABLE`); the bucket's list names each token once and none that
+/// was refused; after replica 0 is SIGKILLed the token opens its session
+/// on replica 1, which fails it over for that token.
+#[tokio::test]
+async fn a_token_list_write_whose_answer_was_lost_loses_no_token() {
+    let Some(mut pair) = Pair::start().await else {
+        return;
+    };
+    let (_s0, id) = session_on(&pair.c0, "before\n").await;
+    pair.c0.snapshot(&id, "kept").await.unwrap();
+    pair.forwarder
+        .add_rule("PUT", "/tokens.json", Action::DropAnswer, 1);
+    let mut refused = 0;
+    let token = loop {
+        match pair.c0.issue_token(&id, "agent").await {
+            Ok(issued) => break issued.token,
+            Err(e) => {
+                assert_eq!(e.code(), Code::Unavailable, "{e}");
+                refused += 1;
+                assert!(refused < 5, "IssueToken kept failing: {e}");
+            }
+        }
+    };
+    assert!(
+        acted(&pair.forwarder, Action::DropAnswer),
+        "the answer was never dropped: {:?}",
+        pair.forwarder.seen()
+    );
+    let agent = |url: String| {
+        let token = token.clone();
+        async move {
+            Client::connect(&url)
+                .await
+                .unwrap()
+                .with_token(&token)
+                .unwrap()
+        }
+    };
+    let on_r0 = agent(pair.r0.url()).await.session(&id);
+    assert_eq!(on_r0.read_to_string("a.txt").await.unwrap(), "before\n");
+
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(
+        &pair
+            .moto
+            .get(&format!("sessions/{id}/tokens.json"))
+            .expect("the token list"),
+    )
+    .unwrap();
+    let hashes: Vec<&str> = listed.iter().filter_map(|t| t["sha256"].as_str()).collect();
+    let distinct: std::collections::BTreeSet<&str> = hashes.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        hashes.len(),
+        "a token listed twice: {listed:?}"
+    );
+    assert!(
+        hashes.contains(&sha256_hex(token.as_bytes()).as_str()),
+        "the token is not in the bucket's list: {listed:?}"
+    );
+    let agents = listed.iter().filter(|t| t["caller"] == "agent").count();
+    assert_eq!(agents, 1, "{refused} refused, listed: {listed:?}");
+
+    pair.r0.kill();
+    let on_r1 = agent(pair.r1.url()).await.session(&id);
+    let text = once_served("the token on replica 1", || on_r1.read_to_string("a.txt")).await;
+    assert_eq!(text, "before\n");
+}
+
+/// A hand-back whose snapshot stalls: replica 1 gets calls for a session
+/// replica 0 holds and asks for it; replica 0's hand-back snapshot sends
+/// its session record into a link that holds it. Replica 0 refuses calls
+/// meanwhile (`UNAVAILABLE`), but for a bounded time: the snapshot fails
+/// once the lease no longer covers its records, and replica 0 serves the
+/// session again, its lease its own, no record of that snapshot in the
+/// bucket. Once the link is back the session moves to replica 1 with
+/// every write, the one acknowledged after the stall too.
+#[tokio::test]
+async fn a_handback_whose_snapshot_stalls_serves_again_in_bounded_time_and_loses_nothing() {
+    let Some(pair) = Pair::start().await else {
+        return;
+    };
+    let (s0, id) = session_on(&pair.c0, "first\n").await;
+    // Held long enough to be handed back.
+    tokio::time::sleep(LEASE_TTL).await;
+    pair.forwarder
+        .add_rule("PUT", "/session.json", Action::Stall, 1);
+    let on_r1 = pair.c1.session(&id);
+    let asking = Instant::now();
+    while !acted(&pair.forwarder, Action::Stall) {
+        let err = on_r1.read_to_string("a.txt").await.unwrap_err();
+        assert_eq!(err.code(), Code::Unavailable, "{err}");
+        assert!(
+            asking.elapsed() < PATIENCE,
+            "replica 0 never began the hand-back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let stalled = Instant::now();
+    let after_stall = loop {
+        match s0.write_str("b.txt", "during\n").await {
+            Ok(_) => break stalled.elapsed(),
+            Err(e) => {
+                assert_eq!(e.code(), Code::Unavailable, "{e}");
+                assert!(
+                    stalled.elapsed() < BOUNDED,
+                    "replica 0 refused calls for {:?} behind a stalled hand-back: {e}",
+                    stalled.elapsed()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    eprintln!("served again {after_stall:?} after the hand-back's snapshot stalled");
+    assert_eq!(pair.snapshot_records(&id), Default::default());
+    assert!(
+        pair.all_leases_held_by(&id, "replica-0"),
+        "{:?}",
+        pair.leases(&id)
+    );
+
+    pair.forwarder.set_link(Link::Up);
+    let moved = once_served("the session on replica 1", || on_r1.read_to_string("b.txt")).await;
+    assert_eq!(moved, "during\n");
+    assert_eq!(on_r1.read_to_string("a.txt").await.unwrap(), "first\n");
+}
+
+/// A hand-back whose give-back loses its answer: replica 1 asks for a
+/// session replica 0 holds; replica 0 snapshots it and gives its lease
+/// back (a generation already expired), and that PUT's answer is dropped
+/// after it landed. The session moves once, with every write: replica 1
+/// serves it and holds the lease, and replica 0 acknowledges no write on
+/// it any more.
+#[tokio::test]
+async fn a_handback_whose_give_back_loses_its_answer_moves_the_session_once() {
+    let Some(pair) = Pair::start().await else {
+        return;
+    };
+    let (s0, id) = session_on(&pair.c0, "first\n").await;
+    s0.write_str("b.txt", "second\n").await.unwrap();
+    // Held long enough to be handed back.
+    tokio::time::sleep(LEASE_TTL).await;
+    pair.forwarder.add_body_rule(
+        "PUT",
+        "/lease/",
+        r#""expires_at_ms":0"#,
+        Action::DropAnswer,
+        1,
+    );
+    let on_r1 = pair.c1.session(&id);
+    let moved = once_served("the session on replica 1", || on_r1.read_to_string("b.txt")).await;
+    assert_eq!(moved, "second\n");
+    assert_eq!(on_r1.read_to_string("a.txt").await.unwrap(), "first\n");
+    assert!(
+        acted(&pair.forwarder, Action::DropAnswer),
+        "the give-back's answer was never dropped: {:?}",
+        pair.forwarder.seen()
+    );
+    let holders = pair.holders(&id);
+    assert_eq!(holders.last(), Some(&serde_json::json!("replica-1")));
+    let refused = s0.write_str("a.txt", "written on r0\n").await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused}");
+    on_r1.write_str("a.txt", "written on r1\n").await.unwrap();
+    assert_eq!(
+        on_r1.read_to_string("a.txt").await.unwrap(),
+        "written on r1\n"
+    );
 }

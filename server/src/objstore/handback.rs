@@ -33,6 +33,16 @@ pub fn fresh_for(ttl: Duration) -> Duration {
     ttl * 2
 }
 
+/// How old a request (by the bucket's clock) is when a sweep removes it,
+/// whoever it is addressed to: [`fresh_for`] and one lease length more
+/// for clocks. An asker writes its request again every renewal interval
+/// while calls keep coming, so only a request nobody renews gets this
+/// old: one addressed to a replica that never came back, or for a
+/// session that failed over elsewhere meanwhile.
+pub fn abandoned_after(ttl: Duration) -> Duration {
+    fresh_for(ttl) + ttl
+}
+
 /// How long a holder keeps a session before it hands it back: one lease
 /// length, so that two replicas that both get calls for it (a flapping
 /// proxy) move it at most once per lease length.
@@ -111,6 +121,29 @@ impl Bucket {
             }
         }
         Ok(requests)
+    }
+
+    /// Removes every hand-back request, to any replica, written
+    /// [`abandoned_after`] or longer before `now` (an object just written,
+    /// dated by the bucket's clock, so that no replica's clock counts):
+    /// one listing of `handback/`. How many were removed.
+    pub(super) async fn drop_abandoned_handbacks(
+        &self,
+        now: &object_store::ObjectMeta,
+    ) -> Result<usize> {
+        let abandoned = abandoned_after(self.lease_ttl);
+        let mut removed = 0;
+        for meta in self.list(&keys::all_handbacks()).await? {
+            if super::sweep::age(now, &meta) < abandoned {
+                continue;
+            }
+            match self.store.delete(&meta.location).await {
+                Ok(()) => removed += 1,
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.failed("delete", &meta.location, e)),
+            }
+        }
+        Ok(removed)
     }
 
     /// Removes the request for session `id` addressed to replica `holder`

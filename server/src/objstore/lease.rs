@@ -31,6 +31,14 @@
 //!    expired, once it has stopped serving the session. A hand-back
 //!    request is only a hint: the lease stays the one decision, taken
 //!    by rule 4 like any other.
+//! 6. A write that makes something visible as the session's (a
+//!    snapshot's records) follows a renewal made for it
+//!    ([`Bucket::renew_for_commit`]) and must be acknowledged before that
+//!    renewal's expiry less [`skew_margin`]: by rule 4 no other replica
+//!    serves the session before then, however long the work before the
+//!    write took. Claims on one session are serialized in this process,
+//!    so that such a renewal and the background one never build on the
+//!    same generation.
 //!
 //! # Why two replicas never both serve
 //!
@@ -62,6 +70,9 @@ use wsfs::{Error, Result};
 
 /// How many leases a shutdown gives back at once.
 const RELEASES_AT_ONCE: usize = 16;
+/// Locks that serialize the claims on one session (a renewal round's and
+/// a Snapshot's commit), shared by sessions whose ids hash alike.
+pub(super) const CLAIM_LOCKS: usize = 64;
 
 /// How long before its lease expires a holder stops serving: a quarter
 /// of the lease's length (7.5 s of the default 30 s). Replicas' clocks
@@ -74,6 +85,18 @@ pub fn skew_margin(ttl: Duration) -> Duration {
 /// renewals in a row may fail before it stops serving.
 pub fn renewal_interval(ttl: Duration) -> Duration {
     ttl / 3
+}
+
+/// The least time a call waits for the bucket to answer a lookup.
+const MIN_LOOKUP_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a call waits for the bucket to answer the lookups it makes on
+/// its way (whether a session may fail over here, what ListSessions
+/// shows): a renewal interval, at least [`MIN_LOOKUP_WAIT`]; then it is
+/// refused `UNAVAILABLE` (retryable), having changed nothing, rather than
+/// waiting out the store client's own timeouts (30 s per request).
+pub fn lookup_wait(ttl: Duration) -> Duration {
+    renewal_interval(ttl).max(MIN_LOOKUP_WAIT)
 }
 
 /// One generation of a session's lease.
@@ -209,6 +232,7 @@ impl Bucket {
     /// takeover, served only once it has run out. Returns when this
     /// replica may begin serving the session (ms since the epoch).
     pub async fn acquire(&self, id: &str, force: bool, may_take_others: bool) -> Result<u64> {
+        let _one = self.claim_lock(id).lock().await;
         let current = self.lease(id).await?;
         let mut serves_from_ms = 0;
         if let Some(lease) = &current {
@@ -230,6 +254,10 @@ impl Bucket {
                         id.to_string(),
                         self.held_by(&lease, serves_from_ms, now_ms().max(serves_from_ms)),
                     );
+                self.lost
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(id);
                 self.drop_generations_below(id, lease.generation, listed)
                     .await;
                 Ok(serves_from_ms)
@@ -240,6 +268,9 @@ impl Bucket {
 
     /// Extends this server's lease on `id` by one TTL.
     pub async fn renew(&self, id: &str) -> Result<Renewal> {
+        // One claim on a session at a time: two from the same generation
+        // would each take the other's confirmed generation for a stale one.
+        let _one = self.claim_lock(id).lock().await;
         let Some(held) = self.held(id) else {
             // Given back since the caller looked (the session was deleted).
             return Ok(Renewal::NotHeld);
@@ -272,11 +303,83 @@ impl Bucket {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(id);
+                self.lost
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id.to_string(), winner.holder.clone());
                 Ok(Renewal::Lost {
                     holder: winner.holder,
                 })
             }
         }
+    }
+
+    /// The lock serializing the claims on session `id`.
+    fn claim_lock(&self, id: &str) -> &tokio::sync::Mutex<()> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        id.hash(&mut hasher);
+        &self.claiming[(hasher.finish() % CLAIM_LOCKS as u64) as usize]
+    }
+
+    /// Renews this replica's lease on `id` right before a write that may
+    /// only land while the session is still this replica's (the records
+    /// that make a snapshot visible): the renewal is the bucket's
+    /// compare-and-swap, so a replica that took the session over since
+    /// makes it fail (`SESSION_LEASED` naming that replica). Returns how
+    /// long the write has: until the renewed lease's expiry less the skew
+    /// margin, before any other replica may take the session over.
+    pub(super) async fn renew_for_commit(&self, id: &str) -> Result<Duration> {
+        match self.renew(id).await? {
+            Renewal::Renewed | Renewal::NotHeld => {}
+            Renewal::Lost { holder } => return Err(self.taken_over(id, &holder)),
+        }
+        let held = self.check_holding(id)?;
+        Ok(Duration::from_millis(
+            held.good_until_ms.saturating_sub(now_ms()),
+        ))
+    }
+
+    /// The refusal of a write on session `id`, which replica `holder`
+    /// took over while this one held it.
+    fn taken_over(&self, id: &str, holder: &str) -> Error {
+        Error::SessionLeased {
+            session_id: id.to_string(),
+            holder: holder.to_string(),
+            message: format!(
+                "session '{id}' was taken over by replica '{holder}' (this replica's lease in the object store {} ran out); nothing more is written here for it",
+                self.url
+            ),
+        }
+    }
+
+    /// `lookups`, given at most [`lookup_wait`]: `UNAVAILABLE` naming the
+    /// bucket and `what` was asked after that.
+    pub async fn within_lookup_wait<T>(
+        &self,
+        what: &str,
+        lookups: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let wait = lookup_wait(self.lease_ttl);
+        tokio::time::timeout(wait, lookups)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Unavailable {
+                    message: format!(
+                        "the object store {} did not answer within {wait:?} ({what}): try again",
+                        self.url
+                    ),
+                })
+            })
+    }
+
+    /// The sessions a renewal found taken over by another replica since
+    /// the last call, each with its new holder: for the registry to stop
+    /// serving them.
+    pub fn take_lost(&self) -> Vec<(String, String)> {
+        std::mem::take(&mut *self.lost.lock().unwrap_or_else(|e| e.into_inner()))
+            .into_iter()
+            .collect()
     }
 
     fn held_by(&self, lease: &Lease, serves_from_ms: u64, since_ms: u64) -> Held {
@@ -317,6 +420,10 @@ impl Bucket {
     /// bucket needs.
     pub(super) fn check_holding(&self, id: &str) -> Result<Held> {
         let Some(held) = self.held(id) else {
+            let lost = self.lost.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(holder) = lost.get(id) {
+                return Err(self.taken_over(id, holder));
+            }
             return Err(Error::Unavailable {
                 message: format!(
                     "this replica holds no lease on session '{id}' in the object store {} (it is taken when the store can be reached); try again",
@@ -340,6 +447,7 @@ impl Bucket {
     /// runs out): a new generation that has already expired, so that the
     /// generations keep growing.
     pub async fn release(&self, id: &str) {
+        let _one = self.claim_lock(id).lock().await;
         let held = self
             .leases
             .lock()
@@ -465,5 +573,38 @@ impl Bucket {
         for older in listed.into_iter().filter(|&g| g < generation) {
             let _ = self.store.delete(&keys::lease(id, older)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A Snapshot's renewal ([`Bucket::renew_for_commit`]) runs beside
+    /// the background one: renewals of one session at once, on a real
+    /// (`file://`) bucket, each build on the generation the one before
+    /// confirmed, so that none takes the other's for a stale claim and
+    /// gives the session up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_renewals_of_one_session_never_give_it_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().display());
+        let bucket = Arc::new(Bucket::open(&url, "r0".into(), Duration::from_secs(30)).unwrap());
+        let id = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+        bucket.acquire(id, false, false).await.unwrap();
+        for _ in 0..10 {
+            let renewals: Vec<_> = (0..8)
+                .map(|_| {
+                    let bucket = bucket.clone();
+                    tokio::spawn(async move { bucket.renew(id).await })
+                })
+                .collect();
+            for renewal in renewals {
+                assert_eq!(renewal.await.unwrap().unwrap(), Renewal::Renewed);
+            }
+        }
+        bucket.check_holding(id).unwrap();
+        assert!(bucket.take_lost().is_empty());
     }
 }

@@ -1,7 +1,8 @@
 //! Every session the bucket knows, so that ListSessions on any replica
 //! lists the sessions of all of them: one listing of `sessions/` for their
 //! ids, then the record and lease of each one asked for, a bounded number
-//! at a time.
+//! at a time; each request waits for the bucket at most
+//! [`super::lease::lookup_wait`].
 
 use super::lease::Lease;
 use super::{keys, Bucket, Key};
@@ -28,11 +29,15 @@ impl Bucket {
     /// 1000 sessions). Names that are not session ids are skipped.
     pub async fn session_ids(&self) -> Result<Vec<String>> {
         let prefix = Key::from(keys::SESSIONS);
+        let listing = async {
+            self.store
+                .list_with_delimiter(Some(&prefix))
+                .await
+                .map_err(|e| self.failed("list", &prefix, e))
+        };
         let listed = self
-            .store
-            .list_with_delimiter(Some(&prefix))
-            .await
-            .map_err(|e| self.failed("list", &prefix, e))?;
+            .within_lookup_wait("listing the sessions", listing)
+            .await?;
         let mut ids: Vec<String> = listed
             .common_prefixes
             .iter()
@@ -51,7 +56,11 @@ impl Bucket {
     /// bucket that fails is UNAVAILABLE.
     pub async fn recorded_sessions(&self, ids: &[String]) -> Result<Vec<RecordedSession>> {
         let found: Vec<Option<RecordedSession>> = futures::stream::iter(ids.to_vec())
-            .map(|id| async move { self.recorded_session(&id).await })
+            .map(|id| async move {
+                let what = format!("reading session '{id}'");
+                self.within_lookup_wait(&what, self.recorded_session(&id))
+                    .await
+            })
             .buffered(READS_AT_ONCE)
             .try_collect()
             .await?;

@@ -73,6 +73,11 @@ pub struct Bucket {
     lease_ttl: Duration,
     /// The lease generation this server holds, per session.
     leases: Mutex<HashMap<String, lease::Held>>,
+    /// Sessions a renewal found taken over since the registry last asked
+    /// ([`Bucket::take_lost`]), each with its new holder.
+    lost: Mutex<HashMap<String, String>>,
+    /// Serialize the claims on each session ([`lease::CLAIM_LOCKS`]).
+    claiming: Vec<tokio::sync::Mutex<()>>,
     /// Records a failed call wrote (or may have written) and could not
     /// remove at once: removed at the next lease renewal.
     pending_removals: Mutex<Vec<Key>>,
@@ -148,6 +153,10 @@ impl Bucket {
             incarnation: uuid::Uuid::new_v4().to_string(),
             lease_ttl,
             leases: Mutex::new(HashMap::new()),
+            lost: Mutex::new(HashMap::new()),
+            claiming: (0..lease::CLAIM_LOCKS)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
             pending_removals: Mutex::new(Vec::new()),
             known: Mutex::new(sweep::Known::default()),
         })
@@ -189,6 +198,11 @@ impl Bucket {
                 self.url
             ),
         })
+    }
+
+    /// The store's URL, for messages.
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
     /// This server's name in leases.
@@ -351,6 +365,11 @@ pub mod keys {
 
     pub fn leases(id: &str) -> Key {
         Key::from(format!("sessions/{id}/lease"))
+    }
+
+    /// Every hand-back request, to any replica.
+    pub fn all_handbacks() -> Key {
+        Key::from("handback")
     }
 
     /// The hand-back requests addressed to replica `holder` (any replica

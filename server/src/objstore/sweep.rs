@@ -229,7 +229,7 @@ struct Markers {
 }
 
 /// How long before `later`'s last write `earlier`'s was (zero if after).
-fn age(later: &ObjectMeta, earlier: &ObjectMeta) -> Duration {
+pub(super) fn age(later: &ObjectMeta, earlier: &ObjectMeta) -> Duration {
     (later.last_modified - earlier.last_modified)
         .to_std()
         .unwrap_or_default()
@@ -309,6 +309,13 @@ impl Bucket {
     async fn sweep_marked(&self, marker: &Marker, grace: Duration) -> Result<SweepReport> {
         let mut report = SweepReport::default();
         let seen = self.markers(marker).await?;
+        // Not tied to contents: done whatever else is under way.
+        match self.drop_abandoned_handbacks(&seen.own).await {
+            Ok(removed) => report.handbacks_removed = removed,
+            Err(e) => {
+                tracing::warn!(error = %e, "abandoned hand-back requests could not be removed")
+            }
+        }
         if let Some(why) = yield_to(&seen) {
             report.yielded = Some(why);
             return Ok(report);
@@ -599,6 +606,9 @@ pub struct SweepReport {
     pub kept_young: usize,
     /// Set when the sweep stopped for an upload or another sweep.
     pub yielded: Option<String>,
+    /// Hand-back requests nobody renewed for long, removed
+    /// ([`super::handback::abandoned_after`]).
+    pub handbacks_removed: usize,
 }
 
 /// This replica's record of keys verified to be in the bucket: what an

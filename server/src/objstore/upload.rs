@@ -11,6 +11,14 @@
 //! parents. The snapshot's record goes last, after the session record:
 //! a snapshot whose record is in the bucket is whole, and a failed one
 //! removes the record it may have written.
+//!
+//! However long the upload took, the records are written only under a
+//! lease renewed right before them (a compare-and-swap in the bucket,
+//! which fails when another replica took the session over meanwhile),
+//! and must be acknowledged before that lease's expiry less the skew
+//! margin: before any other replica may take the session over. A stale
+//! holder's Snapshot thus fails (`SESSION_LEASED` or `UNAVAILABLE`) and
+//! leaves no record.
 use super::sweep::KnownEpoch;
 use super::{keys, Bucket, Key};
 use crate::directory::snapshots::mirror::{
@@ -109,27 +117,45 @@ impl SessionMirror {
     }
 
     /// The end of an upload whose contents and manifests are in the
-    /// bucket: the session record naming `snapshot_id` as the latest, then
-    /// the snapshot's record `raw`, written while `marker` is live; a
-    /// failure removes the record it may have written.
+    /// bucket: the lease renewed (the bucket's compare-and-swap: refused
+    /// when another replica took the session over during the upload), then
+    /// the session record naming `snapshot_id` as the latest and the
+    /// snapshot's record `raw`, both acknowledged while the renewed lease
+    /// is good and `marker` is live; a failure removes the record it may
+    /// have written.
     async fn finish_upload(
         &self,
         marker: super::sweep::Marker,
         snapshot_id: &str,
         raw: Vec<u8>,
     ) -> Result<()> {
-        self.write_record(Some(snapshot_id)).await?;
+        let left = self.bucket.renew_for_commit(&self.session_id).await?;
         let key = keys::snapshot(&self.session_id, snapshot_id);
-        let written = self.bucket.put_over(&key, raw.into()).await;
-        let written = written.and_then(|()| {
-            // The record must have landed while the marker was live.
-            marker.live().then_some(()).ok_or_else(|| Error::Unavailable {
+        let committed = async {
+            self.write_record(Some(snapshot_id)).await?;
+            self.bucket.put_over(&key, raw.into()).await
+        };
+        let written = tokio::time::timeout(left, committed)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::Unavailable {
+                    message: format!(
+                        "the object store {} did not take snapshot {snapshot_id}'s records within {left:?}, while this replica's lease on session '{}' was good; the snapshot was not kept",
+                        self.bucket.url, self.session_id
+                    ),
+                })
+            });
+        // The record must have landed while the marker was live (the
+        // more telling reason when a stall outlasted both).
+        let written = match marker.live() {
+            true => written,
+            false => Err(Error::Unavailable {
                 message: format!(
                     "the upload's marker in the object store {} could not be kept fresh; the snapshot was not kept",
                     self.bucket.url
                 ),
-            })
-        });
+            }),
+        };
         if let Err(e) = written {
             // Its answer may have been lost after it landed.
             self.bucket.remove_or_retry(&key).await;

@@ -9,8 +9,10 @@
 //! [`LOOKUPS_AT_ONCE`] lookups ask the bucket at once; an id the bucket
 //! does not know is not asked about again for [`UNKNOWN_FOR`], nor a
 //! session another replica holds for [`LEASED_RECHECK`]; concurrent
-//! calls for one session wait for its one recovery; and a recovery is
-//! bounded by the session's byte budget, as RecoverSession checks.
+//! calls for one session wait for its one recovery; the lookups wait for
+//! the bucket at most a renewal interval (then `UNAVAILABLE`, retryable); and
+//! a recovery is bounded by the session's byte budget, as RecoverSession
+//! checks.
 //!
 //! While another replica holds a live lease, the call asks that replica
 //! to hand the session over ([`super::handback`]) and is refused
@@ -37,6 +39,18 @@ const LEASED_RECHECK: Duration = Duration::from_secs(1);
 /// Most answers remembered of each kind (beyond this, new ones are not
 /// remembered: each such id is then asked about, a few at a time).
 const MAX_REMEMBERED: usize = 10_000;
+/// `lookups` deciding whether session `id` may be served here, given at
+/// most [`crate::objstore::Bucket::within_lookup_wait`]: a stalled
+/// bucket costs a caller a bounded wait, never a call served without the
+/// lease.
+async fn bounded<T>(
+    bucket: &crate::objstore::Bucket,
+    id: &str,
+    lookups: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let what = format!("whether session '{id}' may be served here; nothing was changed");
+    bucket.within_lookup_wait(&what, lookups).await
+}
 
 type Flight = Shared<BoxFuture<'static, Result<Arc<Session>>>>;
 
@@ -153,8 +167,13 @@ impl SessionRegistry {
             Some(list) => list,
             None => {
                 let _lookup = self.failovers.lookups.acquire().await;
-                let list = bucket.tokens(id).await?;
-                if list.is_none() && bucket.session_record(id).await?.is_none() {
+                let (list, known) = bounded(&bucket, id, async {
+                    let list = bucket.tokens(id).await?;
+                    let known = list.is_some() || bucket.session_record(id).await?.is_some();
+                    Ok((list, known))
+                })
+                .await?;
+                if !known {
                     self.failovers.remember_unknown(id);
                     return Ok(false);
                 }
@@ -227,11 +246,18 @@ impl SessionRegistry {
         let previous;
         {
             let _lookup = self.failovers.lookups.acquire().await;
-            if bucket.session_record(id).await?.is_none() {
+            let looked_up = bounded(&bucket, id, async {
+                match bucket.session_record(id).await? {
+                    None => Ok(None),
+                    Some(_) => Ok(Some(bucket.lease(id).await?)),
+                }
+            })
+            .await?;
+            let Some(lease) = looked_up else {
                 self.failovers.remember_unknown(id);
                 return Err(not_found(id));
-            }
-            previous = bucket.lease(id).await?;
+            };
+            previous = lease;
             if let Some(lease) = &previous {
                 if lease.is_live() && lease.holder != bucket.replica() {
                     let asked = self.ask_handback(&bucket, id, lease).await;

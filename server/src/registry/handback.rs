@@ -87,7 +87,12 @@ impl SessionRegistry {
         if asked.get(id).is_some() {
             return true;
         }
-        match bucket.ask_handback(&lease.holder, id).await {
+        // Within the call's bounded lookups.
+        let what = format!("the hand-back request for session '{id}'");
+        let written = bucket
+            .within_lookup_wait(&what, bucket.ask_handback(&lease.holder, id))
+            .await;
+        match written {
             Ok(()) => {
                 asked.remember(id, renewal_interval(bucket.lease_ttl()), ());
                 tracing::info!(session = %id, holder = %lease.holder, "asked the session's holder to hand it over");

@@ -195,6 +195,10 @@ impl SessionRegistry {
             return;
         };
         bucket.retry_removals().await;
+        // Found taken over by a Snapshot's renewal since the last round.
+        for (id, holder) in bucket.take_lost() {
+            self.surrender(&id, holder, false);
+        }
         let held: std::collections::HashSet<String> = bucket.held_sessions().into_iter().collect();
         futures::stream::iter(self.list())
             .for_each_concurrent(LEASES_AT_ONCE, |session| {
