@@ -23,7 +23,11 @@
 //!   local disk and beside `wsfs get`/`wsfs put` (skipped, with a note,
 //!   where FUSE is unavailable);
 //! - [`objstore`]: a Snapshot mirrored to a `file://` object store and a
-//!   RecoverSession from it, beside `rsync -a`.
+//!   RecoverSession from it, beside `rsync -a`;
+//! - [`failover`]: three `wsfs-server` processes behind the shipped nginx
+//!   configuration on one `moto_server` bucket, the time from a SIGKILL of
+//!   a session's holder to its first successful call through the proxy,
+//!   beside the default lease (only when asked for by name).
 //!
 //! Every figure needs its baseline program ([`tools`]): when one is
 //! missing the benchmark names its package and stops before any work.
@@ -38,6 +42,7 @@ mod bytes;
 mod container;
 mod corpus;
 mod durability;
+mod failover;
 mod fork;
 mod grep;
 mod http;
@@ -75,6 +80,9 @@ enum Which {
     /// Not part of `all`: it needs the `wsfs-server` binary for the inner
     /// end.
     Container,
+    /// Not part of `all`: three `wsfs-server` processes behind nginx on a
+    /// `moto_server` bucket, each round waiting out the default lease.
+    Failover,
 }
 
 impl Which {
@@ -95,6 +103,7 @@ impl Which {
             Which::Archive => vec![tools::ZIP, tools::UNZIP],
             Which::Fork => vec![tools::CP],
             Which::Objstore => vec![tools::RSYNC],
+            Which::Failover => vec![tools::NGINX, tools::MOTO],
             Which::Mount => vec![tools::GIT, tools::TAR],
             Which::Bytes | Which::Small | Which::Durability | Which::Http | Which::Container => {
                 Vec::new()
@@ -532,6 +541,28 @@ async fn run(cli: Cli) -> Result<(), String> {
             .await?,
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+    if cli.which == Which::Failover {
+        let bin = cli
+            .server_bin
+            .clone()
+            .or_else(server::sibling_server_binary)
+            .ok_or(
+                "the failover figure runs three wsfs-server processes: build it \
+                    (`cargo build --release -p wsfs-server`) or pass --server-bin",
+            )?;
+        let program = |tool: tools::Tool| PathBuf::from(tool.program);
+        rows.extend(
+            failover::run(
+                &bin,
+                &program(tools::NGINX),
+                &program(tools::MOTO),
+                &base,
+                settings.runs.min(3),
+                &mut notes,
+            )
+            .await?,
+        );
     }
     let server_description = server.description.clone();
     drop(channel);

@@ -66,6 +66,20 @@ pub const TAR: Tool = Tool {
     used_for: "the mount figures",
 };
 
+pub const NGINX: Tool = Tool {
+    program: "nginx",
+    probe: "-v",
+    package: "nginx",
+    used_for: "the failover figure (the proxy in front of the replicas)",
+};
+
+pub const MOTO: Tool = Tool {
+    program: "moto_server",
+    probe: "-h",
+    package: "python3-moto (or `pip install 'moto[server]'`)",
+    used_for: "the failover figure (the replicas' S3 bucket)",
+};
+
 fn installed(tool: &Tool) -> bool {
     Command::new(tool.program)
         .arg(tool.probe)

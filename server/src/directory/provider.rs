@@ -145,7 +145,7 @@ impl BackendProvider for DirectoryProvider {
                         return Err(abandoned());
                     }
                     create_session_dirs(&session_dir, &root, true)?;
-                    super::snapshots::materialise(&origin, &root, &cancel)?;
+                    let written = super::snapshots::materialise(&origin, &root, &cancel)?;
                     let b = DirectoryBackend::open(&root, &session_dir.join("staging"))?
                         .with_durability(durability)
                         .removing_later();
@@ -157,6 +157,7 @@ impl BackendProvider for DirectoryProvider {
                         &origin,
                         budget,
                         &cancel,
+                        &written,
                     )?;
                     // Last: its presence makes the fork outlive a
                     // restart.

@@ -9,6 +9,7 @@ use crate::directory::snapshots::mirror::StoreFiles;
 use crate::objstore::lease::Renewal;
 use crate::objstore::upload::SessionMirror;
 use crate::objstore::{download, Bucket};
+use crate::snapshots::fork::task_failed;
 use std::path::Path;
 use std::sync::Arc;
 use wsfs::{Error, Result};
@@ -465,10 +466,43 @@ impl SessionRegistry {
         bucket
             .download_known(&StoreFiles::new(session_dir), snapshots)
             .await?;
+        let chosen = chosen.and_then(|id| snapshots.iter().find(|s| s.id == id));
+        let written = match (chosen, self.context().mirror(&record.id, session_dir)) {
+            // Its files go to their owner through the backend.
+            (Some(snapshot), _) if record.owner.is_some() => Some((snapshot, None)),
+            (Some(snapshot), Some(fetch)) => {
+                // Written as a fork writes its workspace: nobody reaches
+                // it before the session file is written, and a failure
+                // removes the session directory.
+                let (session_dir, id, root) =
+                    (session_dir.to_path_buf(), snapshot.id.clone(), root.clone());
+                let limits =
+                    crate::quota::with_budget(&record.limits, self.config.default_max_total_bytes);
+                let written = tokio::task::spawn_blocking(move || {
+                    crate::directory::snapshots::materialise_fetched(
+                        &session_dir,
+                        &id,
+                        &root,
+                        &limits,
+                        fetch.as_ref(),
+                    )
+                });
+                Some((snapshot, Some(written.await.map_err(task_failed)??)))
+            }
+            (Some(snapshot), None) => Some((snapshot, None)),
+            (None, _) => None,
+        };
         let (ws, store) =
             crate::directory::provider::recovered(&self.context(), session_dir, record)?;
-        if let Some(snapshot) = chosen {
-            store.restore_recovered(snapshot, &root).await?;
+        match written {
+            Some((snapshot, Some(written))) => {
+                ws.exclusive(crate::backend::Backend::settle).await?;
+                store.adopt_recovered(&snapshot.id, &root, written).await?;
+            }
+            Some((snapshot, None)) => {
+                store.restore_recovered(&snapshot.id, &root).await?;
+            }
+            None => {}
         }
         ws.set_read_only(record.read_only);
         Ok(crate::kind::handles(ws, store))

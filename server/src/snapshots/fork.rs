@@ -10,7 +10,10 @@
 //!
 //! A DIRECTORY fork's files are cloned from the origin's stored objects
 //! (`FICLONE` where the filesystem shares blocks, else a copy of the data
-//! runs, holes kept); a DIRECTORY origin's objects and manifests are then
+//! runs in the kernel, holes kept), by a few threads at once, each file's
+//! identity read from the handle that wrote it (see
+//! [`crate::directory::snapshots::materialise`]); a DIRECTORY origin's
+//! objects and manifests are then
 //! hard-linked into the fork's store, so that both stores share every
 //! content (see [`crate::directory::DirectorySnapshots::adopt`]).
 

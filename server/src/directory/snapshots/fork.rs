@@ -6,10 +6,13 @@ use super::{
     State, Store, Tree, TreeItem, MAX_TREE_DEPTH,
 };
 use crate::directory::DirectoryBackend;
+use crate::limits::SessionLimits;
 use crate::snapshots::fork::{abandoned, EntryAttributes, FileSource, Origin, OriginSource, Visit};
-use crate::snapshots::SnapshotInfo;
+use crate::snapshots::{SnapshotInfo, SnapshotMirror};
+use bytes::Bytes;
 use sha2::{Digest, Sha256};
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -27,12 +30,25 @@ impl ForkSource {
     }
 
     /// Calls `f` with every entry, parents before their children: a
-    /// directory with `None`, a file with its size and stored object. Walks
-    /// the manifests one directory at a time, under the origin store's lock
-    /// (so that no object goes while the fork reads it). Blocking.
+    /// directory with `None`, a file with its size and stored object.
     pub fn for_each(&self, f: &mut Visit<'_>) -> Result<()> {
-        let state = self.store.lock();
         let objects = self.store.objects();
+        self.for_each_stored(&mut |path, attributes, file| match file {
+            Some((size, hash)) => {
+                let object = objects.path(hash);
+                f(path, attributes, Some((size, FileSource::Object(&object))))
+            }
+            None => f(path, attributes, None),
+        })
+    }
+
+    /// Calls `f` with every entry, parents before their children: a
+    /// directory with `None`, a file with its size and content hash.
+    /// Walks the manifests one directory at a time, under the origin
+    /// store's lock (so that no object goes while the fork reads it).
+    /// Blocking.
+    fn for_each_stored(&self, f: &mut StoredVisit<'_>) -> Result<()> {
+        let state = self.store.lock();
         match Store::root_of(&self.info)? {
             Some(root) => {
                 let root_path = CanonicalPath::root();
@@ -52,7 +68,7 @@ impl ForkSource {
                                 permissions: item.permissions,
                                 modified: Some(identity.modified()),
                             },
-                            Some((*size, FileSource::Object(&objects.path(hash)))),
+                            Some((*size, hash)),
                         ),
                         Node::Dir { .. } => {
                             let attributes = EntryAttributes {
@@ -67,12 +83,7 @@ impl ForkSource {
             None => {
                 // Written by an earlier version: a flat list of entries.
                 for e in self.store.flatten(&self.info, &state)? {
-                    let object = e.file.as_ref().map(|file| objects.path(&file.hash));
-                    let file = e
-                        .file
-                        .as_ref()
-                        .zip(object.as_deref())
-                        .map(|(file, object)| (file.size, FileSource::Object(object)));
+                    let file = e.file.as_ref().map(|file| (file.size, &file.hash));
                     let attributes = EntryAttributes::defaults(file.is_none());
                     f(&e.path, attributes, file)?;
                 }
@@ -81,6 +92,10 @@ impl ForkSource {
         }
     }
 }
+
+/// What [`ForkSource::for_each_stored`] calls with each entry.
+type StoredVisit<'a> =
+    dyn FnMut(&CanonicalPath, EntryAttributes, Option<(u64, &Hash)>) -> Result<()> + 'a;
 
 /// Gives the fork whose workspace `b` was just made from `origin` its
 /// first snapshot, in its store at `session_dir`: the origin's tag, a new
@@ -100,6 +115,7 @@ pub fn first_snapshot(
     origin: &crate::snapshots::fork::Origin,
     budget: u64,
     cancel: &AtomicBool,
+    written: &Identities,
 ) -> Result<SnapshotInfo> {
     let store = Store {
         dir: session_dir.to_path_buf(),
@@ -123,6 +139,7 @@ pub fn first_snapshot(
             state: &origin_state,
             to: &store,
             workspace: workspace_root,
+            known: Some(written),
         };
         walk.tree(&root, &CanonicalPath::root(), 0)?
     };
@@ -215,6 +232,9 @@ pub(super) struct Reidentify<'a> {
     pub(super) state: &'a State,
     pub(super) to: &'a Store,
     pub(super) workspace: &'a Path,
+    /// Identities already read (as the files were written); any other
+    /// file is read from `workspace`.
+    pub(super) known: Option<&'a Identities>,
 }
 
 impl Reidentify<'_> {
@@ -254,17 +274,13 @@ impl Reidentify<'_> {
     /// What a snapshot's walk records of the fork's file at `path` (a
     /// different reading would only make the next snapshot hash it).
     fn identity(&self, path: &CanonicalPath) -> Result<FileIdentity> {
-        use std::os::unix::fs::MetadataExt;
+        if let Some(identity) = self.known.and_then(|known| known.get(path)) {
+            return Ok(*identity);
+        }
         let meta = std::fs::symlink_metadata(self.workspace.join(path.as_str())).map_err(|e| {
             Error::internal(format!("cannot stat the new workspace's '{path}': {e}"))
         })?;
-        let ns = FileIdentity::nanos;
-        Ok(FileIdentity {
-            ino: meta.ino(),
-            size: meta.size(),
-            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
-            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
-        })
+        Ok(FileIdentity::of(&meta))
     }
 }
 
@@ -278,56 +294,270 @@ impl OriginSource for ForkSource {
     }
 }
 
+/// The identity each file of a new workspace had when it was written,
+/// by path: what its first snapshot's head records, read from the handle
+/// that wrote it rather than by a second walk.
+pub type Identities = HashMap<CanonicalPath, FileIdentity>;
+
+/// Threads that write a fork's files at once. Each holds one file open;
+/// the walk hands them at most [`MATERIALISE_QUEUE`] more, each an open
+/// handle, a shared MEMORY content or a hash to fetch, so memory stays
+/// bounded whatever the snapshot holds.
+const MATERIALISE_THREADS: usize = 4;
+const MATERIALISE_QUEUE: usize = 64;
+
+/// One file for a worker to write.
+struct FileJob {
+    path: CanonicalPath,
+    target: PathBuf,
+    source: JobSource,
+    bits: u32,
+    modified: Option<SystemTime>,
+}
+
+enum JobSource {
+    Bytes(Bytes),
+    /// The stored object, opened by the walk while it held the origin
+    /// store's lock (so that no object goes before the fork reads it).
+    Object(std::fs::File),
+    /// A content the local store lacks, streamed from the object store.
+    Fetch {
+        hash: Hash,
+        size: u64,
+    },
+}
+
+/// What the walk hands [`write_tree`] for each entry: a directory with
+/// `None`, a file with where its bytes come from.
+type Emit<'a> = dyn FnMut(&CanonicalPath, EntryAttributes, Option<JobSource>) -> Result<()> + 'a;
+
 /// Writes `origin`'s entries into `root`, a directory this fork
 /// just made and nobody else can reach yet (so plain paths are safe:
 /// every entry was checked by [`Origin::check`]). Stops at the next
-/// entry once `cancel` is set. Blocking.
+/// entry once `cancel` is set. Blocking. Returns the identity of every
+/// file written.
 ///
-/// Files get their bits and time as they are made; directories get
-/// their bits last, deepest first, so that one without the owner's
-/// write bit is filled before it is closed.
-pub fn materialise(origin: &Origin, root: &Path, cancel: &AtomicBool) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let made = |path: &CanonicalPath, e: std::io::Error| {
-        Error::io_while(e, format!("making the fork's '{path}'"))
-    };
-    let mut directories = Vec::new();
-    origin.for_each(&mut |path, attributes, file| {
-        if cancel.load(Ordering::Relaxed) {
-            return Err(abandoned());
-        }
-        let target = root.join(path.as_str());
-        let bits = std::fs::Permissions::from_mode(attributes.permissions.bits());
-        let Some((_, source)) = file else {
-            std::fs::create_dir(&target).map_err(|e| made(path, e))?;
-            directories.push((path.clone(), target, bits));
-            return Ok(());
-        };
-        let out = match source {
-            FileSource::Bytes(b) => std::fs::File::create_new(&target)
-                .and_then(|mut out| std::io::Write::write_all(&mut out, b).map(|()| out)),
-            FileSource::Object(p) => clone_file(p, &target),
-        }
-        .map_err(|e| made(path, e))?;
-        out.set_permissions(bits).map_err(|e| made(path, e))?;
-        if let Some(modified) = attributes.modified {
-            out.set_modified(modified).map_err(|e| made(path, e))?;
-        }
-        Ok(())
-    })?;
-    for (path, target, bits) in directories.into_iter().rev() {
-        std::fs::set_permissions(&target, bits).map_err(|e| made(&path, e))?;
-    }
-    Ok(())
+/// The walk makes the directories itself, parents first, and hands the
+/// files to [`MATERIALISE_THREADS`] threads, which clone or copy each
+/// from its object (in the kernel: no bytes through this process) and
+/// give it its bits and time. Directories get their bits last, deepest
+/// first, so that one without the owner's write bit is filled before it
+/// is closed.
+pub fn materialise(origin: &Origin, root: &Path, cancel: &AtomicBool) -> Result<Identities> {
+    write_tree(root, cancel, MATERIALISE_THREADS, None, &mut |emit| {
+        origin.for_each(&mut |path, attributes, file| {
+            let source = match file {
+                None => None,
+                Some((_, FileSource::Bytes(b))) => Some(JobSource::Bytes(b.clone())),
+                Some((_, FileSource::Object(p))) => Some(JobSource::Object(
+                    std::fs::File::open(p).map_err(|e| making(path, e))?,
+                )),
+            };
+            emit(path, attributes, source)
+        })
+    })
 }
 
-/// Makes `to` a copy of `from`: sharing its blocks where the filesystem
-/// can (`FICLONE`), else copying its data runs (holes stay holes).
-fn clone_file(from: &Path, to: &Path) -> std::io::Result<std::fs::File> {
-    let src = std::fs::File::open(from)?;
-    let dst = std::fs::File::create_new(to)?;
-    if rustix::fs::ioctl_ficlone(&dst, &src).is_ok() {
-        return Ok(dst);
+/// Writes snapshot `id` of the store under `session_dir` into `root`, as
+/// a fork writes its workspace, each content streamed from `fetch` (the
+/// object store) straight into its file and checked against its hash:
+/// for a session just recovered from the object store, whose workspace
+/// (just made, empty) nobody can reach until its session file is
+/// written, and whose store keeps no copy of these contents (each byte
+/// is written once). Refuses, before anything is written, a snapshot
+/// over `limits`. [`crate::snapshots::FETCH_CONCURRENCY`] files at once.
+/// Blocking.
+pub fn materialise_fetched(
+    session_dir: &Path,
+    id: &str,
+    root: &Path,
+    limits: &SessionLimits,
+    fetch: &dyn SnapshotMirror,
+) -> Result<Identities> {
+    let store = Arc::new(Store {
+        dir: session_dir.to_path_buf(),
+        state: Mutex::new(State::default()),
+    });
+    let info = store.read_info(&crate::snapshots::parse_id(id)?)?;
+    let origin = Origin::new(info.clone().info(), ForkSource::new(store, info));
+    origin.check(limits)?;
+    let source = origin
+        .source::<ForkSource>()
+        .ok_or_else(|| Error::internal("a recovered snapshot is not a stored one"))?;
+    let threads = crate::snapshots::FETCH_CONCURRENCY;
+    write_tree(
+        root,
+        &AtomicBool::new(false),
+        threads,
+        Some(fetch),
+        &mut |emit| {
+            source.for_each_stored(&mut |path, attributes, file| {
+                let source = file.map(|(size, hash)| JobSource::Fetch { hash: *hash, size });
+                emit(path, attributes, source)
+            })
+        },
+    )
+}
+
+fn making(path: &CanonicalPath, e: std::io::Error) -> Error {
+    Error::io_while(e, format!("making the fork's '{path}'"))
+}
+
+/// The shared part of [`materialise`] and [`materialise_fetched`]: `walk`
+/// emits every entry, parents first; directories are made as they come,
+/// files written by `threads` threads.
+fn write_tree(
+    root: &Path,
+    cancel: &AtomicBool,
+    threads: usize,
+    fetch: Option<&dyn SnapshotMirror>,
+    walk: &mut dyn FnMut(&mut Emit<'_>) -> Result<()>,
+) -> Result<Identities> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut directories = Vec::new();
+    let failed: Mutex<Option<Error>> = Mutex::new(None);
+    let identities: Mutex<Identities> = Mutex::default();
+    // Set once the filesystem has refused a clone: every other file is
+    // copied without asking again.
+    let no_clone = AtomicBool::new(false);
+    let (send, receive) = std::sync::mpsc::sync_channel::<FileJob>(MATERIALISE_QUEUE);
+    let receive = Mutex::new(receive);
+    let walked = std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let (receive, failed, identities) = (&receive, &failed, &identities);
+            let no_clone = &no_clone;
+            scope.spawn(move || loop {
+                let job = match receive.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+                    Ok(job) => job,
+                    Err(_) => return,
+                };
+                match write_file(&job, no_clone, fetch) {
+                    Ok(identity) => {
+                        let mut known = identities.lock().unwrap_or_else(|e| e.into_inner());
+                        known.insert(job.path, identity);
+                    }
+                    Err(e) => {
+                        failed
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert(e);
+                    }
+                }
+            });
+        }
+        let walked = walk(&mut |path, attributes, source| {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(abandoned());
+            }
+            if let Some(e) = failed.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                return Err(e);
+            }
+            let target = root.join(path.as_str());
+            let bits = attributes.permissions.bits();
+            let Some(source) = source else {
+                std::fs::create_dir(&target).map_err(|e| making(path, e))?;
+                directories.push((path.clone(), target, bits));
+                return Ok(());
+            };
+            let job = FileJob {
+                path: path.clone(),
+                target,
+                source,
+                bits,
+                modified: attributes.modified,
+            };
+            send.send(job)
+                .map_err(|_| Error::internal("the fork's writing threads stopped"))
+        });
+        // Closing the queue lets the threads finish what they hold.
+        drop(send);
+        walked
+    });
+    walked?;
+    if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        return Err(e);
     }
-    crate::directory::backend::copy_data(&src, &dst, 0).map(|_| dst)
+    if cancel.load(Ordering::Relaxed) {
+        return Err(abandoned());
+    }
+    for (path, target, bits) in directories.into_iter().rev() {
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(bits))
+            .map_err(|e| making(&path, e))?;
+    }
+    Ok(identities.into_inner().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// Makes one file of a fork, with its bits and time, and returns its
+/// identity from the handle that wrote it.
+fn write_file(
+    job: &FileJob,
+    no_clone: &AtomicBool,
+    fetch: Option<&dyn SnapshotMirror>,
+) -> Result<FileIdentity> {
+    use std::os::unix::fs::PermissionsExt;
+    let made = |e| making(&job.path, e);
+    let out = std::fs::File::create_new(&job.target).map_err(made)?;
+    match &job.source {
+        JobSource::Bytes(b) => std::io::Write::write_all(&mut &out, b).map_err(made)?,
+        JobSource::Object(src) => clone_file(src, &out, no_clone).map_err(made)?,
+        JobSource::Fetch { hash, size } => {
+            let fetch = fetch.ok_or_else(|| Error::internal("no object store to fetch from"))?;
+            write_fetched(&out, fetch, hash, *size, &job.path)?;
+        }
+    }
+    out.set_permissions(std::fs::Permissions::from_mode(job.bits))
+        .map_err(made)?;
+    if let Some(modified) = job.modified {
+        out.set_modified(modified).map_err(made)?;
+    }
+    Ok(FileIdentity::of(&out.metadata().map_err(made)?))
+}
+
+/// Streams content `hash` of `size` bytes from `fetch` into `out` (new,
+/// empty), runs of zeros left as holes, checking it against its hash.
+fn write_fetched(
+    out: &std::fs::File,
+    fetch: &dyn SnapshotMirror,
+    hash: &Hash,
+    size: u64,
+    path: &CanonicalPath,
+) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut hasher = Sha256::new();
+    let mut written = 0u64;
+    fetch.stream_content(hash, &mut |chunk| {
+        hasher.update(chunk);
+        if written + chunk.len() as u64 > size {
+            // Longer than the snapshot says: damaged, and never written.
+            return Err(super::restore::fetched_damaged(path));
+        }
+        if chunk.iter().any(|&byte| byte != 0) {
+            out.write_all_at(chunk, written)
+                .map_err(|e| making(path, e))?;
+        }
+        written += chunk.len() as u64;
+        Ok(())
+    })?;
+    if <[u8; 32]>::from(hasher.finalize()) != *hash || written != size {
+        return Err(super::restore::fetched_damaged(path));
+    }
+    // A hole at the end.
+    out.set_len(size).map_err(|e| making(path, e))
+}
+
+/// Makes `dst` (new, empty) a copy of `src`: sharing its blocks where the
+/// filesystem can (`FICLONE`, not tried again once refused), else copying
+/// its data in the kernel (holes stay holes).
+fn clone_file(
+    src: &std::fs::File,
+    dst: &std::fs::File,
+    no_clone: &AtomicBool,
+) -> std::io::Result<()> {
+    if !no_clone.load(Ordering::Relaxed) {
+        if rustix::fs::ioctl_ficlone(dst, src).is_ok() {
+            return Ok(());
+        }
+        no_clone.store(true, Ordering::Relaxed);
+    }
+    crate::directory::backend::copy_data(src, dst, 0).map(|_| ())
 }

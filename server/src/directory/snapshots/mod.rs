@@ -96,7 +96,7 @@ mod tree;
 use content::{
     hex, parse_hash, read_sparse, storage_error, write_atomic, write_json, ContentStore, Piece,
 };
-pub use fork::{first_snapshot, materialise, ForkSource};
+pub use fork::{first_snapshot, materialise, materialise_fetched, ForkSource, Identities};
 use manifest::{Node, Tree, TreeItem};
 use records::{FlatEntry, FlatFile, InfoFile, LegacyEntry};
 use store::{split_parent, State, Store};
@@ -158,7 +158,9 @@ impl DirectorySnapshots {
     /// them unless they change. The store keeps no copy of those
     /// contents: they are fetched again when something needs them
     /// ([`Self::ensure_local`]). Only for a workspace nothing else writes
-    /// yet.
+    /// yet. (A session whose files belong to an owner comes back this
+    /// way, through the backend that gives them to it; others through
+    /// [`materialise_fetched`].)
     pub async fn restore_recovered(&self, id: &str, workspace_root: &Path) -> Result<Restored> {
         let key = parse_id(id)?;
         let store = self.store.clone();
@@ -170,12 +172,29 @@ impl DirectorySnapshots {
             .exclusive(move |b| {
                 let root = CanonicalPath::root();
                 let restored = store.restore(b, &key, &root, &limits, source.as_deref())?;
-                store.adopt_restored(&key, &workspace_root)?;
+                store.adopt_restored(&key, &workspace_root, None)?;
                 Ok(restored)
             })
             .await?;
         drop(displaced);
         Ok(restored)
+    }
+
+    /// Makes the head of a session just recovered from the object store
+    /// name its workspace, which [`materialise_fetched`] wrote from
+    /// snapshot `id` (`written`: the files' identities as they were
+    /// written) and nothing else has written since, so that the next
+    /// snapshot reads (and uploads) none of them unless they change.
+    pub async fn adopt_recovered(
+        &self,
+        id: &str,
+        workspace_root: &Path,
+        written: fork::Identities,
+    ) -> Result<()> {
+        let key = parse_id(id)?;
+        let workspace_root = workspace_root.to_path_buf();
+        self.blocking(move |store| store.adopt_restored(&key, &workspace_root, Some(&written)))
+            .await
     }
 
     /// Fetches what the local store lacks of snapshot `id`'s contents

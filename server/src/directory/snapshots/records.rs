@@ -5,7 +5,7 @@
 use super::*;
 
 /// A snapshot's info file.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct InfoFile {
     pub(super) id: String,
     pub(super) tag: String,

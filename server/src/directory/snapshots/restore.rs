@@ -103,9 +103,15 @@ impl Store {
     /// Makes the head name the workspace at `workspace_root` just
     /// restored from snapshot `id`, which nothing else has written since
     /// (a recovered session not served yet): the snapshot's manifests
-    /// with the restored files' identities, so that the next snapshot
-    /// reads none of them.
-    pub(super) fn adopt_restored(&self, id: &str, workspace_root: &Path) -> Result<()> {
+    /// with the restored files' identities (`known` as they were written,
+    /// else read from the workspace), so that the next snapshot reads
+    /// none of them.
+    pub(super) fn adopt_restored(
+        &self,
+        id: &str,
+        workspace_root: &Path,
+        known: Option<&fork::Identities>,
+    ) -> Result<()> {
         let mut state = self.lock();
         let info = self.read_info(id)?;
         let Some(root) = Self::root_of(&info)? else {
@@ -116,6 +122,7 @@ impl Store {
             state: &state,
             to: self,
             workspace: workspace_root,
+            known,
         };
         let head = walk.tree(&root, &CanonicalPath::root(), 0)?;
         state.trees.clear();
@@ -369,7 +376,7 @@ fn stage_fetched(
     Ok(staged)
 }
 
-fn fetched_damaged(path: &CanonicalPath) -> Error {
+pub(super) fn fetched_damaged(path: &CanonicalPath) -> Error {
     Error::internal(format!(
         "the snapshot cannot be restored: the object store's content of '{path}' does not match its hash"
     ))

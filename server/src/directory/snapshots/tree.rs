@@ -55,6 +55,17 @@ impl FileIdentity {
         sec.saturating_mul(1_000_000_000).saturating_add(nsec)
     }
 
+    /// The identity `meta` (one `stat`, by path or by handle) reads.
+    pub fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        FileIdentity {
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: Self::nanos(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: Self::nanos(meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
     /// The modification time this identity saw.
     pub fn modified(&self) -> SystemTime {
         let (sec, nsec) = (
