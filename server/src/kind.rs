@@ -277,12 +277,14 @@ pub(crate) trait BackendProvider: Send + Sync {
         Ok(Vec::new())
     }
 
-    /// Whether its sessions are recorded on disk with their tokens, and
-    /// leased and mirrored in the object store when the server has one:
-    /// DIRECTORY sessions outlive a restart so; MEMORY ones are recorded
-    /// only with an object store, and come back from it, not from the
-    /// disk.
-    fn persistent(&self) -> bool {
+    /// Whether its sessions are mirrored: recorded with their token hashes
+    /// in a directory of their own and, when the server has an object
+    /// store, leased and copied there, so that one replica owns each and
+    /// another can take it over. DIRECTORY sessions also outlive a restart
+    /// from their directory; MEMORY ones have a directory only with an
+    /// object store, and come back from it, not from the disk. CONTAINER
+    /// sessions are not mirrored.
+    fn mirrored(&self) -> bool {
         false
     }
 

@@ -181,7 +181,7 @@ pub async fn serve_with_http(
     registry.tend_leases().await;
     let background = registry::background::start(registry.clone());
     let stopping = registry.stopping();
-    let auth = Arc::new(auth.persisted_under(registry.persistent_sessions()));
+    let auth = Arc::new(auth.persisted_under(registry.mirrored_sessions()));
     registry.attach_auth(auth.clone());
     if auth.tokens_on() && tls.is_none() && !bound.ip().is_loopback() {
         tracing::warn!(%bound, "tokens travel in clear text: pass --tls-cert and --tls-key");

@@ -4,7 +4,7 @@
 //! [`crate::kind::BackendProvider`], picked in one place ([`factory`]); the registry
 //! keeps what all kinds share: ids and the session quota, the idle clock,
 //! sessions a restart could not reopen, and the object store's leases on
-//! the sessions of a persistent kind.
+//! the sessions of a mirrored kind.
 
 use crate::config::ServerConfig;
 use crate::kind::{Context, Handles, Made, NewSession, Reopened};
@@ -160,14 +160,14 @@ impl SessionRegistry {
             .cloned()
     }
 
-    /// The sessions whose kind outlives a restart, served here or being
+    /// The mirrored sessions ([`crate::kind::BackendProvider::mirrored`]), served here or being
     /// recovered after a restart (served once whole): each id with the
     /// directory that records it.
-    pub fn persistent_sessions(&self) -> Vec<(String, PathBuf)> {
+    pub fn mirrored_sessions(&self) -> Vec<(String, PathBuf)> {
         let sessions = self.sessions.read().unwrap_or_else(|e| e.into_inner());
         let live = sessions
             .values()
-            .filter(|s| factory::provider(s.record.backend).persistent())
+            .filter(|s| factory::provider(s.record.backend).mirrored())
             .filter_map(|s| Some((s.record.id.clone(), s.owned_dir.clone()?)));
         let unavailable = self.unavailable.read().unwrap_or_else(|e| e.into_inner());
         let recovering = unavailable
@@ -197,7 +197,7 @@ impl SessionRegistry {
 
     /// A registry holding every session a restart left in the data
     /// directory, as each kind reopens them ([`crate::kind::BackendProvider::reopen`]):
-    /// sessions of a persistent kind outlive a restart of the server. One
+    /// DIRECTORY sessions outlive a restart of the server. One
     /// whose record cannot be read is left alone and logged; one that a
     /// stop left with work to finish (a Restore or ImportArchive to roll
     /// forward, a recursive Delete's tree to remove) is listed as
@@ -395,7 +395,7 @@ impl SessionRegistry {
                 },
             })?;
         if let Some(bucket) = &self.bucket {
-            if factory::provider(session.record.backend).persistent() {
+            if factory::provider(session.record.backend).mirrored() {
                 bucket.check_serving(id)?;
             }
         }
@@ -495,7 +495,7 @@ impl SessionRegistry {
         let _slot = self.reserve_slot(&id)?;
         let backend = spec.backend.unwrap_or_default();
         let provider = factory::provider(backend);
-        let mut claim = match provider.persistent() {
+        let mut claim = match provider.mirrored() {
             true => self.claim_new(&id).await?,
             false => None,
         };
@@ -622,7 +622,7 @@ impl SessionRegistry {
         }
         let mirrored = self
             .get_quietly(id)
-            .is_some_and(|s| factory::provider(s.record.backend).persistent());
+            .is_some_and(|s| factory::provider(s.record.backend).mirrored());
         if let (Some(bucket), true) = (&self.bucket, mirrored) {
             // The bucket first: when it is unreachable, nothing changes.
             bucket.forget_session(id).await?;

@@ -114,7 +114,7 @@ pub struct Auth {
     persisting: Mutex<()>,
 }
 
-/// The file, in a persistent session's directory, that holds its token hashes.
+/// The file, in a mirrored session's directory, that holds its token hashes.
 const TOKENS_FILE: &str = "tokens.json";
 
 /// A session as its tokens see it.
@@ -171,7 +171,7 @@ impl Auth {
         self
     }
 
-    /// Loads the token hashes kept in `dir` (a persistent session's
+    /// Loads the token hashes kept in `dir` (a mirrored session's
     /// directory) as session `id`'s: at a start, and when a session is
     /// recovered from the object store with its token list.
     pub fn load_session(&self, id: &str, dir: &Path) {
@@ -422,7 +422,7 @@ pub fn list_holds(raw: &[u8], hash: &[u8; 32]) -> bool {
     saved_tokens(raw).is_ok_and(|saved| saved.iter().any(|(h, _)| h == hash))
 }
 
-/// The name of the file holding a persistent session's token hashes.
+/// The name of the file holding a mirrored session's token hashes.
 pub fn tokens_file(dir: &Path) -> PathBuf {
     dir.join(TOKENS_FILE)
 }

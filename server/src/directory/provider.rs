@@ -41,7 +41,7 @@ impl BackendProvider for DirectoryProvider {
         "directory"
     }
 
-    fn persistent(&self) -> bool {
+    fn mirrored(&self) -> bool {
         true
     }
 

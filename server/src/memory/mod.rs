@@ -80,7 +80,7 @@ impl BackendProvider for MemoryProvider {
 
     /// Recorded, leased and mirrored only with an object store (the
     /// registry records only sessions with a directory of their own).
-    fn persistent(&self) -> bool {
+    fn mirrored(&self) -> bool {
         true
     }
 

@@ -62,7 +62,7 @@ impl SessionRegistry {
             .fork(&self.context(), &mut record, origin, budget)
             .await?;
         let session = self.insert(record, made.handles, made.owned_dir);
-        if provider.persistent() {
+        if provider.mirrored() {
             self.mirror_fork(&session).await?;
         }
         Ok(session)

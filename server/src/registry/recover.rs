@@ -97,7 +97,7 @@ impl SessionRegistry {
         let (Some(bucket), Some(dir)) = (&self.bucket, session.owned_dir.as_deref()) else {
             return Ok(token);
         };
-        if !factory::provider(session.record.backend).persistent() {
+        if !factory::provider(session.record.backend).mirrored() {
             return Ok(token);
         }
         let file = crate::auth::tokens_file(dir);
@@ -234,7 +234,7 @@ impl SessionRegistry {
         held: &std::collections::HashSet<String>,
         session: &Arc<Session>,
     ) -> Option<String> {
-        if !factory::provider(session.record.backend).persistent() {
+        if !factory::provider(session.record.backend).mirrored() {
             return None;
         }
         let id = &session.record.id;

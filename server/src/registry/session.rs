@@ -165,7 +165,7 @@ impl crate::auth::TokenHolder for Session {
     }
 
     fn tokens_dir(&self) -> Option<&std::path::Path> {
-        let persistent = super::factory::provider(self.record.backend).persistent();
-        self.owned_dir.as_deref().filter(|_| persistent)
+        let mirrored = super::factory::provider(self.record.backend).mirrored();
+        self.owned_dir.as_deref().filter(|_| mirrored)
     }
 }
