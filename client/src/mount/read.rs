@@ -267,10 +267,11 @@ impl Shared {
         // What the reader has passed is dropped, but for the block just
         // before (the kernel's requests may arrive a little out of order).
         window.blocks = window.blocks.split_off(&first.saturating_sub(1));
-        let stop = match file_size {
-            Some(size) => (last + AHEAD).min(size.saturating_sub(1) / BLOCK).max(last),
-            None => last + AHEAD,
-        };
+        // Not past the end the kernel knows (nothing ahead when it knows
+        // none: a small file costs one read, as without read-ahead).
+        let stop = file_size.map_or(last, |size| {
+            (last + AHEAD).min(size.saturating_sub(1) / BLOCK).max(last)
+        });
         for index in first..=stop {
             window
                 .blocks
@@ -533,5 +534,38 @@ impl WsfsFs {
     pub(super) fn do_releasedir(&self, fh: FileHandle, reply: ReplyEmpty) {
         self.shared.handles().remove(&fh.0);
         reply.ok();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(version: u64, fill: u8, len: u64) -> Fetched {
+        Fetched {
+            version,
+            bytes: Bytes::from(vec![fill; len as usize]),
+        }
+    }
+
+    #[test]
+    fn a_read_across_blocks_takes_each_ones_part() {
+        let blocks = vec![(3, block(7, b'a', BLOCK)), (4, block(7, b'b', BLOCK))];
+        let offset = 4 * BLOCK - 2;
+        let got = assemble(blocks, 7, offset, offset + 5).unwrap();
+        assert_eq!(&got[..], b"aabbb");
+    }
+
+    #[test]
+    fn a_block_of_another_version_answers_nothing() {
+        let blocks = vec![(0, block(7, b'a', BLOCK)), (1, block(8, b'b', BLOCK))];
+        assert!(assemble(blocks, 7, 0, BLOCK + 1).is_none());
+    }
+
+    #[test]
+    fn a_short_block_ends_the_file() {
+        let blocks = vec![(0, block(7, b'a', 10)), (1, block(7, b'b', BLOCK))];
+        let got = assemble(blocks, 7, 4, BLOCK + 100).unwrap();
+        assert_eq!(&got[..], b"aaaaaa");
     }
 }
