@@ -118,6 +118,7 @@ fn forget_path(shared: &Shared, tx: &mpsc::Sender<Forget>, raw: &str, still: Sti
     if let Some(ino) = inodes.at(&path) {
         let node = inodes.get_mut(ino).expect("at() names live nodes");
         node.attr = None;
+        shared.readahead.forget(ino);
         let _ = tx.send(Forget::Inode(ino));
         if still == Still::There && node.kind == FileKind::Directory {
             // Its entry stays: dropping a directory's entry would cut the

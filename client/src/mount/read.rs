@@ -1,5 +1,15 @@
 //! Reads and directory listings: bytes from the staging file or the
 //! server, symlink targets, and the entries readdir pages through.
+//!
+//! A file read in order (as `cat`, `cp` and compilers read) is read ahead:
+//! [`ReadAhead`] keeps [`AHEAD`] ranged reads of a block ([`BLOCK`] bytes)
+//! each in flight past a sequential reader and answers the kernel's next
+//! requests from those blocks. Each read is drained as it arrives: a
+//! stream left waiting for a slow reader would hold the connection's
+//! flow-control window, which every call of the mount shares. The blocks
+//! carry the version they were read at and serve only a reader of that
+//! same version; a change the Watch stream reports drops the file's blocks
+//! (invalidate.rs).
 
 use super::attr::file_type;
 use super::dispatch::WsfsFs;
@@ -7,16 +17,83 @@ use super::errno::local;
 use super::inodes::ROOT;
 use super::shared::{Handle, Shared};
 use super::staging::Staged;
+use bytes::{Bytes, BytesMut};
 use fuser::{
     Errno, FileHandle, FopenFlags, Generation, INodeNo, ReplyData, ReplyDirectory,
     ReplyDirectoryPlus, ReplyEmpty, ReplyOpen,
 };
+use futures::future::{BoxFuture, FutureExt, Shared as SharedFuture};
 use futures::StreamExt;
-use std::sync::Arc;
-use std::time::SystemTime;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Instant, SystemTime};
 use wsfs::{
     ByteRange, CanonicalPath, FileKind, Filesystem as _, Metadata, Permissions, MAX_CHUNK_SIZE,
 };
+
+/// The bytes of one read-ahead block: one ranged read, one chunk on the
+/// wire.
+pub(super) const BLOCK: u64 = MAX_CHUNK_SIZE as u64;
+
+/// Blocks read ahead of a sequential reader, in flight at once (besides
+/// its own and the one before it).
+pub(super) const AHEAD: u64 = 4;
+
+/// Files read ahead at once; the least recently read one gives way. With
+/// [`AHEAD`] and [`BLOCK`] this bounds read-ahead memory to
+/// `READERS * (AHEAD + 2) * BLOCK` = 24 MiB (docs/MOUNT.md).
+pub(super) const READERS: usize = 4;
+
+/// A block's bytes, of the file at `version`.
+#[derive(Clone)]
+pub(super) struct Fetched {
+    version: u64,
+    bytes: Bytes,
+}
+
+type Pending = SharedFuture<BoxFuture<'static, Result<Fetched, Errno>>>;
+
+/// One block being read, or read: its read is cancelled when the block is
+/// dropped.
+struct Block {
+    fetched: Pending,
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A reader's place in one file.
+struct Window {
+    /// Where the last read ended: a read starting there goes on in order.
+    next: u64,
+    /// Blocks by index (offset / [`BLOCK`]), the reader's own and those
+    /// ahead of it.
+    blocks: BTreeMap<u64, Block>,
+    /// Whether the reader goes in order (its blocks are read ahead).
+    in_order: bool,
+    used: Instant,
+}
+
+/// The read-ahead windows, by inode, at most [`READERS`].
+#[derive(Default)]
+pub(super) struct ReadAhead {
+    windows: Mutex<HashMap<u64, Window>>,
+}
+
+impl ReadAhead {
+    fn windows(&self) -> MutexGuard<'_, HashMap<u64, Window>> {
+        self.windows.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Drops what is read ahead of `ino` (changed elsewhere, closed).
+    pub(super) fn forget(&self, ino: u64) {
+        self.windows().remove(&ino);
+    }
+}
 
 impl Shared {
     /// Up to `len` bytes at `offset` from the server; none past the end.
@@ -25,22 +102,202 @@ impl Shared {
         path: &CanonicalPath,
         offset: u64,
         len: u64,
-    ) -> Result<Vec<u8>, Errno> {
+    ) -> Result<Bytes, Errno> {
+        match self.retry(|| self.read_range(path, offset, len)).await {
+            Ok(fetched) => Ok(fetched.bytes),
+            Err(e) if e == Errno::EINVAL => Ok(Bytes::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One ranged read, drained: up to `len` bytes at `offset`, with the
+    /// version they are of.
+    async fn read_range(
+        &self,
+        path: &CanonicalPath,
+        offset: u64,
+        len: u64,
+    ) -> wsfs::Result<Fetched> {
         let range = ByteRange {
             offset,
             limit: Some(len),
         };
-        let read = || async {
-            let mut stream = self.session.read_bytes(path, range, MAX_CHUNK_SIZE).await?;
-            let mut out = Vec::with_capacity(stream.length as usize);
-            while let Some(chunk) = stream.chunks.next().await {
-                out.extend_from_slice(&chunk?);
-            }
-            Ok(out)
+        let mut stream = self.session.read_bytes(path, range, MAX_CHUNK_SIZE).await?;
+        let version = stream.version;
+        let first = match stream.chunks.next().await {
+            Some(chunk) => chunk?,
+            None => Bytes::new(),
         };
-        match self.retry(read).await {
-            Err(e) if e == Errno::EINVAL => Ok(Vec::new()),
-            other => other,
+        // One chunk (up to 1 MiB: a block) is kept as it came, uncopied.
+        let Some(second) = stream.chunks.next().await else {
+            return Ok(Fetched {
+                version,
+                bytes: first,
+            });
+        };
+        let mut out = BytesMut::with_capacity(stream.length as usize);
+        out.extend_from_slice(&first);
+        out.extend_from_slice(&second?);
+        while let Some(chunk) = stream.chunks.next().await {
+            out.extend_from_slice(&chunk?);
+        }
+        Ok(Fetched {
+            version,
+            bytes: out.freeze(),
+        })
+    }
+
+    /// `size` bytes at `offset` of `ino` (at `path`), not staged: from the
+    /// read-ahead window when the reader goes in order, else one ranged
+    /// read.
+    async fn read_server(
+        self: &Arc<Self>,
+        ino: u64,
+        path: &CanonicalPath,
+        offset: u64,
+        size: u64,
+    ) -> Result<Bytes, Errno> {
+        let (version, file_size) = {
+            let inodes = self.inodes();
+            let node = inodes.get(ino).ok_or(Errno::ENOENT)?;
+            (node.cached_version, node.attr.map(|a| a.size))
+        };
+        let end = offset.saturating_add(size);
+        let wanted = match version {
+            Some(_) if size > 0 => self.ahead(ino, path, offset, end, file_size),
+            _ => None,
+        };
+        if let (Some(version), Some(wanted)) = (version, wanted) {
+            let mut blocks = Some(Vec::with_capacity(wanted.len()));
+            for (index, pending) in wanted {
+                match (pending.await, &mut blocks) {
+                    (Ok(fetched), Some(got)) => got.push((index, fetched)),
+                    _ => blocks = None,
+                }
+            }
+            if let Some(bytes) = blocks.and_then(|b| assemble(b, version, offset, end)) {
+                return Ok(bytes);
+            }
+            // A block of another version, or failed: this read goes
+            // alone, and the window starts again.
+            self.readahead.forget(ino);
+        }
+        self.fetch(path, offset, size).await
+    }
+
+    /// `size` bytes at `offset` of `ino` when its window holds them read
+    /// already: answered on the kernel's thread, without a task.
+    fn read_ready(self: &Arc<Self>, ino: u64, offset: u64, size: u64) -> Option<Bytes> {
+        let (path, version, file_size) = {
+            let inodes = self.inodes();
+            let node = inodes.get(ino)?;
+            if node.unlinked || node.staged.is_some() || size == 0 {
+                return None;
+            }
+            (
+                node.path.clone(),
+                node.cached_version?,
+                node.attr.map(|a| a.size),
+            )
+        };
+        let end = offset.saturating_add(size);
+        let wanted = self.ahead(ino, &path, offset, end, file_size)?;
+        let blocks = wanted
+            .into_iter()
+            .map(|(index, pending)| match pending.peek() {
+                Some(Ok(fetched)) => Some((index, fetched.clone())),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?;
+        assemble(blocks, version, offset, end)
+    }
+
+    /// Moves the window of `ino` to a read of `[offset, end)`: the blocks
+    /// it needs, with [`AHEAD`] more asked of the stream behind them;
+    /// `None` when the read is not in order (it goes alone).
+    fn ahead(
+        self: &Arc<Self>,
+        ino: u64,
+        path: &CanonicalPath,
+        offset: u64,
+        end: u64,
+        file_size: Option<u64>,
+    ) -> Option<Vec<(u64, Pending)>> {
+        let first = offset / BLOCK;
+        let last = (end - 1) / BLOCK;
+        let mut windows = self.readahead.windows();
+        let window = windows.get(&ino);
+        let going_on = window.is_some_and(|w| w.in_order && w.blocks.contains_key(&first));
+        if !going_on {
+            let behind = window
+                .and_then(|w| w.blocks.first_key_value())
+                .is_some_and(|(&b, _)| first < b);
+            if behind {
+                // A late request of the kernel's own read-ahead: alone,
+                // the window unmoved.
+                return None;
+            }
+            let in_order = offset == 0 || window.is_some_and(|w| w.next == offset);
+            if window.is_none() && windows.len() >= READERS {
+                let oldest = windows
+                    .iter()
+                    .min_by_key(|(_, w)| w.used)
+                    .map(|(&ino, _)| ino);
+                if let Some(oldest) = oldest {
+                    windows.remove(&oldest);
+                }
+            }
+            windows.insert(
+                ino,
+                Window {
+                    next: end,
+                    blocks: BTreeMap::new(),
+                    in_order,
+                    used: Instant::now(),
+                },
+            );
+            if !in_order {
+                // A new place: a read going on from here is read ahead.
+                return None;
+            }
+        }
+        let window = windows.get_mut(&ino).expect("inserted above");
+        window.next = end;
+        window.used = Instant::now();
+        // What the reader has passed is dropped, but for the block just
+        // before (the kernel's requests may arrive a little out of order).
+        window.blocks = window.blocks.split_off(&first.saturating_sub(1));
+        // Not past the end the kernel knows (nothing ahead when it knows
+        // none: a small file costs one read, as without read-ahead).
+        let stop = file_size.map_or(last, |size| {
+            (last + AHEAD).min(size.saturating_sub(1) / BLOCK).max(last)
+        });
+        for index in first..=stop {
+            window
+                .blocks
+                .entry(index)
+                .or_insert_with(|| self.read_block(path, index));
+        }
+        (first..=last)
+            .map(|i| window.blocks.get(&i).map(|b| (i, b.fetched.clone())))
+            .collect()
+    }
+
+    /// Block `index` of `path`, read by a task of its own.
+    fn read_block(self: &Arc<Self>, path: &CanonicalPath, index: u64) -> Block {
+        let (shared, path) = (self.clone(), path.clone());
+        let task = self.runtime.spawn(async move {
+            shared
+                .retry(|| shared.read_range(&path, index * BLOCK, BLOCK))
+                .await
+        });
+        let abort = task.abort_handle();
+        let fetched = async move { task.await.unwrap_or(Err(Errno::EIO)) }
+            .boxed()
+            .shared();
+        Block {
+            fetched,
+            task: abort,
         }
     }
 
@@ -110,6 +367,32 @@ impl Shared {
     }
 }
 
+/// The bytes `[offset, end)` from `blocks` (consecutive, from the one
+/// holding `offset`), when every one is of `version`; a short block ends
+/// the file.
+fn assemble(blocks: Vec<(u64, Fetched)>, version: u64, offset: u64, end: u64) -> Option<Bytes> {
+    let mut pieces = Vec::with_capacity(blocks.len());
+    for (index, fetched) in blocks {
+        if fetched.version != version && !fetched.bytes.is_empty() {
+            return None;
+        }
+        let start = index * BLOCK;
+        let from = (offset.max(start) - start) as usize;
+        let to = ((end - start) as usize).min(fetched.bytes.len());
+        if from < to {
+            pieces.push(fetched.bytes.slice(from..to));
+        }
+        if fetched.bytes.len() < BLOCK as usize {
+            break;
+        }
+    }
+    Some(match pieces.len() {
+        0 => Bytes::new(),
+        1 => pieces.pop().expect("one piece"),
+        _ => pieces.concat().into(),
+    })
+}
+
 impl WsfsFs {
     pub(super) fn do_readlink(&self, ino: INodeNo, reply: ReplyData) {
         self.spawn(move |s| async move {
@@ -128,6 +411,9 @@ impl WsfsFs {
 
     pub(super) fn do_read(&self, ino: INodeNo, offset: u64, size: u32, reply: ReplyData) {
         let ino = ino.0;
+        if let Some(bytes) = self.shared.read_ready(ino, offset, size.into()) {
+            return reply.data(&bytes);
+        }
         self.spawn(move |s| async move {
             let result = async {
                 match s.staged(ino) {
@@ -137,11 +423,14 @@ impl WsfsFs {
                             let (path, _) = s.path(ino)?;
                             s.fill(&path, &staged, gaps).await?;
                         }
-                        staged.read_local(offset, end).map_err(|e| local(&e))
+                        staged
+                            .read_local(offset, end)
+                            .map(Bytes::from)
+                            .map_err(|e| local(&e))
                     }
                     None => {
                         let (path, _) = s.path(ino)?;
-                        s.fetch(&path, offset, size.into()).await
+                        s.read_server(ino, &path, offset, size.into()).await
                     }
                 }
             }
@@ -246,5 +535,38 @@ impl WsfsFs {
     pub(super) fn do_releasedir(&self, fh: FileHandle, reply: ReplyEmpty) {
         self.shared.handles().remove(&fh.0);
         reply.ok();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(version: u64, fill: u8, len: u64) -> Fetched {
+        Fetched {
+            version,
+            bytes: Bytes::from(vec![fill; len as usize]),
+        }
+    }
+
+    #[test]
+    fn a_read_across_blocks_takes_each_ones_part() {
+        let blocks = vec![(3, block(7, b'a', BLOCK)), (4, block(7, b'b', BLOCK))];
+        let offset = 4 * BLOCK - 2;
+        let got = assemble(blocks, 7, offset, offset + 5).unwrap();
+        assert_eq!(&got[..], b"aabbb");
+    }
+
+    #[test]
+    fn a_block_of_another_version_answers_nothing() {
+        let blocks = vec![(0, block(7, b'a', BLOCK)), (1, block(8, b'b', BLOCK))];
+        assert!(assemble(blocks, 7, 0, BLOCK + 1).is_none());
+    }
+
+    #[test]
+    fn a_short_block_ends_the_file() {
+        let blocks = vec![(0, block(7, b'a', 10)), (1, block(7, b'b', BLOCK))];
+        let got = assemble(blocks, 7, 4, BLOCK + 100).unwrap();
+        assert_eq!(&got[..], b"aaaaaa");
     }
 }

@@ -55,6 +55,8 @@ pub(super) struct Shared {
     pub(super) making: Mutex<std::collections::HashSet<CanonicalPath>>,
     /// The versions the mount's latest commits made, by path.
     recent: Mutex<RecentCommits>,
+    /// What is read ahead of sequential readers (read.rs).
+    pub(super) readahead: super::read::ReadAhead,
 }
 
 /// The versions the mount's own latest commits made, by path, at most
@@ -110,6 +112,7 @@ impl Shared {
             known: KnownDirs::default(),
             making: Mutex::default(),
             recent: Mutex::default(),
+            readahead: Default::default(),
         }
     }
 

@@ -213,8 +213,15 @@ impl Shared {
 
     /// A file handle of `ino` closed.
     pub(super) fn release_node(&self, ino: u64) {
-        if let Some(node) = self.inodes().get_mut(ino) {
-            node.open = node.open.saturating_sub(1);
+        let closed = match self.inodes().get_mut(ino) {
+            Some(node) => {
+                node.open = node.open.saturating_sub(1);
+                node.open == 0
+            }
+            None => true,
+        };
+        if closed {
+            self.readahead.forget(ino);
         }
         self.drop_staging_if_done(ino);
     }
