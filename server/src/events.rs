@@ -368,7 +368,7 @@ impl ExternalWatcher {
                 if overflowed {
                     // Changes were lost: every reader re-reads the
                     // workspace rather than trust a log with a gap.
-                    tracing::warn!(root = %root.display(), "the kernel dropped filesystem events (fs.inotify.max_queued_events): watchers of this session are told to resync");
+                    tracing::warn!(root = %root.display(), "outside changes may have been missed (the kernel dropped filesystem events, see fs.inotify.max_queued_events, or the root moved to scanning): watchers of this session are told to resync");
                     log.barrier();
                     continue;
                 }

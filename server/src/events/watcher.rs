@@ -35,7 +35,9 @@ pub const FORCE_POLL_ENV: &str = "WSFS_TEST_FORCE_POLL_WATCHER";
 pub(super) enum Seen {
     /// A path under the session's root (relative, never empty) changed.
     Change(ChangeKind, String, SystemTime),
-    /// The kernel's event queue overflowed: changes may have been missed.
+    /// Changes may have been missed: the kernel's event queue overflowed,
+    /// or the root moved from the kernel's watch to scanning (what changed
+    /// between the two is in neither).
     Overflow,
 }
 
@@ -199,13 +201,9 @@ impl Hub {
     }
 
     /// Polls `root`, logging why.
+    /// Logged once the scan's first look at the root is taken, so that a
+    /// change made after the log line is one the scanning reports.
     fn poll(&'static self, w: &mut Watchers, root: &Path, why: &str) -> Option<Mode> {
-        tracing::warn!(
-            root = %root.display(),
-            error = why,
-            interval = ?POLL_INTERVAL,
-            "no filesystem watcher for this session (raise fs.inotify.max_user_watches or max_user_instances): scanning its root for outside changes instead"
-        );
         let polling = match &mut w.polling {
             Some(p) => p,
             None => {
@@ -225,7 +223,15 @@ impl Hub {
             }
         };
         match polling.watch(root, notify::RecursiveMode::Recursive) {
-            Ok(()) => Some(Mode::Polled),
+            Ok(()) => {
+                tracing::warn!(
+                    root = %root.display(),
+                    error = why,
+                    interval = ?POLL_INTERVAL,
+                    "no filesystem watcher for this session (raise fs.inotify.max_user_watches or max_user_instances): scanning its root for outside changes instead"
+                );
+                Some(Mode::Polled)
+            }
             Err(e) => {
                 tracing::error!(root = %root.display(), error = %e, "this session's root cannot be watched at all: outside changes will not be reported");
                 None
@@ -297,6 +303,14 @@ impl Hub {
                 "the watch limit was reached in a new directory",
             ) {
                 Some(mode) => {
+                    // What changed between the kernel's refusal and the
+                    // scan's first look is reported by neither: the
+                    // session's watchers are told to resync.
+                    let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
+                    for (_, tx) in routes.get(&root).into_iter().flatten() {
+                        let _ = tx.send(Seen::Overflow);
+                    }
+                    drop(routes);
                     w.watched.insert(root, mode);
                 }
                 None => {

@@ -168,12 +168,17 @@ async fn past_the_kernels_watch_limit_a_root_is_scanned_and_gives_its_watches_ba
     let late = format!("d{}/late.txt", LIMIT + 9);
     let written = Instant::now();
     std::fs::write(root.join(&late), "from a container\n").unwrap();
+    // What changed while the root moved from the kernel's watch to the
+    // scan is in neither: the watcher is told to resync first.
+    let mut resynced = false;
     let event = loop {
         let e = next_change(&mut events).await;
+        resynced |= e.kind() == ChangeKind::Resync;
         if e.path == late {
             break e;
         }
     };
+    assert!(resynced, "no RESYNC when the root moved to scanning");
     let scanned_after = written.elapsed();
     assert_eq!(
         (event.kind(), event.caller.as_str()),
