@@ -301,25 +301,29 @@ impl Bucket {
     /// Manifest `hash`, read and checked against its hash.
     async fn fetch_manifest(&self, hash: [u8; 32]) -> Result<bytes::Bytes> {
         let key = keys::manifest(&hash_hex(&hash));
-        let raw = self
-            .get_small(&key, MAX_MANIFEST_BYTES)
-            .await?
-            .ok_or_else(|| missing(&key))?;
-        if <[u8; 32]>::from(Sha256::digest(&raw)) != hash {
-            return Err(corrupt(&key));
-        }
-        Ok(raw)
+        self.fetch_checked(&key, hash, MAX_MANIFEST_BYTES).await
     }
 
     /// Content `hash` of `size` bytes, read into memory and checked.
     async fn fetch_content(&self, hash: [u8; 32], size: u64) -> Result<bytes::Bytes> {
         let key = keys::content(&hash_hex(&hash));
+        self.fetch_checked(&key, hash, size).await
+    }
+
+    /// Object `key` of at most `max` bytes, read into memory; missing or
+    /// not hashing to `hash` is damage.
+    async fn fetch_checked(
+        &self,
+        key: &object_store::path::Path,
+        hash: [u8; 32],
+        max: u64,
+    ) -> Result<bytes::Bytes> {
         let got = self
-            .get_small(&key, size)
+            .get_small(key, max)
             .await?
-            .ok_or_else(|| missing(&key))?;
+            .ok_or_else(|| missing(key))?;
         if <[u8; 32]>::from(Sha256::digest(&got)) != hash {
-            return Err(corrupt(&key));
+            return Err(corrupt(key));
         }
         Ok(got)
     }
