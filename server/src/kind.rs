@@ -33,6 +33,108 @@ pub(crate) fn sessions_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("sessions")
 }
 
+/// Where session directories go to be removed: inside the directory that
+/// held them (one filesystem, so going there is one rename), under a name
+/// no session id takes (ids are UUIDs).
+const REMOVING: &str = ".removing";
+
+/// Removes the directory of a session, recorded or half made, so that a
+/// kill at any moment leaves the session whole or gone: first one rename
+/// takes the directory out of reach (no start reopens it, no new session
+/// meets it), durably in `fsync` mode; then its files are removed.
+/// Blocking. A directory already gone is no error.
+pub(crate) fn remove_session_dir(
+    session_dir: &Path,
+    durability: crate::durability::Durability,
+) -> std::io::Result<()> {
+    let Some(aside) = set_aside(session_dir)? else {
+        return Ok(());
+    };
+    if durability.is_fsync() {
+        if let Some(parent) = session_dir.parent() {
+            std::fs::File::open(parent)?.sync_all()?;
+        }
+    }
+    // A thread removing a tree from the session's staging meanwhile may
+    // race this one: a second pass ends the race.
+    match std::fs::remove_dir_all(&aside).or_else(|_| std::fs::remove_dir_all(&aside)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Renames `session_dir` into its parent's [`REMOVING`] directory under a
+/// name of its own; `None` when it is already gone.
+fn set_aside(session_dir: &Path) -> std::io::Result<Option<PathBuf>> {
+    static SET_ASIDE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let (Some(parent), Some(name)) = (session_dir.parent(), session_dir.file_name()) else {
+        return Err(std::io::Error::other("not a session directory"));
+    };
+    let removing = parent.join(REMOVING);
+    std::fs::create_dir_all(&removing)?;
+    let n = SET_ASIDE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut unique = name.to_os_string();
+    unique.push(format!(".{}.{n}", std::process::id()));
+    let aside = removing.join(unique);
+    match std::fs::rename(session_dir, &aside) {
+        Ok(()) => Ok(Some(aside)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// At a start, before anything is served from `sessions`: a session
+/// directory without its record (`record`, written last when a session is
+/// made and removed first when it is deleted) is what a kill left of a
+/// creation, fork or recovery that never answered, and is taken out of
+/// reach at once; it and what earlier removals left are then removed by
+/// a thread of their own, so that nothing waits for them. Returns the
+/// session directories that remain.
+pub(crate) fn clear_unfinished(sessions: &Path, record: &str) -> std::io::Result<Vec<PathBuf>> {
+    let entries = match std::fs::read_dir(sessions) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut kept = Vec::new();
+    let mut unfinished = 0;
+    for entry in entries {
+        let dir = entry?.path();
+        if dir.file_name().is_some_and(|n| n == REMOVING) {
+            continue;
+        }
+        match dir.join(record).symlink_metadata() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && dir.is_dir() => {
+                tracing::warn!(dir = %dir.display(), "a session directory without its record (a creation, fork or recovery cut short) is removed");
+                set_aside(&dir)?;
+                unfinished += 1;
+            }
+            _ => kept.push(dir),
+        }
+    }
+    // What is there now: what this run sets aside later is its own to
+    // remove.
+    let left: Vec<PathBuf> = match std::fs::read_dir(sessions.join(REMOVING)) {
+        Ok(entries) => entries.flatten().map(|e| e.path()).collect(),
+        Err(_) => Vec::new(),
+    };
+    if !left.is_empty() {
+        tracing::info!(
+            unfinished,
+            left = left.len(),
+            "removing what unfinished and deleted sessions left"
+        );
+        std::thread::spawn(move || {
+            for dir in left {
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot remove what a session left");
+                }
+            }
+        });
+    }
+    Ok(kept)
+}
+
 /// What the server knows of a session, apart from its files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionRecord {

@@ -611,13 +611,8 @@ impl SessionRegistry {
         };
         if let Some(gone) = gone {
             // Its record only: the root it named is not ours to touch.
-            let dir = gone.session_dir;
-            tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir))
-                .await
-                .map_err(|e| Error::internal(format!("removing the session's record failed: {e}")))?
-                .map_err(|e| {
-                    Error::internal(format!("removing the session's record failed: {e}"))
-                })?;
+            self.remove_session_dir(gone.session_dir, "the session's record")
+                .await?;
             return Ok(0);
         }
         let mirrored = self
@@ -640,23 +635,21 @@ impl SessionRegistry {
         if let Some(dir) = session.owned_dir.clone() {
             // The owned directory holds the root only when the session made
             // it; a root elsewhere is never inside it.
-            let durability = self.config.durability;
-            tokio::task::spawn_blocking(move || {
-                // The remover thread may be removing a deleted tree in its
-                // staging directory meanwhile: a second pass ends a race.
-                std::fs::remove_dir_all(&dir).or_else(|_| std::fs::remove_dir_all(&dir))?;
-                match dir.parent() {
-                    Some(sessions) if durability.is_fsync() => {
-                        std::fs::File::open(sessions)?.sync_all()
-                    }
-                    _ => Ok(()),
-                }
-            })
-            .await
-            .map_err(|e| Error::internal(format!("removing the session's files failed: {e}")))?
-            .map_err(|e| Error::internal(format!("removing the session's files failed: {e}")))?;
+            self.remove_session_dir(dir, "the session's files").await?;
         }
         Ok(files)
+    }
+
+    /// [`crate::kind::remove_session_dir`] on the blocking pool; `what`
+    /// names what the directory held, in an error.
+    pub(crate) async fn remove_session_dir(&self, dir: PathBuf, what: &str) -> Result<()> {
+        let durability = self.config.durability;
+        let failed =
+            |e: &dyn std::fmt::Display| Error::internal(format!("removing {what} failed: {e}"));
+        tokio::task::spawn_blocking(move || crate::kind::remove_session_dir(&dir, durability))
+            .await
+            .map_err(|e| failed(&e))?
+            .map_err(|e| failed(&e))
     }
 }
 

@@ -2104,3 +2104,194 @@ async fn a_full_disk_refuses_every_path_with_one_reason_and_leaves_nothing() {
 fn id_of(session: &Session) -> String {
     session.id().to_string()
 }
+
+/// Files a session's root gets straight on disk for the tests below.
+const ROOT_FILES: usize = 4_000;
+
+/// Writes [`ROOT_FILES`] files of 8 to 12 KiB in 40 directories into
+/// `root`, as a program in a container would.
+fn fill_root(root: &Path) {
+    for i in 0..ROOT_FILES {
+        let dir = root.join(format!("d{:02}", i % 40));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(format!("f{i:05}.bin")),
+            vec![(i % 251) as u8; 8192 + i % 4096],
+        )
+        .unwrap();
+    }
+}
+
+/// A session id of the client's choosing.
+fn chosen_id(rng: &mut Rng) -> String {
+    let (a, b) = (rng.next_u64(), rng.next_u64());
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        b >> 52,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+/// Waits until nothing a removed session left is on disk under
+/// `data_dir`'s sessions directory but the sessions named in `keep`.
+async fn nothing_left_but(data_dir: &Path, keep: &[&str]) {
+    let sessions = data_dir.join("sessions");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut left: Vec<String> = std::fs::read_dir(&sessions)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| !keep.contains(&name.as_str()))
+            .collect();
+        if let Ok(removing) = std::fs::read_dir(sessions.join(".removing")) {
+            left.extend(
+                removing
+                    .flatten()
+                    .map(|e| format!(".removing/{}", e.file_name().to_string_lossy())),
+            );
+        }
+        left.retain(|name| name != ".removing");
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "120 s after the restart these are still on disk: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A DIRECTORY fork of a 4,000-file snapshot, SIGKILLed while it writes
+/// its workspace (its directory made, its record not yet), then the
+/// server started again: the first answer about the fork's id is
+/// NOT_FOUND; the same fork asked again (same chosen id) succeeds, whole,
+/// rather than meeting ALREADY_EXISTS forever; and what the kill left is
+/// removed by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_killed_part_way_leaves_no_session_and_frees_its_id() {
+    let seed = crash_seed();
+    println!("crash: a fork killed part way, CRASH_SEED={seed}");
+    let mut rng = Rng(seed);
+    let (_scratch, data_dir, log) = scratch();
+    let mut server = Server::start(&data_dir, &log);
+    let client = Client::connect(&server.url).await.unwrap();
+    let (origin, info) = client.create(SessionOptions::directory()).await.unwrap();
+    fill_root(&info.root_path.clone().unwrap());
+    let snapshot = client.snapshot(&info.id, "big").await.unwrap().id;
+    let expected = listing(&origin).await.unwrap();
+    assert!(expected.len() > ROOT_FILES, "the origin holds every file");
+    let fork = |id: &str| {
+        SessionOptions::directory()
+            .from_snapshot(info.id.clone(), snapshot.clone())
+            .id(id)
+    };
+    // Kill a fork while it writes: its directory there, its record not.
+    let mut cut = None;
+    for _attempt in 0..5 {
+        let id = chosen_id(&mut rng);
+        let fork_dir = data_dir.join("sessions").join(&id);
+        let client = Client::connect(&server.url).await.unwrap();
+        let forking = tokio::spawn({
+            let options = fork(&id);
+            async move { client.create(options).await }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !forking.is_finished() && Instant::now() < deadline {
+            let files = std::fs::read_dir(fork_dir.join("root/d00")).map_or(0, |d| d.count());
+            if files > rng.below(50) as usize {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        server.kill();
+        let _ = forking.await;
+        let part_way = fork_dir.exists() && !fork_dir.join("session.json").exists();
+        server = Server::start(&data_dir, &log);
+        if part_way {
+            cut = Some(id);
+            break;
+        }
+        // The fork ended before the kill: another id, another try.
+    }
+    let id = cut.expect("one of 5 forks was killed while it wrote its workspace");
+    let client = Client::connect(&server.url).await.unwrap();
+    match client.get_session(&id).await {
+        Err(Error::SessionNotFound { .. }) => {}
+        other => panic!("the first answer about a fork cut short: {other:?}"),
+    }
+    let (forked, _) = client
+        .create(fork(&id))
+        .await
+        .expect("the id of a fork cut short is free again after the restart");
+    assert_eq!(
+        listing(&forked).await.unwrap(),
+        expected,
+        "the fork asked again is the whole snapshot"
+    );
+    let origin_id = info.id.clone();
+    let forks: Vec<String> = client
+        .list_sessions()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    nothing_left_but(
+        &data_dir,
+        &forks.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await;
+    assert!(forks.contains(&origin_id) && forks.contains(&id));
+}
+
+/// DeleteSession of a 4,000-file DIRECTORY session, SIGKILLed while it
+/// removes, then the server started again: the first answer about the
+/// session is NOT_FOUND or the session whole, never part of its files;
+/// and nothing of it stays on disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_delete_killed_part_way_leaves_it_whole_or_gone() {
+    let (_scratch, data_dir, log) = scratch();
+    let mut server = Server::start(&data_dir, &log);
+    let client = Client::connect(&server.url).await.unwrap();
+    let (session, info) = client.create(SessionOptions::directory()).await.unwrap();
+    let root = info.root_path.clone().unwrap();
+    fill_root(&root);
+    let expected = listing(&session).await.unwrap();
+    let session_dir = data_dir.join("sessions").join(&info.id);
+    let deleting = tokio::spawn({
+        let (client, id) = (client.clone(), info.id.clone());
+        async move { client.delete_session(&id).await }
+    });
+    // Until the removal has begun: the session's directory moved, or its
+    // root's directories fewer.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let dirs = std::fs::read_dir(&root).map_or(0, |d| d.count());
+        if !session_dir.exists() || dirs < 40 || deleting.is_finished() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "DeleteSession never began removing"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    server.kill();
+    let _ = deleting.await;
+    let server = Server::start(&data_dir, &log);
+    let client = Client::connect(&server.url).await.unwrap();
+    match client.get_session(&info.id).await {
+        Err(Error::SessionNotFound { .. }) => nothing_left_but(&data_dir, &[]).await,
+        Ok(_) => assert_eq!(
+            listing(&client.session(&info.id)).await.unwrap(),
+            expected,
+            "a delete cut short leaves the session whole"
+        ),
+        Err(e) => panic!("the first answer about a session whose delete was cut short: {e:?}"),
+    }
+}

@@ -188,23 +188,20 @@ impl BackendProvider for DirectoryProvider {
     }
 
     /// Every DIRECTORY session recorded under the data directory. A
-    /// session directory whose record cannot be read is left alone.
+    /// session directory whose record cannot be read is left alone; one
+    /// without a record is what a kill left of a creation, and is
+    /// removed ([`crate::kind::clear_unfinished`]).
     fn reopen(&self, cx: &Context<'_>) -> Result<Vec<Reopened>> {
         let dir = sessions_dir(&cx.config.data_dir);
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => {
-                return Err(Error::internal(format!(
-                    "cannot read '{}': {e}",
-                    dir.display()
-                )))
-            }
-        };
-        Ok(entries
-            .flatten()
-            .map(|entry| {
-                let session_dir = entry.path();
+        let kept = crate::kind::clear_unfinished(&dir, SESSION_FILE).map_err(|e| {
+            Error::io_while(
+                e,
+                format_args!("reopening the sessions in '{}'", dir.display()),
+            )
+        })?;
+        Ok(kept
+            .into_iter()
+            .map(|session_dir| {
                 reopen(cx, &session_dir).unwrap_or_else(|error| Reopened::Skipped {
                     dir: session_dir,
                     error,

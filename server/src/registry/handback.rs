@@ -125,14 +125,8 @@ impl SessionRegistry {
             return Ok(());
         };
         tracing::warn!(session = %id, dir = %copy.session_dir.display(), "the copy a failover superseded is replaced by the object store's");
-        let dir = copy.session_dir;
-        tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        })
-        .await
-        .map_err(|e| Error::internal(format!("removing a superseded copy failed: {e}")))?
-        .map_err(|e| Error::internal(format!("removing a superseded copy failed: {e}")))
+        self.remove_session_dir(copy.session_dir, "a superseded copy")
+            .await
     }
 
     /// Honours the hand-back requests addressed to this server: one
@@ -219,8 +213,11 @@ impl SessionRegistry {
         }
         if let Some(dir) = dropped.and_then(|s| s.owned_dir.clone()) {
             // Everything it held is in the bucket.
-            let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
-            if !matches!(removed, Ok(Ok(()))) {
+            if self
+                .remove_session_dir(dir, "the handed-over session")
+                .await
+                .is_err()
+            {
                 tracing::warn!(session = %id, "the handed-over session's directory could not be removed");
             }
         }
