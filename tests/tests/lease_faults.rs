@@ -966,3 +966,81 @@ async fn a_handback_whose_give_back_loses_its_answer_moves_the_session_once() {
         "written on r1\n"
     );
 }
+
+/// DeleteSession while the bucket stalls, then while it is cut off:
+/// refused UNAVAILABLE naming the bucket within a bounded wait (not the
+/// store client's 30 s), and nothing is lost: the session is still
+/// served, its lease still renewed across two lease lengths, its record
+/// and snapshot still in the bucket. Then once more with the answer to
+/// the removal of its record lost: the session is removed here and in
+/// the bucket, asked again at most a few times.
+#[tokio::test]
+async fn a_session_delete_the_bucket_fails_is_bounded_and_loses_nothing() {
+    let Some(pair) = Pair::start().await else {
+        return;
+    };
+    let (s0, id) = session_on(&pair.c0, "before\n").await;
+    pair.c0.snapshot(&id, "kept").await.unwrap();
+    let records = pair.moto.keys(&format!("sessions/{id}/"));
+    assert!(records.contains("session.json"), "{records:?}");
+
+    for fault in [Link::Stalled, Link::Cut] {
+        pair.forwarder.set_link(fault);
+        let asked = Instant::now();
+        let refusal = pair.c0.delete_session(&id).await.unwrap_err();
+        let waited = asked.elapsed();
+        assert_eq!(refusal.code(), Code::Unavailable, "{fault:?}: {refusal}");
+        assert!(
+            refusal.to_string().contains(&s3_url()),
+            "{fault:?}: names the bucket: {refusal}"
+        );
+        assert!(
+            waited < BOUNDED,
+            "{fault:?}: DeleteSession waited {waited:?}"
+        );
+        pair.forwarder.set_link(Link::Up);
+
+        write_once_served(&s0, &format!("after {fault:?}\n"), "DeleteSession").await;
+        // Still leased: served on after two lease lengths, no other holder.
+        tokio::time::sleep(LEASE_TTL * 2).await;
+        write_once_served(&s0, &format!("later {fault:?}\n"), "DeleteSession").await;
+        assert!(
+            pair.all_leases_held_by(&id, "replica-0"),
+            "{fault:?}: {:?}",
+            pair.holders(&id)
+        );
+        assert!(
+            pair.moto
+                .keys(&format!("sessions/{id}/"))
+                .contains("session.json"),
+            "{fault:?}: the session's record stays in the bucket"
+        );
+        assert_eq!(pair.snapshot_records(&id).len(), 1, "{fault:?}");
+    }
+
+    // The bulk delete of the session's record reaches the bucket, its
+    // answer is lost: the delete ends, at once (the store's client asks
+    // again) or when the caller asks again.
+    pair.forwarder
+        .add_body_rule("POST", "delete", "session.json", Action::DropAnswer, 1);
+    let mut refused = 0;
+    while let Err(e) = pair.c0.delete_session(&id).await {
+        assert_eq!(e.code(), Code::Unavailable, "{e}");
+        refused += 1;
+        assert!(refused < 5, "DeleteSession kept failing: {e}");
+    }
+    assert!(
+        acted(&pair.forwarder, Action::DropAnswer),
+        "the answer was never dropped: {:?}",
+        pair.forwarder.seen()
+    );
+    match pair.c0.get_session(&id).await {
+        Err(wsfs::Error::SessionNotFound { .. }) => {}
+        other => panic!("after DeleteSession: {other:?}"),
+    }
+    assert_eq!(
+        pair.moto.keys(&format!("sessions/{id}/")),
+        Default::default(),
+        "nothing of the session stays in the bucket"
+    );
+}

@@ -315,7 +315,7 @@ impl Bucket {
     }
 
     /// The lock serializing the claims on session `id`.
-    fn claim_lock(&self, id: &str) -> &tokio::sync::Mutex<()> {
+    pub(super) fn claim_lock(&self, id: &str) -> &tokio::sync::Mutex<()> {
         use std::hash::{Hash, Hasher};
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         id.hash(&mut hasher);
@@ -363,14 +363,18 @@ impl Bucket {
         let wait = lookup_wait(self.lease_ttl);
         tokio::time::timeout(wait, lookups)
             .await
-            .unwrap_or_else(|_| {
-                Err(Error::Unavailable {
-                    message: format!(
-                        "the object store {} did not answer within {wait:?} ({what}): try again",
-                        self.url
-                    ),
-                })
-            })
+            .unwrap_or_else(|_| Err(self.unanswered(&format!("within {wait:?}"), what)))
+    }
+
+    /// The refusal of a call the bucket did not answer `when` (a bound);
+    /// `what` says what was asked and what became of the call.
+    pub(super) fn unanswered(&self, when: &str, what: &str) -> Error {
+        Error::Unavailable {
+            message: format!(
+                "the object store {} did not answer {when} ({what}): try again",
+                self.url
+            ),
+        }
     }
 
     /// The sessions a renewal found taken over by another replica since

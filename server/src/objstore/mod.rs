@@ -287,24 +287,119 @@ impl Bucket {
     }
 
     /// Removes everything the bucket holds about session `id` (its
-    /// contents and manifests stay: other sessions may share them); only
-    /// while this server's lease on it is good, so that a stale holder
-    /// never removes what a newer one wrote.
+    /// contents and manifests stay: other sessions may share them; the
+    /// sweep frees what only it referenced), within one lookup wait
+    /// ([`lease::lookup_wait`]): a bucket that stalls or is cut off costs
+    /// the caller that long, then `UNAVAILABLE`, and the session stays
+    /// here, leased and served. Only while this server's lease on it is
+    /// good, renewed first through the bucket's compare-and-swap, so that
+    /// a stale holder never removes what a newer one wrote. Order: the
+    /// snapshot records, tokens and hand-back request; then the session's
+    /// record, after which it is gone (a failover finds nothing to
+    /// recover); then its lease, best effort (a lease without a record is
+    /// never recovered, and runs out).
     pub async fn forget_session(&self, id: &str) -> Result<()> {
-        self.check_holding(id)?;
-        // No renewal may write a lease for it from now on.
-        self.leases
+        let what = format!("removing session '{id}' from it; the session is still served here");
+        let removed = self
+            .within_lookup_wait(&what, async {
+                let left = self.renew_for_commit(id).await?;
+                let listed = self.list(&keys::session(id)).await?;
+                let (record, leases) = (keys::session_record(id), keys::leases(id));
+                let (last, first): (Vec<Key>, Vec<Key>) = listed
+                    .into_iter()
+                    .map(|meta| meta.location)
+                    .partition(|key| *key == record || key.prefix_matches(&leases));
+                let removed = async {
+                    self.delete_keys(first).await?;
+                    self.delete_keys(vec![keys::handback(&self.replica, id)])
+                        .await?;
+                    // No renewal writes a lease for it from its record's
+                    // removal on; the lease is given back to the map if
+                    // the removal fails or its wait is cut short.
+                    let _one = self.claim_lock(id).lock().await;
+                    let taken = TakenLease::take(self, id);
+                    self.delete_keys(vec![record]).await?;
+                    taken.keep_removed();
+                    Ok(last)
+                };
+                // Past the renewed lease another replica may take it over.
+                tokio::time::timeout(left, removed)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(self.unanswered(
+                            &format!("before this replica's lease on session '{id}' ran out"),
+                            &what,
+                        ))
+                    })
+            })
+            .await;
+        let leases: Vec<Key> = removed?
+            .into_iter()
+            .filter(|k| *k != keys::session_record(id))
+            .collect();
+        if let Err(e) = self
+            .within_lookup_wait(&what, self.delete_keys(leases))
+            .await
+        {
+            tracing::warn!(session = %id, error = %e, "a deleted session's lease stays in the object store until it runs out");
+        }
+        Ok(())
+    }
+
+    /// Deletes `keys`, in as few requests as the store allows (one per
+    /// 1,000 on S3); a key already gone is no error.
+    pub(super) async fn delete_keys(&self, keys: Vec<Key>) -> Result<()> {
+        use futures::StreamExt;
+        let Some(first) = keys.first().cloned() else {
+            return Ok(());
+        };
+        let mut results = self
+            .store
+            .delete_stream(futures::stream::iter(keys.into_iter().map(Ok)).boxed());
+        while let Some(result) = results.next().await {
+            match result {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.failed("delete", &first, e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Session `id`'s lease taken out of [`Bucket::leases`] (no renewal
+/// writes it any more), put back when dropped unless
+/// [`TakenLease::keep_removed`].
+struct TakenLease<'a> {
+    bucket: &'a Bucket,
+    id: &'a str,
+    held: Option<lease::Held>,
+}
+
+impl<'a> TakenLease<'a> {
+    fn take(bucket: &'a Bucket, id: &'a str) -> Self {
+        let held = bucket
+            .leases
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(id);
-        for meta in self.list(&keys::session(id)).await? {
-            match self.store.delete(&meta.location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(self.failed("delete", &meta.location, e)),
-            }
+        TakenLease { bucket, id, held }
+    }
+
+    fn keep_removed(mut self) {
+        self.held = None;
+    }
+}
+
+impl Drop for TakenLease<'_> {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take() {
+            self.bucket
+                .leases
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(self.id.to_string())
+                .or_insert(held);
         }
-        self.drop_handback(&self.replica, id).await;
-        Ok(())
     }
 }
 

@@ -433,15 +433,7 @@ impl Bucket {
             });
         }
         let n = batch.len();
-        let mut results = self
-            .store
-            .delete_stream(futures::stream::iter(batch.into_iter().map(Ok)).boxed());
-        while let Some(result) = results.next().await {
-            match result {
-                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(self.failed("delete", &keys::contents(), e)),
-            }
-        }
+        self.delete_keys(batch).await?;
         Ok(n)
     }
 
