@@ -222,7 +222,8 @@ async fn a_killed_replicas_sessions_fail_over_through_the_proxy_with_their_token
 /// written again; its replica SIGKILLed. Through the proxy, the first call
 /// (its token holder's, knowing only the token) finds it on another
 /// replica, still a MEMORY session, holding exactly its last snapshot (a
-/// file over 8 MiB among its files), and the token keeps working there.
+/// file over 8 MiB among its files), with its older snapshot listed too
+/// (fetched when read or restored), and the token keeps working there.
 #[tokio::test]
 async fn a_killed_replicas_memory_session_fails_over_as_a_memory_session() {
     let Some((_moto, mut cluster, admin)) = three_replicas().await else {
@@ -235,6 +236,8 @@ async fn a_killed_replicas_memory_session_fails_over_as_a_memory_session() {
         .write_str("dir/a.txt", "before the snapshot\n")
         .await
         .unwrap();
+    let older = admin.snapshot(&id, "older").await.unwrap();
+    let older_state = workspace_state(&session).await;
     let token = admin.issue_token(&id, "agent").await.unwrap().token;
     let agent = Client::connect(&cluster.url())
         .await
@@ -265,7 +268,11 @@ async fn a_killed_replicas_memory_session_fails_over_as_a_memory_session() {
     assert_eq!(found.backend, wsfs_client::Backend::Memory, "still MEMORY");
     assert_eq!(workspace_state(&agent.session(&id)).await, kept);
     let listed = admin.list_snapshots(&id).await.unwrap();
-    assert_eq!(listed, vec![snapshot], "its last snapshot, listed");
+    assert_eq!(
+        listed,
+        vec![older.clone(), snapshot],
+        "every snapshot listed, the older one fetched only when used"
+    );
     agent
         .session(&id)
         .write_str("agent.txt", "written after the failover\n")
@@ -281,6 +288,19 @@ async fn a_killed_replicas_memory_session_fails_over_as_a_memory_session() {
             .unwrap(),
         "written after the failover\n"
     );
+    // The older snapshot, fetched from the bucket when used: its file
+    // read, then the session restored to it.
+    let (size, chunks) = admin
+        .read_snapshot_file(&id, &older.id, "dir/a.txt")
+        .await
+        .unwrap();
+    let read: Vec<bytes::Bytes> = futures::TryStreamExt::try_collect(chunks).await.unwrap();
+    assert_eq!(
+        (size, read.concat()),
+        (20, b"before the snapshot\n".to_vec())
+    );
+    admin.restore(&id, &older.id).await.unwrap();
+    assert_eq!(workspace_state(&admin.session(&id)).await, older_state);
 }
 
 /// One replica on the bucket through a forwarder: calls for sessions it

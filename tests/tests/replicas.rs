@@ -304,8 +304,9 @@ async fn a_snapshot_the_bucket_refuses_fails_unavailable_and_is_not_kept() {
 /// in the bucket, under its hash. When its replica is lost, another
 /// recovers it as a MEMORY session (no disk of its own) from the snapshot
 /// RecoverSession names, then a third from its latest, with its labels,
-/// limits, snapshot and tokens; one over the recovering replica's byte
-/// budget is refused before anything is fetched, and nothing is made.
+/// limits, every snapshot listed (those not recovered from fetched when
+/// restored) and tokens; one over the recovering replica's byte budget is
+/// refused before anything is fetched, and nothing is made.
 #[tokio::test]
 async fn a_lost_replicas_memory_session_comes_back_on_another_as_a_memory_session() {
     let dir = fresh_dir();
@@ -410,7 +411,14 @@ async fn a_lost_replicas_memory_session_comes_back_on_another_as_a_memory_sessio
         .into_iter()
         .map(|s| (s.id, s.tag))
         .collect();
-    assert_eq!(listed, vec![(first.id.clone(), "first".to_string())]);
+    assert_eq!(
+        listed,
+        vec![
+            (first.id.clone(), "first".to_string()),
+            (second.id.clone(), "second".to_string())
+        ],
+        "every snapshot listed, only the one recovered fetched"
+    );
     let agent = Client::connect(&r1.url())
         .await
         .unwrap()
@@ -429,7 +437,10 @@ async fn a_lost_replicas_memory_session_comes_back_on_another_as_a_memory_sessio
     assert_eq!(recovered.backend, wsfs_client::Backend::Memory);
     assert_eq!(workspace_state(&c2.session(&id)).await, second_state);
     let listed: Vec<_> = c2.list_snapshots(&id).await.unwrap();
-    assert_eq!(listed, vec![second], "the snapshot it was recovered from");
+    assert_eq!(listed, vec![first.clone(), second], "every snapshot");
+    // The older one, fetched from the bucket when restored.
+    c2.restore(&id, &first.id).await.unwrap();
+    assert_eq!(workspace_state(&c2.session(&id)).await, first_state);
     let third = c2.snapshot(&id, "third").await.unwrap();
     assert!(bucket
         .join("sessions")

@@ -191,6 +191,7 @@ impl RecoversFromBucket for MemoryProvider {
         bucket: &Arc<Bucket>,
         record: &SessionRecord,
         session_dir: &Path,
+        stored: &[BucketSnapshot],
         chosen: Option<&BucketSnapshot>,
         budget: u64,
     ) -> Result<Handles> {
@@ -199,17 +200,37 @@ impl RecoversFromBucket for MemoryProvider {
         })?;
         let ws = Arc::new(Workspace::new(MemoryBackend::new(), record.limits));
         let mut snapshots = snapshots_of(cx, &ws, &record.id, Some(session_dir));
-        if let Some(chosen) = chosen {
-            let what = format!("recover session '{}'", record.id);
-            let entries = bucket.fetch_loose(chosen.root, budget, &what).await?;
-            let image = image_from(entries, record)?;
-            ws.backend().restore_image(&image);
-            let info = record_info(&chosen.raw)?;
-            snapshots = snapshots.with_snapshot(info, Arc::new(image));
+        for snapshot in stored {
+            let info = record_info(&snapshot.raw)?;
+            let fetch = {
+                let (bucket, root, record) = (bucket.clone(), snapshot.root, record.clone());
+                move || fetch_image(bucket.clone(), root, record.clone(), budget)
+            };
+            if chosen.is_some_and(|c| c.id == snapshot.id) {
+                let image = fetch().await?;
+                ws.backend().restore_image(&image);
+                snapshots = snapshots.with_snapshot(info, Arc::new(image));
+            } else {
+                let fetch: snapshots::Fetch = Arc::new(move || Box::pin(fetch()));
+                snapshots = snapshots.with_stored(info, fetch);
+            }
         }
         ws.set_read_only(record.read_only);
         Ok(handles(ws, Arc::new(snapshots)))
     }
+}
+
+/// The image of the snapshot of session `record` whose manifest is `root`,
+/// fetched from the bucket; nothing past `budget` bytes (0: no limit).
+async fn fetch_image(
+    bucket: Arc<Bucket>,
+    root: [u8; 32],
+    record: SessionRecord,
+    budget: u64,
+) -> Result<MemoryImage> {
+    let what = format!("fetch a snapshot of session '{}'", record.id);
+    let entries = bucket.fetch_loose(root, budget, &what).await?;
+    image_from(entries, &record)
 }
 
 /// The image of a snapshot fetched from the bucket, each path checked as

@@ -1,4 +1,6 @@
-//! Snapshots of a MEMORY session: images of the tree, held in memory.
+//! Snapshots of a MEMORY session: images of the tree, held in memory
+//! (or, for a session recovered from the object store, its older
+//! snapshots kept there and fetched when used).
 
 use super::ImageEntry;
 use super::{MemoryBackend, MemoryImage};
@@ -22,7 +24,7 @@ use wsfs::{CanonicalPath, Result};
 pub struct MemorySnapshots {
     workspace: Arc<Workspace<MemoryBackend>>,
     /// Oldest first.
-    snapshots: Mutex<Vec<(SnapshotInfo, Arc<MemoryImage>)>>,
+    snapshots: Mutex<Vec<(SnapshotInfo, Image)>>,
     /// Where each snapshot is mirrored (`--object-store`).
     mirror: Option<Arc<dyn SnapshotMirror>>,
     /// The hash of each file content the last mirrored snapshot held, by
@@ -30,6 +32,20 @@ pub struct MemorySnapshots {
     /// address is not reused): an unchanged file is not hashed again.
     hashes: Mutex<Hashes>,
 }
+
+/// A snapshot's image: held here, or kept in the object store (an older
+/// snapshot of a session recovered from it) and fetched each time it is
+/// used, so that listing it costs no memory: a use holds at most one
+/// image (within the session's byte budget) for as long as it runs.
+#[derive(Clone)]
+enum Image {
+    Held(Arc<MemoryImage>),
+    Stored(Fetch),
+}
+
+/// Fetches a stored snapshot's image from the object store.
+pub(crate) type Fetch =
+    Arc<dyn Fn() -> futures::future::BoxFuture<'static, Result<MemoryImage>> + Send + Sync>;
 
 type Hash = [u8; 32];
 /// Content hashes by their bytes' address and length.
@@ -55,7 +71,14 @@ impl MemorySnapshots {
     /// Lists `image` as snapshot `info`, taken before (a recovered
     /// session's snapshot, as the bucket holds it).
     pub(crate) fn with_snapshot(self, info: SnapshotInfo, image: Arc<MemoryImage>) -> Self {
-        self.snapshots().push((info, image));
+        self.snapshots().push((info, Image::Held(image)));
+        self
+    }
+
+    /// Lists snapshot `info`, kept in the object store: `fetch` brings its
+    /// image each time it is used.
+    pub(crate) fn with_stored(self, info: SnapshotInfo, fetch: Fetch) -> Self {
+        self.snapshots().push((info, Image::Stored(fetch)));
         self
     }
 
@@ -87,17 +110,28 @@ impl MemorySnapshots {
         Ok(())
     }
 
-    fn snapshots(&self) -> std::sync::MutexGuard<'_, Vec<(SnapshotInfo, Arc<MemoryImage>)>> {
+    fn snapshots(&self) -> std::sync::MutexGuard<'_, Vec<(SnapshotInfo, Image)>> {
         self.snapshots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn image(&self, id: &str) -> Result<Arc<MemoryImage>> {
+    /// Snapshot `id` as listed, its image held or stored.
+    fn listed(&self, id: &str) -> Result<(SnapshotInfo, Image)> {
         let key = parse_id(id)?;
         self.snapshots()
             .iter()
             .find(|(info, _)| info.id == key)
-            .map(|(_, image)| image.clone())
+            .cloned()
             .ok_or_else(|| not_found(id))
+    }
+
+    /// Snapshot `id`'s image, fetched if it is stored.
+    async fn image(&self, id: &str) -> Result<(SnapshotInfo, Arc<MemoryImage>)> {
+        let (info, image) = self.listed(id)?;
+        let image = match image {
+            Image::Held(image) => image,
+            Image::Stored(fetch) => Arc::new(fetch().await?),
+        };
+        Ok((info, image))
     }
 }
 
@@ -108,21 +142,18 @@ impl SnapshotStore for MemorySnapshots {
         // Listed only once the mirror holds it: a failed upload leaves
         // nothing.
         self.send(&info, &image).await?;
-        self.snapshots().push((info.clone(), image));
+        self.snapshots().push((info.clone(), Image::Held(image)));
         Ok(info)
     }
 
     async fn mirror_taken(&self, id: &str) -> Option<Result<()>> {
         self.mirror.as_ref()?;
         let sent = async {
-            let key = parse_id(id)?;
-            let (info, image) = self
-                .snapshots()
-                .iter()
-                .find(|(info, _)| info.id == key)
-                .cloned()
-                .ok_or_else(|| not_found(id))?;
-            self.send(&info, &image).await
+            match self.listed(id)? {
+                (info, Image::Held(image)) => self.send(&info, &image).await,
+                // Fetched from there.
+                (_, Image::Stored(_)) => Ok(()),
+            }
         };
         Some(sent.await)
     }
@@ -130,7 +161,7 @@ impl SnapshotStore for MemorySnapshots {
     async fn restore(&self, id: &str, at: &CanonicalPath) -> Result<Restored> {
         self.workspace
             .writable_for(at.as_str(), "restore a snapshot")?;
-        let image = self.image(id)?;
+        let (_, image) = self.image(id).await?;
         if at.is_root() {
             crate::snapshots::check_restore(
                 self.workspace.limits(),
@@ -202,17 +233,12 @@ impl SnapshotStore for MemorySnapshots {
     }
 
     async fn fork_origin(&self, id: &str) -> Result<Origin> {
-        let key = parse_id(id)?;
-        let snapshots = self.snapshots();
-        let (info, image) = snapshots
-            .iter()
-            .find(|(info, _)| info.id == key)
-            .ok_or_else(|| not_found(id))?;
-        Ok(Origin::new(info.clone(), ImageSource(image.clone())))
+        let (info, image) = self.image(id).await?;
+        Ok(Origin::new(info, ImageSource(image)))
     }
 
     async fn files(&self, id: &str) -> Result<SnapshotFiles> {
-        let image = self.image(id)?;
+        let (_, image) = self.image(id).await?;
         let entries: Vec<SnapshotEntry> = image
             .entries()
             .map(|(path, entry)| match &entry.data {

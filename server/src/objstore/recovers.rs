@@ -15,15 +15,18 @@ use wsfs::Result;
 #[async_trait::async_trait]
 pub(crate) trait RecoversFromBucket: Send + Sync {
     /// Recreates from the object store the workspace of session `record`
-    /// as snapshot `chosen` holds it (`None`: empty), with that snapshot
-    /// listed, recording the session in `session_dir`; nothing is fetched
-    /// past `budget` bytes (0: no limit).
+    /// as snapshot `chosen` holds it (`None`: empty), with every one of
+    /// its `snapshots` (oldest first) listed, recording the session in
+    /// `session_dir`; only `chosen` is fetched now, and nothing past
+    /// `budget` bytes (0: no limit).
+    #[allow(clippy::too_many_arguments)]
     async fn recover(
         &self,
         cx: &Context<'_>,
         bucket: &Arc<Bucket>,
         record: &SessionRecord,
         session_dir: &Path,
+        snapshots: &[BucketSnapshot],
         chosen: Option<&BucketSnapshot>,
         budget: u64,
     ) -> Result<Handles>;

@@ -425,8 +425,16 @@ impl SessionRegistry {
         let cx = self.context();
         let handles = match factory::bucket_recovery(record.backend) {
             Some(kind) => {
-                kind.recover(&cx, bucket, &record, session_dir, chosen_snapshot, budget)
-                    .await?
+                kind.recover(
+                    &cx,
+                    bucket,
+                    &record,
+                    session_dir,
+                    snapshots,
+                    chosen_snapshot,
+                    budget,
+                )
+                .await?
             }
             None => {
                 self.fetch_directory(bucket, session_dir, &persisted, &record, snapshots, chosen)
