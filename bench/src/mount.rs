@@ -8,7 +8,9 @@
 //!   the second time it runs (the first fills the caches);
 //! - one large file: a sequential write through the mount (1 MiB writes,
 //!   timed until fsync returns, when the mount has committed it) beside
-//!   `wsfs put` of the same file, and a sequential read through the mount
+//!   `wsfs put` of the same file, with its two parts' times (the writes,
+//!   staged on local disk, and the commit at fsync) beside `put`'s time,
+//!   and a sequential read through the mount
 //!   (the file's pages dropped from the kernel's cache first) beside
 //!   `wsfs get`;
 //! - `stat` of a file the kernel has cached, calls per second, beside the
@@ -240,8 +242,9 @@ fn clean_status(repo: &Path) -> Result<(), String> {
 }
 
 /// Copies `source` into a new file at `dest` in 1 MiB writes; the seconds
-/// until fsync returns (when the mount has committed it).
-fn write_through(source: &Path, dest: &Path) -> Result<f64, String> {
+/// until the last write returns (the bytes staged) and until fsync returns
+/// (the mount has committed them).
+fn write_through(source: &Path, dest: &Path) -> Result<(f64, f64), String> {
     let io = |e: std::io::Error| format!("cannot copy to '{}': {e}", dest.display());
     trees::settle();
     let mut input = std::fs::File::open(source).map_err(io)?;
@@ -255,11 +258,12 @@ fn write_through(source: &Path, dest: &Path) -> Result<f64, String> {
         }
         output.write_all(&buf[..n]).map_err(io)?;
     }
+    let staged = started.elapsed().as_secs_f64();
     // close returns before the commit lands (the mount's write-behind):
     // fsync waits for it.
     output.sync_all().map_err(io)?;
     drop(output);
-    Ok(started.elapsed().as_secs_f64())
+    Ok((staged, started.elapsed().as_secs_f64()))
 }
 
 /// Reads `path` whole in 1 MiB reads after dropping its cached pages; the
@@ -376,8 +380,9 @@ fn measure(
     let in_mount = mounted.dir.join(BIG_NAME);
     let mb_s = |seconds: f64| sizes.file_bytes as f64 / seconds / 1e6;
     let (mut write, mut put, mut read, mut get) = Default::default();
+    let (mut staging, mut commit, mut put_time) = Default::default();
     for run in 0..=runs {
-        let w = write_through(&source, &in_mount)?;
+        let (s, w) = write_through(&source, &in_mount)?;
         let p = cli_run(&["put", &source_text, PUT_NAME])?;
         let (r, got) = read_through(&in_mount)?;
         if got != sizes.file_bytes {
@@ -390,7 +395,10 @@ fn measure(
         // Run 0 is the warm-up.
         if run > 0 {
             Samples::push(&mut write, mb_s(w));
+            Samples::push(&mut staging, s);
+            Samples::push(&mut commit, w - s);
             Samples::push(&mut put, mb_s(p.as_secs_f64()));
+            Samples::push(&mut put_time, p.as_secs_f64());
             Samples::push(&mut read, mb_s(r));
             Samples::push(&mut get, mb_s(g.as_secs_f64()));
         }
@@ -445,6 +453,18 @@ fn measure(
         )
         .baseline("`wsfs put`", put)
         .target(Target::AtLeastShare(0.6)),
+        Row::new(
+            format!("mount: sequential write of {label}, the writes (staged), time"),
+            "s",
+            staging,
+        )
+        .baseline("`wsfs put`", put_time.clone()),
+        Row::new(
+            format!("mount: sequential write of {label}, the commit at fsync, time"),
+            "s",
+            commit,
+        )
+        .baseline("`wsfs put`", put_time),
         Row::new("mount: `stat` of a cached file", "calls/s", stat_mount)
             .baseline(disk, stat_local)
             .target(Target::AtLeast(100_000.0)),

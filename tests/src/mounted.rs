@@ -307,6 +307,12 @@ impl MountedSession {
         self.mounts[i].path()
     }
 
+    /// Unmounts every mount (SIGTERM, as a user would): what they had
+    /// queued is committed, or refused, once this returns.
+    pub fn unmount_all(&mut self) {
+        self.mounts.clear();
+    }
+
     /// Runs a client call on the server's runtime.
     pub fn block_on<F: std::future::Future>(&self, work: F) -> F::Output {
         self.runtime.block_on(work)

@@ -1,17 +1,21 @@
-//! The mount's large reads: a file read in order is read ahead (several
-//! ranged reads in flight, answered to the kernel from memory), and what is
-//! read ahead is always the file as it is: whole and in order for readers
-//! of any request size, several files at once, and never the old bytes
-//! once another client has changed the file.
+//! The mount's large reads and writes: a file read in order is read ahead
+//! (by the kernel a block at a time, and by the mount with several ranged
+//! reads in flight, answered to the kernel from memory), and what is read
+//! ahead is always the file as it is: whole and in order for readers of
+//! any request size, several files at once, and never the old bytes once
+//! another client has changed the file. A file rewritten whole through
+//! the mount is committed as one patch that keeps a patch's rules: one
+//! removed meanwhile by another client does not come back.
 //!
 //! Runs the real `wsfs mount` (tests/src/mounted.rs) over a live server;
 //! needs /dev/fuse (and root or fusermount3): without them each test says
 //! "skipping" and passes, unless WSFS_REQUIRE_TOOLS=1.
 
 use std::fs;
+use std::io::Write;
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::FileExt;
-use wsfs_client::WriteOptions;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use wsfs_client::{parse_path, Filesystem, WriteOptions};
 use wsfs_tests::mounted::{eventually, Backend, MountedSession};
 
 const MIB: usize = 1 << 20;
@@ -120,4 +124,75 @@ fn read_ahead_blocks_never_answer_after_another_clients_write() {
     // And a fresh open reads the new file whole.
     let again = fs::read(m.mount(0).join("f.bin")).unwrap();
     assert!(again == content(2, LEN), "the rewritten file, reopened");
+}
+
+/// The kernel reads a block ahead on the mount, not the 128 KiB FUSE
+/// starts every mount at: it asks for the next block while a reader copies
+/// the one before. Setting it takes root; elsewhere this test says so and
+/// passes.
+#[test]
+fn the_kernel_reads_a_block_ahead_on_the_mount() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipping: only root may set a mount's read-ahead");
+        return;
+    }
+    let Some(m) = MountedSession::start(Backend::Directory, 1) else {
+        return;
+    };
+    let dev = fs::metadata(m.mount(0)).unwrap().dev();
+    let knob = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    eventually("the mount's read-ahead at 1024 KiB", || {
+        let kib = fs::read_to_string(&knob).map_err(|e| format!("{knob}: {e}"))?;
+        match kib.trim() {
+            "1024" => Ok(()),
+            other => Err(format!("{other} KiB")),
+        }
+    });
+}
+
+/// A file being rewritten whole through the mount (opened with O_TRUNC,
+/// written from its start) that another client removes before the commit:
+/// the commit does not make it again, and the file stays gone.
+#[test]
+fn a_whole_rewrite_of_a_file_removed_meanwhile_does_not_bring_it_back() {
+    let Some(mut m) = MountedSession::start(Backend::Directory, 1) else {
+        return;
+    };
+    upload(&m, "f.bin", content(1, 2 * MIB));
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(m.mount(0).join("f.bin"))
+        .unwrap();
+    file.write_all(&content(2, 3 * MIB)).unwrap();
+
+    m.block_on(
+        m.session
+            .delete(&parse_path("f.bin").unwrap(), Default::default()),
+    )
+    .unwrap();
+    let synced = file.sync_all();
+    drop(file);
+
+    if let Err(e) = &synced {
+        let errno = e.raw_os_error().unwrap_or(0);
+        assert!(
+            [libc::ENOENT, libc::ESTALE, libc::EIO].contains(&errno),
+            "fsync of the removed file: {e}"
+        );
+    }
+    // Whatever the mount learned first (the removal's event or the commit's
+    // refusal), nothing it commits later, up to its unmount, makes the file
+    // again.
+    m.unmount_all();
+    let after = m.block_on(m.session.stat(&parse_path("f.bin").unwrap()));
+    assert!(
+        matches!(after, Err(wsfs_client::Error::FileNotFound { .. })),
+        "the removed file: {after:?}"
+    );
 }

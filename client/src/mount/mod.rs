@@ -160,6 +160,9 @@ pub async fn mount(
     let notifier = fuse.notifier();
     let watcher = invalidate::start(shared.clone(), notifier);
     let session = fuse.spawn().map_err(local)?;
+    shared
+        .runtime
+        .spawn(read::widen_kernel_readahead(dir.clone()));
     Ok(MountHandle {
         dir,
         session: Some(session),

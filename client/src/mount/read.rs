@@ -44,6 +44,31 @@ pub(super) const AHEAD: u64 = 4;
 /// `READERS * (AHEAD + 2) * BLOCK` = 24 MiB (docs/MOUNT.md).
 pub(super) const READERS: usize = 4;
 
+/// The kernel's own read-ahead on the mount, in KiB: a block, so that it
+/// asks for the next block while a reader copies the one before. FUSE
+/// starts every mount at 128 KiB and its INIT reply can only lower that.
+const KERNEL_READAHEAD_KIB: u64 = BLOCK / 1024;
+
+/// Raises the kernel's read-ahead of the mount at `dir` (the
+/// `read_ahead_kb` of its backing device, this mount's alone) to
+/// [`KERNEL_READAHEAD_KIB`]. Its first call into the mount waits for the
+/// kernel's INIT, which would otherwise set it back. Writing it takes
+/// root: elsewhere the kernel's default stays (docs/MOUNT.md says how to
+/// raise it by hand), and reads are slower but as correct.
+pub(super) async fn widen_kernel_readahead(dir: std::path::PathBuf) {
+    let _ = tokio::task::spawn_blocking(move || {
+        use std::os::unix::fs::MetadataExt;
+        let dev = std::fs::metadata(&dir)?.dev();
+        let knob = format!(
+            "/sys/class/bdi/{}:{}/read_ahead_kb",
+            libc::major(dev),
+            libc::minor(dev)
+        );
+        std::fs::write(knob, KERNEL_READAHEAD_KIB.to_string())
+    })
+    .await;
+}
+
 /// A block's bytes, of the file at `version`.
 #[derive(Clone)]
 pub(super) struct Fetched {

@@ -212,6 +212,18 @@ impl Patch {
             .map(PatchRange::end)
             .fold(self.base_len(before), u64::max)
     }
+
+    /// Whether the staged bytes are the whole file after the patch, given
+    /// its length before: at most one range, at offset 0, reaching at
+    /// least the length set first, so that no old byte and no zero of an
+    /// extension is kept (a file rewritten from its start to its end).
+    pub fn replaces_whole(&self, before: u64) -> bool {
+        match self.ranges.as_slice() {
+            [] => self.base_len(before) == 0,
+            [only] => only.offset == 0 && only.len >= self.base_len(before),
+            _ => false,
+        }
+    }
 }
 
 /// Storage for one workspace.

@@ -168,7 +168,15 @@ impl<B: Backend> Filesystem for Workspace<B> {
                 bytes_written,
             };
             landing.land(b, path, |b, path| {
-                b.commit_patch(staged, path, &patch, mode)
+                if patch.replaces_whole(old) {
+                    // The staged bytes are the new version whole: committed
+                    // as a write's are (a rename where the backend can),
+                    // without the copy a patch's apply makes. Everything a
+                    // patch checks was checked above, under the same lock.
+                    b.commit(staged, path, mode)
+                } else {
+                    b.commit_patch(staged, path, &patch, mode)
+                }
             })
         })
         .await

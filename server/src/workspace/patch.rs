@@ -80,6 +80,30 @@ mod tests {
     }
 
     #[test]
+    fn only_bytes_from_the_start_to_the_end_replace_the_file_whole() {
+        let patch = |truncate_to, ranges: &[(u64, u64)]| crate::backend::Patch {
+            truncate_to,
+            ranges: ranges
+                .iter()
+                .map(|&(offset, len)| PatchRange { offset, len })
+                .collect(),
+            create_missing: false,
+        };
+        // A rewrite after a cut, a new file, a file written past its end.
+        assert!(patch(Some(0), &[(0, 10)]).replaces_whole(100));
+        assert!(patch(None, &[(0, 10)]).replaces_whole(0));
+        assert!(patch(None, &[(0, 10)]).replaces_whole(10));
+        assert!(patch(Some(0), &[]).replaces_whole(100));
+        // Old bytes or an extension's zeros are kept.
+        assert!(!patch(None, &[(0, 10)]).replaces_whole(11));
+        assert!(!patch(Some(20), &[(0, 10)]).replaces_whole(0));
+        assert!(!patch(None, &[]).replaces_whole(1));
+        assert!(!patch(Some(0), &[(1, 10)]).replaces_whole(0));
+        // Two ranges: the later one may overwrite the earlier.
+        assert!(!patch(Some(0), &[(0, 10), (5, 10)]).replaces_whole(0));
+    }
+
+    #[test]
     fn a_patch_of_too_many_ranges_is_refused_at_the_first_one_over() {
         let path = CanonicalPath::from_canonical("f");
         let mut ranges = Vec::new();

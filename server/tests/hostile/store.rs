@@ -655,3 +655,59 @@ fn assert_same_tree(original: &Path, copy: &Path) {
         }
     }
 }
+
+/// A patch's bytes as 1 MiB chunks of `fill` from `offset`, made as they
+/// are sent: the test holds a chunk at a time, as the mount does.
+fn patch_of(offset: u64, len: u64, fill: u8) -> wsfs_client::PatchChunks {
+    use futures::StreamExt;
+    let pieces = (0..len.div_ceil(MIB)).map(move |i| {
+        let at = i * MIB;
+        Ok(wsfs_client::PatchChunk {
+            offset: offset + at,
+            data: vec![fill; MIB.min(len - at) as usize].into(),
+        })
+    });
+    futures::stream::iter(pieces).boxed()
+}
+
+/// A file rewritten whole by a patch (as a mount commits a file written
+/// from start to end) and then patched in its middle, larger than the
+/// server could hold in memory at once: both are staged and applied on
+/// disk, the peak memory stays small, and the bytes are right.
+#[tokio::test]
+async fn whole_and_partial_patches_of_a_large_file_stay_on_disk() {
+    let mut server = Server::start(&[]);
+    let client = server.client().await;
+    let len = 384 * MIB;
+    let (session, info) =
+        directory_session(&client, SessionOptions::directory().max_write_bytes(len)).await;
+    let root = info.root_path.clone().unwrap();
+    let path = parse_path("big.bin").unwrap();
+    session.write_str("big.bin", "old").await.unwrap();
+    let whole = wsfs_client::PatchOptions {
+        truncate_to: Some(0),
+        ..Default::default()
+    };
+
+    let rewritten = session
+        .patch_bytes(&path, whole, patch_of(0, len, b'w'))
+        .await
+        .expect("a whole rewrite");
+    let middle = session
+        .patch_bytes(&path, Default::default(), patch_of(len / 2, 4, b'm'))
+        .await
+        .expect("a patch of the middle");
+
+    assert_eq!((rewritten.size, middle.size), (len, len));
+    let file = std::fs::File::open(root.join("big.bin")).unwrap();
+    assert_eq!(file.metadata().unwrap().len(), len);
+    for (at, want) in [(0, *b"wwww"), (len / 2 - 2, *b"wwmm"), (len - 4, *b"wwww")] {
+        let mut got = [0u8; 4];
+        file.read_exact_at(&mut got, at).unwrap();
+        assert_eq!(got, want, "at {at}");
+    }
+    let peak = server.peak_rss();
+    assert!(peak < 256 * MIB, "peak {peak}");
+    println!("patches of {} MiB: peak RSS {} MiB", len / MIB, peak / MIB);
+    server.assert_serves_bystander().await;
+}

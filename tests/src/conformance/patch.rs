@@ -184,6 +184,82 @@ pub async fn modified_at_is_set_when_asked(fs: &dyn Filesystem) {
     assert_eq!(fs.stat(&p("f.txt")).await.unwrap().modified, when);
 }
 
+/// A patch that writes the whole file from its start (a file rewritten
+/// by `cp` or an editor's save through a mount): the server may take its
+/// bytes as the new version whole, and everything a patch keeps or checks
+/// holds as for any other patch.
+pub async fn a_whole_rewrite_replaces_every_byte_and_keeps_the_bits(fs: &dyn Filesystem) {
+    let private = WriteOptions {
+        permissions: Some(Permissions::new(0o600).unwrap()),
+        ..WriteOptions::default()
+    };
+    let old = vec![b'a'; 40_000];
+    let before = fs
+        .write_bytes(&p("f.bin"), private, chunks([Bytes::from(old.clone())]))
+        .await
+        .unwrap();
+    let path = p("f.bin");
+    let rewrite = fs.patch_bytes(&path, truncating(0), ranges(&[(0, b"new")]));
+
+    let (version, received, outcome) = read_across(fs, "f.bin", rewrite).await;
+
+    let outcome = outcome.unwrap();
+    assert_eq!(version, before.version);
+    assert_eq!(received, old, "the open stream saw the rewrite");
+    assert_eq!(read_all(fs, "f.bin").await, b"new");
+    assert_eq!((outcome.size, outcome.bytes_written), (3, 3));
+    assert!(!outcome.created);
+    assert!(outcome.version > before.version);
+    let stat = fs.stat(&p("f.bin")).await.unwrap();
+    assert_eq!(stat.permissions.bits(), 0o600);
+    assert_eq!(stat.version, outcome.version);
+}
+
+/// Without a cut first, a range from offset 0 replaces the file only when
+/// it reaches the end: a shorter one keeps the tail.
+pub async fn a_range_from_the_start_keeps_the_tail_it_does_not_reach(fs: &dyn Filesystem) {
+    put(fs, "short.txt", "hello world").await;
+    put(fs, "long.txt", "hello").await;
+
+    patch(fs, "short.txt", &[(0, b"HELLO")]).await.unwrap();
+    patch(fs, "long.txt", &[(0, b"HELLO WORLD")]).await.unwrap();
+
+    assert_eq!(read_text(fs, "short.txt").await, "HELLO world");
+    assert_eq!(read_text(fs, "long.txt").await, "HELLO WORLD");
+}
+
+/// A whole rewrite of a file removed meanwhile does not bring it back.
+pub async fn a_whole_rewrite_of_a_removed_file_is_file_not_found(fs: &dyn Filesystem) {
+    put(fs, "gone.txt", "old").await;
+    fs.delete(&p("gone.txt"), Default::default()).await.unwrap();
+
+    let result = fs
+        .patch_bytes(&p("gone.txt"), truncating(0), ranges(&[(0, b"new")]))
+        .await;
+
+    expect_err(result, "FILE_NOT_FOUND");
+    assert!(snapshot(fs).await.is_empty(), "the file came back");
+}
+
+/// A whole rewrite of a file changed meanwhile loses its `if_version`
+/// race as any patch does.
+pub async fn a_whole_rewrite_over_a_stale_version_changes_nothing(fs: &dyn Filesystem) {
+    let v1 = put(fs, "f.txt", "one").await.version;
+    put(fs, "f.txt", "two").await;
+    let before = snapshot(fs).await;
+    let options = PatchOptions {
+        if_version: Some(v1),
+        ..truncating(0)
+    };
+
+    let result = fs
+        .patch_bytes(&p("f.txt"), options, ranges(&[(0, b"three")]))
+        .await;
+
+    expect_err(result, "VERSION_MISMATCH");
+    assert_eq!(snapshot(fs).await, before);
+}
+
 pub async fn a_missing_file_is_file_not_found_and_nothing_is_made(fs: &dyn Filesystem) {
     let err = expect_err(
         patch(fs, "dir/missing.txt", &[(0, b"x")]).await,
