@@ -74,8 +74,20 @@ pub trait Filesystem: Send + Sync {
         options: TransferOptions,
     ) -> Result<u64>;
 
-    /// `depth` 1 is the directory's own entries.
-    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing>;
+    /// `depth` 1 is the directory's own entries; sorted by path
+    /// (bytewise), at most one page of them (then `truncated`).
+    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {
+        self.list_after(path, depth, None).await
+    }
+
+    /// [`Filesystem::list`] from the entry after `after` on: the next
+    /// page after a truncated listing whose last entry was `after`.
+    async fn list_after(
+        &self,
+        path: &CanonicalPath,
+        depth: u32,
+        after: Option<&CanonicalPath>,
+    ) -> Result<Listing>;
 
     async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome>;
 
@@ -144,8 +156,13 @@ pub trait FilesystemLayer: Send + Sync {
         self.inner().read_bytes(path, range, chunk_size).await
     }
 
-    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {
-        self.inner().list(path, depth).await
+    async fn list_after(
+        &self,
+        path: &CanonicalPath,
+        depth: u32,
+        after: Option<&CanonicalPath>,
+    ) -> Result<Listing> {
+        self.inner().list_after(path, depth, after).await
     }
 
     async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {
@@ -282,8 +299,13 @@ impl<L: FilesystemLayer> Filesystem for L {
         FilesystemLayer::copy(self, source, destination, options).await
     }
 
-    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {
-        FilesystemLayer::list(self, path, depth).await
+    async fn list_after(
+        &self,
+        path: &CanonicalPath,
+        depth: u32,
+        after: Option<&CanonicalPath>,
+    ) -> Result<Listing> {
+        FilesystemLayer::list_after(self, path, depth, after).await
     }
 
     async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {
@@ -465,8 +487,13 @@ impl<R: Remote> Filesystem for Forwarded<R> {
         forward!(self, l => R::far(&l).copy(source, destination, options))
     }
 
-    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {
-        forward!(self, l => R::far(&l).list(path, depth))
+    async fn list_after(
+        &self,
+        path: &CanonicalPath,
+        depth: u32,
+        after: Option<&CanonicalPath>,
+    ) -> Result<Listing> {
+        forward!(self, l => R::far(&l).list_after(path, depth, after))
     }
 
     async fn glob(&self, query: GlobQuery) -> Result<GlobOutcome> {

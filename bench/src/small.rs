@@ -106,6 +106,7 @@ impl Call {
                     session_id,
                     path: LIST_DIR.to_string(),
                     depth: 1,
+                    ..Default::default()
                 })
                 .await
                 .map(|r| r.into_inner().entries.len() == LIST_ENTRIES),

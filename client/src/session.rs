@@ -98,6 +98,23 @@ impl Session {
         self.credentials.session_request(&self.id, message)
     }
 
+    /// Every entry [`Filesystem::list`] gives, page after page (each asked
+    /// after the last entry of the one before): a directory over one page
+    /// (the server's limit, 100,000 entries) is listed whole. They are held
+    /// in memory, at most the session's file limit of them.
+    pub async fn list_all(&self, path: &CanonicalPath, depth: u32) -> Result<Vec<Metadata>> {
+        let mut entries: Vec<Metadata> = Vec::new();
+        loop {
+            let after = entries.last().map(|m| m.path.clone());
+            let page = self.list_after(path, depth, after.as_ref()).await?;
+            let progressed = !page.entries.is_empty();
+            entries.extend(page.entries);
+            if !page.truncated || !progressed {
+                return Ok(entries);
+            }
+        }
+    }
+
     /// The whole text file. Reads page by page; if the file changes between
     /// pages it starts over, and after a few tries gives up with
     /// `VERSION_MISMATCH` rather than return a mix of two versions.
@@ -454,11 +471,17 @@ impl Filesystem for Session {
         call::Transfer::outcome(response.into_inner())
     }
 
-    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {
+    async fn list_after(
+        &self,
+        path: &CanonicalPath,
+        depth: u32,
+        after: Option<&CanonicalPath>,
+    ) -> Result<Listing> {
         let request = call::List {
             session_id: self.id.clone(),
             path: path.clone(),
             depth,
+            after: after.cloned(),
         };
         let response = self.stub().list(self.request(request.message()?)).await?;
         response.into_inner().try_into()

@@ -383,13 +383,14 @@ fn call() -> impl Strategy<Value = Call> {
                     }
                 }
             ),
-        (session(), text(), uint32()).prop_map(|(session_id, path, depth)| Call::List(
-            ListRequest {
+        (session(), text(), uint32(), text()).prop_map(|(session_id, path, depth, start_after)| {
+            Call::List(ListRequest {
                 session_id,
                 path,
-                depth
-            }
-        )),
+                depth,
+                start_after,
+            })
+        }),
         (session(), text(), text(), uint32()).prop_map(
             |(session_id, pattern, path, max_results)| Call::Glob(GlobRequest {
                 session_id,

@@ -104,6 +104,7 @@ impl Wire {
                 session_id: self.session.clone(),
                 path: path.into(),
                 depth: 1,
+                ..Default::default()
             })
             .await
             .map(Response::into_inner)
@@ -118,6 +119,7 @@ impl Wire {
                 session_id: self.session.clone(),
                 path: String::new(),
                 depth: 64,
+                ..Default::default()
             })
             .await
             .expect("list the workspace")

@@ -196,3 +196,47 @@ fn a_whole_rewrite_of_a_file_removed_meanwhile_does_not_bring_it_back() {
         "the removed file: {after:?}"
     );
 }
+
+/// A directory over the server's page of one listing (100,000 entries),
+/// its files made straight in a DIRECTORY session's root as a program
+/// there would: listed whole through the mount (readdir pages through
+/// List's `start_after`) and by `wsfs ls`'s client, never cut at the
+/// page, and a name past the first page is found.
+#[test]
+fn a_directory_over_one_listing_page_is_listed_whole() {
+    let Some(m) = MountedSession::start(Backend::Directory, 1) else {
+        return;
+    };
+    const FILES: usize = 100_123;
+    let root = m
+        .info
+        .root_path
+        .clone()
+        .expect("a DIRECTORY session's root");
+    let dir = root.join("many");
+    fs::create_dir(&dir).unwrap();
+    for i in 0..FILES {
+        fs::File::create(dir.join(format!("f{i:06}"))).unwrap();
+    }
+    let first = m
+        .block_on(m.session.list(&parse_path("many").unwrap(), 1))
+        .unwrap();
+    assert!(first.truncated, "one page holds fewer: the test needs more");
+    let all = m
+        .block_on(m.session.list_all(&parse_path("many").unwrap(), 1))
+        .unwrap();
+    assert_eq!(all.len(), FILES);
+    assert_eq!(
+        all.last().unwrap().path.as_str(),
+        format!("many/f{:06}", FILES - 1)
+    );
+
+    let mounted = m.mount(0).join("many");
+    let names: std::collections::BTreeSet<String> = fs::read_dir(&mounted)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(names.len(), FILES, "every entry listed through the mount");
+    assert!(names.contains(&format!("f{:06}", FILES - 1)));
+    assert!(mounted.join(format!("f{:06}", FILES - 1)).exists());
+}

@@ -163,6 +163,7 @@ async fn a_64_level_tree_lists_at_any_depth() {
             session_id: heavy.clone(),
             path: String::new(),
             depth: u32::MAX,
+            ..Default::default()
         })
         .await
         .expect("list everything")

@@ -60,6 +60,7 @@ impl Wire {
                 session_id: self.session.clone(),
                 path: String::new(),
                 depth: 64,
+                ..Default::default()
             })
             .await
             .expect("list")

@@ -149,6 +149,7 @@ async fn reads_through_links_are_denied() {
                 session_id: p.id.clone(),
                 path: dir.into(),
                 depth: 1,
+                ..Default::default()
             })
             .await,
             &format!("List {dir}"),
@@ -165,6 +166,7 @@ async fn links_are_listed_as_symlinks_and_never_descended() {
             session_id: p.id.clone(),
             path: "".into(),
             depth: 8,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -28,20 +28,17 @@ pub async fn ls(ctx: &mut Ctx, args: LsArgs) -> Outcome {
     } else {
         args.depth.unwrap_or(1)
     };
-    let listing = session.list(&base, depth).await?;
+    let listed = session.list_all(&base, depth).await?;
     if ctx.json {
-        let entries: Vec<_> = listing.entries.iter().map(output::metadata).collect();
+        let entries: Vec<_> = listed.iter().map(output::metadata).collect();
         return print_json(&json!({
-            "path": listing.path.as_str(),
+            "path": base.as_str(),
             "entries": entries,
-            "truncated": listing.truncated,
+            "truncated": false,
         }));
     }
-    for line in ls_lines(&listing.entries, &base, args.long) {
+    for line in ls_lines(&listed, &base, args.long) {
         println(&line)?;
-    }
-    if listing.truncated {
-        eprintln!("wsfs: the listing was cut at the server's entry limit");
     }
     Ok(())
 }
@@ -654,21 +651,13 @@ pub async fn stat(ctx: &mut Ctx, args: StatArgs) -> Outcome {
     ))
 }
 
-/// Lists `base` to `depth` levels, refusing a listing the server cut
-/// short (a tree or a total of part of it would mislead).
+/// Lists `base` to `depth` levels, whole (page after page).
 async fn whole_listing(
     session: &Session,
     base: &CanonicalPath,
     depth: u32,
 ) -> Outcome<Vec<wsfs_client::Metadata>> {
-    let listing = session.list(base, depth).await?;
-    if listing.truncated {
-        return Err(Failure::Local(format!(
-            "'{}' holds more entries than one listing returns; name a smaller directory",
-            base.display()
-        )));
-    }
-    Ok(listing.entries)
+    Ok(session.list_all(base, depth).await?)
 }
 
 /// Each directory's entries, by the directory's path, in name order.

@@ -687,15 +687,8 @@ fn remote_path(base: &CanonicalPath, rel: &str) -> Outcome<CanonicalPath> {
 }
 
 async fn remote_tree(session: &Session, base: &CanonicalPath) -> wsfs_client::Result<Tree> {
-    let listing = session.list(base, u32::MAX).await?;
-    if listing.truncated {
-        return Err(Error::invalid_argument(format!(
-            "'{}' holds more entries than one listing returns; mirror a smaller directory",
-            base.display()
-        )));
-    }
     let mut tree = Tree::default();
-    for entry in listing.entries {
+    for entry in session.list_all(base, u32::MAX).await? {
         let Some(rel) = entry.path.strip_prefix(base) else {
             continue;
         };

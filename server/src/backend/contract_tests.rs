@@ -150,7 +150,7 @@ pub(crate) fn walk<B: Backend>(b: &B, base: &str) -> Vec<String> {
 
 /// The paths of the workspace's top level.
 fn top<B: Backend>(b: &B) -> Vec<String> {
-    let (listed, _) = b.list(&CanonicalPath::root(), 1, 1000).unwrap();
+    let (listed, _) = b.list(&CanonicalPath::root(), 1, None, 1000).unwrap();
     paths(&listed).into_iter().map(str::to_string).collect()
 }
 
@@ -269,7 +269,7 @@ fn list_is_in_full_path_byte_order<S: Subject>(s: &S) {
     for f in ["a/b", "a/c/d", "a.txt", "a-b", "b", "A"] {
         write(b, f, b"x").unwrap();
     }
-    let (all, truncated) = b.list(&CanonicalPath::root(), 10, 100).unwrap();
+    let (all, truncated) = b.list(&CanonicalPath::root(), 10, None, 100).unwrap();
     assert!(!truncated);
     assert_eq!(
         paths(&all),
@@ -277,28 +277,53 @@ fn list_is_in_full_path_byte_order<S: Subject>(s: &S) {
     );
     assert_eq!(all[1].kind, FileKind::Directory);
 
-    let (shallow, _) = b.list(&CanonicalPath::root(), 1, 100).unwrap();
+    let (shallow, _) = b.list(&CanonicalPath::root(), 1, None, 100).unwrap();
     assert_eq!(paths(&shallow), ["A", "a", "a-b", "a.txt", "b"]);
-    let (sub, _) = b.list(&p("a"), 1, 100).unwrap();
+    let (sub, _) = b.list(&p("a"), 1, None, 100).unwrap();
     assert_eq!(paths(&sub), ["a/b", "a/c"]);
 
-    let (first, truncated) = b.list(&CanonicalPath::root(), 10, 5).unwrap();
+    let (first, truncated) = b.list(&CanonicalPath::root(), 10, None, 5).unwrap();
     assert!(truncated);
     assert_eq!(paths(&first), ["A", "a", "a-b", "a.txt", "a/b"]);
-    let (exact, truncated) = b.list(&CanonicalPath::root(), 10, 8).unwrap();
+    let (exact, truncated) = b.list(&CanonicalPath::root(), 10, None, 8).unwrap();
     assert!(!truncated);
     assert_eq!(exact.len(), 8);
+
+    // Paged: each page starts after the last entry of the one before.
+    let (second, truncated) = b
+        .list(&CanonicalPath::root(), 10, Some(&p("a/b")), 5)
+        .unwrap();
+    assert!(!truncated);
+    assert_eq!(paths(&second), ["a/c", "a/c/d", "b"]);
+    let after = |cursor: &str, depth: u32| {
+        let (page, _) = b
+            .list(&CanonicalPath::root(), depth, Some(&p(cursor)), 100)
+            .unwrap();
+        paths(&page)
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(after("a-b", 10), ["a.txt", "a/b", "a/c", "a/c/d", "b"]);
+    // A subtree wholly before the cursor is skipped, one it starts in is
+    // entered; a cursor need not name an entry.
+    assert_eq!(after("a/c/d", 10), ["b"]);
+    assert_eq!(after("a/bz", 10), ["a/c", "a/c/d", "b"]);
+    assert_eq!(after("a", 1), ["a-b", "a.txt", "b"]);
+    assert_eq!(after("b", 10), Vec::<String>::new());
+    let (sub, _) = b.list(&p("a"), 1, Some(&p("a/b")), 100).unwrap();
+    assert_eq!(paths(&sub), ["a/c"]);
 }
 
 fn list_of_a_file_or_a_missing_path_fails<S: Subject>(s: &S) {
     let b = s.backend();
     write(b, "f", b"x").unwrap();
     assert!(matches!(
-        b.list(&p("f"), 1, 10),
+        b.list(&p("f"), 1, None, 10),
         Err(Error::NotADirectory { .. })
     ));
     assert!(matches!(
-        b.list(&p("nope"), 1, 10),
+        b.list(&p("nope"), 1, None, 10),
         Err(Error::FileNotFound { .. })
     ));
 }
@@ -321,7 +346,7 @@ fn versions_grow_with_every_change_even_across_delete<S: Subject>(s: &S) {
     let v1 = write(b, "f", b"one").unwrap().version;
     assert_eq!(b.metadata(&p("f")).unwrap().unwrap().version, v1);
     assert_eq!(b.open(&p("f")).unwrap().meta.version, v1);
-    let (listed, _) = b.list(&CanonicalPath::root(), 1, 10).unwrap();
+    let (listed, _) = b.list(&CanonicalPath::root(), 1, None, 10).unwrap();
     assert_eq!(listed[0].version, v1);
 
     let v2 = write(b, "f", b"two").unwrap().version;
@@ -476,7 +501,11 @@ fn staged_files_are_never_listed_and_dropped_ones_leave_nothing<S: Subject>(s: &
     let mut staged = b.stage().unwrap();
     staged.write_chunk(b"pending").unwrap();
     assert_eq!(staged.len(), 7);
-    assert!(b.list(&CanonicalPath::root(), 5, 100).unwrap().0.is_empty());
+    assert!(b
+        .list(&CanonicalPath::root(), 5, None, 100)
+        .unwrap()
+        .0
+        .is_empty());
     assert!(walk(b, "").is_empty());
     drop(staged);
     assert!(s.leftovers().is_empty(), "{:?}", s.leftovers());
@@ -579,7 +608,7 @@ fn links_are_made_listed_and_never_followed<S: Subject>(s: &S) {
     assert_eq!(made.kind, FileKind::Symlink);
     assert_eq!(made.symlink_target.as_deref(), Some("../f.txt"));
     assert_eq!(made.size, 8);
-    let listed = b.list(&p("d"), 1, 10).unwrap().0;
+    let listed = b.list(&p("d"), 1, None, 10).unwrap().0;
     assert_eq!(listed[0].symlink_target.as_deref(), Some("../f.txt"));
     assert!(matches!(
         b.symlink(&p("d/l"), "x", true),

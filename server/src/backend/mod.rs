@@ -240,10 +240,17 @@ pub trait Backend: Send + Sync + 'static {
     fn metadata(&self, path: &CanonicalPath) -> Result<Option<Metadata>>;
 
     /// Entries beneath directory `dir` down to `depth` levels (1 = its own
-    /// entries), sorted by path bytewise, at most `max` of them; the bool is
-    /// true when more were left out. Missing: `FileNotFound`; a file:
+    /// entries), sorted by path bytewise, only those whose path sorts after
+    /// `after` when given, at most `max` of them; the bool is true when
+    /// more were left out. Missing: `FileNotFound`; a file:
     /// `NotADirectory`.
-    fn list(&self, dir: &CanonicalPath, depth: u32, max: usize) -> Result<(Vec<Metadata>, bool)>;
+    fn list(
+        &self,
+        dir: &CanonicalPath,
+        depth: u32,
+        after: Option<&CanonicalPath>,
+        max: usize,
+    ) -> Result<(Vec<Metadata>, bool)>;
 
     /// Opens one consistent version of a file. Missing: `FileNotFound`; a
     /// directory: `IsADirectory`; a symlink: `PermissionDenied`.

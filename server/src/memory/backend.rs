@@ -348,7 +348,13 @@ impl Backend for MemoryBackend {
         Ok(tree.lookup(path)?.map(|n| n.meta(path.as_str())))
     }
 
-    fn list(&self, dir: &CanonicalPath, depth: u32, max: usize) -> Result<(Vec<Metadata>, bool)> {
+    fn list(
+        &self,
+        dir: &CanonicalPath,
+        depth: u32,
+        after: Option<&CanonicalPath>,
+        max: usize,
+    ) -> Result<(Vec<Metadata>, bool)> {
         let tree = self.tree();
         match tree.lookup(dir)? {
             None => return Err(not_found(dir)),
@@ -363,7 +369,7 @@ impl Backend for MemoryBackend {
         let mut entries = Vec::new();
         for (k, n) in tree.descendants(dir.as_str()) {
             let rel_depth = k.split('/').count() - base_depth;
-            if rel_depth > depth as usize {
+            if rel_depth > depth as usize || after.is_some_and(|a| k.as_str() <= a.as_str()) {
                 continue;
             }
             if entries.len() == max {

@@ -282,7 +282,10 @@ impl filesystem_server::Filesystem for FilesystemService {
         traced("List", &id, &raw, async {
             let s = self.session(&metadata, &id).await?;
             let c = call::List::parse(r, s.limits())?;
-            Ok(s.fs.list(&c.path, c.depth).await?.into())
+            Ok(s.fs
+                .list_after(&c.path, c.depth, c.after.as_ref())
+                .await?
+                .into())
         })
         .await
     }

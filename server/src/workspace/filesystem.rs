@@ -364,11 +364,16 @@ impl<B: Backend> Filesystem for Workspace<B> {
         .await
     }
 
-    async fn list(&self, path: &CanonicalPath, depth: u32) -> Result<Listing> {
+    async fn list_after(
+        &self,
+        path: &CanonicalPath,
+        depth: u32,
+        after: Option<&CanonicalPath>,
+    ) -> Result<Listing> {
         let depth = depth.max(1);
-        let p = path.clone();
+        let (p, after) = (path.clone(), after.cloned());
         let (entries, truncated) = self
-            .run(move |b| b.list(&p, depth, MAX_LIST_ENTRIES))
+            .run(move |b| b.list(&p, depth, after.as_ref(), MAX_LIST_ENTRIES))
             .await?;
         Ok(Listing {
             path: path.clone(),

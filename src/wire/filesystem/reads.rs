@@ -172,16 +172,23 @@ pub struct List {
     pub session_id: String,
     pub path: CanonicalPath,
     pub depth: u32,
+    /// The page after this entry (`start_after`); `None`: the first.
+    pub after: Option<CanonicalPath>,
 }
 
 impl Request for List {
     type Message = proto::ListRequest;
 
     fn parse(r: proto::ListRequest, limits: &PathLimits) -> Result<Self> {
+        let after = match r.start_after.is_empty() {
+            true => None,
+            false => Some(request_path(&r.start_after, limits)?),
+        };
         Ok(List {
             path: request_path(&r.path, limits)?,
             session_id: r.session_id,
             depth: r.depth,
+            after,
         })
     }
 
@@ -190,6 +197,7 @@ impl Request for List {
             session_id: self.session_id,
             path: wire_path(&self.path),
             depth: self.depth,
+            start_after: self.after.as_ref().map(wire_path).unwrap_or_default(),
         })
     }
 }

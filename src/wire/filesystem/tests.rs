@@ -162,6 +162,13 @@ fn every_request_round_trips() {
         session_id: sid(),
         path: CanonicalPath::root(),
         depth: 2,
+        after: None,
+    });
+    round_trip(List {
+        session_id: sid(),
+        path: path("s"),
+        depth: 1,
+        after: Some(path("s/t")),
     });
     round_trip(Stat {
         session_id: sid(),

@@ -36,6 +36,45 @@ pub async fn depth_two_includes_grandchildren_in_path_order(fs: &dyn Filesystem)
     assert_eq!(listed(&listing), ["B", "a", "a.txt", "a/b", "a/c", "a0"]);
 }
 
+pub async fn a_page_starts_after_its_cursor_in_path_order(fs: &dyn Filesystem) {
+    seed_order(fs).await;
+    put(fs, "a/c/deeper.txt", "deeper").await;
+    let after = |cursor: String, depth: u32| async move {
+        let listing = fs
+            .list_after(&CanonicalPath::root(), depth, Some(&p(&cursor)))
+            .await
+            .unwrap();
+        assert!(!listing.truncated);
+        listed(&listing)
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+
+    // The next page after each entry: the rest of the listing, in order.
+    let all = fs.list(&CanonicalPath::root(), 3).await.unwrap();
+    let all = listed(&all);
+    assert_eq!(
+        all,
+        ["B", "a", "a.txt", "a/b", "a/c", "a/c/deeper.txt", "a0"]
+    );
+    for (i, cursor) in all.iter().enumerate() {
+        assert_eq!(
+            after(cursor.to_string(), 3).await,
+            all[i + 1..],
+            "after {cursor}"
+        );
+    }
+    // A cursor that names no entry, at any depth.
+    assert_eq!(
+        after("a/bz".into(), 3).await,
+        ["a/c", "a/c/deeper.txt", "a0"]
+    );
+    assert_eq!(after("a".into(), 1).await, ["a.txt", "a0"]);
+    let sub = fs.list_after(&p("a"), 1, Some(&p("a/b"))).await.unwrap();
+    assert_eq!(listed(&sub), ["a/c"]);
+}
+
 pub async fn entries_carry_metadata(fs: &dyn Filesystem) {
     let started = SystemTime::now() - Duration::from_secs(5);
     let written = put(fs, "d/file.txt", "12345").await;

@@ -178,6 +178,7 @@ macro_rules! conformance_suite {
             list {
                 shallow_listing_is_sorted_bytewise,
                 depth_two_includes_grandchildren_in_path_order,
+                a_page_starts_after_its_cursor_in_path_order,
                 entries_carry_metadata,
                 empty_root_lists_nothing,
                 missing_directory_is_file_not_found,

@@ -273,11 +273,18 @@ impl Backend for DirectoryBackend {
         }
     }
 
-    fn list(&self, dir: &CanonicalPath, depth: u32, max: usize) -> Result<(Vec<Metadata>, bool)> {
+    fn list(
+        &self,
+        dir: &CanonicalPath,
+        depth: u32,
+        after: Option<&CanonicalPath>,
+        max: usize,
+    ) -> Result<(Vec<Metadata>, bool)> {
         check_path(dir)?;
         let fd = self.open_dir(dir)?.ok_or_else(|| not_found(dir))?;
         let mut out = Vec::new();
-        let truncated = depth > 0 && self.list_into(&fd, dir, depth, max, &mut out, 0)?;
+        let page = walk::Page { after, max };
+        let truncated = depth > 0 && self.list_into(&fd, dir, depth, &page, &mut out, 0)?;
         Ok((out, truncated))
     }
 

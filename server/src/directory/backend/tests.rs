@@ -134,7 +134,7 @@ fn versions_grow_with_changes_made_outside_the_service() {
     std::fs::write(fx.root.join("f"), b"changed outside").unwrap();
     let v2 = b.metadata(&p("f")).unwrap().unwrap().version;
     assert!(v2 > v1);
-    let (listed, _) = b.list(&CanonicalPath::root(), 1, 10).unwrap();
+    let (listed, _) = b.list(&CanonicalPath::root(), 1, None, 10).unwrap();
     assert_eq!(listed[0].version, v2);
 
     b.mkdir(&p("d"), false, DIR).unwrap();
@@ -285,7 +285,7 @@ fn reserved_temp_names_in_the_workspace_are_hidden() {
     std::fs::write(fx.root.join(".wsfs-tmp-leftover"), b"x").unwrap();
     write(b, "visible", b"x").unwrap();
     assert_eq!(
-        paths(&b.list(&CanonicalPath::root(), 1, 10).unwrap().0),
+        paths(&b.list(&CanonicalPath::root(), 1, None, 10).unwrap().0),
         ["visible"]
     );
     assert_eq!(walk(b, ""), ["visible"]);
@@ -324,7 +324,7 @@ fn names_that_are_not_utf8_are_skipped_but_removed_with_their_directory() {
     write(b, "d/ok", b"x").unwrap();
     let odd = std::ffi::OsStr::from_bytes(b"bad\xff");
     std::fs::write(fx.root.join("d").join(odd), b"x").unwrap();
-    assert_eq!(paths(&b.list(&p("d"), 1, 10).unwrap().0), ["d/ok"]);
+    assert_eq!(paths(&b.list(&p("d"), 1, None, 10).unwrap().0), ["d/ok"]);
     assert_eq!(walk(b, ""), ["d/ok"]);
     assert_eq!(b.copy(&p("d"), &p("e"), false, false).unwrap(), 2);
     assert_eq!(b.remove(&p("d"), true).unwrap(), 3);
@@ -371,7 +371,7 @@ fn a_symlink_to_an_outside_file_is_never_followed() {
         b.metadata(&p("link")).unwrap().unwrap().kind,
         FileKind::Symlink
     );
-    let (listed, _) = b.list(&CanonicalPath::root(), 3, 10).unwrap();
+    let (listed, _) = b.list(&CanonicalPath::root(), 3, None, 10).unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].kind, FileKind::Symlink);
     assert_denied(b.open(&p("link")));
@@ -417,8 +417,8 @@ fn a_symlink_in_the_middle_of_a_path_is_permission_denied() {
         assert_denied(write(b, &target, b"pwned"));
         assert_denied(commit(b, &target, b"pwned", true));
         assert_denied(write(b, &format!("{link}/new.txt"), b"pwned"));
-        assert_denied(b.list(&p(link), 1, 10));
-        assert_denied(b.list(&p(&format!("{link}/{inner}")), 1, 10));
+        assert_denied(b.list(&p(link), 1, None, 10));
+        assert_denied(b.list(&p(&format!("{link}/{inner}")), 1, None, 10));
         assert_denied(b.mkdir(&p(&format!("{link}/d")), true, DIR));
         assert_denied(b.remove(&p(&target), true));
         assert_denied(b.rename(&p(&target), &p("stolen"), false, false));
@@ -429,7 +429,7 @@ fn a_symlink_in_the_middle_of_a_path_is_permission_denied() {
         assert!(walk(b, link).is_empty());
     }
     assert_eq!(walk(b, ""), ["f"]);
-    let (listed, _) = b.list(&CanonicalPath::root(), 10, 100).unwrap();
+    let (listed, _) = b.list(&CanonicalPath::root(), 10, None, 100).unwrap();
     assert_eq!(paths(&listed), ["etc", "f", "out", "sib", "up"]);
     // Removing the links removes the links.
     for link in ["out", "up", "sib", "etc"] {
@@ -510,7 +510,7 @@ fn recursive_copy_and_remove_never_go_through_links() {
         fx.outside
     );
     assert_eq!(walk(b, ""), ["d/f", "e/f"]);
-    let (listed, _) = b.list(&CanonicalPath::root(), 10, 100).unwrap();
+    let (listed, _) = b.list(&CanonicalPath::root(), 10, None, 100).unwrap();
     assert_eq!(
         paths(&listed),
         ["d", "d/f", "d/out", "d/up", "e", "e/f", "e/out", "e/up"]
@@ -638,7 +638,7 @@ fn swapping_entries_for_symlinks_never_lets_an_operation_escape() {
                 assert_inside(read(b, path.as_str()));
             }
         }
-        if let Ok((listed, _)) = b.list(&CanonicalPath::root(), 10, 1000) {
+        if let Ok((listed, _)) = b.list(&CanonicalPath::root(), 10, None, 1000) {
             assert!(
                 !listed.iter().any(|m| leaked(m.path.as_str())),
                 "listed through a link"
@@ -812,7 +812,7 @@ fn across_filesystems_a_removed_tree_waits_in_a_hidden_directory_of_the_root() {
     std::fs::create_dir_all(left.join("deep")).unwrap();
     std::fs::write(left.join("deep/file"), b"x").unwrap();
     assert_eq!(
-        paths(&b.list(&CanonicalPath::root(), 8, 100).unwrap().0),
+        paths(&b.list(&CanonicalPath::root(), 8, None, 100).unwrap().0),
         ["keep"]
     );
     assert_eq!(walk(b, ""), ["keep"]);

@@ -230,10 +230,11 @@ impl DirectoryBackend {
         dir: &OwnedFd,
         path: &CanonicalPath,
         levels: u32,
-        max: usize,
+        page: &Page<'_>,
         out: &mut Vec<Metadata>,
         depth: usize,
     ) -> Result<bool> {
+        let max = page.max;
         let mut items = Vec::new();
         for (raw, ft) in read_entries(dir).map_err(|e| io(e, path))? {
             let Some(name) = visible_name(&raw) else {
@@ -241,11 +242,14 @@ impl DirectoryBackend {
             };
             let descend = levels > 1
                 && depth + 1 < MAX_TREE_DEPTH
+                && page.reaches_under(path, name)
                 && entry_kind(dir, &raw, ft) == Some(Kind::Dir);
             if descend {
                 items.push(Item::Subtree(name.to_string()));
             }
-            items.push(Item::Entry(name.to_string()));
+            if page.holds(path, name) {
+                items.push(Item::Entry(name.to_string()));
+            }
         }
         items.sort_by(Item::cmp_path);
         // This level's entries are observed together (one lock of the
@@ -287,7 +291,7 @@ impl DirectoryBackend {
                         Err(Errno::NOENT | Errno::LOOP | Errno::NOTDIR) => continue,
                         Err(e) => return Err(io(e, &child)),
                     };
-                    if self.list_into(&sub, &child, levels - 1, max, out, depth + 1)? {
+                    if self.list_into(&sub, &child, levels - 1, page, out, depth + 1)? {
                         return Ok(true);
                     }
                 }
@@ -304,6 +308,39 @@ impl DirectoryBackend {
 pub(crate) enum Item {
     Entry(String),
     Subtree(String),
+}
+
+/// Which part of a listing is asked for: the entries whose path sorts
+/// after `after` (bytewise, the listing's order), at most `max`.
+pub(super) struct Page<'a> {
+    pub(super) after: Option<&'a CanonicalPath>,
+    pub(super) max: usize,
+}
+
+impl Page<'_> {
+    /// Whether entry `name` of directory `path` is on the page.
+    fn holds(&self, path: &CanonicalPath, name: &str) -> bool {
+        self.after
+            .is_none_or(|after| joined(path, name).as_bytes() > after.as_str().as_bytes())
+    }
+
+    /// Whether any path beneath `name` in `path` can be on the page: all
+    /// of them start with `path/name/`, so none is when that prefix sorts
+    /// before `after` without being its beginning.
+    fn reaches_under(&self, path: &CanonicalPath, name: &str) -> bool {
+        self.after.is_none_or(|after| {
+            let prefix = joined(path, name) + "/";
+            prefix.as_bytes() > after.as_str().as_bytes() || after.as_str().starts_with(&prefix)
+        })
+    }
+}
+
+/// `name` in directory `path`, as a workspace path's text.
+fn joined(path: &CanonicalPath, name: &str) -> String {
+    match path.is_root() {
+        true => name.to_string(),
+        false => format!("{}/{name}", path.as_str()),
+    }
 }
 
 impl Item {
