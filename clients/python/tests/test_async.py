@@ -118,6 +118,8 @@ def test_files_and_directories(server: Server) -> None:
         assert await session.move("c", "d") == 3
         listing = await session.list("", depth=3)
         assert [e.path for e in listing] == ["a", "a/b", "a/b/f.rs", "d", "d/b", "d/b/f.rs"]
+        rest = await session.list("", depth=3, start_after="a/b/f.rs")
+        assert [e.path for e in rest] == ["d", "d/b", "d/b/f.rs"]
         assert listing.entries[0].kind is FileKind.DIRECTORY
         info = await session.stat("d/b/f.rs")
         assert info.kind is FileKind.FILE and info.size == 10

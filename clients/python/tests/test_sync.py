@@ -227,6 +227,8 @@ def test_list_stat_exists_glob(session: wsfs.Session) -> None:
     assert not top.truncated and len(top) == 2
     deep = session.list("src", depth=2)
     assert [e.path for e in deep] == ["src/lib", "src/lib/util.rs", "src/main.rs"]
+    rest = session.list("src", depth=2, start_after="src/lib/util.rs")
+    assert [e.path for e in rest] == ["src/main.rs"] and not rest.truncated
     entry = deep.entries[2]
     assert entry.size == 13 and entry.version > 0 and isinstance(entry.modified_at, datetime)
     info = session.stat("/src/main.rs")

@@ -729,8 +729,13 @@ class AsyncSession:
         )
         return (await _call(self._fs.Copy(request, metadata=self._metadata))).entries
 
-    async def list(self, path: str = "", depth: int = 1) -> Listing:
-        request = fs_pb2.ListRequest(session_id=self.id, path=c.check_path_type(path), depth=depth)
+    async def list(self, path: str = "", depth: int = 1, *, start_after: str = "") -> Listing:
+        request = fs_pb2.ListRequest(
+            session_id=self.id,
+            path=c.check_path_type(path),
+            depth=depth,
+            start_after=c.check_path_type(start_after, "start_after"),
+        )
         response = await _call(self._fs.List(request, metadata=self._metadata))
         return Listing(
             response.path, [Entry._from_proto(e) for e in response.entries], response.truncated

@@ -787,10 +787,17 @@ class Session:
 
     # -- looking around ---------------------------------------------------
 
-    def list(self, path: str = "", depth: int = 1) -> Listing:
-        """The entries under a directory, sorted by name; ``depth`` > 1
-        descends."""
-        request = fs_pb2.ListRequest(session_id=self.id, path=c.check_path_type(path), depth=depth)
+    def list(self, path: str = "", depth: int = 1, *, start_after: str = "") -> Listing:
+        """The entries under a directory, sorted by path (bytewise);
+        ``depth`` > 1 descends. At most one page (100,000 entries, then
+        ``truncated``): the next page is asked with ``start_after`` set to
+        the last entry's path."""
+        request = fs_pb2.ListRequest(
+            session_id=self.id,
+            path=c.check_path_type(path),
+            depth=depth,
+            start_after=c.check_path_type(start_after, "start_after"),
+        )
         response = _call(self._fs.List, request, metadata=self._metadata)
         return Listing(
             response.path, [Entry._from_proto(e) for e in response.entries], response.truncated

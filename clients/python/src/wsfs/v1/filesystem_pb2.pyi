@@ -283,14 +283,16 @@ class TransferResponse(_message.Message):
     def __init__(self, source: _Optional[str] = ..., destination: _Optional[str] = ..., entries: _Optional[int] = ...) -> None: ...
 
 class ListRequest(_message.Message):
-    __slots__ = ("session_id", "path", "depth")
+    __slots__ = ("session_id", "path", "depth", "start_after")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     DEPTH_FIELD_NUMBER: _ClassVar[int]
+    START_AFTER_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     path: str
     depth: int
-    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., depth: _Optional[int] = ...) -> None: ...
+    start_after: str
+    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ..., depth: _Optional[int] = ..., start_after: _Optional[str] = ...) -> None: ...
 
 class Entry(_message.Message):
     __slots__ = ("name", "path", "kind", "size_bytes", "modified_at", "version", "created_at", "permissions", "symlink_target")
