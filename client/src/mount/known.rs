@@ -115,6 +115,16 @@ impl KnownDirs {
         inner.names = 0;
     }
 
+    /// Whether the directory at `dir` is known: the mount made it.
+    pub(super) fn made_here(&self, dir: &CanonicalPath) -> bool {
+        self.inner().dirs.contains_key(dir)
+    }
+
+    /// Whether the directory at `dir` is known and holds no name.
+    pub(super) fn empty(&self, dir: &CanonicalPath) -> bool {
+        self.inner().dirs.get(dir).is_some_and(HashSet::is_empty)
+    }
+
     /// Whether `path` surely does not exist: its directory is known and
     /// holds no such name.
     pub(super) fn absent(&self, path: &CanonicalPath) -> bool {
