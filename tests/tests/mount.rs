@@ -1689,6 +1689,9 @@ async fn refused_directory_changes_are_reported_and_undone() {
             .unwrap();
     })
     .await;
+    // A directory made elsewhere: the mount knows its names once it
+    // lists it.
+    session.write_str("t/listed/f.txt", "f\n").await.unwrap();
     // The events of those calls have reached the mount (they come in
     // order) and the kernel holds the attributes it checks permissions
     // with: nothing below needs the server before the changes are sent.
@@ -1700,14 +1703,18 @@ async fn refused_directory_changes_are_reported_and_undone() {
     .await;
     let looked = root.clone();
     blocking(move || {
-        for dir in ["t", "t/gone", "t/kept"] {
+        for dir in ["t", "t/gone", "t/kept", "t/listed"] {
             std::fs::metadata(looked.join(dir)).unwrap();
         }
+        assert_eq!(names_in(&looked.join("t/listed")), ["f.txt"]);
     })
     .await;
     server.stop().await.unwrap();
     let changed = root.clone();
     let (removed, moded, fsynced) = blocking(move || {
+        let emptied = std::fs::remove_file(changed.join("t/listed/f.txt"))
+            .and_then(|()| std::fs::remove_dir(changed.join("t/listed")));
+        assert!(emptied.is_ok(), "a listed directory emptied: {emptied:?}");
         let removed = std::fs::remove_dir(changed.join("t/gone")).map_err(|e| e.raw_os_error());
         let moded = std::fs::set_permissions(
             changed.join("t/kept"),
@@ -1727,6 +1734,8 @@ async fn refused_directory_changes_are_reported_and_undone() {
         "the mount shows the server's directories again",
         move || {
             std::fs::metadata(shown.join("t/gone")).is_ok_and(|m| m.is_dir())
+                && std::fs::read_to_string(shown.join("t/listed/f.txt"))
+                    .is_ok_and(|text| text == "f\n")
                 && std::fs::metadata(shown.join("t/kept"))
                     .is_ok_and(|m| m.permissions().mode() & 0o777 == 0o755)
         },

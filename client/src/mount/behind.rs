@@ -19,8 +19,10 @@
 //!
 //! Namespace changes go behind too ([`Shared::queue_change`]): an unlink
 //! of a file the mount knows (not open, nothing staged), an rmdir of a
-//! directory the mount made whose names are all gone, and a directory's
-//! chmod or utimens are answered once they are on their way, at most
+//! directory the mount made or listed whose known names are all gone,
+//! and the chmod or utimens of a directory the mount made (one change
+//! when they come within [`GATHER`]) are answered once they are on their
+//! way, at most
 //! [`CHANGES`] at a time. Each waits for the changes queued before it on
 //! its path, above it or below it (an rmdir after the unlinks in it), and
 //! whatever depends on the path waits for it ([`Shared::settle`]): a

@@ -9,8 +9,8 @@
 //!   that a file made elsewhere first is never overwritten; the loser's
 //!   close or fsync fails with `EEXIST`.
 //! - an unlink of a file the mount knows, not open and with nothing
-//!   staged, and an rmdir of a directory the mount made whose every name
-//!   is gone, are answered once their Delete is on its way
+//!   staged, and an rmdir of a directory the mount made or listed whose
+//!   every known name is gone, are answered once their Delete is on its way
 //!   ([`Shared::queue_change`]).
 
 use super::attr::new_permissions;
@@ -462,9 +462,10 @@ impl Shared {
     }
 
     /// Whether the rmdir of the directory at `path` may go behind: the
-    /// mount made it, and every name in it is gone (removed through the
-    /// mount, or on its way out). A name made elsewhere whose event has
-    /// not arrived makes the server refuse it, as with a create (known.rs).
+    /// mount made or listed it, and every name it knows there is gone
+    /// (removed through the mount, or on its way out). A name made
+    /// elsewhere that the mount has not seen makes the server refuse it,
+    /// reported as a refused unlink is (known.rs, behind.rs).
     fn rmdir_behind(&self, path: &CanonicalPath) -> bool {
         !path.is_root() && self.known.empty(path) && self.inodes().unborn_in(path).is_empty()
     }

@@ -335,6 +335,7 @@ impl Shared {
         let (path, _) = self.path(ino)?;
         self.settle_dir(&path).await;
         let listing = Arc::new(self.retry(|| self.session.list(&path, 1)).await?.entries);
+        self.known.listed(&path, listing.iter().map(Metadata::name));
         if let Some(Handle::Dir { listing: slot }) = self.handles().get_mut(&fh) {
             *slot = Some(listing.clone());
         }
