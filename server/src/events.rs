@@ -239,13 +239,11 @@ impl EventLog {
             return Since::Resync { seq: current };
         }
         let take = if max == 0 { usize::MAX } else { max };
-        let events = ring
-            .events
-            .iter()
-            .skip_while(|e| e.seq <= cursor)
-            .take(take)
-            .cloned()
-            .collect();
+        // Seqs grow along the ring: the first one past the cursor is found
+        // by halving, not by walking the ring (a watcher asks after every
+        // change, and the ring holds thousands).
+        let first = ring.events.partition_point(|e| e.seq <= cursor);
+        let events = ring.events.range(first..).take(take).cloned().collect();
         Since::Events(events)
     }
 
@@ -477,6 +475,24 @@ mod tests {
         match log.since(1, 0) {
             Since::Events(e) => assert_eq!(e.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3]),
             other => panic!("expected events, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_reader_gets_exactly_the_events_after_its_cursor() {
+        let log = EventLog::new(100);
+        for i in 0..150 {
+            log.append(ChangeKind::Created, &p(&format!("f{i}")), None, 1, "system");
+        }
+        for cursor in [50, 51, 99, 120, 149, 150] {
+            match log.since(cursor, 7) {
+                Since::Events(e) => {
+                    let seqs: Vec<u64> = e.iter().map(|e| e.seq).collect();
+                    let expected: Vec<u64> = (cursor + 1..=150).take(7).collect();
+                    assert_eq!(seqs, expected, "after {cursor}");
+                }
+                other => panic!("expected events after {cursor}, got {other:?}"),
+            }
         }
     }
 

@@ -470,6 +470,8 @@ async fn tar_extracts_a_tree_and_rm_removes_it() {
         assert_eq!(through, "file 0/0\n");
         let root = m.root();
         blocking(move || run(&root, "rm", &["-rf", "tree"])).await;
+        // Its unlinks and rmdirs went behind: landed once synced.
+        m.synced().await;
         assert!(
             s.exists(&p("tree")).await.unwrap().is_none(),
             "{}: rm -rf removed it",
@@ -776,6 +778,40 @@ async fn an_unreachable_server_fails_calls_with_eio_after_the_wait() {
     assert_eq!(failed, libc::EIO, "a create the server cannot answer");
 }
 
+/// A DIRECTORY session on a server whose data directory outlives it (to
+/// stop it and start it again at the same address), mounted.
+struct Restartable {
+    data: tempfile::TempDir,
+    server: TestServer,
+    session: Session,
+    dir: tempfile::TempDir,
+    handle: MountHandle,
+    _client: Client,
+}
+
+async fn restartable(options: MountOptions) -> Restartable {
+    let data = tempfile::tempdir().unwrap();
+    let server = TestServer::start_at(data.path(), |_| {}).await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let info = client
+        .create_session(SessionOptions::directory())
+        .await
+        .unwrap();
+    let session = client.session(&info.id);
+    let dir = tempfile::tempdir().unwrap();
+    let handle = wsfs_client::mount::mount(session.clone(), dir.path(), options)
+        .await
+        .expect("mount the session");
+    Restartable {
+        data,
+        server,
+        session,
+        dir,
+        handle,
+        _client: client,
+    }
+}
+
 /// A server that restarts (same address, same data) while the mount is
 /// up: a call made while it is down waits and is then answered right;
 /// files committed before stay readable; new files written in the mount
@@ -787,19 +823,15 @@ async fn the_mount_carries_on_when_its_server_restarts() {
     if !can_mount() {
         return;
     }
-    let data = tempfile::tempdir().unwrap();
-    let server = TestServer::start_at(data.path(), |_| {}).await;
+    let Restartable {
+        data,
+        server,
+        session,
+        dir,
+        handle,
+        _client,
+    } = restartable(MountOptions::default()).await;
     let addr = server.addr();
-    let client = Client::connect(&server.url()).await.unwrap();
-    let info = client
-        .create_session(SessionOptions::directory())
-        .await
-        .unwrap();
-    let session = client.session(&info.id);
-    let dir = tempfile::tempdir().unwrap();
-    let handle = wsfs_client::mount::mount(session.clone(), dir.path(), MountOptions::default())
-        .await
-        .expect("mount the session");
     let root = dir.path().to_path_buf();
 
     let written = root.clone();
@@ -1554,5 +1586,205 @@ async fn unmount_waits_for_queued_unlinks() {
             "{backend}: {:?}",
             listing.entries
         );
+    }
+}
+
+/// A directory's mode and modification time set in the mount (as `tar x`
+/// sets them after its files) and an rmdir of a directory the mount made
+/// are answered at once and sent behind: the mount shows them at once,
+/// the API once the parent directory's fsync returns, and whatever
+/// depends on the path (a mkdir of the same name, a file in it) waits for
+/// them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn directory_changes_behind_are_ordered_before_what_depends_on_them() {
+    if !can_mount() {
+        return;
+    }
+    let then = SystemTime::UNIX_EPOCH + Duration::from_secs(1_500_000_000);
+    for m in every_backend().await {
+        let root = m.root();
+        let seen = blocking(move || {
+            std::fs::create_dir_all(root.join("t/a/b")).unwrap();
+            std::fs::create_dir_all(root.join("t/gone/deeper")).unwrap();
+            std::fs::write(root.join("t/a/b/f.txt"), "f\n").unwrap();
+            std::fs::set_permissions(root.join("t/a/b"), std::fs::Permissions::from_mode(0o700))
+                .unwrap();
+            let a = std::fs::File::open(root.join("t/a")).unwrap();
+            a.set_modified(then).unwrap();
+            let b = std::fs::metadata(root.join("t/a/b")).unwrap();
+            let a = a.metadata().unwrap();
+            run(&root, "rm", &["-rf", "t/gone"]);
+            let gone = root.join("t/gone").exists();
+            // The same name again at once, and a file in it.
+            std::fs::create_dir(root.join("t/gone")).unwrap();
+            std::fs::write(root.join("t/gone/new.txt"), "new\n").unwrap();
+            let t = std::fs::File::open(root.join("t")).unwrap();
+            t.sync_all().expect("no change in it was refused");
+            std::fs::File::open(root.join("t/a"))
+                .unwrap()
+                .sync_all()
+                .unwrap();
+            (b.permissions().mode() & 0o777, a.modified().unwrap(), gone)
+        })
+        .await;
+        assert_eq!(
+            seen,
+            (0o700, then, false),
+            "{}: the mount's view",
+            m.backend
+        );
+        let s = &m.session;
+        let b = s.stat(&p("t/a/b")).await.unwrap();
+        assert_eq!(b.permissions.bits(), 0o700, "{}: after fsync", m.backend);
+        assert_eq!(
+            s.stat(&p("t/a")).await.unwrap().modified,
+            then,
+            "{}",
+            m.backend
+        );
+        assert!(
+            s.exists(&p("t/gone/deeper")).await.unwrap().is_none(),
+            "{}: removed before the new directory was made",
+            m.backend
+        );
+        m.synced().await;
+        assert_eq!(s.read_to_string("t/gone/new.txt").await.unwrap(), "new\n");
+        assert_eq!(s.read_to_string("t/a/b/f.txt").await.unwrap(), "f\n");
+    }
+}
+
+/// Directory changes sent behind that the server never takes (it is down
+/// for longer than the mount waits) were answered already: the refusal is
+/// the error of the parent directory's next fsync, and once the server is
+/// back the mount shows the directory as the server holds it (the removed
+/// one there again, the mode unchanged).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn refused_directory_changes_are_reported_and_undone() {
+    if !can_mount() {
+        return;
+    }
+    let options = MountOptions {
+        server_wait: Duration::from_secs(1),
+        ..MountOptions::default()
+    };
+    let Restartable {
+        data,
+        server,
+        session,
+        dir,
+        handle,
+        _client,
+    } = restartable(options).await;
+    let addr = server.addr();
+    let root = dir.path().to_path_buf();
+    let made = root.clone();
+    blocking(move || {
+        std::fs::create_dir_all(made.join("t/gone")).unwrap();
+        std::fs::create_dir_all(made.join("t/kept")).unwrap();
+        std::fs::set_permissions(made.join("t/kept"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        std::fs::File::open(made.join("t"))
+            .unwrap()
+            .sync_all()
+            .unwrap();
+    })
+    .await;
+    // A directory made elsewhere: the mount knows its names once it
+    // lists it.
+    session.write_str("t/listed/f.txt", "f\n").await.unwrap();
+    // The events of those calls have reached the mount (they come in
+    // order) and the kernel holds the attributes it checks permissions
+    // with: nothing below needs the server before the changes are sent.
+    session.write_str("marker.txt", "x").await.unwrap();
+    let seen = root.clone();
+    eventually("the marker's event", move || {
+        seen.join("marker.txt").exists()
+    })
+    .await;
+    let looked = root.clone();
+    blocking(move || {
+        for dir in ["t", "t/gone", "t/kept", "t/listed"] {
+            std::fs::metadata(looked.join(dir)).unwrap();
+        }
+        assert_eq!(names_in(&looked.join("t/listed")), ["f.txt"]);
+    })
+    .await;
+    server.stop().await.unwrap();
+    let changed = root.clone();
+    let (removed, moded, fsynced) = blocking(move || {
+        let emptied = std::fs::remove_file(changed.join("t/listed/f.txt"))
+            .and_then(|()| std::fs::remove_dir(changed.join("t/listed")));
+        assert!(emptied.is_ok(), "a listed directory emptied: {emptied:?}");
+        let removed = std::fs::remove_dir(changed.join("t/gone")).map_err(|e| e.raw_os_error());
+        let moded = std::fs::set_permissions(
+            changed.join("t/kept"),
+            std::fs::Permissions::from_mode(0o700),
+        )
+        .map_err(|e| e.raw_os_error());
+        let t = std::fs::File::open(changed.join("t")).unwrap();
+        (removed, moded, errno_of(t.sync_all()))
+    })
+    .await;
+    assert_eq!(removed, Ok(()), "the rmdir was answered before it was sent");
+    assert_eq!(moded, Ok(()), "the chmod was answered before it was sent");
+    assert_eq!(fsynced, libc::EIO, "the refusal, at the parent's fsync");
+    let server = TestServer::start_on(addr, data.path(), |_| {}).await;
+    let shown = root.clone();
+    eventually(
+        "the mount shows the server's directories again",
+        move || {
+            std::fs::metadata(shown.join("t/gone")).is_ok_and(|m| m.is_dir())
+                && std::fs::read_to_string(shown.join("t/listed/f.txt"))
+                    .is_ok_and(|text| text == "f\n")
+                && std::fs::metadata(shown.join("t/kept"))
+                    .is_ok_and(|m| m.permissions().mode() & 0o777 == 0o755)
+        },
+    )
+    .await;
+    assert!(session.exists(&p("t/gone")).await.unwrap().is_some());
+    let kept = session.stat(&p("t/kept")).await.unwrap();
+    assert_eq!(kept.permissions.bits(), 0o755, "nothing changed");
+    let t = root.clone();
+    blocking(move || {
+        let t = std::fs::File::open(t.join("t")).unwrap();
+        t.sync_all().expect("a refusal is reported once");
+    })
+    .await;
+    handle.unmount().expect("a clean unmount");
+    server.stop().await.unwrap();
+}
+
+/// The unmount waits for the directory changes on their way: every rmdir
+/// and chmod has landed when it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unmount_waits_for_queued_directory_changes() {
+    if !can_mount() {
+        return;
+    }
+    const DIRS: usize = 150;
+    for backend in ["memory", "directory"] {
+        let mut m = mounted(backend, MountOptions::default()).await;
+        let root = m.root();
+        blocking(move || {
+            for i in 0..DIRS {
+                std::fs::create_dir_all(root.join(format!("many/d{i}/sub"))).unwrap();
+            }
+            std::fs::create_dir(root.join("many/kept")).unwrap();
+            for i in 0..DIRS {
+                std::fs::remove_dir(root.join(format!("many/d{i}/sub"))).unwrap();
+                std::fs::remove_dir(root.join(format!("many/d{i}"))).unwrap();
+            }
+            std::fs::set_permissions(
+                root.join("many/kept"),
+                std::fs::Permissions::from_mode(0o700),
+            )
+            .unwrap();
+        })
+        .await;
+        m.handle.take().unwrap().unmount().unwrap();
+        let listing = m.session.list(&p("many"), 1).await.unwrap();
+        let names: Vec<&str> = listing.entries.iter().map(|e| e.name()).collect();
+        assert_eq!(names, ["kept"], "{backend}");
+        assert_eq!(listing.entries[0].permissions.bits(), 0o700, "{backend}");
     }
 }

@@ -298,6 +298,9 @@ impl WsfsFs {
                         modified,
                         if_version: None,
                     };
+                    if let Some(attr) = s.set_attributes_behind(ino, attributes).await {
+                        return Ok(attr);
+                    }
                     s.retry(|| s.session.set_attributes(&path, attributes))
                         .await?;
                 }

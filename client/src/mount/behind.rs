@@ -17,23 +17,28 @@
 //!   written to the mount's stderr, and is the error of the file's next
 //!   close or fsync (which tries again).
 //!
-//! Unlinks go behind too ([`Shared::queue_delete`]): an unlink of a file
-//! the mount knows (not open, nothing staged) is answered once its Delete
-//! is on its way, at most [`DELETES`] at a time. Whatever depends on the
-//! name waits for it ([`Shared::settle`]): a lookup or create of the same
-//! name, a rename, a listing or rmdir of the directory, the unmount. A
-//! Delete the server refuses is written to stderr, the name is known
-//! again, and the refusal is the error of the directory's next rmdir or
-//! fsync.
+//! Namespace changes go behind too ([`Shared::queue_change`]): an unlink
+//! of a file the mount knows (not open, nothing staged), an rmdir of a
+//! directory the mount made or listed whose known names are all gone,
+//! and the chmod or utimens of a directory the mount made (one change
+//! when they come within [`GATHER`]) are answered once they are on their
+//! way, at most
+//! [`CHANGES`] at a time. Each waits for the changes queued before it on
+//! its path, above it or below it (an rmdir after the unlinks in it), and
+//! whatever depends on the path waits for it ([`Shared::settle`]): a
+//! lookup, Stat or create of the same name or in it, a rename, a listing
+//! or rmdir of the directory, the unmount. A change the server refuses is
+//! written to stderr, a removed name is known again, and the refusal is
+//! the error of the parent directory's next rmdir or fsync.
 
 use super::errno::{describe, errno};
 use super::shared::Shared;
-use fuser::Errno;
-use std::collections::HashMap;
+use fuser::{Errno, FileAttr};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{OwnedMutexGuard, Semaphore};
-use wsfs::{CanonicalPath, DeleteOptions, Error, Filesystem as _};
+use wsfs::{Attributes, CanonicalPath, DeleteOptions, Error, FileKind, Filesystem as _};
 
 /// Commits queued or running at most.
 pub(super) const QUEUE: usize = 64;
@@ -41,49 +46,75 @@ pub(super) const QUEUE: usize = 64;
 /// How long a queued commit waits for the calls that follow a close.
 const GATHER: Duration = Duration::from_millis(10);
 
-/// Deletes on their way at most.
-pub(super) const DELETES: usize = 64;
+/// Namespace changes on their way at most.
+pub(super) const CHANGES: usize = 64;
 
-/// The queue's places, and the Deletes on their way.
+/// A namespace change sent behind.
+pub(super) enum Change {
+    /// An unlink, or an rmdir.
+    Delete { directory: bool },
+    /// A directory's chmod or utimens.
+    Attributes(Attributes),
+}
+
+/// The queue's places, and the changes on their way.
 pub(super) struct WriteBehind {
     places: Arc<Semaphore>,
-    delete_places: Arc<Semaphore>,
-    deletes: Mutex<Deletes>,
-    /// Bumped whenever a Delete ends, for whoever waits on one.
+    change_places: Arc<Semaphore>,
+    changes: Mutex<Changes>,
+    /// Bumped whenever a change ends, for whoever waits on one.
     ended: tokio::sync::watch::Sender<u64>,
 }
 
 #[derive(Default)]
-struct Deletes {
-    /// The paths of the Deletes on their way (a count each).
-    pending: HashMap<CanonicalPath, u32>,
-    /// The first refusal of a Delete, by the directory it was in.
+struct Changes {
+    /// The next change's place in line.
+    next: u64,
+    /// The paths of the changes on their way, by place in line.
+    pending: BTreeMap<u64, CanonicalPath>,
+    /// The first refusal of a change, by the directory it was in.
     refused: HashMap<CanonicalPath, Errno>,
+    /// A directory's bits and time queued and not sent yet, which a later
+    /// chmod or utimens of it joins.
+    unsent: HashMap<CanonicalPath, Attributes>,
+}
+
+/// Where a wait for the changes on their way looks, from a path.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// The path and the directories above it.
+    Above,
+    /// Those and everything below the path.
+    Related,
+}
+
+impl Reach {
+    fn covers(self, path: &CanonicalPath, pending: &CanonicalPath) -> bool {
+        path.starts_with(pending) || (self == Reach::Related && pending.starts_with(path))
+    }
 }
 
 impl WriteBehind {
     pub(super) fn new() -> WriteBehind {
         WriteBehind {
             places: Arc::new(Semaphore::new(QUEUE)),
-            delete_places: Arc::new(Semaphore::new(DELETES)),
-            deletes: Mutex::default(),
+            change_places: Arc::new(Semaphore::new(CHANGES)),
+            changes: Mutex::default(),
             ended: tokio::sync::watch::channel(0).0,
         }
     }
 
-    fn deletes(&self) -> MutexGuard<'_, Deletes> {
-        self.deletes.lock().unwrap_or_else(|e| e.into_inner())
+    fn changes(&self) -> MutexGuard<'_, Changes> {
+        self.changes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether a Delete of `path` (or, with `under`, of anything under
-    /// it) is on its way.
-    fn deleting(&self, path: &CanonicalPath, under: bool) -> bool {
-        let deletes = self.deletes();
-        if under {
-            deletes.pending.keys().any(|p| p.starts_with(path))
-        } else {
-            deletes.pending.contains_key(path)
-        }
+    /// Whether a change that `reach` covers from `path` is on its way
+    /// ahead of place `before` in line.
+    fn waiting(&self, path: &CanonicalPath, reach: Reach, before: u64) -> bool {
+        self.changes()
+            .pending
+            .range(..before)
+            .any(|(_, pending)| reach.covers(path, pending))
     }
 }
 
@@ -151,87 +182,168 @@ impl Shared {
         self.settle_under(&CanonicalPath::root()).await;
     }
 
-    /// Sends the Delete of the file at `path` and returns once it is on its
-    /// way (after waiting for a place when [`DELETES`] are): the caller
-    /// has already taken the name out of the inode table and the known
-    /// names.
-    pub(super) async fn queue_delete(self: &Arc<Self>, path: CanonicalPath) {
+    /// Sends `change` to `path` and returns once it is on its way (after
+    /// waiting for a place when [`CHANGES`] are): the caller has already
+    /// made the mount show it (a removed name out of the inode table and
+    /// the known names; a directory's new bits and time remembered).
+    pub(super) async fn queue_change(self: &Arc<Self>, path: CanonicalPath, change: Change) {
+        if let Change::Attributes(later) = &change {
+            // A directory's chmod and utimens, back to back (tar): one
+            // SetAttributes, when the first has not been sent yet.
+            if let Some(unsent) = self.behind.changes().unsent.get_mut(&path) {
+                unsent.permissions = later.permissions.or(unsent.permissions);
+                unsent.modified = later.modified.or(unsent.modified);
+                return;
+            }
+        }
         let place = self
             .behind
-            .delete_places
+            .change_places
             .clone()
             .acquire_owned()
             .await
-            .expect("the deletes' semaphore is never closed");
-        *self
-            .behind
-            .deletes()
-            .pending
-            .entry(path.clone())
-            .or_default() += 1;
+            .expect("the changes' semaphore is never closed");
+        let ticket = {
+            let mut changes = self.behind.changes();
+            let ticket = changes.next;
+            changes.next += 1;
+            changes.pending.insert(ticket, path.clone());
+            if let Change::Attributes(attributes) = change {
+                changes.unsent.insert(path.clone(), attributes);
+            }
+            ticket
+        };
         let s = self.clone();
         self.runtime.spawn(async move {
-            let options = DeleteOptions {
-                recursive: false,
-                allow_missing: false,
-                if_version: None,
-            };
-            let sent = s.retry_refusal(|| s.session.delete(&path, options)).await;
-            // Gone already (removed elsewhere first) is what was asked.
-            if let Some(e) = sent
-                .as_ref()
-                .err()
-                .filter(|e| !matches!(e, Error::FileNotFound { .. }))
-            {
-                let refusal = errno(e);
-                eprintln!(
-                    "wsfs mount: the file '{path}' could not be removed (it is still there): {}",
-                    describe(refusal)
-                );
-                s.known.added(&path);
-                if let Some(dir) = path.parent() {
-                    s.behind.deletes().refused.entry(dir).or_insert(refusal);
-                }
+            if let Change::Attributes(_) = change {
+                // For the utimens that follows a chmod.
+                tokio::time::sleep(GATHER).await;
             }
-            {
-                let mut deletes = s.behind.deletes();
-                if let Some(count) = deletes.pending.get_mut(&path) {
-                    *count -= 1;
-                    if *count == 0 {
-                        deletes.pending.remove(&path);
+            // In order on the path: an rmdir after the unlinks in it, a
+            // second chmod after the first.
+            s.wait_for_changes(&path, Reach::Related, ticket).await;
+            let sent = match &change {
+                Change::Delete { directory } => {
+                    let options = DeleteOptions {
+                        recursive: false,
+                        allow_missing: false,
+                        if_version: None,
+                    };
+                    let sent = s.retry_refusal(|| s.session.delete(&path, options)).await;
+                    if *directory {
+                        s.behind.changes().refused.remove(&path);
                     }
+                    // Gone already (removed elsewhere first) is what was
+                    // asked.
+                    sent.map(drop).or_else(|e| match e {
+                        Error::FileNotFound { .. } => Ok(()),
+                        e => Err(e),
+                    })
                 }
+                Change::Attributes(first) => {
+                    let attributes = s.behind.changes().unsent.remove(&path).unwrap_or(*first);
+                    s.retry_refusal(|| s.session.set_attributes(&path, attributes))
+                        .await
+                        .map(drop)
+                }
+            };
+            if let Err(e) = sent {
+                s.change_refused(&path, &change, errno(&e));
             }
+            s.behind.changes().pending.remove(&ticket);
             drop(place);
             s.behind.ended.send_modify(|n| *n += 1);
         });
     }
 
-    /// Waits until no Delete of `path` is on its way.
+    /// A change sent behind was refused: said on stderr, the mount shows
+    /// the path as the server holds it, and the refusal waits for the
+    /// parent directory's next rmdir or fsync.
+    fn change_refused(&self, path: &CanonicalPath, change: &Change, refusal: Errno) {
+        let what = match change {
+            Change::Delete { directory: false } => {
+                format!("the file '{path}' could not be removed (it is still there)")
+            }
+            Change::Delete { directory: true } => {
+                format!("the directory '{path}' could not be removed (it is still there)")
+            }
+            Change::Attributes(_) => {
+                format!("the mode or time of the directory '{path}' could not be set")
+            }
+        };
+        eprintln!("wsfs mount: {what}: {}", describe(refusal));
+        let removed = matches!(change, Change::Delete { .. });
+        if removed {
+            self.known.added(path);
+        }
+        self.forget_cached(path, removed);
+        if let Some(dir) = path.parent() {
+            self.behind.changes().refused.entry(dir).or_insert(refusal);
+        }
+    }
+
+    /// A chmod or utimens of the directory `ino`, answered here and sent
+    /// behind when the mount made the directory and knows what the kernel
+    /// was told of it: the attributes it has now. `None`: it must go to
+    /// the server first.
+    pub(super) async fn set_attributes_behind(
+        self: &Arc<Self>,
+        ino: u64,
+        attributes: Attributes,
+    ) -> Option<FileAttr> {
+        let (path, attr) = {
+            let mut inodes = self.inodes();
+            let node = inodes.get_mut(ino).filter(|node| {
+                node.kind == FileKind::Directory
+                    && !node.unlinked
+                    && !node.path.is_root()
+                    && self.known.made_here(&node.path)
+            })?;
+            let mut attr = node.attr?;
+            if let Some(permissions) = attributes.permissions {
+                attr.perm = permissions.bits() as u16;
+            }
+            if let Some(modified) = attributes.modified {
+                (attr.mtime, attr.atime, attr.ctime) = (modified, modified, modified);
+            }
+            node.attr = Some(attr);
+            node.attr_at = Instant::now();
+            (node.path.clone(), attr)
+        };
+        self.queue_change(path, Change::Attributes(attributes))
+            .await;
+        Some(attr)
+    }
+
+    /// Waits until no change on its way covers `path` (above it).
     pub(super) async fn settle(&self, path: &CanonicalPath) {
-        self.settle_deletes(path, false).await;
+        self.wait_for_changes(path, Reach::Above, u64::MAX).await;
     }
 
-    /// Waits until no Delete of `path` or of anything under it is on its
-    /// way.
+    /// Waits until no change on its way covers `path`, above or below it.
     pub(super) async fn settle_under(&self, path: &CanonicalPath) {
-        self.settle_deletes(path, true).await;
+        self.wait_for_changes(path, Reach::Related, u64::MAX).await;
     }
 
-    async fn settle_deletes(&self, path: &CanonicalPath, under: bool) {
+    async fn wait_for_changes(&self, path: &CanonicalPath, reach: Reach, before: u64) {
         let mut ended = self.behind.ended.subscribe();
-        while self.behind.deleting(path, under) {
+        while self.behind.waiting(path, reach, before) {
             if ended.changed().await.is_err() {
                 return;
             }
         }
     }
 
-    /// The first Delete in `dir` the server refused since the last call,
-    /// once its Deletes have ended.
+    /// The first change in `dir` the server refused since the last call,
+    /// once the changes under it have ended.
     pub(super) async fn delete_refused(&self, dir: &CanonicalPath) -> Option<Errno> {
         self.settle_under(dir).await;
-        self.behind.deletes().refused.remove(dir)
+        self.behind.changes().refused.remove(dir)
+    }
+
+    /// A change in `dir` the server refused, already known (no wait).
+    pub(super) fn refused_now(&self, dir: &CanonicalPath) -> Option<Errno> {
+        self.behind.changes().refused.remove(dir)
     }
 
     /// Waits for a running commit of the file at `path` and holds its

@@ -18,7 +18,7 @@ use std::time::Duration;
 use wsfs::FileKind;
 
 /// One thing for the kernel to forget.
-enum Forget {
+pub(super) enum Forget {
     /// Attributes and cached pages.
     Inode(u64),
     /// The name `1` in directory `0`.
@@ -29,6 +29,7 @@ enum Forget {
 /// mount does (the task is aborted, the thread sees its channel close).
 pub(super) fn start(shared: Arc<Shared>, notifier: Notifier) -> tokio::task::JoinHandle<()> {
     let (tx, rx) = mpsc::channel::<Forget>();
+    let _ = shared.kernel.set(tx.clone());
     std::thread::Builder::new()
         .name("wsfs-mount-invalidate".into())
         .spawn(move || {
@@ -69,6 +70,7 @@ async fn watch(shared: Arc<Shared>, tx: mpsc::Sender<Forget>) {
                     ChangeKind::Resync => forget_everything(&shared, &tx),
                     ChangeKind::Created | ChangeKind::Modified
                         if already_cached(&shared, &event.path, event.version) => {}
+                    ChangeKind::Created if made_here(&shared, &event.path) => {}
                     ChangeKind::Created | ChangeKind::Modified => {
                         forget_path(&shared, &tx, &event.path, Still::There);
                     }
@@ -86,6 +88,18 @@ async fn watch(shared: Arc<Shared>, tx: mpsc::Sender<Forget>) {
     }
 }
 
+impl Shared {
+    /// Drops what the mount and the kernel hold of `path` (its attributes;
+    /// its entry too when `gone`, the path having been removed here): a
+    /// change the mount showed did not happen after all.
+    pub(super) fn forget_cached(&self, path: &wsfs::CanonicalPath, gone: bool) {
+        let still = if gone { Still::Replaced } else { Still::There };
+        if let Some(tx) = self.kernel.get() {
+            forget_path(self, tx, path.as_str(), still);
+        }
+    }
+}
+
 /// `version` of `path` is the mount's own commit or create, which the
 /// kernel already holds: dropping its caches would only cost lookups.
 fn already_cached(shared: &Shared, raw: &str, version: u64) -> bool {
@@ -98,6 +112,21 @@ fn already_cached(shared: &Shared, raw: &str, version: u64) -> bool {
             .at(&path)
             .and_then(|ino| inodes.get(ino))
             .is_some_and(|node| node.own_version == Some(version))
+}
+
+/// `path` is a directory the mount made itself, whose attributes it
+/// told the kernel: its Created event says nothing new (and dropping them
+/// would cost `tar x` a Stat before each directory's chmod and utimens).
+fn made_here(shared: &Shared, raw: &str) -> bool {
+    let Ok(path) = crate::parse_path(raw) else {
+        return false;
+    };
+    let inodes = shared.inodes();
+    shared.known.made_here(&path)
+        && inodes
+            .at(&path)
+            .and_then(|ino| inodes.get(ino))
+            .is_some_and(|node| node.kind == FileKind::Directory && node.attr.is_some())
 }
 
 /// What an event says of the object the kernel knows at its path.

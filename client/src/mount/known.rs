@@ -17,6 +17,14 @@
 //! pass it is forgotten (its lookups go to the server again). A Resync of
 //! the Watch stream, or the mount's rename or removal of a directory,
 //! forgets the directories it touches.
+//!
+//! Directories the mount listed (at most [`MAX_LISTED`] names each) are
+//! kept apart, for one question only: whether an rmdir may go behind
+//! (namespace.rs). A listed directory learns and forgets names as a made
+//! one does, but a name made elsewhere between the List and the events
+//! that follow it can be missed, so it never answers a lookup "absent";
+//! an rmdir it lets go behind wrongly is refused by the server and
+//! reported (behind.rs).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -31,23 +39,37 @@ pub(super) struct KnownDirs {
     inner: Mutex<Inner>,
 }
 
+/// The most names a listing may have to be kept (listed directories).
+pub(super) const MAX_LISTED: usize = 10_000;
+
 #[derive(Default)]
 struct Inner {
+    /// The directories the mount made: every name known.
     dirs: HashMap<CanonicalPath, HashSet<String>>,
+    /// The directories the mount listed: the names of the listing, and
+    /// those learned since.
+    listed: HashMap<CanonicalPath, HashSet<String>>,
     names: usize,
 }
 
 impl Inner {
     fn add(&mut self, dir: &CanonicalPath, name: &str) {
         let full = self.names >= MAX_NAMES;
-        let Some(names) = self.dirs.get_mut(dir) else {
-            return;
-        };
-        if full {
-            let dropped = self.dirs.remove(dir).map_or(0, |n| n.len());
-            self.names -= dropped;
-        } else if names.insert(name.to_string()) {
-            self.names += 1;
+        for map in [&mut self.dirs, &mut self.listed] {
+            let Some(names) = map.get_mut(dir) else {
+                continue;
+            };
+            if full {
+                self.names -= map.remove(dir).map_or(0, |n| n.len());
+            } else if names.insert(name.to_string()) {
+                self.names += 1;
+            }
+        }
+    }
+
+    fn remove_dir(&mut self, dir: &CanonicalPath) {
+        for map in [&mut self.dirs, &mut self.listed] {
+            self.names -= map.remove(dir).map_or(0, |n| n.len());
         }
     }
 }
@@ -61,10 +83,27 @@ impl KnownDirs {
     /// it seen. Undone by [`forget`](KnownDirs::forget) if the Mkdir fails.
     pub(super) fn made(&self, dir: &CanonicalPath) {
         let mut inner = self.inner();
+        inner.remove_dir(dir);
         if inner.names < MAX_NAMES {
-            if let Some(old) = inner.dirs.insert(dir.clone(), HashSet::new()) {
-                inner.names -= old.len();
-            }
+            inner.dirs.insert(dir.clone(), HashSet::new());
+        }
+    }
+
+    /// The mount listed `dir` and found `names` (see the module's notes).
+    pub(super) fn listed<'a>(
+        &self,
+        dir: &CanonicalPath,
+        names: impl ExactSizeIterator<Item = &'a str>,
+    ) {
+        let mut inner = self.inner();
+        if inner.dirs.contains_key(dir) {
+            return;
+        }
+        inner.remove_dir(dir);
+        if names.len() <= MAX_LISTED && inner.names + names.len() <= MAX_NAMES {
+            let names: HashSet<String> = names.map(str::to_string).collect();
+            inner.names += names.len();
+            inner.listed.insert(dir.clone(), names);
         }
     }
 
@@ -86,8 +125,9 @@ impl KnownDirs {
             return;
         };
         let mut inner = self.inner();
-        if let Some(names) = inner.dirs.get_mut(&dir) {
-            if names.remove(name) {
+        let inner = &mut *inner;
+        for map in [&mut inner.dirs, &mut inner.listed] {
+            if map.get_mut(&dir).is_some_and(|names| names.remove(name)) {
                 inner.names -= 1;
             }
         }
@@ -99,12 +139,12 @@ impl KnownDirs {
         let gone: Vec<CanonicalPath> = inner
             .dirs
             .keys()
+            .chain(inner.listed.keys())
             .filter(|d| d.starts_with(path))
             .cloned()
             .collect();
         for dir in gone {
-            let dropped = inner.dirs.remove(&dir).map_or(0, |n| n.len());
-            inner.names -= dropped;
+            inner.remove_dir(&dir);
         }
     }
 
@@ -112,7 +152,21 @@ impl KnownDirs {
     pub(super) fn forget_all(&self) {
         let mut inner = self.inner();
         inner.dirs.clear();
+        inner.listed.clear();
         inner.names = 0;
+    }
+
+    /// Whether the directory at `dir` is known: the mount made it.
+    pub(super) fn made_here(&self, dir: &CanonicalPath) -> bool {
+        self.inner().dirs.contains_key(dir)
+    }
+
+    /// Whether the directory at `dir` is made or listed by the mount, and
+    /// holds no name it knows.
+    pub(super) fn empty(&self, dir: &CanonicalPath) -> bool {
+        let inner = self.inner();
+        let names = inner.dirs.get(dir).or_else(|| inner.listed.get(dir));
+        names.is_some_and(HashSet::is_empty)
     }
 
     /// Whether `path` surely does not exist: its directory is known and
@@ -167,6 +221,30 @@ mod tests {
         assert!(k.absent(&p("dx/x")), "a sibling sharing the prefix stays");
         k.forget_all();
         assert!(!k.absent(&p("dx/x")));
+    }
+
+    #[test]
+    fn a_listed_directory_answers_emptiness_only() {
+        let k = KnownDirs::default();
+        k.listed(&p("l"), ["a", "b"].into_iter());
+        assert!(!k.absent(&p("l/x")), "a listing never answers a lookup");
+        assert!(!k.made_here(&p("l")));
+        assert!(!k.empty(&p("l")));
+        k.removed(&p("l/a"));
+        k.added(&p("l/c"));
+        k.removed(&p("l/b"));
+        assert!(!k.empty(&p("l")), "a name learned since counts");
+        k.removed(&p("l/c"));
+        assert!(k.empty(&p("l")));
+        k.forget(&p("l"));
+        assert!(!k.empty(&p("l")), "forgotten: not known to be empty");
+        let many: Vec<String> = (0..=MAX_LISTED).map(|i| format!("f{i}")).collect();
+        k.listed(&p("big"), many.iter().map(String::as_str));
+        assert!(!k.empty(&p("big")));
+        assert_eq!(k.inner().names, 0, "a listing past the bound is not kept");
+        k.made(&p("m"));
+        k.listed(&p("m"), ["x"].into_iter());
+        assert!(k.empty(&p("m")), "a made directory knows better");
     }
 
     #[test]

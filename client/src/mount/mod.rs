@@ -18,7 +18,8 @@
 //!     knows), mkdir, symlink, rename, unlink, rmdir.
 //! - `behind`: the write-behind: commits at close queued (bounded,
 //!   ordered per file), so that closing a file waits for no round trip;
-//!   and unlinks answered once their Delete is on its way.
+//!   and unlinks, and the rmdir, chmod and utimens of directories the
+//!   mount made, answered once they are on their way.
 //! - `shared`: what every operation's task shares (session, inodes,
 //!   handles) and the server calls behind a retry.
 //! - `invalidate`: the session's Watch stream dropping the kernel's cached

@@ -1,5 +1,5 @@
 //! Namespace changes: create, mknod, mkdir, symlink, rename, unlink and
-//! rmdir, each committed to the server before it is answered, except two
+//! rmdir, each committed to the server before it is answered, except those
 //! that go behind (behind.rs):
 //!
 //! - a create in a directory whose every name the mount knows (known.rs),
@@ -9,10 +9,12 @@
 //!   that a file made elsewhere first is never overwritten; the loser's
 //!   close or fsync fails with `EEXIST`.
 //! - an unlink of a file the mount knows, not open and with nothing
-//!   staged, is answered once its Delete is on its way
-//!   ([`Shared::queue_delete`]).
+//!   staged, and an rmdir of a directory the mount made or listed whose
+//!   every known name is gone, are answered once their Delete is on its way
+//!   ([`Shared::queue_change`]).
 
 use super::attr::new_permissions;
+use super::behind::Change;
 use super::dispatch::WsfsFs;
 use super::shared::{Handle, Shared};
 use fuser::{
@@ -331,6 +333,15 @@ impl WsfsFs {
                 if directory {
                     // A Delete in it the server refused: the name is
                     // still there, and this is where rm -rf hears of it.
+                    if let Some(refusal) = s.refused_now(&path) {
+                        return Err(refusal);
+                    }
+                    if s.rmdir_behind(&path) {
+                        s.forget_removed(&path);
+                        s.queue_change(path, Change::Delete { directory: true })
+                            .await;
+                        return Ok(());
+                    }
                     if let Some(refusal) = s.delete_refused(&path).await {
                         return Err(refusal);
                     }
@@ -349,7 +360,8 @@ impl WsfsFs {
                     if s.unlink_behind(&path) {
                         s.forget_removed(&path);
                         drop(held);
-                        s.queue_delete(path).await;
+                        s.queue_change(path, Change::Delete { directory: false })
+                            .await;
                         return Ok(());
                     }
                     s.keep_if_open(&path).await?;
@@ -447,6 +459,15 @@ impl Shared {
             .is_some_and(|node| {
                 node.kind != FileKind::Directory && node.open == 0 && node.staged.is_none()
             })
+    }
+
+    /// Whether the rmdir of the directory at `path` may go behind: the
+    /// mount made or listed it, and every name it knows there is gone
+    /// (removed through the mount, or on its way out). A name made
+    /// elsewhere that the mount has not seen makes the server refuse it,
+    /// reported as a refused unlink is (known.rs, behind.rs).
+    fn rmdir_behind(&self, path: &CanonicalPath) -> bool {
+        !path.is_root() && self.known.empty(path) && self.inodes().unborn_in(path).is_empty()
     }
 
     /// `path` left the workspace through the mount.

@@ -57,6 +57,8 @@ pub(super) struct Shared {
     recent: Mutex<RecentCommits>,
     /// What is read ahead of sequential readers (read.rs).
     pub(super) readahead: super::read::ReadAhead,
+    /// Where the kernel is told to forget what it caches (invalidate.rs).
+    pub(super) kernel: std::sync::OnceLock<std::sync::mpsc::Sender<super::invalidate::Forget>>,
 }
 
 /// The versions the mount's own latest commits made, by path, at most
@@ -113,6 +115,7 @@ impl Shared {
             making: Mutex::default(),
             recent: Mutex::default(),
             readahead: Default::default(),
+            kernel: std::sync::OnceLock::new(),
         }
     }
 
