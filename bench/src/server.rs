@@ -55,6 +55,13 @@ fn durability_arg(mode: Durability) -> String {
         .unwrap_or_default()
 }
 
+/// The child server's `RUST_LOG`: warnings, unless `WSFS_BENCH_SERVER_LOG`
+/// asks for more (`warn,wsfs_server::registry=info` shows where each
+/// recovery's time went).
+fn server_log_level() -> String {
+    std::env::var("WSFS_BENCH_SERVER_LOG").unwrap_or_else(|_| "warn".to_string())
+}
+
 /// Where the server binary is expected: next to this program.
 pub fn sibling_server_binary() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
@@ -95,7 +102,7 @@ impl Server {
             .arg(SERVER_MAX_WRITE_BYTES.to_string())
             .arg("--durability")
             .arg(durability_arg(durability))
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", server_log_level())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -14,8 +14,13 @@ use wsfs_tests::kit::workspace_state;
 
 /// Short: the forced recovery answers once the old holder's lease is out.
 const LEASE_TTL: Duration = Duration::from_secs(3);
-/// A file of this many zeros, then a few bytes: mostly hole.
-const SPARSE_LEN: u64 = 4 * 1024 * 1024;
+/// Files of this many zeros, then a few bytes: mostly hole. The first
+/// streams from the bucket in chunks, the second (at most 1 MiB) is read
+/// in one piece.
+const SPARSE: [(&str, u64); 2] = [
+    ("sparse.bin", 4 * 1024 * 1024),
+    ("small-sparse.bin", 512 * 1024),
+];
 
 fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
@@ -82,11 +87,10 @@ async fn a_recovered_workspace_is_its_snapshot_exactly_and_a_damaged_content_lea
             .await
             .unwrap();
     }
-    session.write_str("sparse.bin", "").await.unwrap();
-    session
-        .write_at("sparse.bin", SPARSE_LEN, &b"end"[..])
-        .await
-        .unwrap();
+    for (name, len) in SPARSE {
+        session.write_str(name, "").await.unwrap();
+        session.write_at(name, len, &b"end"[..]).await.unwrap();
+    }
     std::fs::set_permissions(
         root_of(&r0, &id).join("a.txt"),
         std::os::unix::fs::PermissionsExt::from_mode(0o600),
@@ -117,11 +121,13 @@ async fn a_recovered_workspace_is_its_snapshot_exactly_and_a_damaged_content_lea
     assert_eq!(workspace_state(&c1.session(&id)).await, state);
     let recovered = root_of(&r1, &id);
     assert_eq!(attributes(&recovered), origin, "bits and times");
-    let sparse = std::fs::metadata(recovered.join("sparse.bin")).unwrap();
-    assert_eq!(sparse.len(), SPARSE_LEN + 3);
-    assert!(
-        sparse.blocks() * 512 < SPARSE_LEN / 2,
-        "the zeros were written: {} blocks",
-        sparse.blocks()
-    );
+    for (name, len) in SPARSE {
+        let sparse = std::fs::metadata(recovered.join(name)).unwrap();
+        assert_eq!(sparse.len(), len + 3);
+        assert!(
+            sparse.blocks() * 512 < len / 2,
+            "the zeros of {name} were written: {} blocks",
+            sparse.blocks()
+        );
+    }
 }

@@ -5,7 +5,7 @@
 //! manifest and content is checked against its hash as it arrives;
 //! contents stream to disk, never whole in memory.
 
-use super::upload::{BucketSession, MAX_RECORD_BYTES};
+use super::upload::{BucketSession, MAX_RECORD_BYTES, SINGLE_PUT_MAX_BYTES};
 use super::{keys, Bucket};
 use crate::directory::snapshots::mirror::{
     hash_hex, manifest_children, manifest_entries, record_root, StoreFiles, StoredChild,
@@ -163,7 +163,10 @@ impl Bucket {
 
     /// Hands content `hash` to `sink` as it streams from the bucket,
     /// driven on `runtime` from this (blocking) thread; the caller checks
-    /// the bytes against the hash. A missing object fails as in
+    /// the bytes against the hash. A content sent in one piece
+    /// ([`SINGLE_PUT_MAX_BYTES`]) is read in one piece (16 at once: 16 MiB
+    /// at most), so a workspace of small files costs a read each, not one
+    /// per transport chunk; larger ones stream. A missing object fails as in
     /// [`Bucket::download`], an unreachable bucket `UNAVAILABLE`.
     pub fn stream_content(
         &self,
@@ -173,7 +176,15 @@ impl Bucket {
     ) -> Result<()> {
         let key = keys::content(&hash_hex(hash));
         runtime.block_on(async {
-            let mut stream = self.get_stream(&key).await?;
+            let got = self.get_object(&key).await?;
+            if got.meta.size <= SINGLE_PUT_MAX_BYTES {
+                let whole = got
+                    .bytes()
+                    .await
+                    .map_err(|e| self.failed("read", &key, e))?;
+                return sink(&whole);
+            }
+            let mut stream = got.into_stream();
             while let Some(chunk) = stream.next().await {
                 sink(&chunk.map_err(|e| self.failed("read", &key, e))?)?;
             }
@@ -181,13 +192,10 @@ impl Bucket {
         })
     }
 
-    /// The bytes of content object `key`, as they arrive.
-    async fn get_stream(
-        &self,
-        key: &object_store::path::Path,
-    ) -> Result<futures::stream::BoxStream<'static, object_store::Result<bytes::Bytes>>> {
+    /// Content object `key`, ready to be read.
+    async fn get_object(&self, key: &object_store::path::Path) -> Result<object_store::GetResult> {
         match self.store.get(key).await {
-            Ok(got) => Ok(got.into_stream()),
+            Ok(got) => Ok(got),
             Err(object_store::Error::NotFound { .. }) => Err(missing(key)),
             Err(e) => Err(self.failed("read", key, e)),
         }
@@ -198,7 +206,7 @@ impl Bucket {
             return Ok(());
         }
         let key = keys::content(&hash_hex(&hash));
-        let mut stream = self.get_stream(&key).await?;
+        let mut stream = self.get_object(&key).await?.into_stream();
         let (tmp, file) = {
             let files = files.clone();
             blocking(move || files.temp()).await?

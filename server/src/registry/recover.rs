@@ -338,11 +338,13 @@ impl SessionRegistry {
                         .to_string(),
             })?;
         let _slot = self.reserve_slot(id)?;
+        let mut phases = Phases::start();
         let (record, snapshots) = bucket.session(id).await?;
+        phases.mark("records");
         let chosen = match snapshot_id.is_empty() && snapshots.is_empty() {
             // Recorded but never snapshotted: it comes back empty.
             true => None,
-            false => Some(download::choose(&snapshots, snapshot_id)?.id.clone()),
+            false => Some(download::choose(&snapshots, snapshot_id)?),
         };
         let mut persisted: PersistedSession =
             serde_json::from_value(record.session).map_err(|e| {
@@ -381,18 +383,23 @@ impl SessionRegistry {
             snapshot.check_fits(budget, &format!("recover session '{id}'"))?;
         }
         let serves_from_ms = bucket.acquire(id, force, true).await?;
+        phases.mark("lease");
         let made = self
             .make_recovered(
                 &bucket,
                 &session_dir,
                 persisted,
-                &snapshots,
-                chosen.as_deref(),
+                Wanted {
+                    all: &snapshots,
+                    chosen,
+                },
                 budget,
+                &mut phases,
             )
             .await;
         match made {
             Ok(session) => {
+                tracing::info!(session = %id, %phases, "recovered from the object store");
                 // Taken by force (or from this replica's previous run):
                 // the old holder may serve until its lease runs out, so
                 // the answer waits for that.
@@ -416,28 +423,30 @@ impl SessionRegistry {
         bucket: &Arc<Bucket>,
         session_dir: &Path,
         persisted: PersistedSession,
-        snapshots: &[download::BucketSnapshot],
-        chosen: Option<&str>,
+        wanted: Wanted<'_>,
         budget: u64,
+        phases: &mut Phases,
     ) -> Result<Arc<Session>> {
         let record = persisted.clone().into_record(self.config.max_write_bytes);
-        let chosen_snapshot = chosen.and_then(|id| snapshots.iter().find(|s| s.id == id));
         let cx = self.context();
         let handles = match factory::bucket_recovery(record.backend) {
             Some(kind) => {
-                kind.recover(
-                    &cx,
-                    bucket,
-                    &record,
-                    session_dir,
-                    snapshots,
-                    chosen_snapshot,
-                    budget,
-                )
-                .await?
+                let handles = kind
+                    .recover(
+                        &cx,
+                        bucket,
+                        &record,
+                        session_dir,
+                        wanted.all,
+                        wanted.chosen,
+                        budget,
+                    )
+                    .await?;
+                phases.mark("workspace");
+                handles
             }
             None => {
-                self.fetch_directory(bucket, session_dir, &persisted, &record, snapshots, chosen)
+                self.fetch_directory(bucket, session_dir, &persisted, &record, wanted, phases)
                     .await?
             }
         };
@@ -449,6 +458,7 @@ impl SessionRegistry {
         }
         // Last: its presence makes the session outlive a restart.
         write_session_file(session_dir, &persisted, self.config.durability)?;
+        phases.mark("session file");
         if let Some(auth) = self.auth.get() {
             auth.load_session(&record.id, session_dir);
         }
@@ -456,15 +466,15 @@ impl SessionRegistry {
     }
 
     /// A DIRECTORY session's store fetched into `session_dir`, and its
-    /// workspace as snapshot `chosen` holds it.
+    /// workspace as snapshot `wanted.chosen` holds it.
     async fn fetch_directory(
         &self,
         bucket: &Arc<Bucket>,
         session_dir: &Path,
         persisted: &PersistedSession,
         record: &crate::kind::SessionRecord,
-        snapshots: &[download::BucketSnapshot],
-        chosen: Option<&str>,
+        wanted: Wanted<'_>,
+        phases: &mut Phases,
     ) -> Result<crate::kind::Handles> {
         let root = persisted.root_path.clone();
         create_session_dirs(session_dir, &root, true)?;
@@ -472,10 +482,13 @@ impl SessionRegistry {
         // restored stream into the workspace, the others' stay in the
         // bucket until something needs them.
         bucket
-            .download_known(&StoreFiles::new(session_dir), snapshots)
+            .download_known(&StoreFiles::new(session_dir), wanted.all)
             .await?;
-        let chosen = chosen.and_then(|id| snapshots.iter().find(|s| s.id == id));
-        let written = match (chosen, self.context().mirror(&record.id, session_dir)) {
+        phases.mark("manifests");
+        let written = match (
+            wanted.chosen,
+            self.context().mirror(&record.id, session_dir),
+        ) {
             // Its files go to their owner through the backend.
             (Some(snapshot), _) if record.owner.is_some() => Some((snapshot, None)),
             (Some(snapshot), Some(fetch)) => {
@@ -500,6 +513,7 @@ impl SessionRegistry {
             (Some(snapshot), None) => Some((snapshot, None)),
             (None, _) => None,
         };
+        phases.mark("workspace");
         let (ws, store) =
             crate::directory::provider::recovered(&self.context(), session_dir, record)?;
         match written {
@@ -512,6 +526,7 @@ impl SessionRegistry {
             }
             None => {}
         }
+        phases.mark("head");
         ws.set_read_only(record.read_only);
         Ok(crate::kind::handles(ws, store))
     }
@@ -568,6 +583,47 @@ async fn upload_taken(
                 .upload_snapshot(id)
                 .await
         }
+    }
+}
+
+/// What a recovery brings back: every snapshot the session has in the
+/// bucket, and the one its workspace becomes (`None`: it comes back
+/// empty).
+#[derive(Clone, Copy)]
+struct Wanted<'a> {
+    all: &'a [download::BucketSnapshot],
+    chosen: Option<&'a download::BucketSnapshot>,
+}
+
+/// Where a recovery's time went, by phase, for its log line.
+struct Phases {
+    last: std::time::Instant,
+    spent: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Phases {
+    fn start() -> Self {
+        Phases {
+            last: std::time::Instant::now(),
+            spent: Vec::new(),
+        }
+    }
+
+    /// Ends phase `name` (begun where the last one ended).
+    fn mark(&mut self, name: &'static str) {
+        let now = std::time::Instant::now();
+        self.spent.push((name, now - self.last));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for Phases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (name, spent)) in self.spent.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{name} {:.3} s", spent.as_secs_f64())?;
+        }
+        Ok(())
     }
 }
 

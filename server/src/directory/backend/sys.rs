@@ -434,7 +434,12 @@ pub(crate) fn copy_data(from: &File, to: &File, to_offset: u64) -> std::io::Resu
             break;
         }
     }
-    to.set_len(to_offset + len)?;
+    // Only when the length is not right yet (a hole at the end, or a
+    // longer file written over): ext4 truncates even to the same length,
+    // a journal transaction per file.
+    if to.metadata()?.len() != to_offset + len {
+        to.set_len(to_offset + len)?;
+    }
     Ok(len)
 }
 

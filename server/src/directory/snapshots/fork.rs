@@ -522,27 +522,57 @@ fn write_fetched(
     size: u64,
     path: &CanonicalPath,
 ) -> Result<()> {
-    use std::os::unix::fs::FileExt;
     let mut hasher = Sha256::new();
-    let mut written = 0u64;
+    // Bytes received, and the end of those written (zeros are skipped).
+    let (mut received, mut end) = (0u64, 0u64);
     fetch.stream_content(hash, &mut |chunk| {
         hasher.update(chunk);
-        if written + chunk.len() as u64 > size {
+        if received + chunk.len() as u64 > size {
             // Longer than the snapshot says: damaged, and never written.
             return Err(super::restore::fetched_damaged(path));
         }
-        if chunk.iter().any(|&byte| byte != 0) {
-            out.write_all_at(chunk, written)
-                .map_err(|e| making(path, e))?;
+        if let Some(wrote_to) = write_data(out, chunk, received).map_err(|e| making(path, e))? {
+            end = wrote_to;
         }
-        written += chunk.len() as u64;
+        received += chunk.len() as u64;
         Ok(())
     })?;
-    if <[u8; 32]>::from(hasher.finalize()) != *hash || written != size {
+    if <[u8; 32]>::from(hasher.finalize()) != *hash || received != size {
         return Err(super::restore::fetched_damaged(path));
     }
-    // A hole at the end.
-    out.set_len(size).map_err(|e| making(path, e))
+    if end < size {
+        // A hole at the end (a truncate costs a journal update per file,
+        // so only then).
+        out.set_len(size).map_err(|e| making(path, e))?;
+    }
+    Ok(())
+}
+
+/// Zeros are left as holes in blocks of this many bytes.
+const HOLE_BLOCK: usize = 4096;
+
+/// Writes `chunk` into `out` (new) at `at`, each run of whole zero
+/// [`HOLE_BLOCK`]s left as a hole and each run of data written in one
+/// call; the end of the last data written, if any.
+fn write_data(out: &std::fs::File, chunk: &[u8], at: u64) -> std::io::Result<Option<u64>> {
+    use std::os::unix::fs::FileExt;
+    let (mut data_from, mut end) = (None, None);
+    let mut write = |from: usize, to: usize| {
+        end = Some(at + to as u64);
+        out.write_all_at(&chunk[from..to], at + from as u64)
+    };
+    for (i, block) in chunk.chunks(HOLE_BLOCK).enumerate() {
+        let start = i * HOLE_BLOCK;
+        if block.iter().any(|&byte| byte != 0) {
+            data_from.get_or_insert(start);
+        } else if let Some(from) = data_from.take() {
+            write(from, start)?;
+        }
+    }
+    if let Some(from) = data_from {
+        write(from, chunk.len())?;
+    }
+    Ok(end)
 }
 
 /// Makes `dst` (new, empty) a copy of `src`: sharing its blocks where the
@@ -560,4 +590,35 @@ fn clone_file(
         no_clone.store(true, Ordering::Relaxed);
     }
     crate::directory::backend::copy_data(src, dst, 0).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// Data runs are written whole and whole zero blocks become holes:
+    /// the file reads back as the chunk, and a mostly-zero one takes
+    /// fewer blocks than its length.
+    #[test]
+    fn write_data_leaves_zero_blocks_as_holes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let out = std::fs::File::create_new(&path).unwrap();
+        let mut chunk = vec![0u8; 64 * HOLE_BLOCK];
+        chunk[HOLE_BLOCK + 7] = 1;
+        chunk[40 * HOLE_BLOCK] = 2;
+        let end = write_data(&out, &chunk, 5 * HOLE_BLOCK as u64).unwrap();
+        assert_eq!(end, Some((5 + 41) * HOLE_BLOCK as u64));
+        out.set_len((69 * HOLE_BLOCK) as u64).unwrap();
+        let read = std::fs::read(&path).unwrap();
+        assert_eq!(&read[5 * HOLE_BLOCK..], &chunk[..]);
+        assert!(read[..5 * HOLE_BLOCK].iter().all(|&b| b == 0));
+        let allocated = out.metadata().unwrap().blocks() * 512;
+        assert!(
+            allocated < (16 * HOLE_BLOCK) as u64,
+            "{allocated} bytes allocated for two blocks of data"
+        );
+        assert_eq!(write_data(&out, &[0u8; 100], 0).unwrap(), None);
+    }
 }
