@@ -359,12 +359,8 @@ impl Shared {
         }
         let (path, _) = self.path(ino)?;
         self.settle_dir(&path).await;
-<<<<<<< HEAD
         let listing = Arc::new(self.retry(|| self.session.list_all(&path, 1)).await?);
-=======
-        let listing = Arc::new(self.retry(|| self.session.list(&path, 1)).await?.entries);
         self.known.listed(&path, listing.iter().map(Metadata::name));
->>>>>>> mounttree
         if let Some(Handle::Dir { listing: slot }) = self.handles().get_mut(&fh) {
             *slot = Some(listing.clone());
         }
