@@ -1044,3 +1044,60 @@ async fn a_session_delete_the_bucket_fails_is_bounded_and_loses_nothing() {
         "nothing of the session stays in the bucket"
     );
 }
+
+/// Every request to a stalled bucket is given up at the bucket's silence
+/// bound (one renewal interval, at least 2 s), not after the store
+/// client's 30 s: a Snapshot whose content PUT the link holds, and a
+/// RecoverSession whose content GET it holds, each answer within a
+/// bounded wait: `UNAVAILABLE` naming the bucket, having changed nothing
+/// (no snapshot listed, no session directory made), and the next try
+/// succeeds with the session's files.
+#[tokio::test]
+async fn requests_to_a_stalled_bucket_are_given_up_in_bounded_time() {
+    let Some(pair) = Pair::start().await else {
+        return;
+    };
+    // A session of replica 1's, snapshotted, which replica 0 recovers.
+    let (s1, id) = session_on(&pair.c1, "on r1\n").await;
+    pair.c1.snapshot(&id, "kept").await.unwrap();
+    let kept = workspace_state(&s1).await;
+    let (_s0, own) = session_on(&pair.c0, "a content of r0's own\n").await;
+
+    pair.forwarder
+        .add_rule("PUT", "/objects/", Action::Stall, 1);
+    let asked = Instant::now();
+    let refusal = pair.c0.snapshot(&own, "stalled").await.unwrap_err();
+    let waited = asked.elapsed();
+    assert_eq!(refusal.code(), Code::Unavailable, "Snapshot: {refusal}");
+    assert!(refusal.to_string().contains(&s3_url()), "{refusal}");
+    assert!(waited < BOUNDED, "Snapshot waited {waited:?}");
+    assert!(acted(&pair.forwarder, Action::Stall));
+    assert_eq!(pair.c0.list_snapshots(&own).await.unwrap(), vec![]);
+    once_served("Snapshot after the stall", || {
+        pair.c0.snapshot(&own, "after")
+    })
+    .await;
+
+    pair.forwarder.clear_rules();
+    pair.forwarder
+        .add_rule("GET", "/objects/", Action::Stall, 1);
+    let asked = Instant::now();
+    let refusal = pair.c0.recover_session(&id, None, true).await.unwrap_err();
+    let waited = asked.elapsed();
+    assert_eq!(
+        refusal.code(),
+        Code::Unavailable,
+        "RecoverSession: {refusal}"
+    );
+    assert!(refusal.to_string().contains(&s3_url()), "{refusal}");
+    assert!(waited < BOUNDED, "RecoverSession waited {waited:?}");
+    assert!(
+        !pair.r0.data_dir.join("sessions").join(&id).exists(),
+        "nothing made on replica 0"
+    );
+    once_served("RecoverSession after the stall", || {
+        pair.c0.recover_session(&id, None, true)
+    })
+    .await;
+    assert_eq!(workspace_state(&pair.c0.session(&id)).await, kept);
+}

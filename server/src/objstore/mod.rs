@@ -40,6 +40,7 @@ pub mod handback;
 pub mod lease;
 pub mod listing;
 pub(crate) mod recovers;
+mod stall;
 pub mod sweep;
 pub mod tokens;
 pub mod upload;
@@ -146,6 +147,10 @@ impl Bucket {
                 )))
             }
         };
+        // Every request bounded: a stalled bucket costs a call a bounded
+        // wait, never the store client's 30 s.
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(stall::StallGuard::new(store, lease::lookup_wait(lease_ttl)));
         Ok(Bucket {
             store,
             url: url.to_string(),
