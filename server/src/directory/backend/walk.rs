@@ -318,10 +318,15 @@ pub(super) struct Page<'a> {
 }
 
 impl Page<'_> {
-    /// Whether entry `name` of directory `path` is on the page.
+    /// Whether entry `name` of directory `path` is on the page. A name
+    /// that is not a path segment is kept, for the walk to refuse as
+    /// before.
     fn holds(&self, path: &CanonicalPath, name: &str) -> bool {
-        self.after
-            .is_none_or(|after| joined(path, name).as_bytes() > after.as_str().as_bytes())
+        self.after.is_none_or(|after| {
+            path.join(name).map_or(true, |child| {
+                child.as_str().as_bytes() > after.as_str().as_bytes()
+            })
+        })
     }
 
     /// Whether any path beneath `name` in `path` can be on the page: all
@@ -329,17 +334,11 @@ impl Page<'_> {
     /// before `after` without being its beginning.
     fn reaches_under(&self, path: &CanonicalPath, name: &str) -> bool {
         self.after.is_none_or(|after| {
-            let prefix = joined(path, name) + "/";
-            prefix.as_bytes() > after.as_str().as_bytes() || after.as_str().starts_with(&prefix)
+            path.join(name).map_or(true, |child| {
+                let prefix = format!("{}/", child.as_str());
+                prefix.as_bytes() > after.as_str().as_bytes() || after.as_str().starts_with(&prefix)
+            })
         })
-    }
-}
-
-/// `name` in directory `path`, as a workspace path's text.
-fn joined(path: &CanonicalPath, name: &str) -> String {
-    match path.is_root() {
-        true => name.to_string(),
-        false => format!("{}/{name}", path.as_str()),
     }
 }
 
