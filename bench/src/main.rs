@@ -39,6 +39,7 @@
 
 mod archive;
 mod bytes;
+mod compile;
 mod container;
 mod corpus;
 mod durability;

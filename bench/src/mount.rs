@@ -6,6 +6,8 @@
 //!   of its tarball, `rm -rf` of the extracted tree, `git clone` from a
 //!   local bare repository (over `file://`), and `git status` of the clone
 //!   the second time it runs (the first fills the caches);
+//! - `cargo build` of a small generated crate, clean and after one file
+//!   changed (see `compile.rs`);
 //! - one large file: a sequential write through the mount (1 MiB writes,
 //!   timed until fsync returns, when the mount has committed it) beside
 //!   `wsfs put` of the same file, with its two parts' times (the writes,
@@ -371,6 +373,9 @@ fn measure(
         }
     }
 
+    eprintln!("mount: `cargo build` of a small crate in each place...");
+    let build = crate::compile::rows(&local, &remote, runs)?;
+
     let label = bytes::size_label(sizes.file_bytes);
     eprintln!("mount: a {label} file through the mount and through the CLI...");
     let source = dir.join("big-source.bin");
@@ -418,7 +423,7 @@ fn measure(
     let n = sizes.tree_files;
     let [tar, rm, clone, status] = tree;
     let disk = "local disk";
-    let rows = vec![
+    let mut rows = vec![
         Row::new(format!("mount: `tar x` of {n} files, time"), "s", tar.0)
             .baseline(disk, tar.1)
             .target(Target::AtMostTimes(3.0)),
@@ -469,6 +474,8 @@ fn measure(
             .baseline(disk, stat_local)
             .target(Target::AtLeast(100_000.0)),
     ];
+    // Beside the tree rows, before the large file's.
+    rows.splice(4..4, build);
     let note = format!(
         "mount: a DIRECTORY session mounted with `wsfs mount`; the local disk is {}",
         crate::machine::filesystem_of(dir)
