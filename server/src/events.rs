@@ -52,6 +52,21 @@ struct Ring {
     next_seq: u64,
     /// The oldest seq a reader can still be given without a resync.
     first_held: u64,
+    /// The seq this log began at: a cursor of 0 means just before it.
+    first_seq: u64,
+}
+
+/// The first seq of a log made now: the wall clock in microseconds since
+/// the Unix epoch. A session's log lives in one server's memory, so a
+/// restart, a recovery on another replica or a session made again under
+/// the same id begins a new one. A cursor a client kept from the earlier
+/// log is then below every seq of the new one (its log would have had to
+/// assign more than one seq per microsecond of its life to reach it), so it
+/// gets a RESYNC instead of silently skipping the new log's first events;
+/// a cursor above the new log's current seq (a clock set back) gets one
+/// too ([`EventLog::since`]).
+fn first_seq_now() -> u64 {
+    crate::clock::now_us().max(1)
 }
 
 pub struct EventLog {
@@ -122,15 +137,24 @@ fn covers(subtree: Option<&str>, path: &str) -> bool {
 }
 
 impl EventLog {
+    /// A log whose first seq is the wall clock in microseconds: see
+    /// [`first_seq_now`].
     pub fn new(capacity: usize) -> EventLog {
+        EventLog::starting_at(first_seq_now(), capacity)
+    }
+
+    /// A log whose first change gets seq `first` (at least 1).
+    pub fn starting_at(first: u64, capacity: usize) -> EventLog {
+        let first = first.max(1);
         EventLog {
             ring: Mutex::new(Ring {
                 events: VecDeque::new(),
-                next_seq: 1,
-                first_held: 1,
+                next_seq: first,
+                first_held: first,
+                first_seq: first,
             }),
             capacity: capacity.max(1),
-            last_seq: watch::channel(0).0,
+            last_seq: watch::channel(first - 1).0,
             own: OwnChanges {
                 state: Mutex::new(OwnState::default()),
                 running: watch::channel(0).0,
@@ -226,16 +250,25 @@ impl EventLog {
         seq
     }
 
-    /// The last seq assigned (0 before any change).
+    /// The last seq assigned (the one before the log's first before any
+    /// change).
     pub fn current_seq(&self) -> u64 {
         self.ring().next_seq - 1
     }
 
-    /// Up to `max` events after `cursor` (0: no cap).
+    /// Up to `max` events after `cursor` (0: no cap). A cursor of 0 asks
+    /// for everything since the log began. A cursor this log never gave
+    /// out (above its current seq: from an earlier log of the session) or
+    /// one whose next events are no longer held gets a resync.
     pub fn since(&self, cursor: u64, max: usize) -> Since {
         let ring = self.ring();
         let current = ring.next_seq - 1;
-        if cursor.saturating_add(1) < ring.first_held {
+        let cursor = if cursor == 0 {
+            ring.first_seq - 1
+        } else {
+            cursor
+        };
+        if cursor.saturating_add(1) < ring.first_held || cursor > current {
             return Since::Resync { seq: current };
         }
         let take = if max == 0 { usize::MAX } else { max };
@@ -467,7 +500,7 @@ mod tests {
 
     #[test]
     fn overflowed_ring_asks_old_readers_to_resync() {
-        let log = EventLog::new(2);
+        let log = EventLog::starting_at(1, 2);
         for name in ["a", "b", "c"] {
             log.append(ChangeKind::Created, &p(name), None, 1, "system");
         }
@@ -480,7 +513,7 @@ mod tests {
 
     #[test]
     fn a_reader_gets_exactly_the_events_after_its_cursor() {
-        let log = EventLog::new(100);
+        let log = EventLog::starting_at(1, 100);
         for i in 0..150 {
             log.append(ChangeKind::Created, &p(&format!("f{i}")), None, 1, "system");
         }
@@ -496,9 +529,55 @@ mod tests {
         }
     }
 
+    /// A session's log begins again after a restart or a recovery
+    /// elsewhere: a cursor from the earlier log gets a resync whether the
+    /// new log has assigned fewer seqs than it or more.
+    #[test]
+    fn a_cursor_from_an_earlier_log_of_the_session_gets_a_resync() {
+        let earlier = EventLog::new(100);
+        for name in ["a", "b", "c"] {
+            earlier.append(ChangeKind::Created, &p(name), None, 1, "system");
+        }
+        let cursor = earlier.current_seq();
+        let now = EventLog::new(100);
+        assert!(
+            matches!(now.since(cursor, 0), Since::Resync { seq } if seq == now.current_seq()),
+            "before any change of the new log"
+        );
+        for i in 0..10 {
+            now.append(ChangeKind::Created, &p(&format!("n{i}")), None, 1, "system");
+        }
+        assert!(
+            matches!(now.since(cursor, 0), Since::Resync { seq } if seq == now.current_seq()),
+            "after more changes than the earlier log had"
+        );
+        // A log numbered from 1 (a clock set back): a cursor above what it
+        // has assigned is not one of its own.
+        let from_one = EventLog::starting_at(1, 100);
+        from_one.append(ChangeKind::Created, &p("a"), None, 1, "system");
+        assert!(matches!(from_one.since(7, 0), Since::Resync { seq: 1 }));
+        assert!(matches!(from_one.since(1, 0), Since::Events(ref e) if e.is_empty()));
+    }
+
+    #[test]
+    fn a_zero_cursor_reads_from_the_log_s_start() {
+        let log = EventLog::new(100);
+        assert!(matches!(log.since(0, 0), Since::Events(ref e) if e.is_empty()));
+        for name in ["a", "b"] {
+            log.append(ChangeKind::Created, &p(name), None, 1, "system");
+        }
+        match log.since(0, 0) {
+            Since::Events(e) => assert_eq!(
+                e.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(),
+                ["a", "b"]
+            ),
+            other => panic!("expected both events, got {other:?}"),
+        }
+    }
+
     #[test]
     fn barrier_resyncs_every_reader_behind_it() {
-        let log = EventLog::new(10);
+        let log = EventLog::starting_at(1, 10);
         log.append(ChangeKind::Created, &p("a"), None, 1, "system");
         log.barrier();
         assert!(matches!(log.since(1, 0), Since::Resync { seq: 2 }));

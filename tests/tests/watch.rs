@@ -72,10 +72,13 @@ async fn watch_reports_every_change_with_version_and_caller() {
         .write(&p("shared/old.md"), "x", WriteOptions::default())
         .await
         .unwrap();
+    // The seq of the one change so far (a log's numbering starts at the
+    // wall clock in microseconds, not at 1).
+    let current = system.changes(0, 0).await.unwrap().next_seq;
     let mut events = system.watch("").recursive().stream().await.unwrap();
     let ready = next(&mut events).await;
     assert_eq!(ready.kind(), ChangeKind::Ready);
-    assert_eq!(ready.seq, 1, "READY carries the current seq");
+    assert_eq!(ready.seq, current, "READY carries the current seq");
 
     let created = alice
         .write(&p("shared/a.md"), "1", WriteOptions::default())
@@ -108,7 +111,7 @@ async fn watch_reports_every_change_with_version_and_caller() {
             e.caller.as_str()
         ),
         (
-            2,
+            current + 1,
             ChangeKind::Created,
             "shared/a.md",
             created.version,
@@ -221,7 +224,14 @@ async fn watch_resumes_after_since_seq_without_a_gap() {
             .await
             .unwrap();
     }
-    let mut events = s.watch("").recursive().since(2).stream().await.unwrap();
+    let base = s.changes(0, 1).await.unwrap().next_seq - 1;
+    let mut events = s
+        .watch("")
+        .recursive()
+        .since(base + 2)
+        .stream()
+        .await
+        .unwrap();
     assert_eq!(next(&mut events).await.kind(), ChangeKind::Ready);
     let writer = s.clone();
     let live = tokio::spawn(async move {
@@ -237,7 +247,11 @@ async fn watch_resumes_after_since_seq_without_a_gap() {
         seen.push(next(&mut events).await.seq);
     }
     live.await.unwrap();
-    assert_eq!(seen, (3..=50).collect::<Vec<u64>>(), "no loss, no repeat");
+    assert_eq!(
+        seen,
+        (base + 3..=base + 50).collect::<Vec<u64>>(),
+        "no loss, no repeat"
+    );
 }
 
 #[tokio::test]
@@ -248,18 +262,108 @@ async fn watch_behind_the_ring_gets_resync() {
             .await
             .unwrap();
     }
-    let mut events = s.watch("").recursive().since(1).stream().await.unwrap();
+    // The ring holds the last four: the first change's seq is the fifth
+    // held one's less four.
+    let base = s.changes(0, 0).await.unwrap().next_seq - 10;
+    let mut events = s
+        .watch("")
+        .recursive()
+        .since(base + 1)
+        .stream()
+        .await
+        .unwrap();
     assert_eq!(next(&mut events).await.kind(), ChangeKind::Ready);
     let e = next(&mut events).await;
-    assert_eq!((e.kind(), e.seq), (ChangeKind::Resync, 10));
+    assert_eq!((e.kind(), e.seq), (ChangeKind::Resync, base + 10));
     s.write(&p("after"), "x", WriteOptions::default())
         .await
         .unwrap();
-    assert_eq!(next(&mut events).await.seq, 11, "live again after RESYNC");
+    assert_eq!(
+        next(&mut events).await.seq,
+        base + 11,
+        "live again after RESYNC"
+    );
 
-    let polled = s.changes(1, 0).await.unwrap();
+    let polled = s.changes(base + 1, 0).await.unwrap();
     assert!(polled.resync);
-    assert_eq!(polled.next_seq, 11);
+    assert_eq!(polled.next_seq, base + 11);
+}
+
+/// A session's events live in its server's memory: after a restart the
+/// log begins again. A watcher resuming with the cursor it kept from
+/// before must hear RESYNC at the first answer, before and after the new
+/// server has recorded changes of its own, never a stream that silently
+/// starts past them; Changes says the same.
+#[tokio::test]
+async fn a_cursor_kept_across_a_server_restart_gets_resync() {
+    let data = tempfile::tempdir().unwrap();
+    let server = TestServer::start_at(data.path(), |_| {}).await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let (s, info) = client.create(SessionOptions::directory()).await.unwrap();
+    for i in 0..3 {
+        s.write(&p(&format!("old{i}")), "x", WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    let cursor = s.changes(0, 0).await.unwrap().next_seq;
+    assert!(cursor > 0);
+    server.stop().await.unwrap();
+
+    let server = TestServer::start_at(data.path(), |_| {}).await;
+    let client = Client::connect(&server.url()).await.unwrap();
+    let s = client.session(&info.id);
+    // Before the restarted server records anything.
+    let mut events = s
+        .watch("")
+        .recursive()
+        .since(cursor)
+        .stream()
+        .await
+        .unwrap();
+    let ready = next(&mut events).await;
+    assert_eq!(ready.kind(), ChangeKind::Ready);
+    let resync = next(&mut events).await;
+    assert_eq!(
+        (resync.kind(), resync.seq),
+        (ChangeKind::Resync, ready.seq),
+        "a cursor of the earlier server's log"
+    );
+    assert!(s.changes(cursor, 0).await.unwrap().resync);
+
+    // After it has recorded more changes than the earlier log had.
+    for i in 0..5 {
+        s.write(&p(&format!("new{i}")), "x", WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    let new_paths: Vec<String> = (0..5).map(|i| format!("new{i}")).collect();
+    let mut later = s
+        .watch("")
+        .recursive()
+        .since(cursor)
+        .stream()
+        .await
+        .unwrap();
+    assert_eq!(next(&mut later).await.kind(), ChangeKind::Ready);
+    let e = next(&mut later).await;
+    assert_eq!(
+        e.kind(),
+        ChangeKind::Resync,
+        "not the new log's events after an old cursor: {e:?}"
+    );
+    let polled = s.changes(cursor, 0).await.unwrap();
+    assert!(polled.resync && polled.events.is_empty(), "{polled:?}");
+    // From the new log's start, every change the restarted server made.
+    let all = s.changes(0, 0).await.unwrap();
+    assert!(!all.resync);
+    assert_eq!(
+        all.events
+            .iter()
+            .map(|e| e.path.clone())
+            .collect::<Vec<_>>(),
+        new_paths
+    );
+    server.stop().await.unwrap();
 }
 
 #[tokio::test]
@@ -285,20 +389,21 @@ async fn changes_polls_in_pages() {
             .unwrap();
     }
     let first = s.changes(0, 3).await.unwrap();
+    let base = first.events[0].seq - 1;
     assert_eq!(
         first.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        [1, 2, 3]
+        [base + 1, base + 2, base + 3]
     );
-    assert_eq!(first.next_seq, 3);
+    assert_eq!(first.next_seq, base + 3);
     let rest = s.changes(first.next_seq, 0).await.unwrap();
     assert_eq!(
         rest.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        [4, 5]
+        [base + 4, base + 5]
     );
     assert!(!rest.resync);
     let none = s.changes(rest.next_seq, 0).await.unwrap();
     assert!(none.events.is_empty());
-    assert_eq!(none.next_seq, 5);
+    assert_eq!(none.next_seq, base + 5);
 }
 
 /// Eight clients increment one counter by read-modify-write with
