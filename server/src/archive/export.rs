@@ -51,42 +51,92 @@ pub trait ExportSource: Send + 'static {
 /// The live workspace, walked depth-first in path order through the
 /// `Filesystem` trait (so the directory backend's symlink-proof reads are
 /// the only way in). Symlinks are left out; a file deleted between its
-/// listing and its read is left out too.
+/// listing and its read is left out too. Each directory is read a listing
+/// page at a time (`list_after`), so a directory of any size is exported
+/// while the walk holds at most one page per directory it is inside.
 pub struct LiveWorkspace {
     fs: Arc<dyn Filesystem>,
-    /// Entries still to visit, the next one last.
-    pending: Vec<Metadata>,
+    /// The directories the walk is inside, the innermost last.
+    open: Vec<Frame>,
     started: bool,
+}
+
+/// One directory the walk is inside: what is left of its current page,
+/// and where its next page starts when there is one.
+struct Frame {
+    dir: CanonicalPath,
+    /// The page's entries still to visit, the next one last.
+    page: Vec<Metadata>,
+    /// The last entry of the current page, when more follow it.
+    more_after: Option<CanonicalPath>,
 }
 
 impl LiveWorkspace {
     pub fn new(fs: Arc<dyn Filesystem>) -> Self {
         LiveWorkspace {
             fs,
-            pending: Vec::new(),
+            open: Vec::new(),
             started: false,
         }
     }
 
-    async fn push_children(&mut self, dir: &CanonicalPath) -> Result<()> {
-        let listing = match self.fs.list(dir, 1).await {
+    /// The page of `dir`'s children after `after` (from the first without).
+    async fn page(
+        &self,
+        dir: &CanonicalPath,
+        after: Option<&CanonicalPath>,
+    ) -> Result<(Vec<Metadata>, Option<CanonicalPath>)> {
+        let listing = match self.fs.list_after(dir, 1, after).await {
             Ok(l) => l,
             // Removed since its parent was listed: nothing to export there.
             Err(Error::FileNotFound { .. } | Error::NotADirectory { .. }) if !dir.is_root() => {
-                return Ok(())
+                return Ok((Vec::new(), None))
             }
             Err(e) => return Err(e),
         };
-        if listing.truncated {
-            return Err(Error::QuotaExceeded {
-                message: format!(
-                    "directory '{}' holds more entries than one listing returns; it cannot be exported",
-                    dir.display()
-                ),
-            });
-        }
-        self.pending.extend(listing.entries.into_iter().rev());
+        let more_after = if listing.truncated {
+            listing.entries.last().map(|m| m.path.clone())
+        } else {
+            None
+        };
+        let mut page = listing.entries;
+        page.reverse();
+        Ok((page, more_after))
+    }
+
+    /// Enters `dir`: its first page becomes the innermost frame.
+    async fn enter(&mut self, dir: CanonicalPath) -> Result<()> {
+        let (page, more_after) = self.page(&dir, None).await?;
+        self.open.push(Frame {
+            dir,
+            page,
+            more_after,
+        });
         Ok(())
+    }
+
+    /// The next entry of the walk, in path order; `None` at its end.
+    async fn next_listed(&mut self) -> Result<Option<Metadata>> {
+        loop {
+            let Some(frame) = self.open.last_mut() else {
+                return Ok(None);
+            };
+            if let Some(meta) = frame.page.pop() {
+                return Ok(Some(meta));
+            }
+            match frame.more_after.take() {
+                Some(after) => {
+                    let dir = frame.dir.clone();
+                    let (page, more_after) = self.page(&dir, Some(&after)).await?;
+                    if let Some(frame) = self.open.last_mut() {
+                        (frame.page, frame.more_after) = (page, more_after);
+                    }
+                }
+                None => {
+                    self.open.pop();
+                }
+            }
+        }
     }
 }
 
@@ -95,13 +145,13 @@ impl ExportSource for LiveWorkspace {
     async fn next_entry(&mut self) -> Result<Option<ExportEntry>> {
         if !self.started {
             self.started = true;
-            self.push_children(&CanonicalPath::root()).await?;
+            self.enter(CanonicalPath::root()).await?;
         }
-        while let Some(meta) = self.pending.pop() {
+        while let Some(meta) = self.next_listed().await? {
             match meta.kind {
                 FileKind::Symlink => continue,
                 FileKind::Directory => {
-                    self.push_children(&meta.path).await?;
+                    self.enter(meta.path.clone()).await?;
                     return Ok(Some(ExportEntry::Directory {
                         path: meta.path,
                         modified: meta.modified,
@@ -349,6 +399,46 @@ impl Write for ChannelWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory over one listing page is exported whole, in path
+    /// order, with what follows it: the walk reads it page by page. Before
+    /// the change the export failed RESOURCE_EXHAUSTED "holds more entries
+    /// than one listing returns".
+    #[tokio::test]
+    async fn a_directory_over_one_listing_page_is_walked_whole_in_path_order() {
+        use crate::workspace::{Workspace, MAX_LIST_ENTRIES};
+        let fs: Arc<dyn Filesystem> = Arc::new(Workspace::new(
+            crate::memory::MemoryBackend::new(),
+            crate::SessionLimits::default(),
+        ));
+        let p = |s: &str| CanonicalPath::parse(s, &wsfs::PathLimits::default()).unwrap();
+        let files = MAX_LIST_ENTRIES + 5;
+        let name = |i: usize| format!("big/f{i:07}");
+        for i in 0..files {
+            fs.write(&p(&name(i)), "x", wsfs::WriteOptions::default())
+                .await
+                .unwrap();
+        }
+        for path in ["big/z/inner.txt", "c.txt"] {
+            fs.write(&p(path), "y", wsfs::WriteOptions::default())
+                .await
+                .unwrap();
+        }
+
+        let mut walk = LiveWorkspace::new(fs);
+        let mut seen = Vec::new();
+        while let Some(entry) = walk.next_entry().await.unwrap() {
+            seen.push(match entry {
+                ExportEntry::Directory { path, .. } => format!("{}/", path.as_str()),
+                ExportEntry::File { path, .. } => path.as_str().to_string(),
+            });
+        }
+        let mut expected = vec!["big/".to_string()];
+        expected.extend((0..files).map(name));
+        expected.extend(["big/z/", "big/z/inner.txt", "c.txt"].map(String::from));
+        assert_eq!(seen.len(), expected.len());
+        assert!(seen == expected, "the walk's order differs from path order");
+    }
 
     #[test]
     fn zip_time_is_the_utc_civil_date() {
