@@ -250,8 +250,13 @@ impl EventLog {
         seq
     }
 
-    /// The last seq assigned (the one before the log's first before any
-    /// change).
+    /// The current seq the log began with, before any change: a reader at
+    /// it has seen nothing happen.
+    pub fn began_at(&self) -> u64 {
+        self.ring().first_seq - 1
+    }
+
+    /// The last seq assigned ([`EventLog::began_at`] before any change).
     pub fn current_seq(&self) -> u64 {
         self.ring().next_seq - 1
     }

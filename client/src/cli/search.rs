@@ -430,6 +430,8 @@ where
     let scope = Scope::new(base, !args.shallow, args.glob.as_deref())?;
     loop {
         let first = session.changes(0, 1).await?;
+        // With no event yet, the seq the log began at.
+        let began_at = first.next_seq;
         if first.resync {
             // Events from the start are gone: the stream says RESYNC.
             return Ok((open(1).await?, None));
@@ -442,7 +444,7 @@ where
         // between the two calls (READY's seq says), then look again.
         let mut stream = open(0).await?;
         match stream.next().await {
-            Some(Ok(ready)) if ready.seq == 0 => {
+            Some(Ok(ready)) if ready.seq == began_at => {
                 let stream = futures::stream::once(async move { Ok(ready) })
                     .chain(stream)
                     .boxed();

@@ -317,17 +317,67 @@ fn watch_since_0_replays_from_the_first_event() {
         let _ = child.wait();
         lines
     };
+    // A line's seq, and the rest of it.
+    let seq = |line: &str| -> (u64, String) {
+        let (seq, rest) = line.split_once(' ').unwrap();
+        (seq.parse().unwrap(), rest.to_string())
+    };
     let all = watch(&["watch", "--since", "0"]);
     assert_eq!(all.len(), 3, "{all:?}");
     assert!(all[0].contains("READY"), "{all:?}");
-    assert!(all[1].starts_with("1 CREATED first.txt"), "{all:?}");
-    assert!(all[2].starts_with("2 CREATED second.txt"), "{all:?}");
+    let (first, rest) = seq(&all[1]);
+    assert!(rest.starts_with("CREATED first.txt"), "{all:?}");
+    assert_eq!(seq(&all[2]).0, first + 1, "{all:?}");
+    assert!(seq(&all[2]).1.starts_with("CREATED second.txt"), "{all:?}");
     // The first event is filtered as the stream filters the rest.
     ws.run(&["write", "third.txt", "3"]).ok();
     let some = watch(&["watch", "--since", "0", "-g", "{second,third}.txt"]);
     assert_eq!(some.len(), 3, "{some:?}");
-    assert!(some[1].starts_with("2 CREATED second.txt"), "{some:?}");
-    assert!(some[2].starts_with("3 CREATED third.txt"), "{some:?}");
+    assert_eq!(
+        (seq(&some[1]).0, seq(&some[2]).0),
+        (first + 1, first + 2),
+        "{some:?}"
+    );
+    assert!(
+        seq(&some[1]).1.starts_with("CREATED second.txt"),
+        "{some:?}"
+    );
+    assert!(seq(&some[2]).1.starts_with("CREATED third.txt"), "{some:?}");
+}
+
+/// `--since 0` on a session with no change yet: READY, then each change
+/// as it comes (the watch from the log's beginning is the watch from now).
+#[test]
+fn watch_since_0_of_an_unchanged_session_follows_what_comes() {
+    use std::io::BufRead;
+    let ws = Workspace::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wsfs"))
+        .args(["watch", "--since", "0"])
+        .env("WSFS_SERVER", server_url())
+        .env("WSFS_SESSION", &ws.id)
+        .env_remove("WSFS_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if !line.contains("KEEPALIVE") && tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let wait = std::time::Duration::from_secs(60);
+    let ready = rx.recv_timeout(wait).expect("READY within a minute");
+    assert!(ready.contains("READY"), "{ready}");
+    ws.run(&["write", "late.txt", "1"]).ok();
+    let change = rx.recv_timeout(wait).expect("the change within a minute");
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(change.contains("CREATED late.txt"), "{change}");
 }
 
 /// Runs `wsfs args` with its stdout a pipe whose reader is gone before

@@ -87,7 +87,8 @@ async fn autosnapshot(registry: Arc<SessionRegistry>, every: Duration) {
             }
             let id = session.record.id.clone();
             let seq = session.events.current_seq();
-            if seq == taken_at.get(&id).copied().unwrap_or(0) {
+            let last = taken_at.get(&id).copied();
+            if seq == last.unwrap_or_else(|| session.events.began_at()) {
                 continue;
             }
             match session.snapshots.snapshot(AUTO_TAG).await {

@@ -419,9 +419,15 @@ impl filesystem_server::Filesystem for FilesystemService {
         traced("Changes", &r.session_id, "", async {
             let s = self.session(&metadata, &r.session_id).await?;
             let max = if r.max == 0 { 1000 } else { r.max as usize };
+            // Since 0 is since the log began: with nothing after it, the
+            // seq to pass next time is that beginning.
+            let from = match r.since_seq {
+                0 => s.session.events.began_at(),
+                seq => seq,
+            };
             Ok(match s.session.events.since(r.since_seq, max) {
                 Since::Events(events) => proto::ChangesResponse {
-                    next_seq: events.last().map_or(r.since_seq, |e| e.seq),
+                    next_seq: events.last().map_or(from, |e| e.seq),
                     events: events.into_iter().map(Into::into).collect(),
                     resync: false,
                 },
