@@ -276,34 +276,44 @@ fn cp_of_a_local_file_says_it_is_local_and_points_to_put() {
     assert!(!nowhere.stderr.contains("wsfs put"), "{}", nowhere.stderr);
 }
 
+/// `wsfs ARGS` (a watch) on `session`, and its lines other than
+/// KEEPALIVE as they come.
+fn watching(
+    session: &str,
+    args: &[&str],
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wsfs"))
+        .args(args)
+        .env("WSFS_SERVER", server_url())
+        .env("WSFS_SESSION", session)
+        .env_remove("WSFS_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if !line.contains("KEEPALIVE") && tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
+}
+
 #[test]
 fn watch_since_0_replays_from_the_first_event() {
-    use std::io::BufRead;
     let ws = Workspace::new();
     ws.run(&["write", "first.txt", "1"]).ok();
     ws.run(&["write", "second.txt", "2"]).ok();
     let watch = |args: &[&str]| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_wsfs"))
-            .args(args)
-            .env("WSFS_SERVER", server_url())
-            .env("WSFS_SESSION", &ws.id)
-            .env_remove("WSFS_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
         // Lines as they come, until three or a generous deadline (a
         // watch that replays nothing would otherwise wait forever).
-        let (tx, rx) = std::sync::mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if !line.contains("KEEPALIVE") && tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
+        let (mut child, rx) = watching(&ws.id, args);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         let mut lines = Vec::new();
         while lines.len() < 3 {
@@ -349,27 +359,8 @@ fn watch_since_0_replays_from_the_first_event() {
 /// as it comes (the watch from the log's beginning is the watch from now).
 #[test]
 fn watch_since_0_of_an_unchanged_session_follows_what_comes() {
-    use std::io::BufRead;
     let ws = Workspace::new();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wsfs"))
-        .args(["watch", "--since", "0"])
-        .env("WSFS_SERVER", server_url())
-        .env("WSFS_SESSION", &ws.id)
-        .env_remove("WSFS_TOKEN")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if !line.contains("KEEPALIVE") && tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let (mut child, rx) = watching(&ws.id, &["watch", "--since", "0"]);
     let wait = std::time::Duration::from_secs(60);
     let ready = rx.recv_timeout(wait).expect("READY within a minute");
     assert!(ready.contains("READY"), "{ready}");
