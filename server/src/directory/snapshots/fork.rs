@@ -8,6 +8,7 @@ use super::{
 use crate::directory::DirectoryBackend;
 use crate::limits::SessionLimits;
 use crate::snapshots::fork::{abandoned, EntryAttributes, FileSource, Origin, OriginSource, Visit};
+use crate::snapshots::phases::Phases;
 use crate::snapshots::{SnapshotInfo, SnapshotMirror};
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
@@ -48,12 +49,17 @@ impl ForkSource {
     /// store's lock (so that no object goes while the fork reads it).
     /// Blocking.
     fn for_each_stored(&self, f: &mut StoredVisit<'_>) -> Result<()> {
-        let state = self.store.lock();
+        self.for_each_stored_in(&self.store.lock(), f)
+    }
+
+    /// [`ForkSource::for_each_stored`] for a caller that holds the origin
+    /// store's lock (`state`).
+    fn for_each_stored_in(&self, state: &State, f: &mut StoredVisit<'_>) -> Result<()> {
         match Store::root_of(&self.info)? {
             Some(root) => {
                 let root_path = CanonicalPath::root();
                 self.store.visit(
-                    &state,
+                    state,
                     &root,
                     &root_path,
                     0,
@@ -82,7 +88,7 @@ impl ForkSource {
             }
             None => {
                 // Written by an earlier version: a flat list of entries.
-                for e in self.store.flatten(&self.info, &state)? {
+                for e in self.store.flatten(&self.info, state)? {
                     let file = e.file.as_ref().map(|file| (file.size, &file.hash));
                     let attributes = EntryAttributes::defaults(file.is_none());
                     f(&e.path, attributes, file)?;
@@ -99,15 +105,17 @@ type StoredVisit<'a> =
 
 /// Gives the fork whose workspace `b` was just made from `origin` its
 /// first snapshot, in its store at `session_dir`: the origin's tag, a new
-/// id. From a DIRECTORY origin the snapshot's objects and manifests are
-/// hard-linked from the origin's store (immutable and named by hash, so
-/// both stores share them; copied across filesystems); otherwise the
-/// workspace is snapshotted as usual, within `budget`. Blocking.
+/// id. From a DIRECTORY origin the snapshot's manifests are hard-linked
+/// from the origin's store (immutable and named by hash, so both stores
+/// share them; copied across filesystems), its objects already linked by
+/// [`materialise`]; otherwise the workspace is snapshotted as usual,
+/// within `budget`. Each step ends a phase of `phases`. Blocking.
 ///
 /// The head (what the next snapshot compares against) is the snapshot's
 /// manifests with the identities of the fork's own files, read from
 /// `workspace_root`, which only this fork has touched yet: the fork's next
 /// snapshot, or a restore, then reads only what changed since.
+#[allow(clippy::too_many_arguments)]
 pub fn first_snapshot(
     session_dir: &Path,
     workspace_root: &Path,
@@ -116,24 +124,24 @@ pub fn first_snapshot(
     budget: u64,
     cancel: &AtomicBool,
     written: &Identities,
+    phases: &mut Phases,
 ) -> Result<SnapshotInfo> {
     let store = Store {
         dir: session_dir.to_path_buf(),
         state: Mutex::new(State::default()),
     };
     let info = origin.info();
-    let linked = match origin.source::<ForkSource>() {
-        Some(source) => Store::root_of(&source.info)?.map(|root| (source, root)),
-        None => None,
-    };
-    let Some((source, root)) = linked else {
+    let Some((source, root)) = stored_origin(origin)? else {
         let taken = store.take(b, info.tag.clone(), budget, cancel)?;
         store.settle(b.durability())?;
+        phases.mark("first snapshot taken");
         return Ok(taken);
     };
     let head = {
         let origin_state = source.store.lock();
-        link_tree(&source.store, &origin_state, &store, &root, 0, cancel)?;
+        // Its objects were linked as the workspace was written.
+        link_manifests(&source.store, &origin_state, &store, &root, 0, cancel)?;
+        phases.mark("manifests linked");
         let walk = Reidentify {
             from: &source.store,
             state: &origin_state,
@@ -155,12 +163,25 @@ pub fn first_snapshot(
     write_json(&store.info_path(&adopted.id), &adopted)?;
     store.set_head(&mut store.lock(), Some(head))?;
     store.settle(b.durability())?;
+    phases.mark("head");
     Ok(adopted.info())
 }
 
-/// Links manifest `hash`, and everything it names, from `from`'s store into
-/// `to`'s. A manifest already linked was linked with all it names.
-fn link_tree(
+/// The origin's store and root manifest, when the fork's store can share
+/// them: a DIRECTORY snapshot with manifests (not an earlier version's
+/// flat list). [`materialise`] then links each object into the fork's
+/// store as it writes the file, and [`first_snapshot`] the manifests.
+fn stored_origin(origin: &Origin) -> Result<Option<(&ForkSource, Hash)>> {
+    match origin.source::<ForkSource>() {
+        Some(source) => Ok(Store::root_of(&source.info)?.map(|root| (source, root))),
+        None => Ok(None),
+    }
+}
+
+/// Links manifest `hash`, and every manifest beneath it, from `from`'s
+/// store into `to`'s, whose objects are all linked already. A manifest
+/// already linked was linked with all it names.
+fn link_manifests(
     from: &Store,
     state: &State,
     to: &Store,
@@ -178,14 +199,9 @@ fn link_tree(
     }
     let tree = from.tree(state, hash)?;
     for item in &tree.items {
-        match &item.node {
-            Node::File { hash, .. } => {
-                link_object(&from.objects(), &to.objects(), hash)?;
-            }
-            Node::Dir { tree } => {
-                if !to.trees().path(tree).exists() {
-                    link_tree(from, state, to, tree, depth + 1, cancel)?;
-                }
+        if let Node::Dir { tree } = &item.node {
+            if !to.trees().path(tree).exists() {
+                link_manifests(from, state, to, tree, depth + 1, cancel)?;
             }
         }
     }
@@ -320,6 +336,10 @@ enum JobSource {
     /// The stored object, opened by the walk while it held the origin
     /// store's lock (so that no object goes before the fork reads it).
     Object(std::fs::File),
+    /// The same, and its hash: once the file is written, the object is
+    /// linked into the fork's store ([`Writers::link`]), on the writing
+    /// thread while the walk still holds the origin store's lock.
+    Stored(std::fs::File, Hash),
     /// A content the local store lacks, streamed from the object store.
     Fetch {
         hash: Hash,
@@ -343,14 +363,48 @@ type Emit<'a> = dyn FnMut(&CanonicalPath, EntryAttributes, Option<JobSource>) ->
 /// give it its bits and time. Directories get their bits last, deepest
 /// first, so that one without the owner's write bit is filled before it
 /// is closed.
-pub fn materialise(origin: &Origin, root: &Path, cancel: &AtomicBool) -> Result<Identities> {
-    write_tree(root, cancel, MATERIALISE_THREADS, None, &mut |emit| {
-        origin.for_each(&mut |path, attributes, file| {
+///
+/// From a DIRECTORY snapshot with manifests, each file's object is also
+/// hard-linked into the fork's store under `session_dir` (the store's
+/// files, never the workspace's), by the thread that wrote the file,
+/// while the walk holds the origin store's lock.
+pub fn materialise(
+    origin: &Origin,
+    root: &Path,
+    session_dir: &Path,
+    cancel: &AtomicBool,
+) -> Result<Identities> {
+    let Some((source, _)) = stored_origin(origin)? else {
+        return write_tree(root, cancel, Writers::plain(), &mut |emit| {
+            origin.for_each(&mut |path, attributes, file| {
+                let source = match file {
+                    None => None,
+                    Some((_, FileSource::Bytes(b))) => Some(JobSource::Bytes(b.clone())),
+                    Some((_, FileSource::Object(p))) => Some(JobSource::Object(
+                        std::fs::File::open(p).map_err(|e| making(path, e))?,
+                    )),
+                };
+                emit(path, attributes, source)
+            })
+        });
+    };
+    let from = source.store.objects();
+    let to = ContentStore {
+        dir: session_dir.join("objects"),
+    };
+    let writers = Writers {
+        link: Some((&from, &to)),
+        ..Writers::plain()
+    };
+    // Held until every thread is done: no object goes before it is linked.
+    let state = source.store.lock();
+    write_tree(root, cancel, writers, &mut |emit| {
+        source.for_each_stored_in(&state, &mut |path, attributes, file| {
             let source = match file {
                 None => None,
-                Some((_, FileSource::Bytes(b))) => Some(JobSource::Bytes(b.clone())),
-                Some((_, FileSource::Object(p))) => Some(JobSource::Object(
-                    std::fs::File::open(p).map_err(|e| making(path, e))?,
+                Some((_, hash)) => Some(JobSource::Stored(
+                    std::fs::File::open(from.path(hash)).map_err(|e| making(path, e))?,
+                    *hash,
                 )),
             };
             emit(path, attributes, source)
@@ -384,19 +438,38 @@ pub fn materialise_fetched(
     let source = origin
         .source::<ForkSource>()
         .ok_or_else(|| Error::internal("a recovered snapshot is not a stored one"))?;
-    let threads = crate::snapshots::FETCH_CONCURRENCY;
-    write_tree(
-        root,
-        &AtomicBool::new(false),
-        threads,
-        Some(fetch),
-        &mut |emit| {
-            source.for_each_stored(&mut |path, attributes, file| {
-                let source = file.map(|(size, hash)| JobSource::Fetch { hash: *hash, size });
-                emit(path, attributes, source)
-            })
-        },
-    )
+    let writers = Writers {
+        threads: crate::snapshots::FETCH_CONCURRENCY,
+        fetch: Some(fetch),
+        link: None,
+    };
+    write_tree(root, &AtomicBool::new(false), writers, &mut |emit| {
+        source.for_each_stored(&mut |path, attributes, file| {
+            let source = file.map(|(size, hash)| JobSource::Fetch { hash: *hash, size });
+            emit(path, attributes, source)
+        })
+    })
+}
+
+/// The threads that write a new workspace's files, and where they get
+/// and put what is not in the job itself.
+#[derive(Clone, Copy)]
+struct Writers<'a> {
+    threads: usize,
+    /// The object store, for [`JobSource::Fetch`].
+    fetch: Option<&'a dyn SnapshotMirror>,
+    /// The origin's objects and the fork's, for [`JobSource::Stored`].
+    link: Option<(&'a ContentStore, &'a ContentStore)>,
+}
+
+impl Writers<'_> {
+    fn plain() -> Self {
+        Writers {
+            threads: MATERIALISE_THREADS,
+            fetch: None,
+            link: None,
+        }
+    }
 }
 
 fn making(path: &CanonicalPath, e: std::io::Error) -> Error {
@@ -409,8 +482,7 @@ fn making(path: &CanonicalPath, e: std::io::Error) -> Error {
 fn write_tree(
     root: &Path,
     cancel: &AtomicBool,
-    threads: usize,
-    fetch: Option<&dyn SnapshotMirror>,
+    writers: Writers<'_>,
     walk: &mut dyn FnMut(&mut Emit<'_>) -> Result<()>,
 ) -> Result<Identities> {
     use std::os::unix::fs::PermissionsExt;
@@ -423,7 +495,7 @@ fn write_tree(
     let (send, receive) = std::sync::mpsc::sync_channel::<FileJob>(MATERIALISE_QUEUE);
     let receive = Mutex::new(receive);
     let walked = std::thread::scope(|scope| {
-        for _ in 0..threads {
+        for _ in 0..writers.threads {
             let (receive, failed, identities) = (&receive, &failed, &identities);
             let no_clone = &no_clone;
             scope.spawn(move || loop {
@@ -431,7 +503,7 @@ fn write_tree(
                     Ok(job) => job,
                     Err(_) => return,
                 };
-                match write_file(&job, no_clone, fetch) {
+                match write_file(&job, no_clone, writers) {
                     Ok(identity) => {
                         let mut known = identities.lock().unwrap_or_else(|e| e.into_inner());
                         known.insert(job.path, identity);
@@ -489,19 +561,24 @@ fn write_tree(
 
 /// Makes one file of a fork, with its bits and time, and returns its
 /// identity from the handle that wrote it.
-fn write_file(
-    job: &FileJob,
-    no_clone: &AtomicBool,
-    fetch: Option<&dyn SnapshotMirror>,
-) -> Result<FileIdentity> {
+fn write_file(job: &FileJob, no_clone: &AtomicBool, writers: Writers<'_>) -> Result<FileIdentity> {
     use std::os::unix::fs::PermissionsExt;
     let made = |e| making(&job.path, e);
     let out = std::fs::File::create_new(&job.target).map_err(made)?;
     match &job.source {
         JobSource::Bytes(b) => std::io::Write::write_all(&mut &out, b).map_err(made)?,
         JobSource::Object(src) => clone_file(src, &out, no_clone).map_err(made)?,
+        JobSource::Stored(src, hash) => {
+            clone_file(src, &out, no_clone).map_err(made)?;
+            let (from, to) = writers
+                .link
+                .ok_or_else(|| Error::internal("no store to link the fork's objects into"))?;
+            link_object(from, to, hash)?;
+        }
         JobSource::Fetch { hash, size } => {
-            let fetch = fetch.ok_or_else(|| Error::internal("no object store to fetch from"))?;
+            let fetch = writers
+                .fetch
+                .ok_or_else(|| Error::internal("no object store to fetch from"))?;
             write_fetched(&out, fetch, hash, *size, &job.path)?;
         }
     }
