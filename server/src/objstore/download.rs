@@ -20,6 +20,9 @@ use wsfs::{Error, Result};
 use crate::snapshots::FETCH_CONCURRENCY;
 /// The largest manifest read back (a directory of some 100,000 entries).
 const MAX_MANIFEST_BYTES: u64 = 16 * 1024 * 1024;
+/// Manifests fetched at once: a tree's levels cost a round trip per 8
+/// directories, and at most 128 MiB of manifests are held.
+const MANIFESTS_AT_ONCE: usize = 8;
 
 /// One snapshot of a session, as the bucket lists it.
 #[derive(Debug, Clone)]
@@ -102,7 +105,7 @@ impl Bucket {
 
     /// Fetches every manifest under `snapshots`' roots into `files`
     /// (skipping what it already holds), one level of the trees at a
-    /// time, [`FETCH_CONCURRENCY`] at once, each read as it arrives and
+    /// time, [`MANIFESTS_AT_ONCE`] at once, each read as it arrives and
     /// dropped (memory: the manifests in flight, and the hashes of the
     /// next level); returns the contents they name.
     async fn download_manifests(
@@ -121,7 +124,7 @@ impl Bucket {
             let mut next = Vec::new();
             let mut fetched = futures::stream::iter(std::mem::take(&mut level))
                 .map(|hash| self.manifest_into(files, hash))
-                .buffer_unordered(FETCH_CONCURRENCY);
+                .buffer_unordered(MANIFESTS_AT_ONCE);
             while let Some(got) = fetched.next().await {
                 let (hash, raw) = got?;
                 let children = manifest_children(&raw)

@@ -562,9 +562,14 @@ fn write_tree(
 /// Makes one file of a fork, with its bits and time, and returns its
 /// identity from the handle that wrote it.
 fn write_file(job: &FileJob, no_clone: &AtomicBool, writers: Writers<'_>) -> Result<FileIdentity> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let made = |e| making(&job.path, e);
-    let out = std::fs::File::create_new(&job.target).map_err(made)?;
+    let out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(job.bits)
+        .open(&job.target)
+        .map_err(made)?;
     match &job.source {
         JobSource::Bytes(b) => std::io::Write::write_all(&mut &out, b).map_err(made)?,
         JobSource::Object(src) => clone_file(src, &out, no_clone).map_err(made)?,
@@ -582,12 +587,27 @@ fn write_file(job: &FileJob, no_clone: &AtomicBool, writers: Writers<'_>) -> Res
             write_fetched(&out, fetch, hash, *size, &job.path)?;
         }
     }
-    out.set_permissions(std::fs::Permissions::from_mode(job.bits))
-        .map_err(made)?;
+    if !created_with(job.bits) {
+        out.set_permissions(std::fs::Permissions::from_mode(job.bits))
+            .map_err(made)?;
+    }
     if let Some(modified) = job.modified {
         out.set_modified(modified).map_err(made)?;
     }
     Ok(FileIdentity::of(&out.metadata().map_err(made)?))
+}
+
+/// Whether a file created with permission `bits` has them all: none is
+/// in the process's umask (read once from `/proc/self/status`; the server
+/// never changes it). Unknown: no, and the bits are set on the handle.
+fn created_with(bits: u32) -> bool {
+    static UMASK: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let umask = UMASK.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let mask = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+        u32::from_str_radix(mask.trim(), 8).ok()
+    });
+    umask.is_some_and(|mask| bits & mask == 0)
 }
 
 /// Streams content `hash` of `size` bytes from `fetch` into `out` (new,
@@ -666,7 +686,37 @@ fn clone_file(
         }
         no_clone.store(true, Ordering::Relaxed);
     }
+    if copy_allocated(src, dst)? {
+        return Ok(());
+    }
     crate::directory::backend::copy_data(src, dst, 0).map(|_| ())
+}
+
+/// Copies `src` whole into `dst` (new, empty) in the kernel when `src`
+/// has no holes (as many blocks as its length needs), without asking
+/// where its data lies; `false` when it may have holes, or the kernel
+/// cannot copy between the two, for the copy that keeps holes.
+fn copy_allocated(src: &std::fs::File, dst: &std::fs::File) -> std::io::Result<bool> {
+    use rustix::io::Errno;
+    use std::os::unix::fs::MetadataExt;
+    let meta = src.metadata()?;
+    let size = meta.len();
+    if meta.blocks() * 512 < size {
+        return Ok(false);
+    }
+    let (mut from, mut to) = (0u64, 0u64);
+    while from < size {
+        let want = usize::try_from(size - from).unwrap_or(usize::MAX);
+        match rustix::fs::copy_file_range(src, Some(&mut from), dst, Some(&mut to), want) {
+            Ok(0) => return Ok(false),
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(Errno::XDEV | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP | Errno::PERM) => {
+                return Ok(false)
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(true)
 }
 
 #[cfg(test)]
