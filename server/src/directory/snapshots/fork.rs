@@ -315,12 +315,17 @@ impl OriginSource for ForkSource {
 /// that wrote it rather than by a second walk.
 pub type Identities = HashMap<CanonicalPath, FileIdentity>;
 
-/// Threads that write a fork's files at once. Each holds one file open;
-/// the walk hands them at most [`MATERIALISE_QUEUE`] more, each an open
-/// handle, a shared MEMORY content or a hash to fetch, so memory stays
-/// bounded whatever the snapshot holds.
+/// Threads that write a fork's files at once. Each holds one batch of
+/// files; the walk hands them at most [`MATERIALISE_QUEUE`] files more,
+/// in batches of [`MATERIALISE_BATCH`] (a fetched content's batch is one
+/// file, so that a few slow fetches never wait behind each other), each
+/// a path and an open handle, a shared MEMORY content or a hash, so
+/// memory stays bounded whatever the snapshot holds.
 const MATERIALISE_THREADS: usize = 4;
 const MATERIALISE_QUEUE: usize = 64;
+/// Files handed over at once: one wake-up of a writing thread per batch,
+/// not per file.
+const MATERIALISE_BATCH: usize = 16;
 
 /// One file for a worker to write.
 struct FileJob {
@@ -336,10 +341,10 @@ enum JobSource {
     /// The stored object, opened by the walk while it held the origin
     /// store's lock (so that no object goes before the fork reads it).
     Object(std::fs::File),
-    /// The same, and its hash: once the file is written, the object is
-    /// linked into the fork's store ([`Writers::link`]), on the writing
-    /// thread while the walk still holds the origin store's lock.
-    Stored(std::fs::File, Hash),
+    /// A stored object by hash, opened by the writing thread while the
+    /// walk holds the origin store's lock; once the file is written, the
+    /// object is linked into the fork's store ([`Writers::link`]).
+    Stored(Hash),
     /// A content the local store lacks, streamed from the object store.
     Fetch {
         hash: Hash,
@@ -400,13 +405,7 @@ pub fn materialise(
     let state = source.store.lock();
     write_tree(root, cancel, writers, &mut |emit| {
         source.for_each_stored_in(&state, &mut |path, attributes, file| {
-            let source = match file {
-                None => None,
-                Some((_, hash)) => Some(JobSource::Stored(
-                    std::fs::File::open(from.path(hash)).map_err(|e| making(path, e))?,
-                    *hash,
-                )),
-            };
+            let source = file.map(|(_, hash)| JobSource::Stored(*hash));
             emit(path, attributes, source)
         })
     })
@@ -440,6 +439,7 @@ pub fn materialise_fetched(
         .ok_or_else(|| Error::internal("a recovered snapshot is not a stored one"))?;
     let writers = Writers {
         threads: crate::snapshots::FETCH_CONCURRENCY,
+        batch: 1,
         fetch: Some(fetch),
         link: None,
     };
@@ -456,6 +456,8 @@ pub fn materialise_fetched(
 #[derive(Clone, Copy)]
 struct Writers<'a> {
     threads: usize,
+    /// Files handed to a thread at once.
+    batch: usize,
     /// The object store, for [`JobSource::Fetch`].
     fetch: Option<&'a dyn SnapshotMirror>,
     /// The origin's objects and the fork's, for [`JobSource::Stored`].
@@ -466,6 +468,7 @@ impl Writers<'_> {
     fn plain() -> Self {
         Writers {
             threads: MATERIALISE_THREADS,
+            batch: MATERIALISE_BATCH,
             fetch: None,
             link: None,
         }
@@ -492,31 +495,43 @@ fn write_tree(
     // Set once the filesystem has refused a clone: every other file is
     // copied without asking again.
     let no_clone = AtomicBool::new(false);
-    let (send, receive) = std::sync::mpsc::sync_channel::<FileJob>(MATERIALISE_QUEUE);
+    let batch = writers.batch.max(1);
+    let (send, receive) =
+        std::sync::mpsc::sync_channel::<Vec<FileJob>>((MATERIALISE_QUEUE / batch).max(1));
     let receive = Mutex::new(receive);
+    let mut pending = Vec::with_capacity(batch);
     let walked = std::thread::scope(|scope| {
         for _ in 0..writers.threads {
             let (receive, failed, identities) = (&receive, &failed, &identities);
             let no_clone = &no_clone;
             scope.spawn(move || loop {
-                let job = match receive.lock().unwrap_or_else(|e| e.into_inner()).recv() {
-                    Ok(job) => job,
+                let jobs = match receive.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+                    Ok(jobs) => jobs,
                     Err(_) => return,
                 };
-                match write_file(&job, no_clone, writers) {
-                    Ok(identity) => {
-                        let mut known = identities.lock().unwrap_or_else(|e| e.into_inner());
-                        known.insert(job.path, identity);
-                    }
-                    Err(e) => {
-                        failed
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .get_or_insert(e);
+                let mut written = Vec::with_capacity(jobs.len());
+                for job in jobs {
+                    match write_file(&job, no_clone, writers) {
+                        Ok(identity) => written.push((job.path, identity)),
+                        Err(e) => {
+                            failed
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .get_or_insert(e);
+                            break;
+                        }
                     }
                 }
+                identities
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(written);
             });
         }
+        let hand_over = |jobs: Vec<FileJob>| {
+            send.send(jobs)
+                .map_err(|_| Error::internal("the fork's writing threads stopped"))
+        };
         let walked = walk(&mut |path, attributes, source| {
             if cancel.load(Ordering::Relaxed) {
                 return Err(abandoned());
@@ -531,16 +546,22 @@ fn write_tree(
                 directories.push((path.clone(), target, bits));
                 return Ok(());
             };
-            let job = FileJob {
+            pending.push(FileJob {
                 path: path.clone(),
                 target,
                 source,
                 bits,
                 modified: attributes.modified,
-            };
-            send.send(job)
-                .map_err(|_| Error::internal("the fork's writing threads stopped"))
+            });
+            if pending.len() < batch {
+                return Ok(());
+            }
+            hand_over(std::mem::replace(&mut pending, Vec::with_capacity(batch)))
         });
+        let walked = match walked {
+            Ok(()) if !pending.is_empty() => hand_over(std::mem::take(&mut pending)),
+            other => other,
+        };
         // Closing the queue lets the threads finish what they hold.
         drop(send);
         walked
@@ -573,11 +594,12 @@ fn write_file(job: &FileJob, no_clone: &AtomicBool, writers: Writers<'_>) -> Res
     match &job.source {
         JobSource::Bytes(b) => std::io::Write::write_all(&mut &out, b).map_err(made)?,
         JobSource::Object(src) => clone_file(src, &out, no_clone).map_err(made)?,
-        JobSource::Stored(src, hash) => {
-            clone_file(src, &out, no_clone).map_err(made)?;
+        JobSource::Stored(hash) => {
             let (from, to) = writers
                 .link
                 .ok_or_else(|| Error::internal("no store to link the fork's objects into"))?;
+            let src = std::fs::File::open(from.path(hash)).map_err(made)?;
+            clone_file(&src, &out, no_clone).map_err(made)?;
             link_object(from, to, hash)?;
         }
         JobSource::Fetch { hash, size } => {
