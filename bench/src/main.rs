@@ -51,6 +51,7 @@ mod machine;
 mod mount;
 mod objstore;
 mod report;
+mod scratch;
 mod server;
 mod small;
 mod snapshot;
@@ -431,7 +432,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             ),
         }
     }
-    if wants(Which::Snapshot) || wants(Which::Archive) || wants(Which::Fork) {
+    if wants(Which::Snapshot) || wants(Which::Archive) {
         let client = wsfs_client::Client::connect(&server.url)
             .await
             .map_err(|e| e.to_string())?;
@@ -465,20 +466,30 @@ async fn run(cli: Cli) -> Result<(), String> {
             );
             let _ = std::fs::remove_dir_all(&dir);
         }
-        if wants(Which::Fork) {
-            rows.extend(
-                fork::run(
-                    &client,
-                    &server_data,
-                    &base,
-                    settings.tree_files,
-                    SNAPSHOT_FILE_BYTES,
-                    settings.runs,
-                    &mut notes,
-                )
-                .await?,
-            );
-        }
+    }
+    // A server of the figure's own on `data` (and a bucket), for the
+    // figures whose rounds each start one.
+    let start_fresh = |data: &Path, bucket: Option<&str>| {
+        start_server(
+            &cli,
+            data,
+            &allow,
+            wsfs_server::durability::Durability::None,
+            bucket,
+        )
+    };
+    if wants(Which::Fork) {
+        rows.extend(
+            fork::run(
+                |data: &Path| start_fresh(data, None),
+                &base,
+                settings.tree_files,
+                SNAPSHOT_FILE_BYTES,
+                settings.runs,
+                &mut notes,
+            )
+            .await?,
+        );
     }
     if wants(Which::Durability) {
         if cli.server.is_some() {
@@ -499,18 +510,9 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
     }
     if wants(Which::Objstore) {
-        let start = |data: &Path, bucket: &str| {
-            start_server(
-                &cli,
-                data,
-                &allow,
-                wsfs_server::durability::Durability::None,
-                Some(bucket),
-            )
-        };
         rows.extend(
             objstore::run(
-                start,
+                |data: &Path, bucket: &str| start_fresh(data, Some(bucket)),
                 &base,
                 settings.tree_files,
                 SNAPSHOT_FILE_BYTES,

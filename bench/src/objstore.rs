@@ -15,13 +15,15 @@
 //!   each round on a fresh server and data directory, once the previous
 //!   holder is gone and its (short) lease ran out: waiting out the lease
 //!   is not what is measured. Beside it, `rsync -a` of the mirror into an
-//!   empty directory.
+//!   empty directory. The data directory and the copy each get a new
+//!   filesystem of their own ([`crate::scratch`]).
 //! - The sweep (`wsfs_server::objstore::Bucket::sweep`, in this process)
 //!   of that bucket filled up to [`SWEEP_KEYS`] keys with unreferenced
 //!   contents (written untimed before each run), beside a plain listing
 //!   of every key of the same bucket.
 
 use crate::report::{Row, Samples, Target};
+use crate::scratch::{self, Scratch};
 use crate::server::Server;
 use crate::{failed, machine, trees};
 use std::path::{Path, PathBuf};
@@ -102,10 +104,12 @@ where
     let bucket_bytes = trees::bytes_under(&bucket);
 
     let (mut recover, mut copy) = (Samples::default(), Samples::default());
+    let holds = (files * file_bytes.next_multiple_of(4096)) as u64;
+    let mut kind = scratch::kind();
     for run in 0..=runs {
         eprintln!("objstore: recovery on a second server, run {run}/{runs}");
-        let data = work.join("objstore-second");
-        let second = start(&data, &url)?;
+        let round = Scratch::fresh(&work.join("objstore-second"), holds, &mut kind)?;
+        let second = start(&round.path().join("data"), &url)?;
         let client = Client::connect(&second.url)
             .await
             .map_err(|e| e.to_string())?;
@@ -121,10 +125,11 @@ where
         check_recovered(made.root_path, &last_change)?;
         drop(client);
         drop(second);
-        let _ = std::fs::remove_dir_all(&data);
-        let copied = work.join("objstore-copy");
-        let copy_s = rsync(&mirror, &copied)?;
-        let _ = std::fs::remove_dir_all(&copied);
+        drop(round);
+        let copied = Scratch::fresh(&work.join("objstore-copy"), holds, &mut kind)?;
+        trees::settle();
+        let copy_s = rsync(&mirror, &copied.path().join("copy"))?;
+        drop(copied);
         if run > 0 {
             recover.push(recover_s);
             copy.push(copy_s);
@@ -137,10 +142,11 @@ where
 
     notes.push(format!(
         "Object storage: a `file://` bucket (the shared-directory kind) on {}; after {} \
-         snapshots it holds {:.1} MB.",
+         snapshots it holds {:.1} MB. RecoverSession and its `rsync -a`: {}.",
         machine::filesystem_of(work),
         runs + 2,
-        bucket_bytes as f64 / 1e6
+        bucket_bytes as f64 / 1e6,
+        kind.describe()
     ));
     Ok(vec![
         Row::new(

@@ -652,6 +652,15 @@ async fn a_fork_keeps_bits_and_times_on_every_backend_pair() {
             .write(&p("bin/run.sh"), "echo hi\n", script)
             .await
             .unwrap();
+        // Bits a usual umask (022) would trim from a new file.
+        let shared = WriteOptions {
+            permissions: bits(0o666),
+            ..WriteOptions::default()
+        };
+        origin
+            .write(&p("bin/shared.txt"), "for all\n", shared)
+            .await
+            .unwrap();
         let snapshot = client.snapshot(origin.id(), "bits").await.unwrap().id;
         for to in [Backend::Memory, Backend::Directory] {
             let pair = format!("{from:?} -> {to:?}");
@@ -664,6 +673,8 @@ async fn a_fork_keeps_bits_and_times_on_every_backend_pair() {
             let file = fork.stat(&p("bin/run.sh")).await.unwrap();
             assert_eq!(file.permissions.bits(), 0o755, "{pair}");
             assert_eq!(file.modified, when, "{pair}");
+            let shared = fork.stat(&p("bin/shared.txt")).await.unwrap();
+            assert_eq!(shared.permissions.bits(), 0o666, "{pair}");
         }
     }
 }

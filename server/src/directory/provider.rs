@@ -9,6 +9,7 @@ use crate::kind::{
     handles, populate, BackendProvider, Context, Handles, Made, NewSession, Reopened, SessionRecord,
 };
 use crate::snapshots::fork::{abandoned, task_failed, HalfMade, Origin};
+use crate::snapshots::phases::Phases;
 use crate::workspace::Workspace;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -144,12 +145,16 @@ impl BackendProvider for DirectoryProvider {
                     if cancel.load(Ordering::Relaxed) {
                         return Err(abandoned());
                     }
+                    let mut phases = Phases::start();
                     create_session_dirs(&session_dir, &root, true)?;
-                    let written = super::snapshots::materialise(&origin, &root, &cancel)?;
+                    let written =
+                        super::snapshots::materialise(&origin, &root, &session_dir, &cancel)?;
+                    phases.mark("workspace and objects");
                     let b = DirectoryBackend::open(&root, &session_dir.join("staging"))?
                         .with_durability(durability)
                         .removing_later();
                     b.settle()?;
+                    phases.mark("settled");
                     super::snapshots::first_snapshot(
                         &session_dir,
                         &root,
@@ -158,13 +163,16 @@ impl BackendProvider for DirectoryProvider {
                         budget,
                         &cancel,
                         &written,
+                        &mut phases,
                     )?;
                     // Last: its presence makes the fork outlive a
                     // restart.
                     write_session_file(&session_dir, &persisted, durability)?;
+                    phases.mark("session file");
                     if cancel.load(Ordering::Relaxed) {
                         return Err(abandoned());
                     }
+                    tracing::info!(session = %persisted.id, %phases, "fork's workspace and store made");
                     Ok(b)
                 })();
                 if made.is_err() {

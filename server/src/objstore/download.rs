@@ -20,6 +20,9 @@ use wsfs::{Error, Result};
 use crate::snapshots::FETCH_CONCURRENCY;
 /// The largest manifest read back (a directory of some 100,000 entries).
 const MAX_MANIFEST_BYTES: u64 = 16 * 1024 * 1024;
+/// Manifests fetched at once: a tree's levels cost a round trip per 8
+/// directories, and at most 128 MiB of manifests are held.
+const MANIFESTS_AT_ONCE: usize = 8;
 
 /// One snapshot of a session, as the bucket lists it.
 #[derive(Debug, Clone)]
@@ -101,41 +104,60 @@ impl Bucket {
     }
 
     /// Fetches every manifest under `snapshots`' roots into `files`
-    /// (skipping what it already holds); returns the contents they name.
+    /// (skipping what it already holds), one level of the trees at a
+    /// time, [`MANIFESTS_AT_ONCE`] at once, each read as it arrives and
+    /// dropped (memory: the manifests in flight, and the hashes of the
+    /// next level); returns the contents they name.
     async fn download_manifests(
         &self,
         files: &StoreFiles,
         snapshots: &[BucketSnapshot],
     ) -> Result<Vec<[u8; 32]>> {
         let mut contents = Vec::new();
-        let mut stack: Vec<[u8; 32]> = snapshots.iter().map(|s| s.root).collect();
         let mut seen = std::collections::HashSet::new();
-        while let Some(hash) = stack.pop() {
-            if !seen.insert(hash) {
-                continue;
-            }
-            let raw = match tokio::fs::read(files.manifest_path(&hash)).await {
-                Ok(raw) => raw,
-                Err(_) => {
-                    let raw = self.fetch_manifest(hash).await?;
-                    let stored = raw.clone();
-                    let files = files.clone();
-                    blocking(move || files.put(true, &hash, &stored)).await?;
-                    raw.to_vec()
+        let mut level: Vec<[u8; 32]> = snapshots
+            .iter()
+            .map(|s| s.root)
+            .filter(|root| seen.insert(*root))
+            .collect();
+        while !level.is_empty() {
+            let mut next = Vec::new();
+            let mut fetched = futures::stream::iter(std::mem::take(&mut level))
+                .map(|hash| self.manifest_into(files, hash))
+                .buffer_unordered(MANIFESTS_AT_ONCE);
+            while let Some(got) = fetched.next().await {
+                let (hash, raw) = got?;
+                let children = manifest_children(&raw)
+                    .ok_or_else(|| corrupt(&keys::manifest(&hash_hex(&hash))))?;
+                for child in children {
+                    match child {
+                        StoredChild::Content { hash, .. } => contents.push(hash),
+                        StoredChild::Manifest(tree) if seen.insert(tree) => next.push(tree),
+                        StoredChild::Manifest(_) => {}
+                    }
                 }
-            };
-            let children = manifest_children(&raw)
-                .ok_or_else(|| corrupt(&keys::manifest(&hash_hex(&hash))))?;
-            for child in children {
-                match child {
-                    StoredChild::Content { hash, .. } => contents.push(hash),
-                    StoredChild::Manifest(tree) => stack.push(tree),
-                }
             }
+            level = next;
         }
         contents.sort_unstable();
         contents.dedup();
         Ok(contents)
+    }
+
+    /// Manifest `hash` from `files`, or fetched from the bucket (checked)
+    /// and stored there.
+    async fn manifest_into(
+        &self,
+        files: &StoreFiles,
+        hash: [u8; 32],
+    ) -> Result<([u8; 32], bytes::Bytes)> {
+        if let Ok(raw) = tokio::fs::read(files.manifest_path(&hash)).await {
+            return Ok((hash, raw.into()));
+        }
+        let raw = self.fetch_manifest(hash).await?;
+        let (stored, files) = (raw.clone(), files.clone());
+        blocking(move || files.put(true, &hash, &stored)).await?;
+        Ok((hash, raw))
     }
 
     async fn download_records(
@@ -175,8 +197,17 @@ impl Bucket {
         sink: &mut dyn FnMut(&[u8]) -> Result<()>,
     ) -> Result<()> {
         let key = keys::content(&hash_hex(hash));
+        let got = runtime.block_on(self.get_object(&key))?;
+        let got = match got.payload {
+            // A shared-directory bucket's object: read on this thread,
+            // which may block, not handed to another for each read.
+            object_store::GetResultPayload::File(file, _) => {
+                return read_whole(&file, got.range, sink)
+                    .map_err(|e| Error::internal(format!("cannot read '{key}': {e}")))?;
+            }
+            payload => object_store::GetResult { payload, ..got },
+        };
         runtime.block_on(async {
-            let got = self.get_object(&key).await?;
             if got.meta.size <= SINGLE_PUT_MAX_BYTES {
                 let whole = got
                     .bytes()
@@ -241,6 +272,29 @@ impl Bucket {
         })
         .await
     }
+}
+
+/// Hands `range` of `file` to `sink`, in pieces of at most a single PUT's
+/// size (a content sent whole is read whole); `sink`'s own failure is the
+/// inner result.
+fn read_whole(
+    file: &std::fs::File,
+    range: std::ops::Range<u64>,
+    sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> std::io::Result<Result<()>> {
+    use std::os::unix::fs::FileExt;
+    let piece = (range.end - range.start).min(SINGLE_PUT_MAX_BYTES) as usize;
+    let mut buf = vec![0; piece];
+    let mut at = range.start;
+    while at < range.end {
+        let n = ((range.end - at) as usize).min(piece);
+        file.read_exact_at(&mut buf[..n], at)?;
+        if let Err(e) = sink(&buf[..n]) {
+            return Ok(Err(e));
+        }
+        at += n as u64;
+    }
+    Ok(Ok(()))
 }
 
 /// One entry of a snapshot fetched into memory: its path, its bytes (a

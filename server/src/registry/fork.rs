@@ -6,11 +6,13 @@
 //! fork is then made in one blocking task that owns its session directory
 //! until the session is listed; a fork whose caller goes away stops at its
 //! next entry and removes the directory, so nothing half made is left.
+//! Each fork logs where its time went, phase by phase, at info.
 
 use super::{SessionRegistry, SessionSpec};
 use crate::kind::SessionRecord;
 use crate::limits::SessionLimits;
 use crate::snapshots::fork::task_failed;
+use crate::snapshots::phases::Phases;
 use std::sync::Arc;
 use wsfs::{Error, Result};
 
@@ -36,6 +38,7 @@ impl SessionRegistry {
         let _slot = self.reserve_slot(&id)?;
         let limits = SessionLimits::resolve(&spec.limits, self.config.max_write_bytes);
         let budget = crate::quota::budget(&limits, self.config.default_max_total_bytes);
+        let mut phases = Phases::start();
         // An origin served elsewhere is read from the object store, into a
         // copy removed once the fork is made.
         let (origin, _bucket_copy) = match self.get_here(&from.session_id) {
@@ -47,12 +50,14 @@ impl SessionRegistry {
             Err(e) => return Err(e),
         };
         let origin = Arc::new(origin);
+        phases.mark("origin");
         let checked = {
             let origin = origin.clone();
             let limits = crate::quota::with_budget(&limits, self.config.default_max_total_bytes);
             tokio::task::spawn_blocking(move || origin.check(&limits))
         };
         checked.await.map_err(task_failed)??;
+        phases.mark("checked");
         let mut record = SessionRecord::new(id.clone(), backend, None, limits, spec);
         record.forked_from = Some(super::SnapshotRef {
             session_id: from.session_id,
@@ -61,10 +66,13 @@ impl SessionRegistry {
         let made = provider
             .fork(&self.context(), &mut record, origin, budget)
             .await?;
+        phases.mark("made");
         let session = self.insert(record, made.handles, made.owned_dir);
         if provider.mirrored() {
             self.mirror_fork(&session).await?;
+            phases.mark("mirrored");
         }
+        tracing::info!(session = %id, %phases, "forked");
         Ok(session)
     }
 }

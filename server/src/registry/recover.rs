@@ -10,6 +10,7 @@ use crate::objstore::lease::Renewal;
 use crate::objstore::upload::SessionMirror;
 use crate::objstore::{download, Bucket};
 use crate::snapshots::fork::task_failed;
+use crate::snapshots::phases::Phases;
 use std::path::Path;
 use std::sync::Arc;
 use wsfs::{Error, Result};
@@ -593,38 +594,6 @@ async fn upload_taken(
 struct Wanted<'a> {
     all: &'a [download::BucketSnapshot],
     chosen: Option<&'a download::BucketSnapshot>,
-}
-
-/// Where a recovery's time went, by phase, for its log line.
-struct Phases {
-    last: std::time::Instant,
-    spent: Vec<(&'static str, std::time::Duration)>,
-}
-
-impl Phases {
-    fn start() -> Self {
-        Phases {
-            last: std::time::Instant::now(),
-            spent: Vec::new(),
-        }
-    }
-
-    /// Ends phase `name` (begun where the last one ended).
-    fn mark(&mut self, name: &'static str) {
-        let now = std::time::Instant::now();
-        self.spent.push((name, now - self.last));
-        self.last = now;
-    }
-}
-
-impl std::fmt::Display for Phases {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, (name, spent)) in self.spent.iter().enumerate() {
-            let sep = if i == 0 { "" } else { ", " };
-            write!(f, "{sep}{name} {:.3} s", spent.as_secs_f64())?;
-        }
-        Ok(())
-    }
 }
 
 /// A snapshot fetched from the bucket for one fork: removed when dropped

@@ -12,10 +12,11 @@
 //! (`FICLONE` where the filesystem shares blocks, else a copy of the data
 //! runs in the kernel, holes kept), by a few threads at once, each file's
 //! identity read from the handle that wrote it (see
-//! [`crate::directory::snapshots::materialise`]); a DIRECTORY origin's
-//! objects and manifests are then
-//! hard-linked into the fork's store, so that both stores share every
-//! content (see [`crate::directory::DirectorySnapshots::adopt`]).
+//! [`crate::directory::snapshots::materialise`]). A DIRECTORY origin's
+//! objects are hard-linked into the fork's store by the thread that
+//! wrote each file, its manifests once every file is written, so that
+//! both stores share every content (never a workspace's file: containers
+//! write those in place).
 
 use super::{check_restore_entry, SnapshotInfo};
 use crate::limits::SessionLimits;

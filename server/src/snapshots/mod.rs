@@ -20,6 +20,7 @@
 
 pub mod diff;
 pub mod fork;
+pub mod phases;
 
 use crate::backend::{check_name, Content};
 use crate::limits::SessionLimits;

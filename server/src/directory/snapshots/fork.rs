@@ -8,6 +8,7 @@ use super::{
 use crate::directory::DirectoryBackend;
 use crate::limits::SessionLimits;
 use crate::snapshots::fork::{abandoned, EntryAttributes, FileSource, Origin, OriginSource, Visit};
+use crate::snapshots::phases::Phases;
 use crate::snapshots::{SnapshotInfo, SnapshotMirror};
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
@@ -48,12 +49,17 @@ impl ForkSource {
     /// store's lock (so that no object goes while the fork reads it).
     /// Blocking.
     fn for_each_stored(&self, f: &mut StoredVisit<'_>) -> Result<()> {
-        let state = self.store.lock();
+        self.for_each_stored_in(&self.store.lock(), f)
+    }
+
+    /// [`ForkSource::for_each_stored`] for a caller that holds the origin
+    /// store's lock (`state`).
+    fn for_each_stored_in(&self, state: &State, f: &mut StoredVisit<'_>) -> Result<()> {
         match Store::root_of(&self.info)? {
             Some(root) => {
                 let root_path = CanonicalPath::root();
                 self.store.visit(
-                    &state,
+                    state,
                     &root,
                     &root_path,
                     0,
@@ -82,7 +88,7 @@ impl ForkSource {
             }
             None => {
                 // Written by an earlier version: a flat list of entries.
-                for e in self.store.flatten(&self.info, &state)? {
+                for e in self.store.flatten(&self.info, state)? {
                     let file = e.file.as_ref().map(|file| (file.size, &file.hash));
                     let attributes = EntryAttributes::defaults(file.is_none());
                     f(&e.path, attributes, file)?;
@@ -99,15 +105,17 @@ type StoredVisit<'a> =
 
 /// Gives the fork whose workspace `b` was just made from `origin` its
 /// first snapshot, in its store at `session_dir`: the origin's tag, a new
-/// id. From a DIRECTORY origin the snapshot's objects and manifests are
-/// hard-linked from the origin's store (immutable and named by hash, so
-/// both stores share them; copied across filesystems); otherwise the
-/// workspace is snapshotted as usual, within `budget`. Blocking.
+/// id. From a DIRECTORY origin the snapshot's manifests are hard-linked
+/// from the origin's store (immutable and named by hash, so both stores
+/// share them; copied across filesystems), its objects already linked by
+/// [`materialise`]; otherwise the workspace is snapshotted as usual,
+/// within `budget`. Each step ends a phase of `phases`. Blocking.
 ///
 /// The head (what the next snapshot compares against) is the snapshot's
 /// manifests with the identities of the fork's own files, read from
 /// `workspace_root`, which only this fork has touched yet: the fork's next
 /// snapshot, or a restore, then reads only what changed since.
+#[allow(clippy::too_many_arguments)]
 pub fn first_snapshot(
     session_dir: &Path,
     workspace_root: &Path,
@@ -116,24 +124,24 @@ pub fn first_snapshot(
     budget: u64,
     cancel: &AtomicBool,
     written: &Identities,
+    phases: &mut Phases,
 ) -> Result<SnapshotInfo> {
     let store = Store {
         dir: session_dir.to_path_buf(),
         state: Mutex::new(State::default()),
     };
     let info = origin.info();
-    let linked = match origin.source::<ForkSource>() {
-        Some(source) => Store::root_of(&source.info)?.map(|root| (source, root)),
-        None => None,
-    };
-    let Some((source, root)) = linked else {
+    let Some((source, root)) = stored_origin(origin)? else {
         let taken = store.take(b, info.tag.clone(), budget, cancel)?;
         store.settle(b.durability())?;
+        phases.mark("first snapshot taken");
         return Ok(taken);
     };
     let head = {
         let origin_state = source.store.lock();
-        link_tree(&source.store, &origin_state, &store, &root, 0, cancel)?;
+        // Its objects were linked as the workspace was written.
+        link_manifests(&source.store, &origin_state, &store, &root, 0, cancel)?;
+        phases.mark("manifests linked");
         let walk = Reidentify {
             from: &source.store,
             state: &origin_state,
@@ -155,12 +163,25 @@ pub fn first_snapshot(
     write_json(&store.info_path(&adopted.id), &adopted)?;
     store.set_head(&mut store.lock(), Some(head))?;
     store.settle(b.durability())?;
+    phases.mark("head");
     Ok(adopted.info())
 }
 
-/// Links manifest `hash`, and everything it names, from `from`'s store into
-/// `to`'s. A manifest already linked was linked with all it names.
-fn link_tree(
+/// The origin's store and root manifest, when the fork's store can share
+/// them: a DIRECTORY snapshot with manifests (not an earlier version's
+/// flat list). [`materialise`] then links each object into the fork's
+/// store as it writes the file, and [`first_snapshot`] the manifests.
+fn stored_origin(origin: &Origin) -> Result<Option<(&ForkSource, Hash)>> {
+    match origin.source::<ForkSource>() {
+        Some(source) => Ok(Store::root_of(&source.info)?.map(|root| (source, root))),
+        None => Ok(None),
+    }
+}
+
+/// Links manifest `hash`, and every manifest beneath it, from `from`'s
+/// store into `to`'s, whose objects are all linked already. A manifest
+/// already linked was linked with all it names.
+fn link_manifests(
     from: &Store,
     state: &State,
     to: &Store,
@@ -178,14 +199,9 @@ fn link_tree(
     }
     let tree = from.tree(state, hash)?;
     for item in &tree.items {
-        match &item.node {
-            Node::File { hash, .. } => {
-                link_object(&from.objects(), &to.objects(), hash)?;
-            }
-            Node::Dir { tree } => {
-                if !to.trees().path(tree).exists() {
-                    link_tree(from, state, to, tree, depth + 1, cancel)?;
-                }
+        if let Node::Dir { tree } = &item.node {
+            if !to.trees().path(tree).exists() {
+                link_manifests(from, state, to, tree, depth + 1, cancel)?;
             }
         }
     }
@@ -299,12 +315,17 @@ impl OriginSource for ForkSource {
 /// that wrote it rather than by a second walk.
 pub type Identities = HashMap<CanonicalPath, FileIdentity>;
 
-/// Threads that write a fork's files at once. Each holds one file open;
-/// the walk hands them at most [`MATERIALISE_QUEUE`] more, each an open
-/// handle, a shared MEMORY content or a hash to fetch, so memory stays
-/// bounded whatever the snapshot holds.
+/// Threads that write a fork's files at once. Each holds one batch of
+/// files; the walk hands them at most [`MATERIALISE_QUEUE`] files more,
+/// in batches of [`MATERIALISE_BATCH`] (a fetched content's batch is one
+/// file, so that a few slow fetches never wait behind each other), each
+/// a path and an open handle, a shared MEMORY content or a hash, so
+/// memory stays bounded whatever the snapshot holds.
 const MATERIALISE_THREADS: usize = 4;
 const MATERIALISE_QUEUE: usize = 64;
+/// Files handed over at once: one wake-up of a writing thread per batch,
+/// not per file.
+const MATERIALISE_BATCH: usize = 16;
 
 /// One file for a worker to write.
 struct FileJob {
@@ -320,6 +341,10 @@ enum JobSource {
     /// The stored object, opened by the walk while it held the origin
     /// store's lock (so that no object goes before the fork reads it).
     Object(std::fs::File),
+    /// A stored object by hash, opened by the writing thread while the
+    /// walk holds the origin store's lock; once the file is written, the
+    /// object is linked into the fork's store ([`Writers::link`]).
+    Stored(Hash),
     /// A content the local store lacks, streamed from the object store.
     Fetch {
         hash: Hash,
@@ -343,16 +368,44 @@ type Emit<'a> = dyn FnMut(&CanonicalPath, EntryAttributes, Option<JobSource>) ->
 /// give it its bits and time. Directories get their bits last, deepest
 /// first, so that one without the owner's write bit is filled before it
 /// is closed.
-pub fn materialise(origin: &Origin, root: &Path, cancel: &AtomicBool) -> Result<Identities> {
-    write_tree(root, cancel, MATERIALISE_THREADS, None, &mut |emit| {
-        origin.for_each(&mut |path, attributes, file| {
-            let source = match file {
-                None => None,
-                Some((_, FileSource::Bytes(b))) => Some(JobSource::Bytes(b.clone())),
-                Some((_, FileSource::Object(p))) => Some(JobSource::Object(
-                    std::fs::File::open(p).map_err(|e| making(path, e))?,
-                )),
-            };
+///
+/// From a DIRECTORY snapshot with manifests, each file's object is also
+/// hard-linked into the fork's store under `session_dir` (the store's
+/// files, never the workspace's), by the thread that wrote the file,
+/// while the walk holds the origin store's lock.
+pub fn materialise(
+    origin: &Origin,
+    root: &Path,
+    session_dir: &Path,
+    cancel: &AtomicBool,
+) -> Result<Identities> {
+    let Some((source, _)) = stored_origin(origin)? else {
+        return write_tree(root, cancel, Writers::plain(), &mut |emit| {
+            origin.for_each(&mut |path, attributes, file| {
+                let source = match file {
+                    None => None,
+                    Some((_, FileSource::Bytes(b))) => Some(JobSource::Bytes(b.clone())),
+                    Some((_, FileSource::Object(p))) => Some(JobSource::Object(
+                        std::fs::File::open(p).map_err(|e| making(path, e))?,
+                    )),
+                };
+                emit(path, attributes, source)
+            })
+        });
+    };
+    let from = source.store.objects();
+    let to = ContentStore {
+        dir: session_dir.join("objects"),
+    };
+    let writers = Writers {
+        link: Some((&from, &to)),
+        ..Writers::plain()
+    };
+    // Held until every thread is done: no object goes before it is linked.
+    let state = source.store.lock();
+    write_tree(root, cancel, writers, &mut |emit| {
+        source.for_each_stored_in(&state, &mut |path, attributes, file| {
+            let source = file.map(|(_, hash)| JobSource::Stored(*hash));
             emit(path, attributes, source)
         })
     })
@@ -384,19 +437,42 @@ pub fn materialise_fetched(
     let source = origin
         .source::<ForkSource>()
         .ok_or_else(|| Error::internal("a recovered snapshot is not a stored one"))?;
-    let threads = crate::snapshots::FETCH_CONCURRENCY;
-    write_tree(
-        root,
-        &AtomicBool::new(false),
-        threads,
-        Some(fetch),
-        &mut |emit| {
-            source.for_each_stored(&mut |path, attributes, file| {
-                let source = file.map(|(size, hash)| JobSource::Fetch { hash: *hash, size });
-                emit(path, attributes, source)
-            })
-        },
-    )
+    let writers = Writers {
+        threads: crate::snapshots::FETCH_CONCURRENCY,
+        batch: 1,
+        fetch: Some(fetch),
+        link: None,
+    };
+    write_tree(root, &AtomicBool::new(false), writers, &mut |emit| {
+        source.for_each_stored(&mut |path, attributes, file| {
+            let source = file.map(|(size, hash)| JobSource::Fetch { hash: *hash, size });
+            emit(path, attributes, source)
+        })
+    })
+}
+
+/// The threads that write a new workspace's files, and where they get
+/// and put what is not in the job itself.
+#[derive(Clone, Copy)]
+struct Writers<'a> {
+    threads: usize,
+    /// Files handed to a thread at once.
+    batch: usize,
+    /// The object store, for [`JobSource::Fetch`].
+    fetch: Option<&'a dyn SnapshotMirror>,
+    /// The origin's objects and the fork's, for [`JobSource::Stored`].
+    link: Option<(&'a ContentStore, &'a ContentStore)>,
+}
+
+impl Writers<'_> {
+    fn plain() -> Self {
+        Writers {
+            threads: MATERIALISE_THREADS,
+            batch: MATERIALISE_BATCH,
+            fetch: None,
+            link: None,
+        }
+    }
 }
 
 fn making(path: &CanonicalPath, e: std::io::Error) -> Error {
@@ -409,8 +485,7 @@ fn making(path: &CanonicalPath, e: std::io::Error) -> Error {
 fn write_tree(
     root: &Path,
     cancel: &AtomicBool,
-    threads: usize,
-    fetch: Option<&dyn SnapshotMirror>,
+    writers: Writers<'_>,
     walk: &mut dyn FnMut(&mut Emit<'_>) -> Result<()>,
 ) -> Result<Identities> {
     use std::os::unix::fs::PermissionsExt;
@@ -420,31 +495,43 @@ fn write_tree(
     // Set once the filesystem has refused a clone: every other file is
     // copied without asking again.
     let no_clone = AtomicBool::new(false);
-    let (send, receive) = std::sync::mpsc::sync_channel::<FileJob>(MATERIALISE_QUEUE);
+    let batch = writers.batch.max(1);
+    let (send, receive) =
+        std::sync::mpsc::sync_channel::<Vec<FileJob>>((MATERIALISE_QUEUE / batch).max(1));
     let receive = Mutex::new(receive);
+    let mut pending = Vec::with_capacity(batch);
     let walked = std::thread::scope(|scope| {
-        for _ in 0..threads {
+        for _ in 0..writers.threads {
             let (receive, failed, identities) = (&receive, &failed, &identities);
             let no_clone = &no_clone;
             scope.spawn(move || loop {
-                let job = match receive.lock().unwrap_or_else(|e| e.into_inner()).recv() {
-                    Ok(job) => job,
+                let jobs = match receive.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+                    Ok(jobs) => jobs,
                     Err(_) => return,
                 };
-                match write_file(&job, no_clone, fetch) {
-                    Ok(identity) => {
-                        let mut known = identities.lock().unwrap_or_else(|e| e.into_inner());
-                        known.insert(job.path, identity);
-                    }
-                    Err(e) => {
-                        failed
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .get_or_insert(e);
+                let mut written = Vec::with_capacity(jobs.len());
+                for job in jobs {
+                    match write_file(&job, no_clone, writers) {
+                        Ok(identity) => written.push((job.path, identity)),
+                        Err(e) => {
+                            failed
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .get_or_insert(e);
+                            break;
+                        }
                     }
                 }
+                identities
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(written);
             });
         }
+        let hand_over = |jobs: Vec<FileJob>| {
+            send.send(jobs)
+                .map_err(|_| Error::internal("the fork's writing threads stopped"))
+        };
         let walked = walk(&mut |path, attributes, source| {
             if cancel.load(Ordering::Relaxed) {
                 return Err(abandoned());
@@ -459,16 +546,22 @@ fn write_tree(
                 directories.push((path.clone(), target, bits));
                 return Ok(());
             };
-            let job = FileJob {
+            pending.push(FileJob {
                 path: path.clone(),
                 target,
                 source,
                 bits,
                 modified: attributes.modified,
-            };
-            send.send(job)
-                .map_err(|_| Error::internal("the fork's writing threads stopped"))
+            });
+            if pending.len() < batch {
+                return Ok(());
+            }
+            hand_over(std::mem::replace(&mut pending, Vec::with_capacity(batch)))
         });
+        let walked = match walked {
+            Ok(()) if !pending.is_empty() => hand_over(std::mem::take(&mut pending)),
+            other => other,
+        };
         // Closing the queue lets the threads finish what they hold.
         drop(send);
         walked
@@ -489,28 +582,54 @@ fn write_tree(
 
 /// Makes one file of a fork, with its bits and time, and returns its
 /// identity from the handle that wrote it.
-fn write_file(
-    job: &FileJob,
-    no_clone: &AtomicBool,
-    fetch: Option<&dyn SnapshotMirror>,
-) -> Result<FileIdentity> {
-    use std::os::unix::fs::PermissionsExt;
+fn write_file(job: &FileJob, no_clone: &AtomicBool, writers: Writers<'_>) -> Result<FileIdentity> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let made = |e| making(&job.path, e);
-    let out = std::fs::File::create_new(&job.target).map_err(made)?;
+    let out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(job.bits)
+        .open(&job.target)
+        .map_err(made)?;
     match &job.source {
         JobSource::Bytes(b) => std::io::Write::write_all(&mut &out, b).map_err(made)?,
         JobSource::Object(src) => clone_file(src, &out, no_clone).map_err(made)?,
+        JobSource::Stored(hash) => {
+            let (from, to) = writers
+                .link
+                .ok_or_else(|| Error::internal("no store to link the fork's objects into"))?;
+            let src = std::fs::File::open(from.path(hash)).map_err(made)?;
+            clone_file(&src, &out, no_clone).map_err(made)?;
+            link_object(from, to, hash)?;
+        }
         JobSource::Fetch { hash, size } => {
-            let fetch = fetch.ok_or_else(|| Error::internal("no object store to fetch from"))?;
+            let fetch = writers
+                .fetch
+                .ok_or_else(|| Error::internal("no object store to fetch from"))?;
             write_fetched(&out, fetch, hash, *size, &job.path)?;
         }
     }
-    out.set_permissions(std::fs::Permissions::from_mode(job.bits))
-        .map_err(made)?;
+    if !created_with(job.bits) {
+        out.set_permissions(std::fs::Permissions::from_mode(job.bits))
+            .map_err(made)?;
+    }
     if let Some(modified) = job.modified {
         out.set_modified(modified).map_err(made)?;
     }
     Ok(FileIdentity::of(&out.metadata().map_err(made)?))
+}
+
+/// Whether a file created with permission `bits` has them all: none is
+/// in the process's umask (read once from `/proc/self/status`; the server
+/// never changes it). Unknown: no, and the bits are set on the handle.
+fn created_with(bits: u32) -> bool {
+    static UMASK: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    let umask = UMASK.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let mask = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+        u32::from_str_radix(mask.trim(), 8).ok()
+    });
+    umask.is_some_and(|mask| bits & mask == 0)
 }
 
 /// Streams content `hash` of `size` bytes from `fetch` into `out` (new,
@@ -589,7 +708,37 @@ fn clone_file(
         }
         no_clone.store(true, Ordering::Relaxed);
     }
+    if copy_allocated(src, dst)? {
+        return Ok(());
+    }
     crate::directory::backend::copy_data(src, dst, 0).map(|_| ())
+}
+
+/// Copies `src` whole into `dst` (new, empty) in the kernel when `src`
+/// has no holes (as many blocks as its length needs), without asking
+/// where its data lies; `false` when it may have holes, or the kernel
+/// cannot copy between the two, for the copy that keeps holes.
+fn copy_allocated(src: &std::fs::File, dst: &std::fs::File) -> std::io::Result<bool> {
+    use rustix::io::Errno;
+    use std::os::unix::fs::MetadataExt;
+    let meta = src.metadata()?;
+    let size = meta.len();
+    if meta.blocks() * 512 < size {
+        return Ok(false);
+    }
+    let (mut from, mut to) = (0u64, 0u64);
+    while from < size {
+        let want = usize::try_from(size - from).unwrap_or(usize::MAX);
+        match rustix::fs::copy_file_range(src, Some(&mut from), dst, Some(&mut to), want) {
+            Ok(0) => return Ok(false),
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(Errno::XDEV | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP | Errno::PERM) => {
+                return Ok(false)
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(true)
 }
 
 #[cfg(test)]
