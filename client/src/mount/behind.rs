@@ -291,6 +291,11 @@ impl Shared {
         ino: u64,
         attributes: Attributes,
     ) -> Option<FileAttr> {
+        if let Ok((path, _)) = self.path(ino) {
+            // Its entry in its directory's kept listing is old, whether
+            // the change goes behind or not.
+            self.known.changed(&path);
+        }
         let (path, attr) = {
             let mut inodes = self.inodes();
             let node = inodes.get_mut(ino).filter(|node| {

@@ -63,8 +63,10 @@ async fn watch(shared: Arc<Shared>, tx: mpsc::Sender<Forget>) {
                 since = since.max(event.seq);
                 let kind = ChangeKind::try_from(event.kind).unwrap_or(ChangeKind::Unspecified);
                 // Before the kernel's entries go: a lookup after that must
-                // not be answered "absent" from a stale directory.
+                // not be answered "absent" from a stale directory, nor a
+                // listing kept from before the change reused.
                 note_existing(&shared, kind, &event.path, &event.to_path);
+                note_changed(&shared, &event.path, &event.to_path);
                 match kind {
                     ChangeKind::Ready | ChangeKind::Keepalive | ChangeKind::Unspecified => {}
                     ChangeKind::Resync => forget_everything(&shared, &tx),
@@ -187,6 +189,16 @@ fn note_existing(shared: &Shared, kind: ChangeKind, path: &str, to_path: &str) {
     };
     if let Ok(made) = crate::parse_path(made) {
         shared.known.added(&made);
+    }
+}
+
+/// The listings kept of the directories an event touches are old now
+/// (known.rs).
+fn note_changed(shared: &Shared, path: &str, to_path: &str) {
+    for raw in [path, to_path] {
+        if let Ok(changed) = crate::parse_path(raw) {
+            shared.known.changed(&changed);
+        }
     }
 }
 

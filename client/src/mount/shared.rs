@@ -199,11 +199,15 @@ impl Shared {
         options: PatchOptions,
     ) -> Result<wsfs::WriteOutcome, Errno> {
         self.settle(path).await;
-        self.retry(|| {
-            self.session
-                .patch_bytes(path, options, futures::stream::empty().boxed())
-        })
-        .await
+        let patched = self
+            .retry(|| {
+                self.session
+                    .patch_bytes(path, options, futures::stream::empty().boxed())
+            })
+            .await;
+        // A listing kept of its directory holds its old length.
+        self.known.changed(path);
+        patched
     }
 
     /// The server's metadata of `path`. An answer older than a commit of
