@@ -1927,3 +1927,87 @@ async fn extended_attributes_are_refused_with_enotsup_every_time() {
     })
     .await;
 }
+
+/// The mount's own creates, commits and mkdirs come back to it as change
+/// events, often before their answers: none of them drops
+/// what the kernel was told (that cost a Stat per file afterwards, and
+/// made git read back every file it had just checked out). With the server
+/// gone, the kernel still answers `stat` of every file and directory the
+/// mount wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_mounts_own_changes_keep_what_the_kernel_was_told() {
+    if !can_mount() {
+        return;
+    }
+    let options = MountOptions {
+        server_wait: Duration::from_secs(1),
+        ..MountOptions::default()
+    };
+    let Restartable {
+        data: _data,
+        server,
+        session,
+        dir,
+        handle,
+        _client,
+    } = restartable(options).await;
+    let root = dir.path().to_path_buf();
+    session.write_str("m/marker.txt", "1\n").await.unwrap();
+    let files = root.clone();
+    blocking(move || {
+        assert_eq!(
+            std::fs::metadata(files.join("m/marker.txt")).unwrap().len(),
+            2
+        );
+        for d in 0..10 {
+            let sub = files.join(format!("d{d}"));
+            std::fs::create_dir(&sub).unwrap();
+            for f in 0..10 {
+                // Half made with O_EXCL (decided by the server), half
+                // answered by the mount and made by their first commit.
+                let mut file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(f % 2 == 0)
+                    .create_new(f % 2 == 1)
+                    .truncate(f % 2 == 0)
+                    .open(sub.join(format!("f{f}.txt")))
+                    .unwrap();
+                file.write_all("x".repeat(f + 1).as_bytes()).unwrap();
+            }
+        }
+    })
+    .await;
+    handle.sync().await.expect("every file lands");
+    // Events arrive in order: once the marker's change shows, every event
+    // of the mount's own changes above has arrived.
+    session.write_str("m/marker.txt", "22\n").await.unwrap();
+    // (In a directory of its own: a change in a directory makes the kernel
+    // look up that directory's other entries again.)
+    let marker = root.join("m/marker.txt");
+    eventually("the marker's change", move || {
+        std::fs::metadata(&marker).unwrap().len() == 3
+    })
+    .await;
+    server.stop().await.unwrap();
+    let files = root.clone();
+    let seen = blocking(move || {
+        let mut wrong = Vec::new();
+        for d in 0..10 {
+            let sub = files.join(format!("d{d}"));
+            match std::fs::metadata(&sub) {
+                Ok(m) if m.is_dir() => {}
+                other => wrong.push(format!("d{d}: {other:?}")),
+            }
+            for f in 0..10 {
+                match std::fs::metadata(sub.join(format!("f{f}.txt"))) {
+                    Ok(m) if m.len() == f + 1 => {}
+                    other => wrong.push(format!("d{d}/f{f}.txt: {other:?}")),
+                }
+            }
+        }
+        wrong
+    })
+    .await;
+    assert!(seen.is_empty(), "asked the server again: {seen:#?}");
+    drop(handle);
+}
