@@ -1788,3 +1788,226 @@ async fn unmount_waits_for_queued_directory_changes() {
         assert_eq!(listing.entries[0].permissions.bits(), 0o700, "{backend}");
     }
 }
+
+/// Opens `dir` and reads its first entry only, as `rm` does to see
+/// whether a directory is empty: the kernel keeps no listing read in part,
+/// and the mount keeps it for the directory's next opens.
+fn glance(dir: &Path) {
+    let mut entries = std::fs::read_dir(dir).unwrap();
+    assert!(entries.next().is_some(), "'{}' is empty", dir.display());
+}
+
+fn sorted_names(dir: &Path) -> Vec<String> {
+    let mut names = names_in(dir);
+    names.sort();
+    names
+}
+
+/// `rm -rf` opens each directory twice in a row and the mount lists it
+/// once; a listing kept so never outlives a change in its directory: one
+/// made through the mount (a name removed, made or renamed, an entry's
+/// mode) or elsewhere, once the mount has heard of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_listing_kept_for_the_next_open_shows_every_change_since() {
+    if !can_mount() {
+        return;
+    }
+    for backend in ["memory", "directory"] {
+        let m = mounted(backend, MountOptions::default()).await;
+        let s = &m.session;
+        for name in ["a", "b", "c", "d"] {
+            s.write_str(&format!("l/{name}.txt"), "x\n").await.unwrap();
+        }
+        s.write_str("marker.txt", "1\n").await.unwrap();
+        let root = m.root();
+        blocking(move || {
+            let l = root.join("l");
+            let names =
+                |names: &[&str]| names.iter().map(|n| format!("{n}.txt")).collect::<Vec<_>>();
+            // First, while the kernel has read the directory in part only
+            // (a change of a name drops what it read; a chmod does not).
+            glance(&l);
+            std::fs::set_permissions(l.join("c.txt"), std::fs::Permissions::from_mode(0o600))
+                .unwrap();
+            assert_eq!(sorted_names(&l).len(), 4);
+            let mode = std::fs::metadata(l.join("c.txt"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{backend}: chmod");
+            glance(&l);
+            std::fs::remove_file(l.join("a.txt")).unwrap();
+            assert_eq!(
+                sorted_names(&l),
+                names(&["b", "c", "d"]),
+                "{backend}: unlink"
+            );
+            glance(&l);
+            std::fs::write(l.join("e.txt"), "e\n").unwrap();
+            assert_eq!(
+                sorted_names(&l),
+                names(&["b", "c", "d", "e"]),
+                "{backend}: create"
+            );
+            glance(&l);
+            std::fs::rename(l.join("b.txt"), l.join("f.txt")).unwrap();
+            assert_eq!(
+                sorted_names(&l),
+                names(&["c", "d", "e", "f"]),
+                "{backend}: rename"
+            );
+        })
+        .await;
+        // The marker's length is the kernel's until its change event drops
+        // it, and events arrive in order: once the mount shows the new
+        // length, every event before it (the mount's own changes above)
+        // has arrived.
+        let marked = |len: u64| {
+            let marker = m.path("marker.txt");
+            eventually("the marker's change", move || {
+                std::fs::metadata(&marker).unwrap().len() == len
+            })
+        };
+        // The commits of the files written above land first.
+        m.synced().await;
+        s.write_str("marker.txt", "22\n").await.unwrap();
+        marked(3).await;
+        let l = m.path("l");
+        blocking(move || glance(&l)).await;
+        s.delete(&p("l/d.txt"), Default::default()).await.unwrap();
+        s.write_str("marker.txt", "333\n").await.unwrap();
+        marked(4).await;
+        let l = m.path("l");
+        let names = blocking(move || sorted_names(&l)).await;
+        assert_eq!(names, ["c.txt", "e.txt", "f.txt"], "{backend}: elsewhere");
+    }
+}
+
+/// Extended attributes are refused with `ENOTSUP`, the first time (the
+/// mount answers) and after (the kernel stops asking and answers itself),
+/// and files are still written once it does: the kernel's own getxattr of
+/// `security.capability` before each write is refused so too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn extended_attributes_are_refused_with_enotsup_every_time() {
+    if !can_mount() {
+        return;
+    }
+    let m = mounted("memory", MountOptions::default()).await;
+    let file = m.path("x.txt");
+    blocking(move || {
+        use std::os::unix::ffi::OsStrExt;
+        let c_path = std::ffi::CString::new(file.as_os_str().as_bytes()).unwrap();
+        let name = c"user.wsfs";
+        for round in 0..2 {
+            std::fs::write(&file, format!("round {round}\n")).unwrap();
+            let mut buf = [0u8; 64];
+            let refused = |result: isize| {
+                let errno = std::io::Error::last_os_error().raw_os_error();
+                (result == -1).then_some(errno).flatten()
+            };
+            // SAFETY (each call): a valid NUL-terminated path and name, and
+            // a buffer of the length given.
+            let errnos = [
+                refused(unsafe {
+                    libc::getxattr(c_path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 64)
+                }),
+                refused(unsafe {
+                    libc::setxattr(c_path.as_ptr(), name.as_ptr(), buf.as_ptr().cast(), 1, 0)
+                        as isize
+                }),
+                refused(unsafe { libc::listxattr(c_path.as_ptr(), buf.as_mut_ptr().cast(), 64) }),
+                refused(unsafe { libc::removexattr(c_path.as_ptr(), name.as_ptr()) as isize }),
+            ];
+            assert_eq!(errnos, [Some(libc::ENOTSUP); 4], "round {round}");
+            assert_eq!(
+                std::fs::read_to_string(&file).unwrap(),
+                format!("round {round}\n")
+            );
+        }
+    })
+    .await;
+}
+
+/// The mount's own creates, commits and mkdirs come back to it as change
+/// events, often before their answers: none of them drops
+/// what the kernel was told (that cost a Stat per file afterwards, and
+/// made git read back every file it had just checked out). With the server
+/// gone, the kernel still answers `stat` of every file and directory the
+/// mount wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_mounts_own_changes_keep_what_the_kernel_was_told() {
+    if !can_mount() {
+        return;
+    }
+    let options = MountOptions {
+        server_wait: Duration::from_secs(1),
+        ..MountOptions::default()
+    };
+    let Restartable {
+        data: _data,
+        server,
+        session,
+        dir,
+        handle,
+        _client,
+    } = restartable(options).await;
+    let root = dir.path().to_path_buf();
+    session.write_str("m/marker.txt", "1\n").await.unwrap();
+    let files = root.clone();
+    blocking(move || {
+        assert_eq!(
+            std::fs::metadata(files.join("m/marker.txt")).unwrap().len(),
+            2
+        );
+        for d in 0..10 {
+            let sub = files.join(format!("d{d}"));
+            std::fs::create_dir(&sub).unwrap();
+            for f in 0..10 {
+                // Half made with O_EXCL (decided by the server), half
+                // answered by the mount and made by their first commit.
+                let mut file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(f % 2 == 0)
+                    .create_new(f % 2 == 1)
+                    .truncate(f % 2 == 0)
+                    .open(sub.join(format!("f{f}.txt")))
+                    .unwrap();
+                file.write_all("x".repeat(f + 1).as_bytes()).unwrap();
+            }
+        }
+    })
+    .await;
+    handle.sync().await.expect("every file lands");
+    // Events arrive in order: once the marker's change shows, every event
+    // of the mount's own changes above has arrived.
+    session.write_str("m/marker.txt", "22\n").await.unwrap();
+    // (In a directory of its own: a change in a directory makes the kernel
+    // look up that directory's other entries again.)
+    let marker = root.join("m/marker.txt");
+    eventually("the marker's change", move || {
+        std::fs::metadata(&marker).unwrap().len() == 3
+    })
+    .await;
+    server.stop().await.unwrap();
+    let files = root.clone();
+    let seen = blocking(move || {
+        let mut wrong = Vec::new();
+        for d in 0..10 {
+            let sub = files.join(format!("d{d}"));
+            match std::fs::metadata(&sub) {
+                Ok(m) if m.is_dir() => {}
+                other => wrong.push(format!("d{d}: {other:?}")),
+            }
+            for f in 0..10 {
+                match std::fs::metadata(sub.join(format!("f{f}.txt"))) {
+                    Ok(m) if m.len() == f + 1 => {}
+                    other => wrong.push(format!("d{d}/f{f}.txt: {other:?}")),
+                }
+            }
+        }
+        wrong
+    })
+    .await;
+    assert!(seen.is_empty(), "asked the server again: {seen:#?}");
+    drop(handle);
+}

@@ -144,7 +144,11 @@ impl Shared {
         self.runtime.spawn(async move {
             tokio::time::sleep(GATHER).await;
             staged.started();
-            let failure = match s.commit(ino).await {
+            let path = s.path(ino).ok().map(|(path, _)| path);
+            let own = path.as_ref().map(|path| s.own_change(path));
+            let committed = s.commit(ino).await;
+            drop(own);
+            let failure = match committed {
                 Ok(()) => None,
                 Err(e) => {
                     let path = s.path(ino).map(|(p, _)| p.to_string()).unwrap_or_default();
@@ -242,9 +246,20 @@ impl Shared {
                 }
                 Change::Attributes(first) => {
                     let attributes = s.behind.changes().unsent.remove(&path).unwrap_or(*first);
-                    s.retry_refusal(|| s.session.set_attributes(&path, attributes))
-                        .await
-                        .map(drop)
+                    let _own = s.own_change(&path);
+                    let set = s
+                        .retry_refusal(|| s.session.set_attributes(&path, attributes))
+                        .await;
+                    if let Ok(outcome) = &set {
+                        // The mount shows these already: their event
+                        // changes nothing the kernel holds.
+                        let mut inodes = s.inodes();
+                        let node = inodes.at(&path).and_then(|ino| inodes.get_mut(ino));
+                        if let Some(node) = node {
+                            node.own_version = Some(outcome.version);
+                        }
+                    }
+                    set.map(drop)
                 }
             };
             if let Err(e) = sent {
@@ -291,6 +306,11 @@ impl Shared {
         ino: u64,
         attributes: Attributes,
     ) -> Option<FileAttr> {
+        if let Ok((path, _)) = self.path(ino) {
+            // Its entry in its directory's kept listing is old, whether
+            // the change goes behind or not.
+            self.known.changed(&path);
+        }
         let (path, attr) = {
             let mut inodes = self.inodes();
             let node = inodes.get_mut(ino).filter(|node| {

@@ -25,6 +25,13 @@ use wsfs::CanonicalPath;
 /// The largest write and read the kernel is asked to send in one request.
 const MAX_IO: u32 = 1024 * 1024;
 
+/// The answer to every extended-attribute call. The kernel takes ENOSYS
+/// as "never supported": it stops sending that call for the mount's life
+/// and answers programs `ENOTSUP` itself. Among them is the getxattr of
+/// `security.capability` it makes before each write and chown (two or
+/// three requests per file `tar x` writes, none once refused so).
+const NO_XATTRS: Errno = Errno::ENOSYS;
+
 /// The FUSE filesystem: a thin shell that hands each call to [`Shared`].
 pub(super) struct WsfsFs {
     pub(super) shared: Arc<Shared>,
@@ -340,7 +347,7 @@ impl fuser::Filesystem for WsfsFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::ENOTSUP);
+        reply.error(NO_XATTRS);
     }
 
     fn getxattr(
@@ -351,15 +358,15 @@ impl fuser::Filesystem for WsfsFs {
         _size: u32,
         reply: ReplyXattr,
     ) {
-        reply.error(Errno::ENOTSUP);
+        reply.error(NO_XATTRS);
     }
 
     fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: ReplyXattr) {
-        reply.error(Errno::ENOTSUP);
+        reply.error(NO_XATTRS);
     }
 
     fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::ENOTSUP);
+        reply.error(NO_XATTRS);
     }
 
     fn create(

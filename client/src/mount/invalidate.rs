@@ -8,7 +8,7 @@
 //! answers come from the runtime, which must not wait for it.
 
 use super::shared::Shared;
-use crate::ChangeKind;
+use crate::{ChangeEvent, ChangeKind};
 use fuser::{INodeNo, Notifier};
 use futures::StreamExt;
 use std::ffi::OsString;
@@ -63,28 +63,52 @@ async fn watch(shared: Arc<Shared>, tx: mpsc::Sender<Forget>) {
                 since = since.max(event.seq);
                 let kind = ChangeKind::try_from(event.kind).unwrap_or(ChangeKind::Unspecified);
                 // Before the kernel's entries go: a lookup after that must
-                // not be answered "absent" from a stale directory.
+                // not be answered "absent" from a stale directory, nor a
+                // listing kept from before the change reused.
                 note_existing(&shared, kind, &event.path, &event.to_path);
-                match kind {
-                    ChangeKind::Ready | ChangeKind::Keepalive | ChangeKind::Unspecified => {}
-                    ChangeKind::Resync => forget_everything(&shared, &tx),
-                    ChangeKind::Created | ChangeKind::Modified
-                        if already_cached(&shared, &event.path, event.version) => {}
-                    ChangeKind::Created if made_here(&shared, &event.path) => {}
-                    ChangeKind::Created | ChangeKind::Modified => {
-                        forget_path(&shared, &tx, &event.path, Still::There);
+                note_changed(&shared, &event.path, &event.to_path);
+                let own = match kind {
+                    ChangeKind::Created | ChangeKind::Modified => crate::parse_path(&event.path)
+                        .ok()
+                        .filter(|p| shared.own_pending(p)),
+                    _ => None,
+                };
+                match own {
+                    // Perhaps the mount's own change, whose answer is on its
+                    // way: judged once the mount has noted it.
+                    Some(path) => {
+                        let (shared, tx) = (shared.clone(), tx.clone());
+                        tokio::spawn(async move {
+                            shared.own_settled(&path).await;
+                            judge(&shared, &tx, kind, &event);
+                        });
                     }
-                    ChangeKind::Deleted | ChangeKind::Moved => {
-                        for path in [&event.path, &event.to_path] {
-                            if !path.is_empty() {
-                                forget_path(&shared, &tx, path, Still::Replaced);
-                            }
-                        }
-                    }
+                    None => judge(&shared, &tx, kind, &event),
                 }
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// What the kernel must forget for `event`.
+fn judge(shared: &Shared, tx: &mpsc::Sender<Forget>, kind: ChangeKind, event: &ChangeEvent) {
+    match kind {
+        ChangeKind::Ready | ChangeKind::Keepalive | ChangeKind::Unspecified => {}
+        ChangeKind::Resync => forget_everything(shared, tx),
+        ChangeKind::Created | ChangeKind::Modified
+            if already_cached(shared, &event.path, event.version) => {}
+        ChangeKind::Created if made_here(shared, &event.path) => {}
+        ChangeKind::Created | ChangeKind::Modified => {
+            forget_path(shared, tx, &event.path, Still::There);
+        }
+        ChangeKind::Deleted | ChangeKind::Moved => {
+            for path in [&event.path, &event.to_path] {
+                if !path.is_empty() {
+                    forget_path(shared, tx, path, Still::Replaced);
+                }
+            }
+        }
     }
 }
 
@@ -187,6 +211,16 @@ fn note_existing(shared: &Shared, kind: ChangeKind, path: &str, to_path: &str) {
     };
     if let Ok(made) = crate::parse_path(made) {
         shared.known.added(&made);
+    }
+}
+
+/// The listings kept of the directories an event touches are old now
+/// (known.rs).
+fn note_changed(shared: &Shared, path: &str, to_path: &str) {
+    for raw in [path, to_path] {
+        if let Ok(changed) = crate::parse_path(raw) {
+            shared.known.changed(&changed);
+        }
     }
 }
 

@@ -25,10 +25,20 @@
 //! that follow it can be missed, so it never answers a lookup "absent";
 //! an rmdir it lets go behind wrongly is refused by the server and
 //! reported (behind.rs).
+//!
+//! The last listing of a directory is kept for its next opens while
+//! nothing in the directory changes ([`KnownDirs::kept_listing`]): `rm
+//! -rf` opens each directory twice in a row (once to see whether it is
+//! empty, once to read it), and the kernel keeps no listing that was not
+//! read to its end. Any change the mount makes or hears of in the
+//! directory — a name made, removed or renamed, an entry's attributes,
+//! any Watch event naming the directory or an entry — drops it, and a
+//! listing whose List crossed such a change is not kept. At most
+//! [`MAX_LISTED`] entries are kept across directories.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
-use wsfs::CanonicalPath;
+use std::sync::{Arc, Mutex};
+use wsfs::{CanonicalPath, Metadata};
 
 /// The most names held across every known directory (some 100 bytes
 /// each).
@@ -50,10 +60,32 @@ struct Inner {
     /// those learned since.
     listed: HashMap<CanonicalPath, HashSet<String>>,
     names: usize,
+    /// Listings kept for their directory's next open, and Lists on their
+    /// way that may be kept.
+    kept: HashMap<CanonicalPath, Kept>,
+    /// The entries of the listings in `kept`.
+    kept_entries: usize,
+    /// The last List's ticket.
+    tickets: u64,
+}
+
+/// A directory's listing kept for its next open.
+enum Kept {
+    /// A List is on its way; kept when it ends with this ticket in place.
+    Asked(u64),
+    Listed(Arc<Vec<Metadata>>),
 }
 
 impl Inner {
+    /// Something in `dir` (or `dir` itself) changed: its listing is old.
+    fn touch(&mut self, dir: &CanonicalPath) {
+        if let Some(Kept::Listed(listing)) = self.kept.remove(dir) {
+            self.kept_entries -= listing.len();
+        }
+    }
+
     fn add(&mut self, dir: &CanonicalPath, name: &str) {
+        self.touch(dir);
         let full = self.names >= MAX_NAMES;
         for map in [&mut self.dirs, &mut self.listed] {
             let Some(names) = map.get_mut(dir) else {
@@ -125,6 +157,7 @@ impl KnownDirs {
             return;
         };
         let mut inner = self.inner();
+        inner.touch(&dir);
         let inner = &mut *inner;
         for map in [&mut inner.dirs, &mut inner.listed] {
             if map.get_mut(&dir).is_some_and(|names| names.remove(name)) {
@@ -146,6 +179,18 @@ impl KnownDirs {
         for dir in gone {
             inner.remove_dir(&dir);
         }
+        let kept: Vec<CanonicalPath> = inner
+            .kept
+            .keys()
+            .filter(|d| d.starts_with(path))
+            .cloned()
+            .collect();
+        for dir in kept {
+            inner.touch(&dir);
+        }
+        if let Some(parent) = path.parent() {
+            inner.touch(&parent);
+        }
     }
 
     /// Forgets every directory (the Watch stream may have missed events).
@@ -154,6 +199,65 @@ impl KnownDirs {
         inner.dirs.clear();
         inner.listed.clear();
         inner.names = 0;
+        inner.kept.clear();
+        inner.kept_entries = 0;
+    }
+
+    /// `path` changed (a Watch event named it, or the mount changed its
+    /// attributes): the listings of its directory, and its own, are old.
+    pub(super) fn changed(&self, path: &CanonicalPath) {
+        let mut inner = self.inner();
+        inner.touch(path);
+        if let Some(dir) = path.parent() {
+            inner.touch(&dir);
+        }
+    }
+
+    /// A List of `dir` is about to leave: the ticket to keep its answer
+    /// with ([`KnownDirs::keep_listing`]).
+    pub(super) fn listing_asked(&self, dir: &CanonicalPath) -> u64 {
+        let mut inner = self.inner();
+        inner.touch(dir);
+        inner.tickets += 1;
+        let ticket = inner.tickets;
+        inner.kept.insert(dir.clone(), Kept::Asked(ticket));
+        ticket
+    }
+
+    /// The List of `dir` that left with `ticket` answered `listing`: kept
+    /// for the directory's next opens when nothing in it changed meanwhile
+    /// and it fits (older kept listings give way).
+    pub(super) fn keep_listing(
+        &self,
+        dir: &CanonicalPath,
+        ticket: u64,
+        listing: &Arc<Vec<Metadata>>,
+    ) {
+        let mut inner = self.inner();
+        if !matches!(inner.kept.get(dir), Some(Kept::Asked(t)) if *t == ticket) {
+            return;
+        }
+        inner.kept.remove(dir);
+        if listing.len() > MAX_LISTED {
+            return;
+        }
+        if inner.kept_entries + listing.len() > MAX_LISTED {
+            inner.kept.retain(|_, kept| matches!(kept, Kept::Asked(_)));
+            inner.kept_entries = 0;
+        }
+        inner.kept_entries += listing.len();
+        inner
+            .kept
+            .insert(dir.clone(), Kept::Listed(listing.clone()));
+    }
+
+    /// The listing of `dir` kept by its last List, when nothing in it has
+    /// changed since.
+    pub(super) fn kept_listing(&self, dir: &CanonicalPath) -> Option<Arc<Vec<Metadata>>> {
+        match self.inner().kept.get(dir) {
+            Some(Kept::Listed(listing)) => Some(listing.clone()),
+            _ => None,
+        }
     }
 
     /// Whether the directory at `dir` is known: the mount made it.
@@ -245,6 +349,76 @@ mod tests {
         k.made(&p("m"));
         k.listed(&p("m"), ["x"].into_iter());
         assert!(k.empty(&p("m")), "a made directory knows better");
+    }
+
+    fn listing(names: &[&str]) -> Arc<Vec<Metadata>> {
+        let entries = names
+            .iter()
+            .map(|name| Metadata {
+                path: p(name),
+                kind: wsfs::FileKind::File,
+                size: 0,
+                created: std::time::SystemTime::UNIX_EPOCH,
+                modified: std::time::SystemTime::UNIX_EPOCH,
+                version: 1,
+                permissions: wsfs::Permissions::FILE_DEFAULT,
+                symlink_target: None,
+            })
+            .collect();
+        Arc::new(entries)
+    }
+
+    #[test]
+    fn a_kept_listing_serves_while_nothing_in_it_changes() {
+        let k = KnownDirs::default();
+        let ticket = k.listing_asked(&p("d"));
+        assert!(k.kept_listing(&p("d")).is_none(), "not while it travels");
+        k.keep_listing(&p("d"), ticket, &listing(&["d/a"]));
+        assert_eq!(k.kept_listing(&p("d")).map(|l| l.len()), Some(1));
+        assert!(k.kept_listing(&p("d")).is_some(), "it serves every open");
+
+        let changes: [&dyn Fn(&KnownDirs); 6] = [
+            &|k| k.added(&p("d/new")),
+            &|k| k.added(&p("d/sub/deep")),
+            &|k| k.removed(&p("d/a")),
+            &|k| k.changed(&p("d/a")),
+            &|k| k.forget(&p("d/a")),
+            &|k| k.forget_all(),
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let ticket = k.listing_asked(&p("d"));
+            k.keep_listing(&p("d"), ticket, &listing(&["d/a"]));
+            change(&k);
+            assert!(k.kept_listing(&p("d")).is_none(), "change {i} drops it");
+            let ticket = k.listing_asked(&p("d"));
+            change(&k);
+            k.keep_listing(&p("d"), ticket, &listing(&["d/a"]));
+            assert!(
+                k.kept_listing(&p("d")).is_none(),
+                "change {i} while the List travelled: not kept"
+            );
+        }
+        let ticket = k.listing_asked(&p("d"));
+        k.keep_listing(&p("d"), ticket, &listing(&["d/a"]));
+        k.added(&p("e/x"));
+        k.changed(&p("dx"));
+        assert!(k.kept_listing(&p("d")).is_some(), "others' changes keep it");
+        assert_eq!(k.inner().kept_entries, 1);
+    }
+
+    #[test]
+    fn kept_listings_hold_at_most_the_bound_of_entries() {
+        let k = KnownDirs::default();
+        let names: Vec<String> = (0..MAX_LISTED / 2 + 1).map(|i| format!("d/f{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let big = listing(&names);
+        for dir in ["a", "b"] {
+            let ticket = k.listing_asked(&p(dir));
+            k.keep_listing(&p(dir), ticket, &big);
+        }
+        assert!(k.inner().kept_entries <= MAX_LISTED);
+        assert!(k.kept_listing(&p("a")).is_none(), "the older gave way");
+        assert!(k.kept_listing(&p("b")).is_some());
     }
 
     #[test]

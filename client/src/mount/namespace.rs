@@ -75,6 +75,8 @@ impl WsfsFs {
                     permissions: Some(permissions),
                     modified: None,
                 };
+                // Until the version is noted below.
+                let _own = s.own_change(&path);
                 let outcome = if exclusive {
                     s.create_exclusive(&path, permissions).await?
                 } else {
@@ -174,6 +176,8 @@ impl WsfsFs {
                 permissions: Some(permissions),
             };
             s.settle(&path).await;
+            // Until the attributes told the kernel are noted below.
+            let _own = s.own_change(&path);
             // Known (empty) before it exists, so that no name made in it
             // meanwhile is missed (known.rs).
             s.known.made(&path);

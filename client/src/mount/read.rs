@@ -349,7 +349,8 @@ impl Shared {
     }
 
     /// The entries of directory `ino` for handle `fh`, listed at its first
-    /// readdir.
+    /// readdir, or the directory's last listing when nothing in it changed
+    /// since (known.rs: `rm -rf` opens each directory twice).
     pub(super) async fn listing(&self, ino: u64, fh: u64) -> Result<Arc<Vec<Metadata>>, Errno> {
         if let Some(Handle::Dir {
             listing: Some(listing),
@@ -358,9 +359,18 @@ impl Shared {
             return Ok(listing.clone());
         }
         let (path, _) = self.path(ino)?;
-        self.settle_dir(&path).await;
-        let listing = Arc::new(self.retry(|| self.session.list_all(&path, 1)).await?);
-        self.known.listed(&path, listing.iter().map(Metadata::name));
+        let listing = match self.known.kept_listing(&path) {
+            Some(listing) => listing,
+            None => {
+                self.settle_dir(&path).await;
+                let ticket = self.known.listing_asked(&path);
+                let listed = self.retry(|| self.session.list_all(&path, 1)).await;
+                let listing = Arc::new(listed.inspect_err(|_| self.known.changed(&path))?);
+                self.known.listed(&path, listing.iter().map(Metadata::name));
+                self.known.keep_listing(&path, ticket, &listing);
+                listing
+            }
+        };
         if let Some(Handle::Dir { listing: slot }) = self.handles().get_mut(&fh) {
             *slot = Some(listing.clone());
         }

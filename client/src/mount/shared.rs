@@ -55,6 +55,11 @@ pub(super) struct Shared {
     pub(super) making: Mutex<std::collections::HashSet<CanonicalPath>>,
     /// The versions the mount's latest commits made, by path.
     recent: Mutex<RecentCommits>,
+    /// The mount's own changes on their way, by path (see
+    /// [`Shared::own_change`]).
+    own: Mutex<HashMap<CanonicalPath, usize>>,
+    /// Bumped whenever one of them ends.
+    own_ended: tokio::sync::watch::Sender<u64>,
     /// What is read ahead of sequential readers (read.rs).
     pub(super) readahead: super::read::ReadAhead,
     /// Where the kernel is told to forget what it caches (invalidate.rs).
@@ -114,6 +119,8 @@ impl Shared {
             known: KnownDirs::default(),
             making: Mutex::default(),
             recent: Mutex::default(),
+            own: Mutex::default(),
+            own_ended: tokio::sync::watch::channel(0).0,
             readahead: Default::default(),
             kernel: std::sync::OnceLock::new(),
         }
@@ -199,11 +206,15 @@ impl Shared {
         options: PatchOptions,
     ) -> Result<wsfs::WriteOutcome, Errno> {
         self.settle(path).await;
-        self.retry(|| {
-            self.session
-                .patch_bytes(path, options, futures::stream::empty().boxed())
-        })
-        .await
+        let patched = self
+            .retry(|| {
+                self.session
+                    .patch_bytes(path, options, futures::stream::empty().boxed())
+            })
+            .await;
+        // A listing kept of its directory holds its old length.
+        self.known.changed(path);
+        patched
     }
 
     /// The server's metadata of `path`. An answer older than a commit of
@@ -251,6 +262,7 @@ impl Shared {
         let Some(ino) = self.unborn_at(path) else {
             return Ok(());
         };
+        let _own = self.own_change(path);
         match self.commit(ino).await {
             Err(e) if self.unborn_at(path) == Some(ino) => Err(e),
             _ => Ok(()),
@@ -302,6 +314,59 @@ impl Shared {
 
     fn recent(&self) -> MutexGuard<'_, RecentCommits> {
         self.recent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn own(&self) -> MutexGuard<'_, HashMap<CanonicalPath, usize>> {
+        self.own.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A change of the mount's own to `path` is on its way until the
+    /// returned guard goes, once the mount has noted what it made (the
+    /// version, the attributes it told the kernel). Its change event can
+    /// arrive before the answer; the Watch stream holds such an event
+    /// until the guard goes and then judges it (invalidate.rs), so that
+    /// the mount's own change does not drop what the kernel holds of it.
+    pub(super) fn own_change(&self, path: &CanonicalPath) -> OwnChange<'_> {
+        *self.own().entry(path.clone()).or_default() += 1;
+        OwnChange {
+            shared: self,
+            path: path.clone(),
+        }
+    }
+
+    /// Whether a change of the mount's own to `path` is on its way.
+    pub(super) fn own_pending(&self, path: &CanonicalPath) -> bool {
+        self.own().contains_key(path)
+    }
+
+    /// Waits until no change of the mount's own to `path` is on its way.
+    pub(super) async fn own_settled(&self, path: &CanonicalPath) {
+        let mut ended = self.own_ended.subscribe();
+        while self.own_pending(path) {
+            if ended.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// See [`Shared::own_change`].
+pub(super) struct OwnChange<'a> {
+    shared: &'a Shared,
+    path: CanonicalPath,
+}
+
+impl Drop for OwnChange<'_> {
+    fn drop(&mut self) {
+        let mut own = self.shared.own();
+        if let Some(count) = own.get_mut(&self.path) {
+            *count -= 1;
+            if *count == 0 {
+                own.remove(&self.path);
+            }
+        }
+        drop(own);
+        self.shared.own_ended.send_modify(|n| *n += 1);
     }
 }
 
