@@ -124,8 +124,10 @@ impl Shared {
     }
 }
 
-/// `version` of `path` is the mount's own commit or create, which the
-/// kernel already holds: dropping its caches would only cost lookups.
+/// `version` of `path` is the mount's own last commit or create, which the
+/// kernel already holds, or an older one (a path's versions only grow: the
+/// create's event judged after the file's first commit answered): dropping
+/// its caches would only cost lookups.
 fn already_cached(shared: &Shared, raw: &str, version: u64) -> bool {
     let Ok(path) = crate::parse_path(raw) else {
         return false;
@@ -135,7 +137,7 @@ fn already_cached(shared: &Shared, raw: &str, version: u64) -> bool {
         && inodes
             .at(&path)
             .and_then(|ino| inodes.get(ino))
-            .is_some_and(|node| node.own_version == Some(version))
+            .is_some_and(|node| node.own_version.is_some_and(|own| version <= own))
 }
 
 /// `path` is a directory the mount made itself, whose attributes it
