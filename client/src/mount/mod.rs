@@ -14,6 +14,8 @@
 //!   - `attr`: lookup, getattr and setattr, and the kernel's attributes;
 //!   - `read`: reads, symlink targets and directory listings;
 //!   - `write`: opens, writes and the commits of staged files;
+//!   - `ahead`: a file written in long runs starts its commit's upload
+//!     while it is written, and the commit ends it;
 //!   - `namespace`: create (answered locally in a directory the mount
 //!     knows), mkdir, symlink, rename, unlink, rmdir.
 //! - `behind`: the write-behind: commits at close queued (bounded,
@@ -29,6 +31,7 @@
 //! docs/MOUNT.md is the user's guide: how to mount, what is supported, the
 //! errno table and the memory bound.
 
+mod ahead;
 mod attr;
 mod behind;
 mod dispatch;

@@ -73,8 +73,29 @@ impl Shared {
         let path = match self.path(ino) {
             Ok((path, _)) => path,
             // Unlinked: nobody can see these bytes any more.
-            Err(_) => return Ok(()),
+            Err(_) => {
+                self.drop_ahead(&staged).await;
+                return Ok(());
+            }
         };
+        let unborn = self.unborn_at(&path) == Some(ino);
+        if let Some((commit, outcome)) = self.finish_ahead(&staged, &path, unborn).await {
+            if unborn {
+                self.made(&path);
+            }
+            self.landed(ino, &path, &staged, &commit, outcome.version);
+            // The server's clock gave the time: the kernel is told it.
+            if let Ok(meta) = self.session.stat(&path).await {
+                if meta.version == outcome.version {
+                    staged.landed_at(&commit, meta.modified);
+                    if let Some(attr) = self.inodes().get_mut(ino).and_then(|n| n.attr.as_mut()) {
+                        (attr.mtime, attr.atime, attr.ctime) =
+                            (meta.modified, meta.modified, meta.modified);
+                    }
+                }
+            }
+            return Ok(());
+        }
         let Some(commit) = staged.begin_commit() else {
             return Ok(());
         };
@@ -85,28 +106,10 @@ impl Shared {
                 return Err(local(&e));
             }
         };
-        let unborn = self.unborn_at(&path) == Some(ino);
         let sent = self.send(&path, &reader, &commit, unborn).await;
         match sent {
             Ok(outcome) => {
-                self.committed(&path, outcome.version);
-                staged.committed(&commit);
-                if let Some(node) = self.inodes().get_mut(ino) {
-                    node.cached_version = Some(outcome.version);
-                    node.own_version = Some(outcome.version);
-                    // What the kernel was told is the server's now: its
-                    // getattr is answered from here, without a Stat.
-                    if let Some(attr) = &mut node.attr {
-                        attr.size = commit.size;
-                        attr.blocks = commit.size.div_ceil(512);
-                        if let Some(modified) = commit.modified {
-                            (attr.mtime, attr.atime, attr.ctime) = (modified, modified, modified);
-                        }
-                        if let Some(permissions) = commit.permissions {
-                            attr.perm = permissions.bits() as u16;
-                        }
-                    }
-                }
+                self.landed(ino, &path, &staged, &commit, outcome.version);
                 Ok(())
             }
             Err(e) => {
@@ -115,6 +118,35 @@ impl Shared {
                     self.create_lost(ino, &path, e);
                 }
                 Err(e)
+            }
+        }
+    }
+
+    /// `commit` of `ino` at `path` landed as `version`.
+    fn landed(
+        &self,
+        ino: u64,
+        path: &CanonicalPath,
+        staged: &Staged,
+        commit: &Commit,
+        version: u64,
+    ) {
+        self.committed(path, version);
+        staged.committed(commit);
+        if let Some(node) = self.inodes().get_mut(ino) {
+            node.cached_version = Some(version);
+            node.own_version = Some(version);
+            // What the kernel was told is the server's now: its
+            // getattr is answered from here, without a Stat.
+            if let Some(attr) = &mut node.attr {
+                attr.size = commit.size;
+                attr.blocks = commit.size.div_ceil(512);
+                if let Some(modified) = commit.modified {
+                    (attr.mtime, attr.atime, attr.ctime) = (modified, modified, modified);
+                }
+                if let Some(permissions) = commit.permissions {
+                    attr.perm = permissions.bits() as u16;
+                }
             }
         }
     }
@@ -326,7 +358,10 @@ impl WsfsFs {
             return reply.error(Errno::EBADF);
         };
         match staged.write(offset, data) {
-            Ok(()) => reply.written(data.len() as u32),
+            Ok(()) => {
+                reply.written(data.len() as u32);
+                self.shared.upload_ahead(ino.0, &staged);
+            }
             Err(e) => reply.error(local(&e)),
         }
     }

@@ -1,0 +1,185 @@
+//! The upload ahead: a file written in long runs (a copy, a download, a
+//! build's output) starts its commit's patch while it is still being
+//! written, so that the bytes travel beside the writes instead of after
+//! them. The server stages what arrives and commits nothing until the
+//! stream ends, and the stream ends only in the commit at flush, fsync or
+//! the last close: the file still becomes one new version, at the same
+//! moment as without it. A commit that does not ask for what the upload
+//! began with (a cut since, a chmod, a time set, a rename, the session's
+//! per-write limit passed) abandons it: the stream breaks off, the server
+//! drops what it staged, and the commit goes the ordinary way with every
+//! byte.
+
+use super::shared::Shared;
+use super::staging::{AheadHeader, AheadStep, Commit, Staged};
+use bytes::Bytes;
+use futures::StreamExt;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use wsfs::{CanonicalPath, Error, Filesystem as _, PatchChunk, PatchOptions, WriteOutcome};
+
+/// An upload ahead under way.
+pub(super) struct Running {
+    path: CanonicalPath,
+    unborn: bool,
+    task: tokio::task::JoinHandle<wsfs::Result<WriteOutcome>>,
+}
+
+impl Shared {
+    /// After a write to `ino`: starts its upload ahead when the write left
+    /// a long dirty run (staging.rs says when).
+    pub(super) fn upload_ahead(self: &Arc<Self>, ino: u64, staged: &Arc<Staged>) {
+        let Ok((path, _)) = self.path(ino) else {
+            return;
+        };
+        let Some(header) = staged.begin_ahead() else {
+            return;
+        };
+        let reader = match staged.reader() {
+            Ok(reader) => reader,
+            Err(_) => {
+                staged.end_ahead(false);
+                return;
+            }
+        };
+        let unborn = self.unborn_at(&path) == Some(ino);
+        let options = ahead_options(header, unborn);
+        let chunks = ahead_chunks(self.clone(), Arc::downgrade(staged), reader);
+        let shared = self.clone();
+        let target = path.clone();
+        let task = self
+            .runtime
+            .spawn(async move { shared.session.patch_bytes(&target, options, chunks).await });
+        *staged.ahead_task.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(Running { path, unborn, task });
+    }
+
+    /// Ends the upload ahead of `staged`, if one runs, with the commit of
+    /// `path` (its commit lock held): the commit and the server's answer
+    /// when the upload carried it; `None` when there was none or it did
+    /// not land (its bytes are dirty again, for the ordinary commit).
+    pub(super) async fn finish_ahead(
+        &self,
+        staged: &Staged,
+        path: &CanonicalPath,
+        unborn: bool,
+    ) -> Option<(Commit, WriteOutcome)> {
+        let running = staged
+            .ahead_task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        let commit = staged.begin_commit();
+        let limit = self.max_write.load(Ordering::Relaxed);
+        let fits = match &commit {
+            Some(commit) => {
+                running.path == *path
+                    && running.unborn == unborn
+                    && staged.finish_ahead(commit, limit)
+            }
+            None => false,
+        };
+        if !fits {
+            staged.abort_ahead();
+        }
+        let answer = running
+            .task
+            .await
+            .unwrap_or_else(|e| Err(Error::internal(format!("the upload's task failed: {e}"))));
+        match (commit, answer) {
+            (Some(commit), Ok(outcome)) if fits => {
+                staged.end_ahead(true);
+                Some((commit, outcome))
+            }
+            (commit, answer) => {
+                staged.end_ahead(false);
+                if let Some(commit) = commit {
+                    staged.failed(commit);
+                }
+                if let Err(Error::TooLarge { limit, .. }) = answer {
+                    if limit > 0 {
+                        self.max_write.store(limit, Ordering::Relaxed);
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// Abandons the upload ahead of `staged`, if one runs (the file left
+    /// the workspace): nothing of it lands.
+    pub(super) async fn drop_ahead(&self, staged: &Staged) {
+        let running = staged
+            .ahead_task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(running) = running {
+            staged.abort_ahead();
+            let _ = running.task.await;
+            staged.end_ahead(false);
+        }
+    }
+}
+
+/// The patch's options: what the commit will ask for, without the
+/// modification time (the server's clock sets it as the bytes land).
+fn ahead_options(header: AheadHeader, unborn: bool) -> PatchOptions {
+    PatchOptions {
+        truncate_to: header.truncate_to,
+        permissions: header.permissions,
+        ..super::namespace::create_options(unborn)
+    }
+}
+
+/// The upload's chunks: dirty bytes as the writes leave them, then the
+/// commit's last ranges; an error (which breaks the stream off, so that
+/// nothing lands) when it is abandoned or the staging is gone.
+fn ahead_chunks(
+    shared: Arc<Shared>,
+    staged: Weak<Staged>,
+    reader: std::fs::File,
+) -> wsfs::PatchChunks {
+    let wake = staged.upgrade().map(|s| s.ahead_wake.clone());
+    futures::stream::unfold((shared, staged, reader, wake), |state| async move {
+        let (shared, staged, reader, wake) = state;
+        let wake = wake?;
+        loop {
+            let step = {
+                let notified = wake.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                let step = match staged.upgrade() {
+                    Some(staged) => staged.next_ahead(shared.max_write.load(Ordering::Relaxed)),
+                    None => AheadStep::Abort,
+                };
+                if step == AheadStep::Wait {
+                    notified.await;
+                    continue;
+                }
+                step
+            };
+            let chunk = match step {
+                AheadStep::Send(offset, len) => {
+                    let mut data = vec![0; len as usize];
+                    reader
+                        .read_exact_at(&mut data, offset)
+                        .map(|()| PatchChunk {
+                            offset,
+                            data: Bytes::from(data),
+                        })
+                        .map_err(|e| {
+                            Error::internal(format!("reading the mount's staged bytes failed: {e}"))
+                        })
+                }
+                AheadStep::Abort => Err(Error::Cancelled {
+                    message: "the upload ahead of the commit was abandoned".to_string(),
+                }),
+                AheadStep::Wait | AheadStep::Done => return None,
+            };
+            return Some((chunk, (shared, staged, reader, Some(wake))));
+        }
+    })
+    .boxed()
+}
