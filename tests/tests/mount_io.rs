@@ -220,8 +220,14 @@ fn write_in_mibs(file: &fs::File, offset: usize, data: &[u8]) {
 /// effect it has on any commit.
 #[test]
 fn a_file_uploaded_ahead_of_its_commit_lands_whole_at_fsync_and_not_before() {
+    for backend in [Backend::Directory, Backend::Memory, Backend::Container] {
+        uploaded_ahead(backend);
+    }
+}
+
+fn uploaded_ahead(backend: Backend) {
     use std::os::unix::fs::PermissionsExt;
-    let Some(mut m) = MountedSession::start(Backend::Directory, 1) else {
+    let Some(mut m) = MountedSession::start(backend, 1) else {
         return;
     };
     let stat =

@@ -14,7 +14,7 @@
 //!   - `attr`: lookup, getattr and setattr, and the kernel's attributes;
 //!   - `read`: reads, symlink targets and directory listings;
 //!   - `write`: opens, writes and the commits of staged files;
-//!   - `ahead`: a file written in long runs starts its commit's upload
+//!   - `upload_ahead`: a file written in long runs starts its commit's upload
 //!     while it is written, and the commit ends it;
 //!   - `namespace`: create (answered locally in a directory the mount
 //!     knows), mkdir, symlink, rename, unlink, rmdir.
@@ -31,7 +31,6 @@
 //! docs/MOUNT.md is the user's guide: how to mount, what is supported, the
 //! errno table and the memory bound.
 
-mod ahead;
 mod attr;
 mod behind;
 mod dispatch;
@@ -43,6 +42,7 @@ mod namespace;
 mod read;
 mod shared;
 mod staging;
+mod upload_ahead;
 mod write;
 
 use crate::Session;

@@ -15,7 +15,7 @@ use std::time::SystemTime;
 use wsfs::{Permissions, MAX_CHUNK_SIZE};
 
 /// A write that leaves a run of this many dirty bytes starts the upload
-/// ahead of the commit (ahead.rs).
+/// ahead of the commit (upload_ahead.rs).
 pub const AHEAD_START_BYTES: u64 = 8 << 20;
 
 /// What the upload ahead sends at a time: a whole chunk of a dirty run.
@@ -153,10 +153,10 @@ pub struct Staged {
     /// set intact when it fails; held by a rename or unlink of the file so
     /// that no commit runs across it (behind.rs).
     pub commit_lock: Arc<tokio::sync::Mutex<()>>,
-    /// Wakes the upload ahead: bytes to send, or its end (ahead.rs).
+    /// Wakes the upload ahead: bytes to send, or its end (upload_ahead.rs).
     pub(super) ahead_wake: Arc<tokio::sync::Notify>,
-    /// The upload ahead's task, while one runs (ahead.rs).
-    pub(super) ahead_task: Mutex<Option<super::ahead::Running>>,
+    /// The upload ahead's task, while one runs (upload_ahead.rs).
+    pub(super) ahead_task: Mutex<Option<super::upload_ahead::Running>>,
 }
 
 impl Drop for Staged {
@@ -239,6 +239,12 @@ struct State {
     /// An upload ahead did not land since the last commit: the next
     /// commit goes the ordinary way.
     ahead_off: bool,
+}
+
+impl State {
+    fn may_begin_ahead(&self) -> bool {
+        self.run >= AHEAD_START_BYTES && self.ahead.is_none() && !self.committing && !self.ahead_off
+    }
 }
 
 /// What one commit sends: the length to cut or extend to first, then the
@@ -530,7 +536,7 @@ impl Staged {
     /// last commit: the header it is sent with.
     pub fn begin_ahead(&self) -> Option<AheadHeader> {
         let mut s = self.state();
-        if s.run < AHEAD_START_BYTES || s.ahead.is_some() || s.committing || s.ahead_off {
+        if !s.may_begin_ahead() {
             return None;
         }
         // As the commit computes it; only a cut, which ends the upload,
@@ -553,6 +559,11 @@ impl Staged {
             end: AheadEnd::Running,
         });
         Some(header)
+    }
+
+    /// Whether [`Self::begin_ahead`] would start one now.
+    pub fn may_begin_ahead(&self) -> bool {
+        self.state().may_begin_ahead()
     }
 
     /// The upload ahead's next step; `limit` is the session's per-write

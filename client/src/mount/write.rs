@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use wsfs::{
     CanonicalPath, Error, FileKind, Filesystem as _, PatchChunk, PatchChunks, PatchOptions,
-    MAX_CHUNK_SIZE,
+    DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE,
 };
 
 impl Shared {
@@ -276,7 +276,7 @@ impl Shared {
 }
 
 /// The patch chunks of `ranges`, read from the staging file as they are
-/// sent (at most a chunk in memory at a time).
+/// sent (at most a read's worth, 1 MiB, in memory at a time).
 fn chunks(file: Arc<std::fs::File>, ranges: &[(u64, u64)]) -> PatchChunks {
     let mut pieces = Vec::new();
     for &(start, end) in ranges {
@@ -288,17 +288,37 @@ fn chunks(file: Arc<std::fs::File>, ranges: &[(u64, u64)]) -> PatchChunks {
         }
     }
     futures::stream::iter(pieces)
-        .map(move |(offset, len)| {
-            let mut data = vec![0; len];
-            file.read_exact_at(&mut data, offset).map_err(|e| {
-                Error::internal(format!("reading the mount's staged bytes failed: {e}"))
-            })?;
+        .flat_map(move |(offset, len)| futures::stream::iter(read_staged(&file, offset, len)))
+        .boxed()
+}
+
+/// `len` bytes at `offset` of a staging file, read at once and sent as
+/// messages of the client's usual size: the server stages a message as
+/// it arrives, so small ones keep the upload flowing within the stream's
+/// flow-control window where 1 MiB ones stall it (a 512 MiB commit took
+/// 2.6 s in 1 MiB messages against 0.9 to 1.5 s for `wsfs put`, which
+/// sends 64 KiB ones).
+pub(super) fn read_staged(
+    file: &std::fs::File,
+    offset: u64,
+    len: usize,
+) -> Vec<wsfs::Result<PatchChunk>> {
+    let mut data = vec![0; len];
+    if let Err(e) = file.read_exact_at(&mut data, offset) {
+        return vec![Err(Error::internal(format!(
+            "reading the mount's staged bytes failed: {e}"
+        )))];
+    }
+    let data = Bytes::from(data);
+    (0..len)
+        .step_by(DEFAULT_CHUNK_SIZE)
+        .map(|at| {
             Ok(PatchChunk {
-                offset,
-                data: Bytes::from(data),
+                offset: offset + at as u64,
+                data: data.slice(at..(at + DEFAULT_CHUNK_SIZE).min(len)),
             })
         })
-        .boxed()
+        .collect()
 }
 
 impl WsfsFs {

@@ -12,12 +12,39 @@
 
 use super::shared::Shared;
 use super::staging::{AheadHeader, AheadStep, Commit, Staged};
-use bytes::Bytes;
 use futures::StreamExt;
-use std::os::unix::fs::FileExt;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use wsfs::{CanonicalPath, Error, Filesystem as _, PatchChunk, PatchOptions, WriteOutcome};
+use wsfs::{CanonicalPath, Error, Filesystem as _, PatchOptions, WriteOutcome};
+
+/// Most uploads ahead at once in a process: each holds one of its
+/// connection's calls (the server allows 256 at once) while its file is
+/// being written, and a chunk of memory. A file written while this many
+/// run commits the ordinary way.
+const MAX_AHEAD: usize = 8;
+
+/// Uploads ahead under way.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// One of the [`MAX_AHEAD`] places, let go when dropped.
+struct Place;
+
+impl Place {
+    fn take() -> Option<Place> {
+        RUNNING
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_AHEAD).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Place)
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// An upload ahead under way.
 pub(super) struct Running {
@@ -30,7 +57,13 @@ impl Shared {
     /// After a write to `ino`: starts its upload ahead when the write left
     /// a long dirty run (staging.rs says when).
     pub(super) fn upload_ahead(self: &Arc<Self>, ino: u64, staged: &Arc<Staged>) {
+        if !staged.may_begin_ahead() {
+            return;
+        }
         let Ok((path, _)) = self.path(ino) else {
+            return;
+        };
+        let Some(place) = Place::take() else {
             return;
         };
         let Some(header) = staged.begin_ahead() else {
@@ -48,9 +81,10 @@ impl Shared {
         let chunks = ahead_chunks(self.clone(), Arc::downgrade(staged), reader);
         let shared = self.clone();
         let target = path.clone();
-        let task = self
-            .runtime
-            .spawn(async move { shared.session.patch_bytes(&target, options, chunks).await });
+        let task = self.runtime.spawn(async move {
+            let _place = place;
+            shared.session.patch_bytes(&target, options, chunks).await
+        });
         *staged.ahead_task.lock().unwrap_or_else(|e| e.into_inner()) =
             Some(Running { path, unborn, task });
     }
@@ -160,26 +194,21 @@ fn ahead_chunks(
                 }
                 step
             };
-            let chunk = match step {
+            let chunks = match step {
                 AheadStep::Send(offset, len) => {
-                    let mut data = vec![0; len as usize];
-                    reader
-                        .read_exact_at(&mut data, offset)
-                        .map(|()| PatchChunk {
-                            offset,
-                            data: Bytes::from(data),
-                        })
-                        .map_err(|e| {
-                            Error::internal(format!("reading the mount's staged bytes failed: {e}"))
-                        })
+                    super::write::read_staged(&reader, offset, len as usize)
                 }
-                AheadStep::Abort => Err(Error::Cancelled {
+                AheadStep::Abort => vec![Err(Error::Cancelled {
                     message: "the upload ahead of the commit was abandoned".to_string(),
-                }),
+                })],
                 AheadStep::Wait | AheadStep::Done => return None,
             };
-            return Some((chunk, (shared, staged, reader, Some(wake))));
+            return Some((
+                futures::stream::iter(chunks),
+                (shared, staged, reader, Some(wake)),
+            ));
         }
     })
+    .flatten()
     .boxed()
 }
