@@ -319,6 +319,47 @@ fn uploaded_ahead(backend: Backend) {
     );
 }
 
+/// The upload ahead keeps the mount's memory bounded: held to 256 MiB of
+/// address space, the mount writes a 600 MiB file in a session whose
+/// per-write limit takes it whole, so that one upload ahead carries all
+/// of it, and the API reads back every byte.
+#[test]
+fn a_file_uploaded_ahead_whole_stays_within_the_mounts_address_space() {
+    use sha2::{Digest, Sha256};
+    const LIMIT: u64 = 256 << 20;
+    const CHUNKS: usize = 600;
+    let Some(m) = MountedSession::start_limited_writing(Backend::Directory, LIMIT, 1 << 30) else {
+        return;
+    };
+    let file = fs::File::create(m.mount(0).join("big.bin")).unwrap();
+    let mut written = Sha256::new();
+    for i in 0..CHUNKS {
+        let chunk = content(i as u8, MIB);
+        file.write_all_at(&chunk, (i * MIB) as u64)
+            .unwrap_or_else(|e| panic!("write of chunk {i} through the limited mount: {e}"));
+        written.update(&chunk);
+    }
+    file.sync_all()
+        .expect("fsync commits the whole file under the limit");
+    drop(file);
+    let scratch = tempfile::tempdir().unwrap();
+    let copy = scratch.path().join("copy");
+    let fetched = m
+        .block_on(async {
+            let out = tokio::fs::File::create(&copy).await.unwrap();
+            m.session.download("big.bin", out).await
+        })
+        .expect("the API reads the file back");
+    assert_eq!(fetched, (CHUNKS * MIB) as u64, "every byte committed");
+    let mut read = Sha256::new();
+    std::io::copy(&mut fs::File::open(&copy).unwrap(), &mut read).unwrap();
+    assert_eq!(
+        read.finalize(),
+        written.finalize(),
+        "the API holds the bytes written"
+    );
+}
+
 /// A directory over the server's page of one listing (100,000 entries),
 /// its files made straight in a DIRECTORY session's root as a program
 /// there would: listed whole through the mount (readdir pages through
