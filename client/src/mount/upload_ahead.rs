@@ -14,7 +14,7 @@ use super::shared::Shared;
 use super::staging::{AheadHeader, AheadStep, Commit, Staged};
 use futures::StreamExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use wsfs::{CanonicalPath, Error, Filesystem as _, PatchOptions, WriteOutcome};
 
 /// Most uploads ahead at once in a process: each holds one of its
@@ -78,7 +78,7 @@ impl Shared {
         };
         let unborn = self.unborn_at(&path) == Some(ino);
         let options = ahead_options(header, unborn);
-        let chunks = ahead_chunks(self.clone(), Arc::downgrade(staged), reader);
+        let chunks = ahead_chunks(self.clone(), staged, reader);
         let shared = self.clone();
         let target = path.clone();
         let task = self.runtime.spawn(async move {
@@ -172,13 +172,13 @@ fn ahead_options(header: AheadHeader, unborn: bool) -> PatchOptions {
 /// nothing lands) when it is abandoned or the staging is gone.
 fn ahead_chunks(
     shared: Arc<Shared>,
-    staged: Weak<Staged>,
+    staged: &Arc<Staged>,
     reader: std::fs::File,
 ) -> wsfs::PatchChunks {
-    let wake = staged.upgrade().map(|s| s.ahead_wake.clone());
+    // Held weakly: the upload never keeps the staging alive.
+    let (wake, staged) = (staged.ahead_wake.clone(), Arc::downgrade(staged));
     futures::stream::unfold((shared, staged, reader, wake), |state| async move {
         let (shared, staged, reader, wake) = state;
-        let wake = wake?;
         loop {
             let step = {
                 let notified = wake.notified();
@@ -205,7 +205,7 @@ fn ahead_chunks(
             };
             return Some((
                 futures::stream::iter(chunks),
-                (shared, staged, reader, Some(wake)),
+                (shared, staged, reader, wake),
             ));
         }
     })
