@@ -470,7 +470,8 @@ fn measure(
             .target(Target::AtLeast(100_000.0)),
     ];
     let note = format!(
-        "mount: a DIRECTORY session mounted with `wsfs mount`; the local disk is {}",
+        "mount: a DIRECTORY session mounted with `wsfs mount`, its per-write limit above the \
+         large file (committed as one patch); the local disk is {}",
         crate::machine::filesystem_of(dir)
     );
     Ok((rows, note))
