@@ -216,8 +216,8 @@ fn write_in_mibs(file: &fs::File, offset: usize, data: &[u8]) {
 /// being written (the upload ahead), and it stays the commit the mount
 /// makes without it: nothing lands before fsync (another client reads the
 /// old file whole), everything lands at fsync as one new version, and a
-/// cut, a chmod or a removal by another client in the meantime has the
-/// effect it has on any commit.
+/// cut, a chmod, a time set or a removal by another client in the
+/// meantime has the effect it has on any commit.
 #[test]
 fn a_file_uploaded_ahead_of_its_commit_lands_whole_at_fsync_and_not_before() {
     for backend in [Backend::Directory, Backend::Memory, Backend::Container] {
@@ -287,6 +287,17 @@ fn uploaded_ahead(backend: Backend) {
     want.extend(content(6, LEN / 2));
     assert!(fetch(&m, "mode.bin") == want, "the chmodded file");
     assert_eq!(stat(&m, "mode.bin").unwrap().permissions.bits(), 0o600);
+    drop(file);
+
+    // A time set before the close, as `cp -p` and `tar` set one: the
+    // bytes and the time.
+    let set = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+    let file = fs::File::create(m.mount(0).join("timed.bin")).unwrap();
+    write_in_mibs(&file, 0, &content(9, LEN));
+    file.set_modified(set).unwrap();
+    file.sync_all().unwrap();
+    assert!(fetch(&m, "timed.bin") == content(9, LEN), "the timed file");
+    assert_eq!(stat(&m, "timed.bin").unwrap().modified, set);
     drop(file);
 
     // Removed by another client while written: not made again.

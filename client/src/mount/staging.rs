@@ -242,6 +242,15 @@ struct State {
 }
 
 impl State {
+    /// `commit`'s bits and time did not land: the next commit sends them.
+    fn attributes_again(&mut self, commit: &Commit) {
+        self.permissions = self.permissions.or(commit.permissions);
+        // A write since then made the time its own.
+        if commit.set && commit.modified == Some(self.modified) {
+            self.set_modified = self.set_modified.or(commit.modified);
+        }
+    }
+
     fn may_begin_ahead(&self) -> bool {
         self.run >= AHEAD_START_BYTES && self.ahead.is_none() && !self.committing && !self.ahead_off
     }
@@ -524,11 +533,13 @@ impl Staged {
         if let Some(c) = commit.cut {
             s.cut = Some(s.cut.map_or(c, |now| now.min(c)));
         }
-        s.permissions = s.permissions.or(commit.permissions);
-        // A write since then made the time its own.
-        if commit.set && commit.modified == Some(s.modified) {
-            s.set_modified = s.set_modified.or(commit.modified);
-        }
+        s.attributes_again(&commit);
+    }
+
+    /// `commit`'s bytes landed without its bits and time (an upload ahead
+    /// carried them): those go with the next commit.
+    pub fn attributes_again(&self, commit: &Commit) {
+        self.state().attributes_again(commit);
     }
 
     /// Starts an upload ahead when the last write left a long dirty run
@@ -608,20 +619,20 @@ impl Staged {
     }
 
     /// The commit `commit` (begun with [`Self::begin_commit`]) ends the
-    /// upload ahead: when it asks for what the upload began with and
+    /// upload ahead: when it sets the length the upload began with and
     /// stays within `limit`, its ranges are sent last and the stream ends
-    /// (true); otherwise the upload is abandoned.
-    pub fn finish_ahead(&self, commit: &Commit, limit: u64) -> bool {
+    /// (`Some`: whether its bits and time go with them too; when they
+    /// changed since the upload began, a chmod or a time set meanwhile,
+    /// they go in a commit of their own); otherwise (`None`) the upload
+    /// is abandoned.
+    pub fn finish_ahead(&self, commit: &Commit, limit: u64) -> Option<bool> {
         let mut s = self.state();
-        let Some(ahead) = &mut s.ahead else {
-            return false;
-        };
+        let ahead = s.ahead.as_mut()?;
         let rest: u64 = commit.ranges.iter().map(|(a, b)| b - a).sum();
         let fits = matches!(ahead.end, AheadEnd::Running)
             && ahead.header.truncate_to == commit.truncate_to
-            && ahead.header.permissions == commit.permissions
-            && !commit.set
             && (limit == 0 || ahead.sent + rest <= limit);
+        let whole = ahead.header.permissions == commit.permissions && !commit.set;
         ahead.end = if fits {
             AheadEnd::Finish(commit.ranges.iter().copied().collect())
         } else {
@@ -629,7 +640,7 @@ impl Staged {
         };
         drop(s);
         self.ahead_wake.notify_one();
-        fits
+        fits.then_some(whole)
     }
 
     /// Abandons the upload ahead, if one runs: nothing of it lands.
@@ -823,7 +834,7 @@ mod tests {
         let c = s.begin_commit().unwrap();
         // The last byte went ahead: no extra range says where the file ends.
         assert_eq!(c.ranges, vec![(9 * M, 9 * M + 100)]);
-        assert!(s.finish_ahead(&c, 0));
+        assert_eq!(s.finish_ahead(&c, 0), Some(true));
         assert_eq!(
             steps(&s, 0),
             vec![AheadStep::Send(9 * M, 100), AheadStep::Done]
@@ -853,31 +864,55 @@ mod tests {
     }
 
     #[test]
-    fn a_commit_asking_for_more_than_the_upload_began_with_abandons_it() {
+    fn a_commit_past_the_per_write_limit_abandons_the_upload_ahead() {
+        let limit = 9 * M;
+        let s = staged(0);
+        written(&s, 9, 1);
+        s.begin_ahead().unwrap();
+        assert_eq!(steps(&s, limit).len(), 10);
+        let c = s.begin_commit().unwrap();
+        assert_eq!(s.finish_ahead(&c, limit), None);
+        assert_eq!(s.next_ahead(limit), AheadStep::Abort);
+        s.end_ahead(false);
+        s.failed(c);
+        let again = s.begin_commit().unwrap();
+        assert_eq!(again.ranges, vec![(0, 9 * M + 1)], "every byte");
+    }
+
+    #[test]
+    fn bits_or_a_time_set_while_uploading_ahead_follow_in_a_commit_of_their_own() {
         let then = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
         type Change = fn(&Staged, SystemTime);
-        let changes: [(&str, Change, u64); 3] = [
-            (
-                "a chmod",
-                |s, _| s.set_permissions(Permissions::masked(0o600)),
-                0,
-            ),
-            ("a time set", |s, t| s.set_modified(t), 0),
-            ("the per-write limit", |_, _| {}, 9 * M),
+        let changes: [(&str, Change); 2] = [
+            ("a chmod", |s, _| {
+                s.set_permissions(Permissions::masked(0o600))
+            }),
+            ("a time set", |s, t| s.set_modified(t)),
         ];
-        for (what, change, limit) in changes {
+        for (what, change) in changes {
             let s = staged(0);
             written(&s, 9, 1);
             s.begin_ahead().unwrap();
-            assert_eq!(steps(&s, limit).len(), 10, "{what}");
+            assert_eq!(steps(&s, 0).len(), 10, "{what}");
             change(&s, then);
             let c = s.begin_commit().unwrap();
-            assert!(!s.finish_ahead(&c, limit), "{what}");
-            assert_eq!(s.next_ahead(limit), AheadStep::Abort, "{what}");
-            s.end_ahead(false);
-            s.failed(c);
-            let again = s.begin_commit().unwrap();
-            assert_eq!(again.ranges, vec![(0, 9 * M + 1)], "{what}: every byte");
+            assert_eq!(s.finish_ahead(&c, 0), Some(false), "{what}");
+            assert_eq!(
+                steps(&s, 0),
+                vec![AheadStep::Send(9 * M, 1), AheadStep::Done],
+                "{what}"
+            );
+            s.end_ahead(true);
+            s.committed(&c);
+            s.attributes_again(&c);
+            let after = s.begin_commit().unwrap();
+            assert!(after.ranges.is_empty(), "{what}: no byte again");
+            assert_eq!(after.truncate_to, None, "{what}");
+            assert_eq!(
+                (after.permissions, after.set),
+                (c.permissions, c.set),
+                "{what}: the bits and time"
+            );
         }
     }
 

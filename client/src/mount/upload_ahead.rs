@@ -4,11 +4,11 @@
 //! them. The server stages what arrives and commits nothing until the
 //! stream ends, and the stream ends only in the commit at flush, fsync or
 //! the last close: the file still becomes one new version, at the same
-//! moment as without it. A commit that does not ask for what the upload
-//! began with (a cut since, a chmod, a time set, a rename, the session's
-//! per-write limit passed) abandons it: the stream breaks off, the server
-//! drops what it staged, and the commit goes the ordinary way with every
-//! byte.
+//! moment as without it. Bits or a time set meanwhile follow in a commit
+//! of their own. A commit that sets another length than the upload began
+//! with (a cut since), a rename, or the session's per-write limit passed
+//! abandons it: the stream breaks off, the server drops what it staged,
+//! and the commit goes the ordinary way with every byte.
 
 use super::shared::Shared;
 use super::staging::{AheadHeader, AheadStep, Commit, Staged};
@@ -98,7 +98,7 @@ impl Shared {
         staged: &Staged,
         path: &CanonicalPath,
         unborn: bool,
-    ) -> Option<(Commit, WriteOutcome)> {
+    ) -> Option<(Commit, WriteOutcome, bool)> {
         let running = staged
             .ahead_task
             .lock()
@@ -107,26 +107,24 @@ impl Shared {
         let commit = staged.begin_commit();
         let limit = self.max_write.load(Ordering::Relaxed);
         let fits = match &commit {
-            Some(commit) => {
-                running.path == *path
-                    && running.unborn == unborn
-                    && staged.finish_ahead(commit, limit)
+            Some(commit) if running.path == *path && running.unborn == unborn => {
+                staged.finish_ahead(commit, limit)
             }
-            None => false,
+            _ => None,
         };
-        if !fits {
+        if fits.is_none() {
             staged.abort_ahead();
         }
         let answer = running
             .task
             .await
             .unwrap_or_else(|e| Err(Error::internal(format!("the upload's task failed: {e}"))));
-        match (commit, answer) {
-            (Some(commit), Ok(outcome)) if fits => {
+        match (commit, answer, fits) {
+            (Some(commit), Ok(outcome), Some(whole)) => {
                 staged.end_ahead(true);
-                Some((commit, outcome))
+                Some((commit, outcome, whole))
             }
-            (commit, answer) => {
+            (commit, answer, _) => {
                 staged.end_ahead(false);
                 if let Some(commit) = commit {
                     staged.failed(commit);

@@ -79,22 +79,31 @@ impl Shared {
             }
         };
         let unborn = self.unborn_at(&path) == Some(ino);
-        if let Some((commit, outcome)) = self.finish_ahead(&staged, &path, unborn).await {
+        let mut unborn = unborn;
+        if let Some((commit, outcome, whole)) = self.finish_ahead(&staged, &path, unborn).await {
             if unborn {
                 self.made(&path);
+                unborn = false;
             }
             self.landed(ino, &path, &staged, &commit, outcome.version);
-            // The server's clock gave the time: the kernel is told it.
-            if let Ok(meta) = self.session.stat(&path).await {
-                if meta.version == outcome.version {
-                    staged.landed_at(&commit, meta.modified);
-                    if let Some(attr) = self.inodes().get_mut(ino).and_then(|n| n.attr.as_mut()) {
-                        (attr.mtime, attr.atime, attr.ctime) =
-                            (meta.modified, meta.modified, meta.modified);
+            if !whole {
+                // Bits or a time set since the upload began: they follow
+                // in a commit of their own, below.
+                staged.attributes_again(&commit);
+            } else {
+                // The server's clock gave the time: the kernel is told it.
+                if let Ok(meta) = self.session.stat(&path).await {
+                    if meta.version == outcome.version {
+                        staged.landed_at(&commit, meta.modified);
+                        if let Some(attr) = self.inodes().get_mut(ino).and_then(|n| n.attr.as_mut())
+                        {
+                            (attr.mtime, attr.atime, attr.ctime) =
+                                (meta.modified, meta.modified, meta.modified);
+                        }
                     }
                 }
+                return Ok(());
             }
-            return Ok(());
         }
         let Some(commit) = staged.begin_commit() else {
             return Ok(());
