@@ -477,7 +477,8 @@ fn measure(
     // Beside the tree rows, before the large file's.
     rows.splice(4..4, build);
     let note = format!(
-        "mount: a DIRECTORY session mounted with `wsfs mount`; the local disk is {}",
+        "mount: a DIRECTORY session mounted with `wsfs mount`, its per-write limit above the \
+         large file (committed as one patch); the local disk is {}",
         crate::machine::filesystem_of(dir)
     );
     Ok((rows, note))

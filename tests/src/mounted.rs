@@ -242,19 +242,30 @@ pub struct MountedSession {
 impl MountedSession {
     /// `None` (having said why) when mounts cannot run here.
     pub fn start(backend: Backend, mounts: usize) -> Option<MountedSession> {
-        MountedSession::spawn(backend, mounts, None)
+        MountedSession::spawn(backend, mounts, None, None)
     }
 
     /// One mount whose process is held to `address_space` bytes of
     /// `RLIMIT_AS` ([`Mount::start_limited`]).
     pub fn start_limited(backend: Backend, address_space: u64) -> Option<MountedSession> {
-        MountedSession::spawn(backend, 1, Some(address_space))
+        MountedSession::spawn(backend, 1, Some(address_space), None)
+    }
+
+    /// [`Self::start_limited`], the session allowing writes of up to
+    /// `max_write_bytes`.
+    pub fn start_limited_writing(
+        backend: Backend,
+        address_space: u64,
+        max_write_bytes: u64,
+    ) -> Option<MountedSession> {
+        MountedSession::spawn(backend, 1, Some(address_space), Some(max_write_bytes))
     }
 
     fn spawn(
         backend: Backend,
         mounts: usize,
         address_space: Option<u64>,
+        max_write_bytes: Option<u64>,
     ) -> Option<MountedSession> {
         let wsfs = mount_command()?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -277,6 +288,10 @@ impl MountedSession {
             (Backend::Memory, _) => SessionOptions::memory(),
             (_, Some(sandbox)) => sandbox.options(),
             _ => SessionOptions::directory(),
+        };
+        let options = match max_write_bytes {
+            Some(bytes) => options.max_write_bytes(bytes),
+            None => options,
         };
         let (client, session, info) = runtime.block_on(async {
             let client = Client::connect(&server.url())

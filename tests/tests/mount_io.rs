@@ -197,6 +197,171 @@ fn a_whole_rewrite_of_a_file_removed_meanwhile_does_not_bring_it_back() {
     );
 }
 
+/// The file at `path` as the API reads it.
+fn fetch(m: &MountedSession, path: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    m.block_on(m.session.download(path, &mut out))
+        .unwrap_or_else(|e| panic!("download of {path}: {e}"));
+    out
+}
+
+/// `data` written at `offset` of `file` in writes of a MiB.
+fn write_in_mibs(file: &fs::File, offset: usize, data: &[u8]) {
+    for (i, piece) in data.chunks(MIB).enumerate() {
+        file.write_all_at(piece, (offset + i * MIB) as u64).unwrap();
+    }
+}
+
+/// Files written in long runs start their commit's upload while they are
+/// being written (the upload ahead), and it stays the commit the mount
+/// makes without it: nothing lands before fsync (another client reads the
+/// old file whole), everything lands at fsync as one new version, and a
+/// cut, a chmod, a time set or a removal by another client in the
+/// meantime has the effect it has on any commit.
+#[test]
+fn a_file_uploaded_ahead_of_its_commit_lands_whole_at_fsync_and_not_before() {
+    for backend in [Backend::Directory, Backend::Memory, Backend::Container] {
+        uploaded_ahead(backend);
+    }
+}
+
+fn uploaded_ahead(backend: Backend) {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(mut m) = MountedSession::start(backend, 1) else {
+        return;
+    };
+    let stat =
+        |m: &MountedSession, path: &str| m.block_on(m.session.stat(&parse_path(path).unwrap()));
+    const LEN: usize = 20 * MIB + 777;
+
+    // A rewrite: the old file until fsync, then the new one whole.
+    upload(&m, "f.bin", content(1, 2 * MIB));
+    let before = stat(&m, "f.bin").unwrap();
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(m.mount(0).join("f.bin"))
+        .unwrap();
+    write_in_mibs(&file, 0, &content(2, LEN));
+    let unsynced = stat(&m, "f.bin").unwrap();
+    assert_eq!(
+        (unsynced.version, unsynced.size),
+        (before.version, before.size),
+        "nothing lands before fsync"
+    );
+    assert!(
+        fetch(&m, "f.bin") == content(1, 2 * MIB),
+        "the old file, whole"
+    );
+    file.sync_all().unwrap();
+    let synced = stat(&m, "f.bin").unwrap();
+    assert_eq!(synced.size, LEN as u64);
+    assert!(synced.version > before.version);
+    assert!(fetch(&m, "f.bin") == content(2, LEN), "the new file, whole");
+    drop(file);
+
+    // A cut after much was sent, then more writes: the file as the
+    // program left it.
+    let file = fs::File::create(m.mount(0).join("cut.bin")).unwrap();
+    write_in_mibs(&file, 0, &content(3, LEN));
+    let keep = 5 * MIB + 3;
+    file.set_len(keep as u64).unwrap();
+    write_in_mibs(&file, keep, &content(4, 2 * MIB));
+    file.sync_all().unwrap();
+    let mut want = content(3, keep);
+    want.extend(content(4, 2 * MIB));
+    assert!(fetch(&m, "cut.bin") == want, "the cut file");
+    drop(file);
+
+    // A chmod half-way: the bits and every byte.
+    let file = fs::File::create(m.mount(0).join("mode.bin")).unwrap();
+    write_in_mibs(&file, 0, &content(5, LEN / 2));
+    fs::set_permissions(
+        m.mount(0).join("mode.bin"),
+        fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    write_in_mibs(&file, LEN / 2, &content(6, LEN / 2));
+    file.sync_all().unwrap();
+    let mut want = content(5, LEN / 2);
+    want.extend(content(6, LEN / 2));
+    assert!(fetch(&m, "mode.bin") == want, "the chmodded file");
+    assert_eq!(stat(&m, "mode.bin").unwrap().permissions.bits(), 0o600);
+    drop(file);
+
+    // A time set before the close, as `cp -p` and `tar` set one: the
+    // bytes and the time.
+    let set = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+    let file = fs::File::create(m.mount(0).join("timed.bin")).unwrap();
+    write_in_mibs(&file, 0, &content(9, LEN));
+    file.set_modified(set).unwrap();
+    file.sync_all().unwrap();
+    assert!(fetch(&m, "timed.bin") == content(9, LEN), "the timed file");
+    assert_eq!(stat(&m, "timed.bin").unwrap().modified, set);
+    drop(file);
+
+    // Removed by another client while written: not made again.
+    upload(&m, "gone.bin", content(7, MIB));
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .open(m.mount(0).join("gone.bin"))
+        .unwrap();
+    write_in_mibs(&file, 0, &content(8, LEN));
+    m.block_on(
+        m.session
+            .delete(&parse_path("gone.bin").unwrap(), Default::default()),
+    )
+    .unwrap();
+    if let Err(e) = file.sync_all() {
+        let errno = e.raw_os_error().unwrap_or(0);
+        assert!(
+            [libc::ENOENT, libc::ESTALE, libc::EIO].contains(&errno),
+            "fsync of the removed file: {e}"
+        );
+    }
+    drop(file);
+    m.unmount_all();
+    assert!(
+        matches!(
+            stat(&m, "gone.bin"),
+            Err(wsfs_client::Error::FileNotFound { .. })
+        ),
+        "the removed file stays removed"
+    );
+}
+
+/// The upload ahead keeps the mount's memory bounded: held to 256 MiB of
+/// address space, the mount writes a 600 MiB file in a session whose
+/// per-write limit takes it whole, so that one upload ahead carries all
+/// of it, and the API reads back every byte.
+#[test]
+fn a_file_uploaded_ahead_whole_stays_within_the_mounts_address_space() {
+    use sha2::{Digest, Sha256};
+    const LIMIT: u64 = 256 << 20;
+    const CHUNKS: usize = 600;
+    let Some(m) = MountedSession::start_limited_writing(Backend::Directory, LIMIT, 1 << 30) else {
+        return;
+    };
+    let file = fs::File::create(m.mount(0).join("big.bin")).unwrap();
+    let mut written = Sha256::new();
+    for i in 0..CHUNKS {
+        let chunk = content(i as u8, MIB);
+        file.write_all_at(&chunk, (i * MIB) as u64)
+            .unwrap_or_else(|e| panic!("write of chunk {i} through the limited mount: {e}"));
+        written.update(&chunk);
+    }
+    file.sync_all()
+        .expect("fsync commits the whole file under the limit");
+    drop(file);
+    let fetched = fetch(&m, "big.bin");
+    assert_eq!(fetched.len(), CHUNKS * MIB, "every byte committed");
+    assert_eq!(
+        Sha256::digest(&fetched),
+        written.finalize(),
+        "the API holds the bytes written"
+    );
+}
+
 /// A directory over the server's page of one listing (100,000 entries),
 /// its files made straight in a DIRECTORY session's root as a program
 /// there would: listed whole through the mount (readdir pages through

@@ -14,6 +14,8 @@
 //!   - `attr`: lookup, getattr and setattr, and the kernel's attributes;
 //!   - `read`: reads, symlink targets and directory listings;
 //!   - `write`: opens, writes and the commits of staged files;
+//!   - `upload_ahead`: a file written in long runs starts its commit's upload
+//!     while it is written, and the commit ends it;
 //!   - `namespace`: create (answered locally in a directory the mount
 //!     knows), mkdir, symlink, rename, unlink, rmdir.
 //! - `behind`: the write-behind: commits at close queued (bounded,
@@ -40,6 +42,7 @@ mod namespace;
 mod read;
 mod shared;
 mod staging;
+mod upload_ahead;
 mod write;
 
 use crate::Session;

@@ -5,23 +5,31 @@
 //! only the dirty ranges and the length change. The mount's memory stays
 //! bounded whatever the file's size: the bytes live on local disk.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
-use wsfs::Permissions;
+use wsfs::{Permissions, MAX_CHUNK_SIZE};
+
+/// A write that leaves a run of this many dirty bytes starts the upload
+/// ahead of the commit (upload_ahead.rs).
+pub const AHEAD_START_BYTES: u64 = 8 << 20;
+
+/// What the upload ahead sends at a time: a whole chunk of a dirty run.
+const AHEAD_CHUNK: u64 = MAX_CHUNK_SIZE as u64;
 
 /// Half-open byte ranges `[start, end)`, merged when they touch.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Ranges(BTreeMap<u64, u64>);
 
 impl Ranges {
-    pub fn insert(&mut self, start: u64, end: u64) {
+    /// Adds `[start, end)`; the run it is now part of.
+    pub fn insert(&mut self, start: u64, end: u64) -> (u64, u64) {
         if start >= end {
-            return;
+            return (start, start);
         }
         let (mut start, mut end) = (start, end);
         // Every range that overlaps or touches [start, end) merges in.
@@ -38,6 +46,16 @@ impl Ranges {
             end = end.max(e);
         }
         self.0.insert(start, end);
+        (start, end)
+    }
+
+    /// The run holding byte `at`.
+    fn run_at(&self, at: u64) -> Option<(u64, u64)> {
+        self.0
+            .range(..=at)
+            .next_back()
+            .map(|(&s, &e)| (s, e))
+            .filter(|&(_, e)| e > at)
     }
 
     pub fn remove(&mut self, start: u64, end: u64) {
@@ -135,6 +153,57 @@ pub struct Staged {
     /// set intact when it fails; held by a rename or unlink of the file so
     /// that no commit runs across it (behind.rs).
     pub commit_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Wakes the upload ahead: bytes to send, or its end (upload_ahead.rs).
+    pub(super) ahead_wake: Arc<tokio::sync::Notify>,
+    /// The upload ahead's task, while one runs (upload_ahead.rs).
+    pub(super) ahead_task: Mutex<Option<super::upload_ahead::Running>>,
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        // An upload ahead still waiting learns that it is abandoned.
+        self.ahead_wake.notify_one();
+    }
+}
+
+/// The header an upload ahead began with: the commit that ends it must
+/// ask for the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AheadHeader {
+    pub truncate_to: Option<u64>,
+    pub permissions: Option<Permissions>,
+}
+
+/// What the upload ahead does next.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AheadStep {
+    /// Send `len` bytes at `offset`, read from the staging file.
+    Send(u64, u64),
+    /// Nothing to send yet.
+    Wait,
+    /// Everything is sent: the stream ends, and the server commits.
+    Done,
+    /// Abandoned: the stream breaks off, and nothing of it lands.
+    Abort,
+}
+
+/// An upload of dirty bytes begun before the commit that ends it.
+struct Ahead {
+    header: AheadHeader,
+    /// Dirty ranges it took: dirty again when it does not land.
+    taken: Ranges,
+    /// Bytes it has taken so far.
+    sent: u64,
+    /// Where the latest long dirty run starts: what it sends from next.
+    ready: Option<u64>,
+    end: AheadEnd,
+}
+
+enum AheadEnd {
+    Running,
+    /// The commit's last ranges, then the end of the stream.
+    Finish(VecDeque<(u64, u64)>),
+    Abort,
 }
 
 struct State {
@@ -162,6 +231,29 @@ struct State {
     /// The errno of a queued commit that failed, for the file's next close
     /// or fsync to report.
     failure: Option<i32>,
+    /// A commit is on its way: no upload ahead starts meanwhile.
+    committing: bool,
+    /// The length of the dirty run the last write left.
+    run: u64,
+    ahead: Option<Ahead>,
+    /// An upload ahead did not land since the last commit: the next
+    /// commit goes the ordinary way.
+    ahead_off: bool,
+}
+
+impl State {
+    /// `commit`'s bits and time did not land: the next commit sends them.
+    fn attributes_again(&mut self, commit: &Commit) {
+        self.permissions = self.permissions.or(commit.permissions);
+        // A write since then made the time its own.
+        if commit.set && commit.modified == Some(self.modified) {
+            self.set_modified = self.set_modified.or(commit.modified);
+        }
+    }
+
+    fn may_begin_ahead(&self) -> bool {
+        self.run >= AHEAD_START_BYTES && self.ahead.is_none() && !self.committing && !self.ahead_off
+    }
 }
 
 /// What one commit sends: the length to cut or extend to first, then the
@@ -207,8 +299,14 @@ impl Staged {
                 waiting: 0,
                 pending: 0,
                 failure: None,
+                committing: false,
+                run: 0,
+                ahead: None,
+                ahead_off: false,
             }),
             commit_lock: Arc::new(tokio::sync::Mutex::new(())),
+            ahead_wake: Arc::default(),
+            ahead_task: Mutex::default(),
         })
     }
 
@@ -233,6 +331,7 @@ impl Staged {
     pub fn has_work(&self) -> bool {
         let s = self.state();
         !s.dirty.is_empty()
+            || s.ahead.is_some()
             || s.cut.is_some()
             || s.size != s.server_size
             || s.permissions.is_some()
@@ -295,18 +394,27 @@ impl Staged {
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EFBIG))?;
         let mut s = self.state();
         s.file.write_all_at(data, offset)?;
-        s.dirty.insert(offset, end);
+        let (run_start, run_end) = s.dirty.insert(offset, end);
+        s.run = run_end - run_start;
         s.present.insert(offset, end);
         s.size = s.size.max(end);
         s.modified = SystemTime::now();
         s.set_modified = None;
+        if let Some(ahead) = &mut s.ahead {
+            if matches!(ahead.end, AheadEnd::Running) && run_end - run_start >= AHEAD_CHUNK {
+                ahead.ready = Some(run_start);
+                drop(s);
+                self.ahead_wake.notify_one();
+            }
+        }
         Ok(())
     }
 
     pub fn truncate(&self, len: u64) -> io::Result<()> {
         let mut s = self.state();
         s.file.set_len(len)?;
-        if len < s.size {
+        let cut = len < s.size;
+        if cut {
             s.present.insert(len, u64::MAX);
             s.dirty.remove(len, u64::MAX);
             s.cut = Some(s.cut.map_or(len, |c| c.min(len)));
@@ -314,6 +422,11 @@ impl Staged {
         s.size = len;
         s.modified = SystemTime::now();
         s.set_modified = None;
+        drop(s);
+        if cut {
+            // What it sent past the cut would land.
+            self.abort_ahead();
+        }
         Ok(())
     }
 
@@ -361,6 +474,7 @@ impl Staged {
     pub fn begin_commit(&self) -> Option<Commit> {
         let mut s = self.state();
         if s.dirty.is_empty()
+            && s.ahead.is_none()
             && s.cut.is_none()
             && s.size == s.server_size
             && s.permissions.is_none()
@@ -379,12 +493,14 @@ impl Staged {
             .map(|(a, b)| (a, b.min(size)))
             .filter(|(a, b)| a < b)
             .collect();
-        if size > base && !dirty.contains(size - 1) {
+        let sent_ahead = |at| s.ahead.as_ref().is_some_and(|a| a.taken.contains(at));
+        if size > base && !dirty.contains(size - 1) && !sent_ahead(size - 1) {
             // The file must end at `size`: its last byte, a zero, says so.
             ranges.push((size - 1, size));
         }
         let cut = s.cut.take();
         let set = s.set_modified.take();
+        s.committing = true;
         Some(Commit {
             truncate_to,
             ranges,
@@ -403,21 +519,164 @@ impl Staged {
         s.server_size = commit.size;
         // What an earlier failure left is sent now: nothing to report.
         s.failure = None;
+        s.committing = false;
+        s.ahead_off = false;
     }
 
     /// `commit` did not land: its ranges are dirty again.
     pub fn failed(&self, commit: Commit) {
         let mut s = self.state();
+        s.committing = false;
         for (a, b) in commit.dirty.iter() {
             s.dirty.insert(a, b);
         }
         if let Some(c) = commit.cut {
             s.cut = Some(s.cut.map_or(c, |now| now.min(c)));
         }
-        s.permissions = s.permissions.or(commit.permissions);
-        // A write since then made the time its own.
-        if commit.set && commit.modified == Some(s.modified) {
-            s.set_modified = s.set_modified.or(commit.modified);
+        s.attributes_again(&commit);
+    }
+
+    /// `commit`'s bytes landed without its bits and time (an upload ahead
+    /// carried them): those go with the next commit.
+    pub fn attributes_again(&self, commit: &Commit) {
+        self.state().attributes_again(commit);
+    }
+
+    /// Starts an upload ahead when the last write left a long dirty run
+    /// and none runs, no commit is on its way and none failed since the
+    /// last commit: the header it is sent with.
+    pub fn begin_ahead(&self) -> Option<AheadHeader> {
+        let mut s = self.state();
+        if !s.may_begin_ahead() {
+            return None;
+        }
+        // As the commit computes it; only a cut, which ends the upload,
+        // changes it.
+        let base = s.cut.unwrap_or(s.server_size).min(s.size);
+        let header = AheadHeader {
+            truncate_to: (base != s.server_size).then_some(base),
+            permissions: s.permissions,
+        };
+        let ready = s
+            .dirty
+            .iter()
+            .find(|(a, b)| b - a >= AHEAD_CHUNK)
+            .map(|r| r.0);
+        s.ahead = Some(Ahead {
+            header,
+            taken: Ranges::default(),
+            sent: 0,
+            ready,
+            end: AheadEnd::Running,
+        });
+        Some(header)
+    }
+
+    /// Whether [`Self::begin_ahead`] would start one now.
+    pub fn may_begin_ahead(&self) -> bool {
+        self.state().may_begin_ahead()
+    }
+
+    /// The upload ahead's next step; `limit` is the session's per-write
+    /// limit (0: not known), which it never passes.
+    pub fn next_ahead(&self, limit: u64) -> AheadStep {
+        let mut s = self.state();
+        let State { ahead, dirty, .. } = &mut *s;
+        let Some(ahead) = ahead else {
+            return AheadStep::Abort;
+        };
+        match &mut ahead.end {
+            AheadEnd::Abort => AheadStep::Abort,
+            AheadEnd::Finish(rest) => match rest.front_mut() {
+                None => AheadStep::Done,
+                Some((start, end)) => {
+                    let (at, len) = (*start, (*end - *start).min(AHEAD_CHUNK));
+                    *start += len;
+                    if start == end {
+                        rest.pop_front();
+                    }
+                    AheadStep::Send(at, len)
+                }
+            },
+            AheadEnd::Running => {
+                let run = ahead.ready.and_then(|at| dirty.run_at(at));
+                let Some((start, end)) = run.filter(|(a, b)| b - a >= AHEAD_CHUNK) else {
+                    ahead.ready = None;
+                    return AheadStep::Wait;
+                };
+                if limit > 0 && ahead.sent + AHEAD_CHUNK > limit {
+                    ahead.end = AheadEnd::Abort;
+                    return AheadStep::Abort;
+                }
+                let stop = start + AHEAD_CHUNK;
+                dirty.remove(start, stop);
+                ahead.taken.insert(start, stop);
+                ahead.sent += AHEAD_CHUNK;
+                ahead.ready = (end > stop).then_some(stop);
+                AheadStep::Send(start, AHEAD_CHUNK)
+            }
+        }
+    }
+
+    /// The commit `commit` (begun with [`Self::begin_commit`]) ends the
+    /// upload ahead: when it sets the length the upload began with and
+    /// stays within `limit`, its ranges are sent last and the stream ends
+    /// (`Some`: whether its bits and time go with them too; when they
+    /// changed since the upload began, a chmod or a time set meanwhile,
+    /// they go in a commit of their own); otherwise (`None`) the upload
+    /// is abandoned.
+    pub fn finish_ahead(&self, commit: &Commit, limit: u64) -> Option<bool> {
+        let mut s = self.state();
+        let ahead = s.ahead.as_mut()?;
+        let rest: u64 = commit.ranges.iter().map(|(a, b)| b - a).sum();
+        let fits = matches!(ahead.end, AheadEnd::Running)
+            && ahead.header.truncate_to == commit.truncate_to
+            && (limit == 0 || ahead.sent + rest <= limit);
+        let whole = ahead.header.permissions == commit.permissions && !commit.set;
+        ahead.end = if fits {
+            AheadEnd::Finish(commit.ranges.iter().copied().collect())
+        } else {
+            AheadEnd::Abort
+        };
+        drop(s);
+        self.ahead_wake.notify_one();
+        fits.then_some(whole)
+    }
+
+    /// Abandons the upload ahead, if one runs: nothing of it lands.
+    pub fn abort_ahead(&self) {
+        let mut s = self.state();
+        if let Some(ahead) = &mut s.ahead {
+            ahead.end = AheadEnd::Abort;
+            drop(s);
+            self.ahead_wake.notify_one();
+        }
+    }
+
+    /// The upload ahead ended; unless it `landed`, what it took is dirty
+    /// again and the next commit goes the ordinary way.
+    pub fn end_ahead(&self, landed: bool) {
+        let mut s = self.state();
+        let Some(ahead) = s.ahead.take() else {
+            return;
+        };
+        if !landed {
+            // Past a cut since, the bytes are gone.
+            let size = s.size;
+            for (a, b) in ahead.taken.iter() {
+                s.dirty.insert(a, b.min(size));
+            }
+            s.ahead_off = true;
+        }
+    }
+
+    /// The modification time the server gave a commit that carried none
+    /// (one ended by the upload ahead), unless the file was written or
+    /// given a time since.
+    pub fn landed_at(&self, commit: &Commit, modified: SystemTime) {
+        let mut s = self.state();
+        if commit.modified == Some(s.modified) && s.set_modified.is_none() {
+            s.modified = modified;
         }
     }
 }
@@ -530,6 +789,146 @@ mod tests {
         let written = s.modified();
         assert_ne!(written, SystemTime::UNIX_EPOCH);
         assert_eq!(s.begin_commit().unwrap().modified, Some(written));
+    }
+
+    const M: u64 = AHEAD_CHUNK;
+
+    /// `chunks` writes of a chunk each from offset 0, then `tail` bytes.
+    fn written(s: &Staged, chunks: u64, tail: usize) {
+        for i in 0..chunks {
+            s.write(i * M, &vec![i as u8; M as usize]).unwrap();
+        }
+        if tail > 0 {
+            s.write(chunks * M, &vec![9; tail]).unwrap();
+        }
+    }
+
+    /// Every step until the upload waits or ends.
+    fn steps(s: &Staged, limit: u64) -> Vec<AheadStep> {
+        let mut out = Vec::new();
+        loop {
+            let step = s.next_ahead(limit);
+            let last = !matches!(step, AheadStep::Send(..));
+            out.push(step);
+            if last {
+                return out;
+            }
+        }
+    }
+
+    #[test]
+    fn an_upload_ahead_sends_a_long_runs_whole_chunks_then_the_commits_rest() {
+        let s = staged(0);
+        written(&s, 7, 0);
+        // Under the start: the commit goes the ordinary way.
+        assert_eq!(s.begin_ahead(), None);
+        written(&s, 9, 100);
+        let header = s.begin_ahead().unwrap();
+        assert_eq!(header.truncate_to, None);
+        assert_eq!(s.begin_ahead(), None, "one at a time");
+        let mut want: Vec<AheadStep> = (0..9).map(|i| AheadStep::Send(i * M, M)).collect();
+        want.push(AheadStep::Wait);
+        assert_eq!(steps(&s, 0), want);
+        assert!(s.has_work(), "taken bytes are not yet the server's");
+
+        let c = s.begin_commit().unwrap();
+        // The last byte went ahead: no extra range says where the file ends.
+        assert_eq!(c.ranges, vec![(9 * M, 9 * M + 100)]);
+        assert_eq!(s.finish_ahead(&c, 0), Some(true));
+        assert_eq!(
+            steps(&s, 0),
+            vec![AheadStep::Send(9 * M, 100), AheadStep::Done]
+        );
+        s.end_ahead(true);
+        s.committed(&c);
+        assert!(s.begin_commit().is_none());
+        assert!(!s.has_work());
+    }
+
+    #[test]
+    fn a_cut_abandons_the_upload_ahead_and_its_bytes_are_dirty_again() {
+        let s = staged(0);
+        written(&s, 9, 0);
+        s.begin_ahead().unwrap();
+        assert_eq!(s.next_ahead(0), AheadStep::Send(0, M));
+        assert_eq!(s.next_ahead(0), AheadStep::Send(M, M));
+        s.truncate(M + 5).unwrap();
+        assert_eq!(s.next_ahead(0), AheadStep::Abort);
+        s.end_ahead(false);
+        let c = s.begin_commit().unwrap();
+        assert_eq!(c.ranges, vec![(0, M + 5)]);
+        s.failed(c);
+        // Not again before a commit lands.
+        written(&s, 9, 0);
+        assert_eq!(s.begin_ahead(), None);
+    }
+
+    #[test]
+    fn a_commit_past_the_per_write_limit_abandons_the_upload_ahead() {
+        let limit = 9 * M;
+        let s = staged(0);
+        written(&s, 9, 1);
+        s.begin_ahead().unwrap();
+        assert_eq!(steps(&s, limit).len(), 10);
+        let c = s.begin_commit().unwrap();
+        assert_eq!(s.finish_ahead(&c, limit), None);
+        assert_eq!(s.next_ahead(limit), AheadStep::Abort);
+        s.end_ahead(false);
+        s.failed(c);
+        let again = s.begin_commit().unwrap();
+        assert_eq!(again.ranges, vec![(0, 9 * M + 1)], "every byte");
+    }
+
+    #[test]
+    fn bits_or_a_time_set_while_uploading_ahead_follow_in_a_commit_of_their_own() {
+        let then = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+        type Change = fn(&Staged, SystemTime);
+        let changes: [(&str, Change); 2] = [
+            ("a chmod", |s, _| {
+                s.set_permissions(Permissions::masked(0o600))
+            }),
+            ("a time set", |s, t| s.set_modified(t)),
+        ];
+        for (what, change) in changes {
+            let s = staged(0);
+            written(&s, 9, 1);
+            s.begin_ahead().unwrap();
+            assert_eq!(steps(&s, 0).len(), 10, "{what}");
+            change(&s, then);
+            let c = s.begin_commit().unwrap();
+            assert_eq!(s.finish_ahead(&c, 0), Some(false), "{what}");
+            assert_eq!(
+                steps(&s, 0),
+                vec![AheadStep::Send(9 * M, 1), AheadStep::Done],
+                "{what}"
+            );
+            s.end_ahead(true);
+            s.committed(&c);
+            s.attributes_again(&c);
+            let after = s.begin_commit().unwrap();
+            assert!(after.ranges.is_empty(), "{what}: no byte again");
+            assert_eq!(after.truncate_to, None, "{what}");
+            assert_eq!(
+                (after.permissions, after.set),
+                (c.permissions, c.set),
+                "{what}: the bits and time"
+            );
+        }
+    }
+
+    #[test]
+    fn an_upload_ahead_never_passes_the_per_write_limit() {
+        let s = staged(0);
+        written(&s, 9, 0);
+        s.begin_ahead().unwrap();
+        assert_eq!(
+            steps(&s, 2 * M),
+            vec![
+                AheadStep::Send(0, M),
+                AheadStep::Send(M, M),
+                AheadStep::Abort
+            ]
+        );
     }
 
     #[test]

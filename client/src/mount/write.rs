@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use wsfs::{
     CanonicalPath, Error, FileKind, Filesystem as _, PatchChunk, PatchChunks, PatchOptions,
-    MAX_CHUNK_SIZE,
+    DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE,
 };
 
 impl Shared {
@@ -73,8 +73,38 @@ impl Shared {
         let path = match self.path(ino) {
             Ok((path, _)) => path,
             // Unlinked: nobody can see these bytes any more.
-            Err(_) => return Ok(()),
+            Err(_) => {
+                self.drop_ahead(&staged).await;
+                return Ok(());
+            }
         };
+        let unborn = self.unborn_at(&path) == Some(ino);
+        let mut unborn = unborn;
+        if let Some((commit, outcome, whole)) = self.finish_ahead(&staged, &path, unborn).await {
+            if unborn {
+                self.made(&path);
+                unborn = false;
+            }
+            self.landed(ino, &path, &staged, &commit, outcome.version);
+            if !whole {
+                // Bits or a time set since the upload began: they follow
+                // in a commit of their own, below.
+                staged.attributes_again(&commit);
+            } else {
+                // The server's clock gave the time: the kernel is told it.
+                if let Ok(meta) = self.session.stat(&path).await {
+                    if meta.version == outcome.version {
+                        staged.landed_at(&commit, meta.modified);
+                        if let Some(attr) = self.inodes().get_mut(ino).and_then(|n| n.attr.as_mut())
+                        {
+                            (attr.mtime, attr.atime, attr.ctime) =
+                                (meta.modified, meta.modified, meta.modified);
+                        }
+                    }
+                }
+                return Ok(());
+            }
+        }
         let Some(commit) = staged.begin_commit() else {
             return Ok(());
         };
@@ -85,28 +115,10 @@ impl Shared {
                 return Err(local(&e));
             }
         };
-        let unborn = self.unborn_at(&path) == Some(ino);
         let sent = self.send(&path, &reader, &commit, unborn).await;
         match sent {
             Ok(outcome) => {
-                self.committed(&path, outcome.version);
-                staged.committed(&commit);
-                if let Some(node) = self.inodes().get_mut(ino) {
-                    node.cached_version = Some(outcome.version);
-                    node.own_version = Some(outcome.version);
-                    // What the kernel was told is the server's now: its
-                    // getattr is answered from here, without a Stat.
-                    if let Some(attr) = &mut node.attr {
-                        attr.size = commit.size;
-                        attr.blocks = commit.size.div_ceil(512);
-                        if let Some(modified) = commit.modified {
-                            (attr.mtime, attr.atime, attr.ctime) = (modified, modified, modified);
-                        }
-                        if let Some(permissions) = commit.permissions {
-                            attr.perm = permissions.bits() as u16;
-                        }
-                    }
-                }
+                self.landed(ino, &path, &staged, &commit, outcome.version);
                 Ok(())
             }
             Err(e) => {
@@ -115,6 +127,35 @@ impl Shared {
                     self.create_lost(ino, &path, e);
                 }
                 Err(e)
+            }
+        }
+    }
+
+    /// `commit` of `ino` at `path` landed as `version`.
+    fn landed(
+        &self,
+        ino: u64,
+        path: &CanonicalPath,
+        staged: &Staged,
+        commit: &Commit,
+        version: u64,
+    ) {
+        self.committed(path, version);
+        staged.committed(commit);
+        if let Some(node) = self.inodes().get_mut(ino) {
+            node.cached_version = Some(version);
+            node.own_version = Some(version);
+            // What the kernel was told is the server's now: its
+            // getattr is answered from here, without a Stat.
+            if let Some(attr) = &mut node.attr {
+                attr.size = commit.size;
+                attr.blocks = commit.size.div_ceil(512);
+                if let Some(modified) = commit.modified {
+                    (attr.mtime, attr.atime, attr.ctime) = (modified, modified, modified);
+                }
+                if let Some(permissions) = commit.permissions {
+                    attr.perm = permissions.bits() as u16;
+                }
             }
         }
     }
@@ -244,7 +285,7 @@ impl Shared {
 }
 
 /// The patch chunks of `ranges`, read from the staging file as they are
-/// sent (at most a chunk in memory at a time).
+/// sent (at most a read's worth, 1 MiB, in memory at a time).
 fn chunks(file: Arc<std::fs::File>, ranges: &[(u64, u64)]) -> PatchChunks {
     let mut pieces = Vec::new();
     for &(start, end) in ranges {
@@ -256,17 +297,37 @@ fn chunks(file: Arc<std::fs::File>, ranges: &[(u64, u64)]) -> PatchChunks {
         }
     }
     futures::stream::iter(pieces)
-        .map(move |(offset, len)| {
-            let mut data = vec![0; len];
-            file.read_exact_at(&mut data, offset).map_err(|e| {
-                Error::internal(format!("reading the mount's staged bytes failed: {e}"))
-            })?;
+        .flat_map(move |(offset, len)| futures::stream::iter(read_staged(&file, offset, len)))
+        .boxed()
+}
+
+/// `len` bytes at `offset` of a staging file, read at once and sent as
+/// messages of the client's usual size: the server stages a message as
+/// it arrives, so small ones keep the upload flowing within the stream's
+/// flow-control window where 1 MiB ones stall it (a 512 MiB commit took
+/// 2.6 s in 1 MiB messages against 0.9 to 1.5 s for `wsfs put`, which
+/// sends 64 KiB ones).
+pub(super) fn read_staged(
+    file: &std::fs::File,
+    offset: u64,
+    len: usize,
+) -> Vec<wsfs::Result<PatchChunk>> {
+    let mut data = vec![0; len];
+    if let Err(e) = file.read_exact_at(&mut data, offset) {
+        return vec![Err(Error::internal(format!(
+            "reading the mount's staged bytes failed: {e}"
+        )))];
+    }
+    let data = Bytes::from(data);
+    (0..len)
+        .step_by(DEFAULT_CHUNK_SIZE)
+        .map(|at| {
             Ok(PatchChunk {
-                offset,
-                data: Bytes::from(data),
+                offset: offset + at as u64,
+                data: data.slice(at..(at + DEFAULT_CHUNK_SIZE).min(len)),
             })
         })
-        .boxed()
+        .collect()
 }
 
 impl WsfsFs {
@@ -326,7 +387,10 @@ impl WsfsFs {
             return reply.error(Errno::EBADF);
         };
         match staged.write(offset, data) {
-            Ok(()) => reply.written(data.len() as u32),
+            Ok(()) => {
+                reply.written(data.len() as u32);
+                self.shared.upload_ahead(ino.0, &staged);
+            }
             Err(e) => reply.error(local(&e)),
         }
     }
