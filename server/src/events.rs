@@ -56,6 +56,16 @@ struct Ring {
     first_seq: u64,
 }
 
+impl Ring {
+    /// A cursor of 0 is the log's beginning: just before its first seq.
+    fn resolve(&self, cursor: u64) -> u64 {
+        match cursor {
+            0 => self.first_seq - 1,
+            cursor => cursor,
+        }
+    }
+}
+
 /// The first seq of a log made now: the wall clock in microseconds since
 /// the Unix epoch. A session's log lives in one server's memory, so a
 /// restart, a recovery on another replica or a session made again under
@@ -256,6 +266,11 @@ impl EventLog {
         self.ring().first_seq - 1
     }
 
+    /// `cursor` as [`EventLog::since`] reads it: 0 is the log's beginning.
+    pub fn resolve(&self, cursor: u64) -> u64 {
+        self.ring().resolve(cursor)
+    }
+
     /// The last seq assigned ([`EventLog::began_at`] before any change).
     pub fn current_seq(&self) -> u64 {
         self.ring().next_seq - 1
@@ -268,11 +283,7 @@ impl EventLog {
     pub fn since(&self, cursor: u64, max: usize) -> Since {
         let ring = self.ring();
         let current = ring.next_seq - 1;
-        let cursor = if cursor == 0 {
-            ring.first_seq - 1
-        } else {
-            cursor
-        };
+        let cursor = ring.resolve(cursor);
         if cursor.saturating_add(1) < ring.first_held || cursor > current {
             return Since::Resync { seq: current };
         }

@@ -760,10 +760,7 @@ async fn an_unreachable_server_fails_calls_with_eio_after_the_wait() {
     if !can_mount() {
         return;
     }
-    let options = MountOptions {
-        server_wait: Duration::from_secs(1),
-        ..MountOptions::default()
-    };
+    let options = giving_up_soon();
     let mut m = mounted("memory", options).await;
     m.session.write_str("a.txt", "a").await.unwrap();
     let root = m.root();
@@ -809,6 +806,14 @@ async fn restartable(options: MountOptions) -> Restartable {
         dir,
         handle,
         _client: client,
+    }
+}
+
+/// Mount options whose calls wait for an absent server one second only.
+fn giving_up_soon() -> MountOptions {
+    MountOptions {
+        server_wait: Duration::from_secs(1),
+        ..MountOptions::default()
     }
 }
 
@@ -1663,10 +1668,7 @@ async fn refused_directory_changes_are_reported_and_undone() {
     if !can_mount() {
         return;
     }
-    let options = MountOptions {
-        server_wait: Duration::from_secs(1),
-        ..MountOptions::default()
-    };
+    let options = giving_up_soon();
     let Restartable {
         data,
         server,
@@ -1939,10 +1941,7 @@ async fn the_mounts_own_changes_keep_what_the_kernel_was_told() {
     if !can_mount() {
         return;
     }
-    let options = MountOptions {
-        server_wait: Duration::from_secs(1),
-        ..MountOptions::default()
-    };
+    let options = giving_up_soon();
     let Restartable {
         data: _data,
         server,

@@ -53,6 +53,15 @@ async fn swarm(server: &TestServer, options: SessionOptions) -> (Session, Sessio
     (system, admin.session(&info.id).with_token(&alice).unwrap())
 }
 
+/// Writes `x` to `{prefix}0` .. `{prefix}{count - 1}`, one after another.
+async fn write_numbered(s: &Session, prefix: &str, count: usize) {
+    for i in 0..count {
+        s.write(&p(&format!("{prefix}{i}")), "x", WriteOptions::default())
+            .await
+            .unwrap();
+    }
+}
+
 async fn tokens_on() -> TestServer {
     TestServer::start_with(|c| c.admin_token = Some(ADMIN.into())).await
 }
@@ -219,11 +228,7 @@ async fn watch_glob_escapes_and_refusals_are_globs() {
 #[tokio::test]
 async fn watch_resumes_after_since_seq_without_a_gap() {
     let (_server, s) = plain(|_| {}).await;
-    for i in 0..5 {
-        s.write(&p(&format!("f{i}")), "x", WriteOptions::default())
-            .await
-            .unwrap();
-    }
+    write_numbered(&s, "f", 5).await;
     let base = s.changes(0, 1).await.unwrap().next_seq - 1;
     let mut events = s
         .watch("")
@@ -257,11 +262,7 @@ async fn watch_resumes_after_since_seq_without_a_gap() {
 #[tokio::test]
 async fn watch_behind_the_ring_gets_resync() {
     let (_server, s) = plain(|c| c.watch_ring_events = 4).await;
-    for i in 0..10 {
-        s.write(&p(&format!("f{i}")), "x", WriteOptions::default())
-            .await
-            .unwrap();
-    }
+    write_numbered(&s, "f", 10).await;
     // The ring holds the last four: the first change's seq is the fifth
     // held one's less four.
     let base = s.changes(0, 0).await.unwrap().next_seq - 10;
@@ -300,11 +301,7 @@ async fn a_cursor_kept_across_a_server_restart_gets_resync() {
     let server = TestServer::start_at(data.path(), |_| {}).await;
     let client = Client::connect(&server.url()).await.unwrap();
     let (s, info) = client.create(SessionOptions::directory()).await.unwrap();
-    for i in 0..3 {
-        s.write(&p(&format!("old{i}")), "x", WriteOptions::default())
-            .await
-            .unwrap();
-    }
+    write_numbered(&s, "old", 3).await;
     let cursor = s.changes(0, 0).await.unwrap().next_seq;
     assert!(cursor > 0);
     server.stop().await.unwrap();
@@ -331,11 +328,7 @@ async fn a_cursor_kept_across_a_server_restart_gets_resync() {
     assert!(s.changes(cursor, 0).await.unwrap().resync);
 
     // After it has recorded more changes than the earlier log had.
-    for i in 0..5 {
-        s.write(&p(&format!("new{i}")), "x", WriteOptions::default())
-            .await
-            .unwrap();
-    }
+    write_numbered(&s, "new", 5).await;
     let new_paths: Vec<String> = (0..5).map(|i| format!("new{i}")).collect();
     let mut later = s
         .watch("")
@@ -383,11 +376,7 @@ async fn idle_watch_sends_keepalives() {
 #[tokio::test]
 async fn changes_polls_in_pages() {
     let (_server, s) = plain(|_| {}).await;
-    for i in 0..5 {
-        s.write(&p(&format!("f{i}")), "x", WriteOptions::default())
-            .await
-            .unwrap();
-    }
+    write_numbered(&s, "f", 5).await;
     let first = s.changes(0, 3).await.unwrap();
     let base = first.events[0].seq - 1;
     assert_eq!(

@@ -421,10 +421,7 @@ impl filesystem_server::Filesystem for FilesystemService {
             let max = if r.max == 0 { 1000 } else { r.max as usize };
             // Since 0 is since the log began: with nothing after it, the
             // seq to pass next time is that beginning.
-            let from = match r.since_seq {
-                0 => s.session.events.began_at(),
-                seq => seq,
-            };
+            let from = s.session.events.resolve(r.since_seq);
             Ok(match s.session.events.since(r.since_seq, max) {
                 Since::Events(events) => proto::ChangesResponse {
                     next_seq: events.last().map_or(from, |e| e.seq),
