@@ -161,15 +161,13 @@ impl DirectoryBackend {
     }
 
     /// [`Self::record`] of an entry already stated.
+    ///
+    /// The version is drawn under the map's lock, so the map's version of a
+    /// path only grows: two writers that each drew one before taking the
+    /// lock could store them out of order, and a reader that saw the later
+    /// one would then see the earlier one for the same bytes.
     pub(super) fn record_stat(&self, st: &Stat, path: &CanonicalPath) -> Metadata {
-        let version = self.next_version.fetch_add(1, Ordering::SeqCst);
-        self.versions().insert(
-            path.as_str().to_string(),
-            Known {
-                version,
-                fingerprint: st.fingerprint(),
-            },
-        );
+        let version = self.fresh(&mut self.versions(), path, st.fingerprint());
         st.metadata(path, version)
     }
 
