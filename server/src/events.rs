@@ -426,6 +426,11 @@ impl ExternalWatcher {
                     let Ok(path) = CanonicalPath::parse(&raw, &limits) else {
                         continue;
                     };
+                    // The server's own temporary names (a small file is
+                    // made beside its place) are no part of the workspace.
+                    if crate::backend::check_name(&path).is_err() {
+                        continue;
+                    }
                     report_external(&*fs, &log, &path, kind).await;
                 }
             }

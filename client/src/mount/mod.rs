@@ -9,7 +9,8 @@
 //! - `inodes`: the kernel's inode numbers for the server's paths.
 //! - `staging`: a file's written bytes on local disk until the commit,
 //!   which sends only the changed ranges.
-//! - `dispatch`: the FUSE operations, each a task on the tokio runtime,
+//! - `dispatch`: the FUSE operations, each run on fuser's thread until it
+//!   must wait and then as a task on the tokio runtime,
 //!   handed to the module that does it:
 //!   - `attr`: lookup, getattr and setattr, and the kernel's attributes;
 //!   - `read`: reads, symlink targets and directory listings;

@@ -1,15 +1,18 @@
-//! Local staging of a file open for writing: a sparse temporary file in
-//! the mount's private directory holding the bytes written (dirty) and the
-//! bytes fetched from the server (present). Writes never wait for the
+//! Local staging of a file open for writing: the bytes written (dirty)
+//! and the bytes fetched from the server (present), in memory while the
+//! file is small and in a sparse temporary file in the mount's private
+//! directory once it is not ([`Store`]). Writes never wait for the
 //! network; the commit at flush, fsync or release sends one patch with
 //! only the dirty ranges and the length change. The mount's memory stays
-//! bounded whatever the file's size: the bytes live on local disk.
+//! bounded whatever the files' sizes: at most [`MEMORY_STAGE_TOTAL`] bytes
+//! of small files are staged in memory, everything else on local disk.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use wsfs::{Permissions, MAX_CHUNK_SIZE};
@@ -20,6 +23,154 @@ pub const AHEAD_START_BYTES: u64 = 8 << 20;
 
 /// What the upload ahead sends at a time: a whole chunk of a dirty run.
 const AHEAD_CHUNK: u64 = MAX_CHUNK_SIZE as u64;
+
+/// A file is staged in memory while it is at most this long, and moves to
+/// local disk when it grows past it. A temporary file per small file was
+/// most of the mount's own time in `tar x` (a new inode made and freed for
+/// each).
+pub const MEMORY_STAGE_BYTES: u64 = 64 * 1024;
+
+/// The most bytes the files staged in memory may hold together (each
+/// counts as [`MEMORY_STAGE_BYTES`] from its start): past it, new files
+/// are staged on disk. Per process, whatever the number of mounts.
+pub const MEMORY_STAGE_TOTAL: u64 = 64 << 20;
+
+/// Bytes of [`MEMORY_STAGE_TOTAL`] held by files staged in memory now.
+static MEMORY_STAGED: AtomicU64 = AtomicU64::new(0);
+
+/// Where a file's staged bytes live; its length is the staged file's.
+enum Store {
+    /// At most [`MEMORY_STAGE_BYTES`], holding one share of the budget.
+    Memory(Vec<u8>),
+    Disk(File),
+}
+
+impl Store {
+    /// In memory when `len` is small and the budget has room, else a
+    /// temporary file in `dir`.
+    fn new(dir: &Path, len: u64) -> io::Result<Store> {
+        if len <= MEMORY_STAGE_BYTES && take_memory_share() {
+            return Ok(Store::Memory(vec![0; len as usize]));
+        }
+        let file = tempfile::tempfile_in(dir)?;
+        file.set_len(len)?;
+        Ok(Store::Disk(file))
+    }
+
+    /// Makes room for bytes up to `end`: a store in memory that would
+    /// pass [`MEMORY_STAGE_BYTES`] moves to disk first.
+    fn reach(&mut self, dir: &Path, end: u64) -> io::Result<()> {
+        if let Store::Memory(bytes) = self {
+            if end > MEMORY_STAGE_BYTES {
+                let file = tempfile::tempfile_in(dir)?;
+                file.write_all_at(bytes, 0)?;
+                file.set_len(bytes.len() as u64)?;
+                // The memory store's share goes back as it is dropped.
+                *self = Store::Disk(file);
+            } else if end > bytes.len() as u64 {
+                bytes.resize(end as usize, 0);
+            }
+        }
+        Ok(())
+    }
+
+    fn write_at(&mut self, dir: &Path, data: &[u8], offset: u64) -> io::Result<()> {
+        let end = offset + data.len() as u64;
+        self.reach(dir, end)?;
+        match self {
+            Store::Memory(bytes) => {
+                bytes[offset as usize..end as usize].copy_from_slice(data);
+                Ok(())
+            }
+            Store::Disk(file) => file.write_all_at(data, offset),
+        }
+    }
+
+    fn set_len(&mut self, dir: &Path, len: u64) -> io::Result<()> {
+        self.reach(dir, len)?;
+        match self {
+            Store::Memory(bytes) => {
+                bytes.truncate(len as usize);
+                Ok(())
+            }
+            Store::Disk(file) => file.set_len(len),
+        }
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        match self {
+            Store::Memory(bytes) => {
+                let start = offset as usize;
+                match start.checked_add(buf.len()) {
+                    Some(end) if end <= bytes.len() => {
+                        buf.copy_from_slice(&bytes[start..end]);
+                        Ok(())
+                    }
+                    _ => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+                }
+            }
+            Store::Disk(file) => file.read_exact_at(buf, offset),
+        }
+    }
+
+    fn reader(&self) -> io::Result<StageReader> {
+        Ok(match self {
+            Store::Memory(bytes) => StageReader::Memory(bytes::Bytes::copy_from_slice(bytes)),
+            Store::Disk(file) => StageReader::Disk(file.try_clone()?),
+        })
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Store::Memory(_) = self {
+            give_memory_share();
+        }
+    }
+}
+
+/// Takes one file's share of [`MEMORY_STAGE_TOTAL`]; false when it is
+/// spent.
+fn take_memory_share() -> bool {
+    MEMORY_STAGED
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
+            (held + MEMORY_STAGE_BYTES <= MEMORY_STAGE_TOTAL).then_some(held + MEMORY_STAGE_BYTES)
+        })
+        .is_ok()
+}
+
+fn give_memory_share() {
+    MEMORY_STAGED.fetch_sub(MEMORY_STAGE_BYTES, Ordering::SeqCst);
+}
+
+/// What a commit or an upload ahead reads a file's staged bytes through:
+/// a handle on its staging file, or a copy of the bytes staged in memory
+/// (taken once the commit's ranges are: bytes written after it are dirty
+/// again, for the next commit).
+pub enum StageReader {
+    Disk(File),
+    Memory(bytes::Bytes),
+}
+
+impl StageReader {
+    /// `len` bytes at `offset`, every one staged.
+    pub fn read_at(&self, offset: u64, len: usize) -> io::Result<bytes::Bytes> {
+        match self {
+            StageReader::Disk(file) => {
+                let mut data = vec![0; len];
+                file.read_exact_at(&mut data, offset)?;
+                Ok(data.into())
+            }
+            StageReader::Memory(bytes) => {
+                let start = offset as usize;
+                match start.checked_add(len) {
+                    Some(end) if end <= bytes.len() => Ok(bytes.slice(start..end)),
+                    _ => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+                }
+            }
+        }
+    }
+}
 
 /// Half-open byte ranges `[start, end)`, merged when they touch.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -207,7 +358,9 @@ enum AheadEnd {
 }
 
 struct State {
-    file: File,
+    store: Store,
+    /// Where the store goes when it leaves memory.
+    dir: PathBuf,
     /// Bytes valid in `file`: written, fetched, or known zeros. Everything
     /// at and after `size` always is (a later extension reads as zeros).
     present: Ranges,
@@ -281,13 +434,13 @@ impl Staged {
     /// those bytes are all known locally already (a file just created
     /// empty).
     pub fn new(dir: &Path, server_size: u64, known: bool) -> io::Result<Staged> {
-        let file = tempfile::tempfile_in(dir)?;
-        file.set_len(server_size)?;
+        let store = Store::new(dir, server_size)?;
         let mut present = Ranges::default();
         present.insert(if known { 0 } else { server_size }, u64::MAX);
         Ok(Staged {
             state: Mutex::new(State {
-                file,
+                store,
+                dir: dir.to_path_buf(),
                 present,
                 dirty: Ranges::default(),
                 size: server_size,
@@ -392,8 +545,9 @@ impl Staged {
         let end = offset
             .checked_add(data.len() as u64)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EFBIG))?;
-        let mut s = self.state();
-        s.file.write_all_at(data, offset)?;
+        let mut guard = self.state();
+        let s = &mut *guard;
+        s.store.write_at(&s.dir, data, offset)?;
         let (run_start, run_end) = s.dirty.insert(offset, end);
         s.run = run_end - run_start;
         s.present.insert(offset, end);
@@ -403,7 +557,7 @@ impl Staged {
         if let Some(ahead) = &mut s.ahead {
             if matches!(ahead.end, AheadEnd::Running) && run_end - run_start >= AHEAD_CHUNK {
                 ahead.ready = Some(run_start);
-                drop(s);
+                drop(guard);
                 self.ahead_wake.notify_one();
             }
         }
@@ -412,7 +566,8 @@ impl Staged {
 
     pub fn truncate(&self, len: u64) -> io::Result<()> {
         let mut s = self.state();
-        s.file.set_len(len)?;
+        let State { store, dir, .. } = &mut *s;
+        store.set_len(dir, len)?;
         let cut = len < s.size;
         if cut {
             s.present.insert(len, u64::MAX);
@@ -449,7 +604,8 @@ impl Staged {
         for (gs, ge) in s.present.gaps(offset, end) {
             let from = (gs - offset) as usize;
             let to = (ge - offset) as usize;
-            s.file.write_all_at(&data[from..to], gs)?;
+            let State { store, dir, .. } = &mut *s;
+            store.write_at(dir, &data[from..to], gs)?;
         }
         s.present.insert(offset, end);
         Ok(())
@@ -458,15 +614,14 @@ impl Staged {
     /// Bytes `[offset, end)` from the staging file; every one must be
     /// present.
     pub fn read_local(&self, offset: u64, end: u64) -> io::Result<Vec<u8>> {
-        let s = self.state();
         let mut buf = vec![0; end.saturating_sub(offset) as usize];
-        s.file.read_exact_at(&mut buf, offset)?;
+        self.state().store.read_exact_at(&mut buf, offset)?;
         Ok(buf)
     }
 
-    /// A handle on the staging file for a commit's reads.
-    pub fn reader(&self) -> io::Result<File> {
-        self.state().file.try_clone()
+    /// What a commit's reads go through.
+    pub fn reader(&self) -> io::Result<StageReader> {
+        self.state().store.reader()
     }
 
     /// What the next commit sends, taken out of the dirty set; `None` when
@@ -724,6 +879,66 @@ mod tests {
 
     fn staged(server_size: u64) -> Staged {
         Staged::new(&std::env::temp_dir(), server_size, false).unwrap()
+    }
+
+    /// Tests that count on the memory budget's state run one at a time.
+    static BUDGET: Mutex<()> = Mutex::new(());
+
+    fn in_memory(s: &Staged) -> bool {
+        matches!(s.state().store, Store::Memory(_))
+    }
+
+    #[test]
+    fn a_small_file_is_staged_in_memory_and_goes_to_disk_whole_as_it_grows() {
+        let _alone = BUDGET.lock().unwrap_or_else(|e| e.into_inner());
+        let s = Staged::new(&std::env::temp_dir(), 0, true).unwrap();
+        s.write(0, b"hello").unwrap();
+        s.write(100, b"world").unwrap();
+        assert!(in_memory(&s));
+        let reader = s.reader().unwrap();
+        assert_eq!(&reader.read_at(100, 5).unwrap()[..], b"world");
+        assert!(reader.read_at(100, 6).is_err(), "past the end");
+
+        let far = MEMORY_STAGE_BYTES;
+        s.write(far, b"!").unwrap();
+        assert!(
+            !in_memory(&s),
+            "past {MEMORY_STAGE_BYTES} bytes it is on disk"
+        );
+        assert_eq!(s.read_local(0, 5).unwrap(), b"hello");
+        assert_eq!(s.read_local(5, 100).unwrap(), vec![0; 95]);
+        assert_eq!(s.read_local(100, 105).unwrap(), b"world");
+        assert_eq!(s.read_local(far, far + 1).unwrap(), b"!");
+        let c = s.begin_commit().unwrap();
+        assert_eq!(c.size, far + 1);
+        let reader = s.reader().unwrap();
+        assert_eq!(&reader.read_at(100, 5).unwrap()[..], b"world");
+
+        // Cut back and grown again within the bound: it stays on disk.
+        s.truncate(3).unwrap();
+        s.write(10, b"x").unwrap();
+        assert_eq!(s.read_local(0, 11).unwrap(), b"hel\0\0\0\0\0\0\0x");
+    }
+
+    #[test]
+    fn past_the_memory_budget_small_files_are_staged_on_disk_until_it_frees() {
+        let _alone = BUDGET.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = Vec::new();
+        while take_memory_share() {
+            held.push(());
+        }
+        let s = staged(10);
+        assert!(!in_memory(&s), "the budget is spent");
+        s.write(0, b"on disk").unwrap();
+        assert_eq!(s.read_local(0, 7).unwrap(), b"on disk");
+        for () in held.drain(..) {
+            give_memory_share();
+        }
+        let s = staged(10);
+        assert!(in_memory(&s), "a share is free again");
+        drop(s);
+        assert!(take_memory_share(), "dropping a file gives its share back");
+        give_memory_share();
     }
 
     #[test]

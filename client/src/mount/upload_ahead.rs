@@ -171,7 +171,7 @@ fn ahead_options(header: AheadHeader, unborn: bool) -> PatchOptions {
 fn ahead_chunks(
     shared: Arc<Shared>,
     staged: &Arc<Staged>,
-    reader: std::fs::File,
+    reader: super::staging::StageReader,
 ) -> wsfs::PatchChunks {
     // Held weakly: the upload never keeps the staging alive.
     let (wake, staged) = (staged.ahead_wake.clone(), Arc::downgrade(staged));

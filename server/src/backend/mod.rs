@@ -234,6 +234,13 @@ pub trait Backend: Send + Sync + 'static {
     /// blocking pool.
     const BLOCKING: bool;
 
+    /// True when a small change (a few system calls the page cache takes
+    /// without waiting for the disk) may run in place, on the runtime's
+    /// thread, even though the backend blocks (see the workspace's `Cost`).
+    fn small_changes_in_place(&self) -> bool {
+        !Self::BLOCKING
+    }
+
     /// Metadata of `path` without following a final symlink; `Ok(None)`
     /// when nothing is there. The root is a directory. A symlink or file
     /// met as an intermediate component: `PermissionDenied` / `NotADirectory`.

@@ -6,7 +6,7 @@ use super::byte_stream::byte_chunks;
 use super::edit::{bounded_diff, edited_size, read_text_for_edit};
 use super::patch::admit_chunk;
 use super::text::text_page;
-use super::{check_version, Landing, Workspace, MAX_LIST_ENTRIES};
+use super::{check_version, Cost, Landing, Workspace, MAX_LIST_ENTRIES};
 use crate::backend::{Backend, CommitMode, Patch, StagedFile};
 use crate::quota::{self, Usage};
 use crate::search;
@@ -125,7 +125,9 @@ impl<B: Backend> Filesystem for Workspace<B> {
             create_missing: options.create_missing,
         };
         let (path, limits, quota) = (path.clone(), self.limits, self.quota.clone());
-        self.locked(vec![path.clone()], move |b| {
+        // A patch copies the file as it is, unless it replaces it whole.
+        let cost = self.cost_of_file(&path, staged.len());
+        self.locked(vec![path.clone()], cost, move |b| {
             let current = b.metadata(&path)?;
             check_version(&path, current.as_ref(), options.if_version)?;
             match current.as_ref().map(|m| m.kind) {
@@ -191,7 +193,7 @@ impl<B: Backend> Filesystem for Workspace<B> {
         wsfs::check_symlink_target(path, target)?;
         self.writable(path)?;
         let (path, target) = (path.clone(), target.to_string());
-        self.locked(vec![path.clone()], move |b| {
+        self.locked(vec![path.clone()], Cost::Small, move |b| {
             b.symlink(&path, &target, options.create_parents)
         })
         .await
@@ -214,7 +216,7 @@ impl<B: Backend> Filesystem for Workspace<B> {
         let limits = self.limits;
         let quota = self.quota.clone();
         let path = path.clone();
-        self.locked(vec![path.clone()], move |b| {
+        self.locked(vec![path.clone()], Cost::Large, move |b| {
             let (text, meta) = read_text_for_edit(b, &path, limit)?;
             check_version(&path, Some(&meta), edit.if_version)?;
             let count = text.matches(edit.old_text.as_str()).count() as u64;
@@ -278,7 +280,13 @@ impl<B: Backend> Filesystem for Workspace<B> {
         self.writable(path)?;
         let path = path.clone();
         let quota = self.quota.clone();
-        self.locked(vec![path.clone()], move |b| {
+        // One name removed is small; a tree is not.
+        let cost = if options.recursive {
+            Cost::Large
+        } else {
+            Cost::Small
+        };
+        self.locked(vec![path.clone()], cost, move |b| {
             let current = match b.metadata(&path) {
                 Err(Error::NotADirectory { .. }) => None,
                 other => other?,
@@ -307,7 +315,7 @@ impl<B: Backend> Filesystem for Workspace<B> {
         self.writable(path)?;
         let p = path.clone();
         let created = self
-            .locked(vec![p.clone()], move |b| {
+            .locked(vec![p.clone()], Cost::Small, move |b| {
                 let permissions = options
                     .permissions
                     .unwrap_or_else(|| b.default_directory_permissions());
@@ -332,7 +340,13 @@ impl<B: Backend> Filesystem for Workspace<B> {
         self.writable(destination)?;
         let (src, dst) = (source.clone(), destination.clone());
         let quota = self.quota.clone();
-        self.locked(vec![src.clone(), dst.clone()], move |b| {
+        // A file's new name is small; a directory's moves what the server
+        // knows of every path beneath it.
+        let cost = match self.backend.metadata(&src) {
+            Ok(Some(m)) if m.kind != FileKind::Directory => Cost::Small,
+            _ => Cost::Large,
+        };
+        self.locked(vec![src.clone(), dst.clone()], cost, move |b| {
             if options.if_version.is_some() {
                 let current = b.metadata(&src)?;
                 check_version(&src, current.as_ref(), options.if_version)?;
@@ -352,7 +366,7 @@ impl<B: Backend> Filesystem for Workspace<B> {
         let (src, dst) = (source.clone(), destination.clone());
         let limits = self.limits;
         let quota = self.quota.clone();
-        self.locked(vec![src.clone(), dst.clone()], move |b| {
+        self.locked(vec![src.clone(), dst.clone()], Cost::Large, move |b| {
             let (removed, added) = if quota::limited(&limits) {
                 (quota::usage(b, &dst)?, quota::usage(b, &src)?)
             } else {
@@ -420,7 +434,7 @@ impl<B: Backend> Filesystem for Workspace<B> {
         attributes.check()?;
         self.writable(path)?;
         let path = path.clone();
-        self.locked(vec![path.clone()], move |b| {
+        self.locked(vec![path.clone()], Cost::Small, move |b| {
             let current = b.metadata(&path)?;
             check_version(&path, current.as_ref(), attributes.if_version)?;
             if current.is_none() {

@@ -126,12 +126,13 @@ impl<B: Backend> Workspace<B> {
         T: Send + 'static,
         F: FnOnce(&B) -> Result<T> + Send + 'static,
     {
-        self.claimed(vec![CanonicalPath::root()], f).await
+        self.claimed(vec![CanonicalPath::root()], Cost::Large, f)
+            .await
     }
 
     /// Runs `f` on the backend holding a claim on `paths`, owned by the
     /// work (see "Mutations own their lock").
-    async fn claimed<T, F>(&self, paths: Vec<CanonicalPath>, f: F) -> Result<T>
+    async fn claimed<T, F>(&self, paths: Vec<CanonicalPath>, cost: Cost, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&B) -> Result<T> + Send + 'static,
@@ -149,7 +150,14 @@ impl<B: Backend> Workspace<B> {
                     .to_string(),
             });
         }
-        run_on(&self.backend, move |b| {
+        // A session with a quota walks the workspace for each change's
+        // check: never small.
+        let cost = if crate::quota::limited(&self.limits) {
+            Cost::Large
+        } else {
+            cost
+        };
+        run_costed(&self.backend, cost, move |b| {
             let _guard = guard;
             f(b)
         })
@@ -160,17 +168,30 @@ impl<B: Backend> Workspace<B> {
     /// rather than by the caller (see "Mutations own their lock"), and
     /// makes its changes as durable as the server's `--durability` asks
     /// before the claim is let go.
-    async fn locked<T, F>(&self, paths: Vec<CanonicalPath>, f: F) -> Result<T>
+    async fn locked<T, F>(&self, paths: Vec<CanonicalPath>, cost: Cost, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&B) -> Result<T> + Send + 'static,
     {
-        self.claimed(paths, move |b| {
+        self.claimed(paths, cost, move |b| {
             let out = f(b)?;
             b.settle()?;
             Ok(out)
         })
         .await
+    }
+
+    /// The cost of a change that stages `staged` bytes and copies the file
+    /// at `path` as it is now (a patch, an append): the file's size is read
+    /// in place, before the lock, as Stat reads it. A file that grows in
+    /// between makes a large change run in place once; nothing else.
+    fn cost_of_file(&self, path: &CanonicalPath, staged: u64) -> Cost {
+        let current = match self.backend.metadata(path) {
+            Ok(Some(m)) => m.size,
+            Ok(None) => 0,
+            Err(_) => return Cost::Large,
+        };
+        Cost::of_bytes(staged.max(current))
     }
 
     /// Runs a backend call, on the blocking pool when the backend blocks.
@@ -233,7 +254,12 @@ impl<B: Backend> Workspace<B> {
         let path = path.clone();
         let limits = self.limits;
         let quota = self.quota.clone();
-        self.locked(vec![path.clone()], move |b| {
+        // Appending copies the file as it is: large unless it is small.
+        let cost = match options.mode {
+            WriteMode::Append => self.cost_of_file(&path, staged.len()),
+            _ => Cost::of_bytes(staged.len()),
+        };
+        self.locked(vec![path.clone()], cost, move |b| {
             let current = b.metadata(&path)?;
             check_version(&path, current.as_ref(), options.if_version)?;
             if let Some(m) = &current {
@@ -277,7 +303,7 @@ impl<B: Backend> Workspace<B> {
     /// refusing it once it passes the per-write limit. A stream that
     /// breaks off drops what was staged.
     async fn stage_upload(&self, path: &CanonicalPath, mut data: ByteChunks) -> Result<B::Staged> {
-        let mut staged = self.run(|b| b.stage()).await?;
+        let mut staged = run_costed(&self.backend, Cost::Small, |b| b.stage()).await?;
         let mut batch: Vec<Bytes> = Vec::new();
         let (mut batched, mut total) = (0usize, 0u64);
         loop {
@@ -292,7 +318,10 @@ impl<B: Backend> Workspace<B> {
             if batched >= STAGE_BATCH_BYTES || (next.is_none() && !batch.is_empty()) {
                 let chunks = std::mem::take(&mut batch);
                 batched = 0;
-                staged = if B::BLOCKING {
+                let in_place = Cost::of_bytes(chunks.iter().map(|c| c.len() as u64).sum())
+                    == Cost::Small
+                    && self.backend.small_changes_in_place();
+                staged = if B::BLOCKING && !in_place {
                     tokio::task::spawn_blocking(move || {
                         for c in &chunks {
                             staged.write_chunk(c)?;
@@ -359,7 +388,50 @@ where
     T: Send + 'static,
     F: FnOnce(&B) -> Result<T> + Send + 'static,
 {
-    if B::BLOCKING {
+    run_costed(backend, Cost::Large, f).await
+}
+
+/// The most bytes a change may stage, or find in the file it changes, and
+/// still be [`Cost::Small`].
+const SMALL_CHANGE_BYTES: u64 = 64 * 1024;
+
+/// What a backend call costs, which decides where it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cost {
+    /// A few system calls over at most [`SMALL_CHANGE_BYTES`] (a small
+    /// file written or patched, a directory made, bits or a time set, one
+    /// name removed): run in place, on the runtime's thread, when the
+    /// backend allows it ([`Backend::small_changes_in_place`]). The hand-off
+    /// to the blocking pool and back costs two thread wake-ups, more than
+    /// the change itself: a profile of `tar x` through the mount had most
+    /// of the server's time in them.
+    Small,
+    /// Anything else: on the blocking pool when the backend blocks.
+    Large,
+}
+
+impl Cost {
+    /// [`Cost::Small`] when `bytes` (staged, or in the file a change
+    /// copies) are at most [`SMALL_CHANGE_BYTES`].
+    pub(crate) fn of_bytes(bytes: u64) -> Cost {
+        if bytes <= SMALL_CHANGE_BYTES {
+            Cost::Small
+        } else {
+            Cost::Large
+        }
+    }
+}
+
+/// Runs `f` in place when it costs little and the backend allows it, else
+/// as [`run_on`] does.
+async fn run_costed<B, T, F>(backend: &Arc<B>, cost: Cost, f: F) -> Result<T>
+where
+    B: Backend,
+    T: Send + 'static,
+    F: FnOnce(&B) -> Result<T> + Send + 'static,
+{
+    let in_place = cost == Cost::Small && backend.small_changes_in_place();
+    if B::BLOCKING && !in_place {
         let b = backend.clone();
         tokio::task::spawn_blocking(move || f(&b))
             .await

@@ -151,10 +151,10 @@ impl DirectoryBackend {
             Err(e) => return Err(staging_error(e.into())),
         };
         let len = stat_fd(&fd).map_err(|e| staging_error(e.into()))?.size;
-        Ok(Some(DirectoryStaged {
-            file: None,
-            temp: TempEntry::adopt(&self.staging, cname, false),
+        Ok(Some(DirectoryStaged::adopted(
+            &self.staging,
+            TempEntry::adopt(&self.staging, cname, false),
             len,
-        }))
+        )))
     }
 }

@@ -56,7 +56,8 @@ impl DirectoryBackend {
         let (dir, name) = self.parent_dir(path, create_parents, &parent)?;
         let dir = Arc::new(dir);
         let name = cname(name, path)?;
-        self.install(&dir, &name, path, Replace::No, |home, _| {
+        // A link is small: made beside its place.
+        self.install(&dir, &name, path, Replace::No, true, |home, _| {
             self.build_link(home, &target, path)
         })?;
         let meta = self.record(dir.as_fd(), &name, path)?;

@@ -28,10 +28,15 @@
 //!
 //! # Writes
 //!
-//! [`Backend::stage`] creates a named temporary file in the staging
-//! directory, outside the root, so neither listings nor containers ever see
-//! it; dropping it unlinks it. A commit renames it into place, which is
-//! atomic and leaves readers of the old inode reading the old content. When
+//! [`Backend::stage`] keeps the first 64 KiB in memory
+//! ([`staging::SMALL_STAGE_BYTES`]) and puts bytes past them in a named
+//! temporary file in the staging directory, outside the root, so neither
+//! listings nor containers ever see it; dropping it unlinks it. A commit
+//! renames it into place, which is atomic and leaves readers of the old
+//! inode reading the old content. A small file's commit writes it into a
+//! temporary file beside its place, named with [`TEMP_PREFIX`], and
+//! renames that (its inode is made where the file lives, not where the
+//! staging directory's are; see `SMALL_STAGE_BYTES`). When
 //! the staging directory is on another filesystem (`EXDEV`), the content is
 //! copied into a temporary file in the destination directory, named with
 //! [`TEMP_PREFIX`], and renamed from there; such names are reserved: they
@@ -255,6 +260,11 @@ impl Backend for DirectoryBackend {
 
     const BLOCKING: bool = true;
 
+    /// Unless every change is fsynced: an fsync waits for the disk.
+    fn small_changes_in_place(&self) -> bool {
+        !self.durability().is_fsync()
+    }
+
     fn metadata(&self, path: &CanonicalPath) -> Result<Option<Metadata>> {
         check_path(path)?;
         if path.is_root() {
@@ -310,13 +320,10 @@ impl Backend for DirectoryBackend {
             .map(|(content, _)| content)
     }
 
+    /// Nothing is made until the bytes outgrow memory
+    /// ([`staging::SMALL_STAGE_BYTES`]).
     fn stage(&self) -> Result<DirectoryStaged> {
-        let (temp, file) = TempEntry::file(&self.staging).map_err(|e| staging_error(e.into()))?;
-        Ok(DirectoryStaged {
-            file: Some(file),
-            temp,
-            len: 0,
-        })
+        Ok(DirectoryStaged::new(&self.staging))
     }
 
     fn commit(
@@ -394,6 +401,15 @@ impl Backend for DirectoryBackend {
         let removed = match (st.kind, recursive) {
             (Kind::Dir, true) => self.remove_tree(&dir, &name, path),
             (Kind::Dir, false) => rustix::fs::unlinkat(&dir, &name, AtFlags::REMOVEDIR)
+                .or_else(|e| match e {
+                    // Empty to every listing, but holding a temporary file
+                    // a crash left (a small file is made beside its place):
+                    // it goes, and so does the directory.
+                    Errno::NOTEMPTY | Errno::EXIST if only_leftovers(&dir, &name) => {
+                        rustix::fs::unlinkat(&dir, &name, AtFlags::REMOVEDIR)
+                    }
+                    e => Err(e),
+                })
                 .map(|()| 1)
                 .map_err(|e| match e {
                     Errno::NOTEMPTY | Errno::EXIST => Error::DirectoryNotEmpty {
@@ -538,7 +554,7 @@ impl Backend for DirectoryBackend {
         match src_meta.kind {
             FileKind::File => {
                 let (from, st) = open_regular(&src_dir, &src_name, src)?;
-                self.install(&dst_dir, &dst_name, dst, replace, |home, _| {
+                self.install(&dst_dir, &dst_name, dst, replace, false, |home, _| {
                     let (temp, to) = TempEntry::file(home).map_err(|e| staging_error(e.into()))?;
                     claim(self.owner.as_ref(), &to).map_err(|e| io(e, dst))?;
                     copy_data(&from, &to, 0).map_err(|e| Error::from_io(e, src))?;
@@ -555,7 +571,7 @@ impl Backend for DirectoryBackend {
                         e => io(e, src),
                     })?;
                 let perms = stat_fd(&from).map_err(|e| io(e, src))?.mode & 0o777;
-                self.install(&dst_dir, &dst_name, dst, replace, |home, _| {
+                self.install(&dst_dir, &dst_name, dst, replace, false, |home, _| {
                     let (temp, to) = TempEntry::dir(home).map_err(|e| io(e, dst))?;
                     claim(self.owner.as_ref(), &to).map_err(|e| io(e, dst))?;
                     created = 1 + copy_tree(&from, &to, src, 0, self.owner.as_ref())?;
@@ -565,7 +581,7 @@ impl Backend for DirectoryBackend {
             }
             FileKind::Symlink => {
                 let target = read_link(&src_dir, &src_name, src)?;
-                self.install(&dst_dir, &dst_name, dst, replace, |home, _| {
+                self.install(&dst_dir, &dst_name, dst, replace, true, |home, _| {
                     self.build_link(home, &target, dst)
                 })?;
                 created = 1;
@@ -630,4 +646,24 @@ impl Backend for DirectoryBackend {
         }
         Ok(Box::new(walk))
     }
+}
+
+/// Whether `dir/name` holds nothing but files with reserved names (left by
+/// a crash between a temporary file's making and its rename); those are
+/// removed. Its own claim keeps every commit out of the directory
+/// meanwhile, so none of them is in use.
+fn only_leftovers(dir: impl AsFd, name: &std::ffi::CStr) -> bool {
+    let Ok(inner) = rustix::fs::openat(dir, name, DIR_FLAGS, Mode::empty()) else {
+        return false;
+    };
+    let Ok(entries) = sys::read_entries(&inner) else {
+        return false;
+    };
+    let leftovers = entries
+        .iter()
+        .all(|(n, t)| sys::is_reserved(n) && *t == rustix::fs::FileType::RegularFile);
+    leftovers
+        && entries
+            .iter()
+            .all(|(n, _)| rustix::fs::unlinkat(&inner, n, AtFlags::empty()).is_ok())
 }

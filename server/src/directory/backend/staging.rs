@@ -15,6 +15,7 @@ use rustix::io::Errno;
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use wsfs::{CanonicalPath, Error, Metadata, Result};
@@ -96,30 +97,123 @@ impl Drop for TempEntry {
     }
 }
 
-/// Bytes being written, in a temporary file in the staging directory.
+/// The most bytes a write keeps in memory before it makes a staged file:
+/// a small file's commit then makes its file beside its destination, in
+/// the destination's directory ([`DirectoryBackend::install`]), and no
+/// inode is made in (and later freed from) the staging directory's part of
+/// the disk. On ext4 without a journal, making a file where many were
+/// freed in the last minutes scans them all: that was most of the
+/// server's time when `tar x` wrote small files through a mount.
+pub const SMALL_STAGE_BYTES: u64 = 64 * 1024;
+
+/// Bytes being written: in memory while they are few, then in a temporary
+/// file in the staging directory.
 pub struct DirectoryStaged {
-    /// Open until [`StagedFile::finish`].
-    pub(super) file: Option<File>,
-    pub(super) temp: TempEntry,
+    pub(super) held: Held,
     pub(super) len: u64,
+    /// Where the bytes go when they outgrow memory.
+    pub(super) staging: Arc<OwnedFd>,
+}
+
+pub(super) enum Held {
+    /// At most [`SMALL_STAGE_BYTES`].
+    Memory(Vec<u8>),
+    /// A temporary file, open until [`StagedFile::finish`].
+    File(Option<File>, TempEntry),
+}
+
+/// What a commit reads the staged bytes from.
+pub(super) enum Source {
+    Memory(Vec<u8>),
+    File(File),
+}
+
+impl Source {
+    pub(super) fn is_memory(&self) -> bool {
+        matches!(self, Source::Memory(_))
+    }
+
+    /// Writes every staged byte into `to` from `offset`.
+    pub(super) fn copy_to(&self, to: &File, offset: u64) -> std::io::Result<()> {
+        match self {
+            Source::Memory(bytes) => to.write_all_at(bytes, offset),
+            Source::File(from) => copy_data(from, to, offset).map(drop),
+        }
+    }
+
+    pub(super) fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        match self {
+            Source::Memory(bytes) => {
+                let start = offset as usize;
+                let end = start.saturating_add(buf.len());
+                let part = bytes
+                    .get(start..end)
+                    .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+                buf.copy_from_slice(part);
+                Ok(())
+            }
+            Source::File(from) => from.read_exact_at(buf, offset),
+        }
+    }
 }
 
 impl DirectoryStaged {
-    /// The staged file, reopened by its name in the staging directory (a
-    /// directory only the server writes) when `finish` closed it.
-    pub(super) fn into_parts(self) -> Result<(File, TempEntry)> {
-        let file = match self.file {
-            Some(file) => file,
-            None => rustix::fs::openat(
-                self.temp.dir.as_fd(),
-                &self.temp.name,
-                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .map(File::from)
-            .map_err(|e| staging_error(e.into()))?,
-        };
-        Ok((file, self.temp))
+    /// Nothing written yet, nothing made.
+    pub(super) fn new(staging: &Arc<OwnedFd>) -> DirectoryStaged {
+        DirectoryStaged {
+            held: Held::Memory(Vec::new()),
+            len: 0,
+            staging: staging.clone(),
+        }
+    }
+
+    /// A staged file already in the staging directory, `len` bytes long.
+    pub(super) fn adopted(staging: &Arc<OwnedFd>, temp: TempEntry, len: u64) -> DirectoryStaged {
+        DirectoryStaged {
+            held: Held::File(None, temp),
+            len,
+            staging: staging.clone(),
+        }
+    }
+
+    /// The open staged file, made from the bytes in memory if need be.
+    fn file(&mut self) -> Result<&mut File> {
+        if let Held::Memory(bytes) = &self.held {
+            let (temp, file) =
+                TempEntry::file(&self.staging).map_err(|e| staging_error(e.into()))?;
+            file.write_all_at(bytes, 0).map_err(staging_error)?;
+            file.set_len(self.len).map_err(staging_error)?;
+            let mut file = file;
+            use std::io::Seek;
+            file.seek(std::io::SeekFrom::Start(self.len))
+                .map_err(staging_error)?;
+            self.held = Held::File(Some(file), temp);
+        }
+        match &mut self.held {
+            Held::File(Some(file), _) => Ok(file),
+            _ => Err(Error::internal("a finished staged file was written to")),
+        }
+    }
+
+    /// The staged bytes, and the staged file's entry when there is one (in
+    /// the staging directory, a directory only the server writes; reopened
+    /// by its name when `finish` closed it).
+    pub(super) fn into_source(self) -> Result<(Source, Option<TempEntry>)> {
+        match self.held {
+            Held::Memory(bytes) => Ok((Source::Memory(bytes), None)),
+            Held::File(Some(file), temp) => Ok((Source::File(file), Some(temp))),
+            Held::File(None, temp) => {
+                let file = rustix::fs::openat(
+                    temp.dir.as_fd(),
+                    &temp.name,
+                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map(File::from)
+                .map_err(|e| staging_error(e.into()))?;
+                Ok((Source::File(file), Some(temp)))
+            }
+        }
     }
 }
 
@@ -127,11 +221,15 @@ impl DirectoryStaged {
     /// Appends `len` zero bytes as a hole: they cost no disk.
     pub fn write_hole(&mut self, len: u64) -> Result<()> {
         use std::io::Seek;
-        let file = self
-            .file
-            .as_mut()
-            .ok_or_else(|| Error::internal("a finished staged file was written to"))?;
         let end = self.len + len;
+        if let Held::Memory(bytes) = &mut self.held {
+            if end <= SMALL_STAGE_BYTES {
+                bytes.resize(end as usize, 0);
+                self.len = end;
+                return Ok(());
+            }
+        }
+        let file = self.file()?;
         // The length first, so the staged file holds the zeros even when
         // nothing follows them.
         file.set_len(end).map_err(staging_error)?;
@@ -144,12 +242,16 @@ impl DirectoryStaged {
 
 impl StagedFile for DirectoryStaged {
     fn write_chunk(&mut self, chunk: &[u8]) -> Result<()> {
-        let file = self
-            .file
-            .as_mut()
-            .ok_or_else(|| Error::internal("a finished staged file was written to"))?;
-        file.write_all(chunk).map_err(staging_error)?;
-        self.len += chunk.len() as u64;
+        let end = self.len + chunk.len() as u64;
+        if let Held::Memory(bytes) = &mut self.held {
+            if end <= SMALL_STAGE_BYTES {
+                bytes.extend_from_slice(chunk);
+                self.len = end;
+                return Ok(());
+            }
+        }
+        self.file()?.write_all(chunk).map_err(staging_error)?;
+        self.len = end;
         Ok(())
     }
 
@@ -157,13 +259,25 @@ impl StagedFile for DirectoryStaged {
         self.len
     }
 
+    /// Closes the staged file; bytes still in memory are put in one first,
+    /// so that an intent record can name it.
     fn finish(&mut self) -> Result<()> {
-        self.file = None;
+        if let Held::Memory(_) = self.held {
+            self.file()?;
+        }
+        if let Held::File(file, _) = &mut self.held {
+            *file = None;
+        }
         Ok(())
     }
 
+    /// `None` while the bytes are in memory ([`Self::finish`] puts them in
+    /// a file first).
     fn journal_name(&self) -> Option<String> {
-        self.temp.name.to_str().ok().map(str::to_string)
+        match &self.held {
+            Held::Memory(_) => None,
+            Held::File(_, temp) => temp.name.to_str().ok().map(str::to_string),
+        }
     }
 }
 
@@ -279,17 +393,26 @@ impl DirectoryBackend {
     /// to `dir/name`. `build` gets the temporary directory and whether it is
     /// the staging directory; it runs again in the destination directory
     /// when the staging directory turns out to be on another filesystem.
-    /// With [`Replace::FileAside`], returns the old file it displaced.
+    /// `beside`: the temporary place is the destination directory anyway
+    /// (a small file, whose temporary name lives for a few system calls:
+    /// see [`SMALL_STAGE_BYTES`]; hidden from listings and change events
+    /// as every temporary name is). With [`Replace::FileAside`], returns
+    /// the old file it displaced.
     pub(super) fn install(
         &self,
         dir: &Arc<OwnedFd>,
         name: &CStr,
         path: &CanonicalPath,
         replace: Replace,
+        beside: bool,
         mut build: impl FnMut(&Arc<OwnedFd>, bool) -> Result<TempEntry>,
     ) -> Result<Option<TempEntry>> {
         loop {
-            let (home, in_staging) = self.temp_home(dir);
+            let (home, in_staging) = if beside {
+                (dir.clone(), false)
+            } else {
+                self.temp_home(dir)
+            };
             let temp = build(&home, in_staging)?;
             match self.place(temp.dir.as_fd(), &temp.name, dir, name, replace) {
                 Ok(false) => {
@@ -390,13 +513,21 @@ impl DirectoryBackend {
             (None, Some(owner)) if existing.is_none() => owner.file_permissions,
             _ => mode.permissions_over(existing.map(|st| st.permissions())),
         };
-        let (staged_file, temp) = staged.into_parts()?;
-        let mut staged_temp = Some(temp);
-        let displaced = self.install(&dir, &name, path, replace, |home, in_staging| {
+        let (source, mut staged_temp) = staged.into_source()?;
+        // Bytes still in memory are a small file: made beside its
+        // destination, unless an append copies a large one first.
+        let beside = source.is_memory()
+            && current
+                .as_ref()
+                .is_none_or(|c| c.metadata().is_ok_and(|m| m.len() <= SMALL_STAGE_BYTES));
+        let displaced = self.install(&dir, &name, path, replace, beside, |home, in_staging| {
             let fail = |e: std::io::Error| staging_error(e);
             // The staged file itself moves into place when it can.
-            let (temp, file) = match (current.is_none() && in_staging, staged_temp.take()) {
-                (true, Some(temp)) => (temp, None),
+            let made;
+            let (temp, target) = match (current.is_none() && in_staging, &source) {
+                (true, Source::File(staged_file)) if staged_temp.is_some() => {
+                    (staged_temp.take().expect("checked"), staged_file)
+                }
                 _ => {
                     let (temp, file) = TempEntry::file(home).map_err(|e| fail(e.into()))?;
                     let mut offset = 0;
@@ -404,11 +535,11 @@ impl DirectoryBackend {
                         offset =
                             copy_data(current, &file, 0).map_err(|e| Error::from_io(e, path))?;
                     }
-                    copy_data(&staged_file, &file, offset).map_err(fail)?;
-                    (temp, Some(file))
+                    source.copy_to(&file, offset).map_err(fail)?;
+                    made = file;
+                    (temp, &made)
                 }
             };
-            let target = file.as_ref().unwrap_or(&staged_file);
             // Before it is renamed into place: it never appears there with
             // the server's owner.
             claim(self.owner.as_ref(), target).map_err(|e| fail(e.into()))?;

@@ -882,3 +882,91 @@ fn a_patch_copies_the_file_with_its_holes_and_leaves_the_old_inode_whole() {
     let old = std::fs::read(fx.outside.join("old")).unwrap();
     assert_eq!(&old[..8], b"head\0\0\0\0", "the old inode was written to");
 }
+
+#[test]
+fn a_small_file_is_made_beside_its_place_and_a_large_one_in_staging() {
+    let fx = fixture();
+    let b = &fx.backend;
+    std::fs::create_dir(fx.root.join("d")).unwrap();
+    let small = vec![b's'; staging::SMALL_STAGE_BYTES as usize];
+    let mut staged = b.stage().unwrap();
+    staged.write_chunk(&small[..10]).unwrap();
+    staged.write_chunk(&small[10..]).unwrap();
+    assert!(
+        fx.staging_entries().is_empty(),
+        "{} bytes wait in memory",
+        small.len()
+    );
+    let meta = b
+        .commit(staged, &p("d/small.bin"), CommitMode::default())
+        .unwrap();
+    assert_eq!(meta.size, small.len() as u64);
+    assert_eq!(std::fs::read(fx.root.join("d/small.bin")).unwrap(), small);
+    assert_eq!(
+        names(&fx.root.join("d")),
+        ["small.bin"],
+        "no temporary name is left"
+    );
+    assert!(fx.staging_entries().is_empty());
+
+    // One byte more and the bytes are in a staged file, renamed into place.
+    let mut staged = b.stage().unwrap();
+    staged.write_chunk(&small).unwrap();
+    staged.write_chunk(b"!").unwrap();
+    assert_eq!(fx.staging_entries().len(), 1);
+    b.commit(staged, &p("d/large.bin"), CommitMode::default())
+        .unwrap();
+    let large = std::fs::read(fx.root.join("d/large.bin")).unwrap();
+    assert_eq!((large.len(), large.last()), (small.len() + 1, Some(&b'!')));
+    assert!(fx.staging_entries().is_empty());
+
+    // A small patch of a small file is made beside it too.
+    let mut staged = b.stage().unwrap();
+    staged.write_chunk(b"PP").unwrap();
+    let patch = Patch {
+        truncate_to: None,
+        ranges: vec![crate::backend::PatchRange { offset: 1, len: 2 }],
+        create_missing: false,
+    };
+    b.commit_patch(staged, &p("d/small.bin"), &patch, CommitMode::default())
+        .unwrap();
+    let patched = std::fs::read(fx.root.join("d/small.bin")).unwrap();
+    assert_eq!(&patched[..4], b"sPPs");
+    assert_eq!(patched.len(), small.len());
+    assert_eq!(names(&fx.root.join("d")), ["large.bin", "small.bin"]);
+    assert!(fx.staging_entries().is_empty());
+
+    // Bytes an intent record names are put in a staged file first.
+    let mut staged = b.stage().unwrap();
+    staged.write_chunk(b"named").unwrap();
+    assert_eq!(staged.journal_name(), None);
+    staged.finish().unwrap();
+    let name = staged.journal_name().expect("a staged file now");
+    assert_eq!(fx.staging_entries(), [name]);
+}
+
+#[test]
+fn a_directory_holding_only_temporary_files_a_crash_left_is_removed_as_empty() {
+    let fx = fixture();
+    let b = &fx.backend;
+    for dir in ["left", "kept"] {
+        std::fs::create_dir(fx.root.join(dir)).unwrap();
+        std::fs::write(fx.root.join(dir).join(format!("{TEMP_PREFIX}x")), b"half").unwrap();
+    }
+    std::fs::write(fx.root.join("kept/real.txt"), b"real").unwrap();
+    let (listed, _) = b.list(&p("left"), 1, None, 100).unwrap();
+    assert!(listed.is_empty(), "listings never show it");
+
+    assert_eq!(b.remove(&p("left"), false).unwrap(), 1);
+    assert!(!fx.root.join("left").exists());
+
+    // Beside a real file: not empty, and nothing in it is touched.
+    assert!(matches!(
+        b.remove(&p("kept"), false),
+        Err(Error::DirectoryNotEmpty { .. })
+    ));
+    assert_eq!(
+        names(&fx.root.join("kept")),
+        [format!("{TEMP_PREFIX}x"), "real.txt".to_string()]
+    );
+}
