@@ -398,7 +398,8 @@ impl ExternalWatcher {
                 while let Ok(more) = rx.try_recv() {
                     batch.push(more);
                 }
-                // Per path: the first kind seen, and when it was last seen.
+                // Per path: the first kind seen, and when it was last seen;
+                // only what came after the batch's last overflow.
                 let mut changed = std::collections::BTreeMap::new();
                 let mut overflowed = false;
                 for seen in batch {
@@ -409,15 +410,22 @@ impl ExternalWatcher {
                                 .and_modify(|(_, last)| *last = at)
                                 .or_insert((kind, at));
                         }
-                        Seen::Overflow => overflowed = true,
+                        Seen::Overflow => {
+                            overflowed = true;
+                            // Covered by the resync, which reads them as
+                            // they are now.
+                            changed.clear();
+                        }
                     }
                 }
                 if overflowed {
                     // Changes were lost: every reader re-reads the
-                    // workspace rather than trust a log with a gap.
+                    // workspace rather than trust a log with a gap. The
+                    // changes seen after the overflow are reported after
+                    // the resync, as any later change is (a batch can
+                    // hold both when this task runs late).
                     tracing::warn!(root = %root.display(), "outside changes may have been missed (the kernel dropped filesystem events, see fs.inotify.max_queued_events, or the root moved to scanning): watchers of this session are told to resync");
                     log.barrier();
-                    continue;
                 }
                 for (raw, (kind, at)) in changed {
                     if log.caused_by_service(&raw, at) {
