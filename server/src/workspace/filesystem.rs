@@ -280,11 +280,12 @@ impl<B: Backend> Filesystem for Workspace<B> {
         self.writable(path)?;
         let path = path.clone();
         let quota = self.quota.clone();
-        // One name removed is small; a tree is not.
+        // One small file removed is small (a large one's blocks are freed
+        // as it goes); a tree is not.
         let cost = if options.recursive {
             Cost::Large
         } else {
-            Cost::Small
+            self.cost_of_file(&path, 0)
         };
         self.locked(vec![path.clone()], cost, move |b| {
             let current = match b.metadata(&path) {
@@ -340,10 +341,11 @@ impl<B: Backend> Filesystem for Workspace<B> {
         self.writable(destination)?;
         let (src, dst) = (source.clone(), destination.clone());
         let quota = self.quota.clone();
-        // A file's new name is small; a directory's moves what the server
-        // knows of every path beneath it.
+        // A file's new name is small, unless it replaces a large file
+        // (whose blocks are freed as it goes); a directory's moves what
+        // the server knows of every path beneath it.
         let cost = match self.backend.metadata(&src) {
-            Ok(Some(m)) if m.kind != FileKind::Directory => Cost::Small,
+            Ok(Some(m)) if m.kind != FileKind::Directory => self.cost_of_file(&dst, 0),
             _ => Cost::Large,
         };
         self.locked(vec![src.clone(), dst.clone()], cost, move |b| {

@@ -181,10 +181,12 @@ impl<B: Backend> Workspace<B> {
         .await
     }
 
-    /// The cost of a change that stages `staged` bytes and copies the file
-    /// at `path` as it is now (a patch, an append): the file's size is read
-    /// in place, before the lock, as Stat reads it. A file that grows in
-    /// between makes a large change run in place once; nothing else.
+    /// The cost of a change that stages `staged` bytes and copies, replaces
+    /// or removes the file at `path` as it is now (a patch, an append, an
+    /// overwrite, whose old file's blocks are freed as it goes, a Delete):
+    /// the file's size is read in place, before the lock, as Stat reads
+    /// it. A file that grows in between makes a large change run in place
+    /// once; nothing else.
     fn cost_of_file(&self, path: &CanonicalPath, staged: u64) -> Cost {
         let current = match self.backend.metadata(path) {
             Ok(Some(m)) => m.size,
@@ -254,11 +256,9 @@ impl<B: Backend> Workspace<B> {
         let path = path.clone();
         let limits = self.limits;
         let quota = self.quota.clone();
-        // Appending copies the file as it is: large unless it is small.
-        let cost = match options.mode {
-            WriteMode::Append => self.cost_of_file(&path, staged.len()),
-            _ => Cost::of_bytes(staged.len()),
-        };
+        // Appending copies the file as it is, and replacing it frees its
+        // blocks: large unless it is small.
+        let cost = self.cost_of_file(&path, staged.len());
         self.locked(vec![path.clone()], cost, move |b| {
             let current = b.metadata(&path)?;
             check_version(&path, current.as_ref(), options.if_version)?;
@@ -399,8 +399,8 @@ const SMALL_CHANGE_BYTES: u64 = 64 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Cost {
     /// A few system calls over at most [`SMALL_CHANGE_BYTES`] (a small
-    /// file written or patched, a directory made, bits or a time set, one
-    /// name removed): run in place, on the runtime's thread, when the
+    /// file written, patched, removed or renamed, a directory made, bits or
+    /// a time set): run in place, on the runtime's thread, when the
     /// backend allows it ([`Backend::small_changes_in_place`]). The hand-off
     /// to the blocking pool and back costs two thread wake-ups, more than
     /// the change itself: a profile of `tar x` through the mount had most
@@ -473,6 +473,31 @@ mod tests {
             MemoryBackend::new(),
             SessionLimits::default(),
         ))
+    }
+
+    #[tokio::test]
+    async fn a_change_is_small_while_its_bytes_and_its_file_are_at_most_64_kib() {
+        let ws = memory_workspace();
+        let small = "s".repeat(SMALL_CHANGE_BYTES as usize);
+        let large = "l".repeat(SMALL_CHANGE_BYTES as usize + 1);
+        for (name, content) in [("small.txt", &small), ("large.txt", &large)] {
+            ws.write(
+                &CanonicalPath::from_canonical(name),
+                content,
+                WriteOptions::default(),
+            )
+            .await
+            .unwrap();
+        }
+        let cost =
+            |name: &str, staged: u64| ws.cost_of_file(&CanonicalPath::from_canonical(name), staged);
+        assert_eq!(cost("missing.txt", SMALL_CHANGE_BYTES), Cost::Small);
+        assert_eq!(cost("missing.txt", SMALL_CHANGE_BYTES + 1), Cost::Large);
+        assert_eq!(cost("small.txt", 0), Cost::Small);
+        assert_eq!(cost("small.txt", SMALL_CHANGE_BYTES + 1), Cost::Large);
+        // A small write over, or the removal of, a large file frees its
+        // blocks: large.
+        assert_eq!(cost("large.txt", 1), Cost::Large);
     }
 
     #[tokio::test]
