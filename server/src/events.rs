@@ -434,8 +434,9 @@ impl ExternalWatcher {
                     let Ok(path) = CanonicalPath::parse(&raw, &limits) else {
                         continue;
                     };
-                    // The server's own temporary names (a small file is
-                    // made beside its place) are no part of the workspace.
+                    // The server's own temporary names (staged beside their
+                    // place when the staging directory is on another
+                    // filesystem) are no part of the workspace.
                     if crate::backend::check_name(&path).is_err() {
                         continue;
                     }

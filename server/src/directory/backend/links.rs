@@ -56,8 +56,7 @@ impl DirectoryBackend {
         let (dir, name) = self.parent_dir(path, create_parents, &parent)?;
         let dir = Arc::new(dir);
         let name = cname(name, path)?;
-        // A link is small: made beside its place.
-        self.install(&dir, &name, path, Replace::No, true, |home, _| {
+        self.install(&dir, &name, path, Replace::No, |home, _| {
             self.build_link(home, &target, path)
         })?;
         let meta = self.record(dir.as_fd(), &name, path)?;

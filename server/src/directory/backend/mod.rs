@@ -31,12 +31,10 @@
 //! [`Backend::stage`] keeps the first 64 KiB in memory
 //! ([`staging::SMALL_STAGE_BYTES`]) and puts bytes past them in a named
 //! temporary file in the staging directory, outside the root, so neither
-//! listings nor containers ever see it; dropping it unlinks it. A commit
-//! renames it into place, which is atomic and leaves readers of the old
-//! inode reading the old content. A small file's commit writes it into a
-//! temporary file beside its place, named with [`TEMP_PREFIX`], and
-//! renames that (its inode is made where the file lives, not where the
-//! staging directory's are; see `SMALL_STAGE_BYTES`). When
+//! listings nor containers ever see it; dropping it unlinks it (a small
+//! write's file is made there at its commit). A commit renames it into
+//! place, which is atomic and leaves readers of the old inode reading the
+//! old content. When
 //! the staging directory is on another filesystem (`EXDEV`), the content is
 //! copied into a temporary file in the destination directory, named with
 //! [`TEMP_PREFIX`], and renamed from there; such names are reserved: they
@@ -403,8 +401,9 @@ impl Backend for DirectoryBackend {
             (Kind::Dir, false) => rustix::fs::unlinkat(&dir, &name, AtFlags::REMOVEDIR)
                 .or_else(|e| match e {
                     // Empty to every listing, but holding a temporary file
-                    // a crash left (a small file is made beside its place):
-                    // it goes, and so does the directory.
+                    // a crash left (one staged beside its place when the
+                    // staging directory is on another filesystem): it goes,
+                    // and so does the directory.
                     Errno::NOTEMPTY | Errno::EXIST if only_leftovers(&dir, &name) => {
                         rustix::fs::unlinkat(&dir, &name, AtFlags::REMOVEDIR)
                     }
@@ -554,7 +553,7 @@ impl Backend for DirectoryBackend {
         match src_meta.kind {
             FileKind::File => {
                 let (from, st) = open_regular(&src_dir, &src_name, src)?;
-                self.install(&dst_dir, &dst_name, dst, replace, false, |home, _| {
+                self.install(&dst_dir, &dst_name, dst, replace, |home, _| {
                     let (temp, to) = TempEntry::file(home).map_err(|e| staging_error(e.into()))?;
                     claim(self.owner.as_ref(), &to).map_err(|e| io(e, dst))?;
                     copy_data(&from, &to, 0).map_err(|e| Error::from_io(e, src))?;
@@ -571,7 +570,7 @@ impl Backend for DirectoryBackend {
                         e => io(e, src),
                     })?;
                 let perms = stat_fd(&from).map_err(|e| io(e, src))?.mode & 0o777;
-                self.install(&dst_dir, &dst_name, dst, replace, false, |home, _| {
+                self.install(&dst_dir, &dst_name, dst, replace, |home, _| {
                     let (temp, to) = TempEntry::dir(home).map_err(|e| io(e, dst))?;
                     claim(self.owner.as_ref(), &to).map_err(|e| io(e, dst))?;
                     created = 1 + copy_tree(&from, &to, src, 0, self.owner.as_ref())?;
@@ -581,7 +580,7 @@ impl Backend for DirectoryBackend {
             }
             FileKind::Symlink => {
                 let target = read_link(&src_dir, &src_name, src)?;
-                self.install(&dst_dir, &dst_name, dst, replace, true, |home, _| {
+                self.install(&dst_dir, &dst_name, dst, replace, |home, _| {
                     self.build_link(home, &target, dst)
                 })?;
                 created = 1;

@@ -6,7 +6,7 @@
 //! cost is one server-side copy of the file.
 
 use super::owner::claim;
-use super::staging::{DirectoryStaged, Replace, Source, TempEntry, SMALL_STAGE_BYTES};
+use super::staging::{DirectoryStaged, Replace, Source, TempEntry};
 use super::sys::{
     check_path, cname, copy_range, io, next_data, not_found, not_regular, open_regular,
     set_attributes_fd, staging_error, stat_at, symlink_denied, Kind,
@@ -69,26 +69,22 @@ impl DirectoryBackend {
         let old_len = current.as_ref().map_or(0, |(_, st)| st.size);
         let (data, _staged_entry) = staged.into_source()?;
         let fail = |e: std::io::Error| staging_error(e);
-        // A small patch of a small file: made beside it (see
-        // `SMALL_STAGE_BYTES`).
-        let beside = data.is_memory() && old_len <= SMALL_STAGE_BYTES;
-        let displaced =
-            self.install(&dir, &name, path, Replace::FileAside, beside, |home, _| {
-                let (temp, file) = TempEntry::file(home).map_err(|e| fail(e.into()))?;
-                let base = patch.base_len(old_len);
-                if let Some((current, _)) = &current {
-                    copy_prefix(current, &file, base.min(old_len))
-                        .map_err(|e| Error::from_io(e, path))?;
-                }
-                file.set_len(base).map_err(fail)?;
-                write_ranges(&data, &file, patch).map_err(fail)?;
-                // Before it is renamed into place: it never appears there with
-                // the server's owner, or with the staged file's bits.
-                claim(self.owner.as_ref(), &file).map_err(|e| fail(e.into()))?;
-                set_attributes_fd(&file, Some(perms), mode.modified).map_err(|e| fail(e.into()))?;
-                self.durability().settle_file(&file)?;
-                Ok(temp)
-            })?;
+        let displaced = self.install(&dir, &name, path, Replace::FileAside, |home, _| {
+            let (temp, file) = TempEntry::file(home).map_err(|e| fail(e.into()))?;
+            let base = patch.base_len(old_len);
+            if let Some((current, _)) = &current {
+                copy_prefix(current, &file, base.min(old_len))
+                    .map_err(|e| Error::from_io(e, path))?;
+            }
+            file.set_len(base).map_err(fail)?;
+            write_ranges(&data, &file, patch).map_err(fail)?;
+            // Before it is renamed into place: it never appears there with
+            // the server's owner, or with the staged file's bits.
+            claim(self.owner.as_ref(), &file).map_err(|e| fail(e.into()))?;
+            set_attributes_fd(&file, Some(perms), mode.modified).map_err(|e| fail(e.into()))?;
+            self.durability().settle_file(&file)?;
+            Ok(temp)
+        })?;
         let meta = self.record(dir.as_fd(), &name, path)?;
         // The old version, swapped out under a temporary name, goes here.
         drop(displaced);

@@ -98,12 +98,15 @@ impl Drop for TempEntry {
 }
 
 /// The most bytes a write keeps in memory before it makes a staged file:
-/// a small file's commit then makes its file beside its destination, in
-/// the destination's directory ([`DirectoryBackend::install`]), and no
-/// inode is made in (and later freed from) the staging directory's part of
-/// the disk. On ext4 without a journal, making a file where many were
-/// freed in the last minutes scans them all: that was most of the
-/// server's time when `tar x` wrote small files through a mount.
+/// a small write makes its temporary file only at the commit, in place on
+/// the runtime's thread (see the workspace's `Cost`), rather than one at
+/// the start and its writes on the blocking pool.
+///
+/// (Making a small file's temporary file beside its destination instead,
+/// so that its inode is made where it will live, was tried and dropped: a
+/// crash between its making and its rename left a reserved name inside
+/// the workspace, where a container sees it; the staging directory is
+/// emptied at every start.)
 pub const SMALL_STAGE_BYTES: u64 = 64 * 1024;
 
 /// Bytes being written: in memory while they are few, then in a temporary
@@ -129,10 +132,6 @@ pub(super) enum Source {
 }
 
 impl Source {
-    pub(super) fn is_memory(&self) -> bool {
-        matches!(self, Source::Memory(_))
-    }
-
     /// Writes every staged byte into `to` from `offset`.
     pub(super) fn copy_to(&self, to: &File, offset: u64) -> std::io::Result<()> {
         match self {
@@ -393,26 +392,17 @@ impl DirectoryBackend {
     /// to `dir/name`. `build` gets the temporary directory and whether it is
     /// the staging directory; it runs again in the destination directory
     /// when the staging directory turns out to be on another filesystem.
-    /// `beside`: the temporary place is the destination directory anyway
-    /// (a small file, whose temporary name lives for a few system calls:
-    /// see [`SMALL_STAGE_BYTES`]; hidden from listings and change events
-    /// as every temporary name is). With [`Replace::FileAside`], returns
-    /// the old file it displaced.
+    /// With [`Replace::FileAside`], returns the old file it displaced.
     pub(super) fn install(
         &self,
         dir: &Arc<OwnedFd>,
         name: &CStr,
         path: &CanonicalPath,
         replace: Replace,
-        beside: bool,
         mut build: impl FnMut(&Arc<OwnedFd>, bool) -> Result<TempEntry>,
     ) -> Result<Option<TempEntry>> {
         loop {
-            let (home, in_staging) = if beside {
-                (dir.clone(), false)
-            } else {
-                self.temp_home(dir)
-            };
+            let (home, in_staging) = self.temp_home(dir);
             let temp = build(&home, in_staging)?;
             match self.place(temp.dir.as_fd(), &temp.name, dir, name, replace) {
                 Ok(false) => {
@@ -514,13 +504,7 @@ impl DirectoryBackend {
             _ => mode.permissions_over(existing.map(|st| st.permissions())),
         };
         let (source, mut staged_temp) = staged.into_source()?;
-        // Bytes still in memory are a small file: made beside its
-        // destination, unless an append copies a large one first.
-        let beside = source.is_memory()
-            && current
-                .as_ref()
-                .is_none_or(|c| c.metadata().is_ok_and(|m| m.len() <= SMALL_STAGE_BYTES));
-        let displaced = self.install(&dir, &name, path, replace, beside, |home, in_staging| {
+        let displaced = self.install(&dir, &name, path, replace, |home, in_staging| {
             let fail = |e: std::io::Error| staging_error(e);
             // The staged file itself moves into place when it can.
             let made;

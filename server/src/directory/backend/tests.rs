@@ -884,7 +884,7 @@ fn a_patch_copies_the_file_with_its_holes_and_leaves_the_old_inode_whole() {
 }
 
 #[test]
-fn a_small_file_is_made_beside_its_place_and_a_large_one_in_staging() {
+fn a_small_write_makes_no_staged_file_until_its_commit_and_leaves_none() {
     let fx = fixture();
     let b = &fx.backend;
     std::fs::create_dir(fx.root.join("d")).unwrap();
@@ -920,7 +920,7 @@ fn a_small_file_is_made_beside_its_place_and_a_large_one_in_staging() {
     assert_eq!((large.len(), large.last()), (small.len() + 1, Some(&b'!')));
     assert!(fx.staging_entries().is_empty());
 
-    // A small patch of a small file is made beside it too.
+    // A small patch of a small file, from memory.
     let mut staged = b.stage().unwrap();
     staged.write_chunk(b"PP").unwrap();
     let patch = Patch {
