@@ -53,6 +53,14 @@ async fn swarm(server: &TestServer, options: SessionOptions) -> (Session, Sessio
     (system, admin.session(&info.id).with_token(&alice).unwrap())
 }
 
+/// A recursive Watch of the whole workspace from `since`, and its READY.
+async fn watch_since(s: &Session, since: u64) -> (Events, ChangeEvent) {
+    let mut events = s.watch("").recursive().since(since).stream().await.unwrap();
+    let ready = next(&mut events).await;
+    assert_eq!(ready.kind(), ChangeKind::Ready);
+    (events, ready)
+}
+
 /// Writes `x` to `{prefix}0` .. `{prefix}{count - 1}`, one after another.
 async fn write_numbered(s: &Session, prefix: &str, count: usize) {
     for i in 0..count {
@@ -230,14 +238,7 @@ async fn watch_resumes_after_since_seq_without_a_gap() {
     let (_server, s) = plain(|_| {}).await;
     write_numbered(&s, "f", 5).await;
     let base = s.changes(0, 1).await.unwrap().next_seq - 1;
-    let mut events = s
-        .watch("")
-        .recursive()
-        .since(base + 2)
-        .stream()
-        .await
-        .unwrap();
-    assert_eq!(next(&mut events).await.kind(), ChangeKind::Ready);
+    let (mut events, _) = watch_since(&s, base + 2).await;
     let writer = s.clone();
     let live = tokio::spawn(async move {
         for i in 5..50 {
@@ -266,14 +267,7 @@ async fn watch_behind_the_ring_gets_resync() {
     // The ring holds the last four: the first change's seq is the fifth
     // held one's less four.
     let base = s.changes(0, 0).await.unwrap().next_seq - 10;
-    let mut events = s
-        .watch("")
-        .recursive()
-        .since(base + 1)
-        .stream()
-        .await
-        .unwrap();
-    assert_eq!(next(&mut events).await.kind(), ChangeKind::Ready);
+    let (mut events, _) = watch_since(&s, base + 1).await;
     let e = next(&mut events).await;
     assert_eq!((e.kind(), e.seq), (ChangeKind::Resync, base + 10));
     s.write(&p("after"), "x", WriteOptions::default())
@@ -310,15 +304,7 @@ async fn a_cursor_kept_across_a_server_restart_gets_resync() {
     let client = Client::connect(&server.url()).await.unwrap();
     let s = client.session(&info.id);
     // Before the restarted server records anything.
-    let mut events = s
-        .watch("")
-        .recursive()
-        .since(cursor)
-        .stream()
-        .await
-        .unwrap();
-    let ready = next(&mut events).await;
-    assert_eq!(ready.kind(), ChangeKind::Ready);
+    let (mut events, ready) = watch_since(&s, cursor).await;
     let resync = next(&mut events).await;
     assert_eq!(
         (resync.kind(), resync.seq),
@@ -330,14 +316,7 @@ async fn a_cursor_kept_across_a_server_restart_gets_resync() {
     // After it has recorded more changes than the earlier log had.
     write_numbered(&s, "new", 5).await;
     let new_paths: Vec<String> = (0..5).map(|i| format!("new{i}")).collect();
-    let mut later = s
-        .watch("")
-        .recursive()
-        .since(cursor)
-        .stream()
-        .await
-        .unwrap();
-    assert_eq!(next(&mut later).await.kind(), ChangeKind::Ready);
+    let (mut later, _) = watch_since(&s, cursor).await;
     let e = next(&mut later).await;
     assert_eq!(
         e.kind(),

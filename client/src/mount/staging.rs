@@ -64,7 +64,6 @@ impl Store {
             if end > MEMORY_STAGE_BYTES {
                 let file = tempfile::tempfile_in(dir)?;
                 file.write_all_at(bytes, 0)?;
-                file.set_len(bytes.len() as u64)?;
                 // The memory store's share goes back as it is dropped.
                 *self = Store::Disk(file);
             } else if end > bytes.len() as u64 {
@@ -100,14 +99,8 @@ impl Store {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         match self {
             Store::Memory(bytes) => {
-                let start = offset as usize;
-                match start.checked_add(buf.len()) {
-                    Some(end) if end <= bytes.len() => {
-                        buf.copy_from_slice(&bytes[start..end]);
-                        Ok(())
-                    }
-                    _ => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
-                }
+                buf.copy_from_slice(&bytes[held_range(bytes.len(), offset, buf.len())?]);
+                Ok(())
             }
             Store::Disk(file) => file.read_exact_at(buf, offset),
         }
@@ -139,6 +132,16 @@ fn take_memory_share() -> bool {
         .is_ok()
 }
 
+/// Where `len` bytes at `offset` lie in `held` bytes staged in memory;
+/// past their end is an error, as a read past a file's end is.
+fn held_range(held: usize, offset: u64, len: usize) -> io::Result<std::ops::Range<usize>> {
+    usize::try_from(offset)
+        .ok()
+        .and_then(|start| Some(start..start.checked_add(len)?))
+        .filter(|range| range.end <= held)
+        .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))
+}
+
 fn give_memory_share() {
     MEMORY_STAGED.fetch_sub(MEMORY_STAGE_BYTES, Ordering::SeqCst);
 }
@@ -161,13 +164,7 @@ impl StageReader {
                 file.read_exact_at(&mut data, offset)?;
                 Ok(data.into())
             }
-            StageReader::Memory(bytes) => {
-                let start = offset as usize;
-                match start.checked_add(len) {
-                    Some(end) if end <= bytes.len() => Ok(bytes.slice(start..end)),
-                    _ => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
-                }
-            }
+            StageReader::Memory(bytes) => Ok(bytes.slice(held_range(bytes.len(), offset, len)?)),
         }
     }
 }

@@ -188,6 +188,10 @@ impl<B: Backend> Workspace<B> {
     /// it. A file that grows in between makes a large change run in place
     /// once; nothing else.
     fn cost_of_file(&self, path: &CanonicalPath, staged: u64) -> Cost {
+        if Cost::of_bytes(staged) == Cost::Large {
+            // No need to look.
+            return Cost::Large;
+        }
         let current = match self.backend.metadata(path) {
             Ok(Some(m)) => m.size,
             Ok(None) => 0,
@@ -318,24 +322,14 @@ impl<B: Backend> Workspace<B> {
             if batched >= STAGE_BATCH_BYTES || (next.is_none() && !batch.is_empty()) {
                 let chunks = std::mem::take(&mut batch);
                 batched = 0;
-                let in_place = Cost::of_bytes(chunks.iter().map(|c| c.len() as u64).sum())
-                    == Cost::Small
-                    && self.backend.small_changes_in_place();
-                staged = if B::BLOCKING && !in_place {
-                    tokio::task::spawn_blocking(move || {
-                        for c in &chunks {
-                            staged.write_chunk(c)?;
-                        }
-                        Ok::<_, Error>(staged)
-                    })
-                    .await
-                    .map_err(|e| Error::internal(format!("storage task failed: {e}")))??
-                } else {
+                let cost = Cost::of_bytes(chunks.iter().map(|c| c.len() as u64).sum());
+                staged = run_costed(&self.backend, cost, move |_| {
                     for c in &chunks {
                         staged.write_chunk(c)?;
                     }
-                    staged
-                };
+                    Ok(staged)
+                })
+                .await?;
             }
             if next.is_none() {
                 break;

@@ -175,17 +175,21 @@ impl DirectoryStaged {
         }
     }
 
-    /// The open staged file, made from the bytes in memory if need be.
+    /// The bytes in memory, when bytes up to `end` still fit there.
+    fn in_memory(&mut self, end: u64) -> Option<&mut Vec<u8>> {
+        match &mut self.held {
+            Held::Memory(bytes) if end <= SMALL_STAGE_BYTES => Some(bytes),
+            _ => None,
+        }
+    }
+
+    /// The open staged file, made from the bytes in memory if need be
+    /// (they are all `len` bytes, so it is left positioned at its end).
     fn file(&mut self) -> Result<&mut File> {
         if let Held::Memory(bytes) = &self.held {
-            let (temp, file) =
+            let (temp, mut file) =
                 TempEntry::file(&self.staging).map_err(|e| staging_error(e.into()))?;
-            file.write_all_at(bytes, 0).map_err(staging_error)?;
-            file.set_len(self.len).map_err(staging_error)?;
-            let mut file = file;
-            use std::io::Seek;
-            file.seek(std::io::SeekFrom::Start(self.len))
-                .map_err(staging_error)?;
+            file.write_all(bytes).map_err(staging_error)?;
             self.held = Held::File(Some(file), temp);
         }
         match &mut self.held {
@@ -221,12 +225,10 @@ impl DirectoryStaged {
     pub fn write_hole(&mut self, len: u64) -> Result<()> {
         use std::io::Seek;
         let end = self.len + len;
-        if let Held::Memory(bytes) = &mut self.held {
-            if end <= SMALL_STAGE_BYTES {
-                bytes.resize(end as usize, 0);
-                self.len = end;
-                return Ok(());
-            }
+        if let Some(bytes) = self.in_memory(end) {
+            bytes.resize(end as usize, 0);
+            self.len = end;
+            return Ok(());
         }
         let file = self.file()?;
         // The length first, so the staged file holds the zeros even when
@@ -242,12 +244,10 @@ impl DirectoryStaged {
 impl StagedFile for DirectoryStaged {
     fn write_chunk(&mut self, chunk: &[u8]) -> Result<()> {
         let end = self.len + chunk.len() as u64;
-        if let Held::Memory(bytes) = &mut self.held {
-            if end <= SMALL_STAGE_BYTES {
-                bytes.extend_from_slice(chunk);
-                self.len = end;
-                return Ok(());
-            }
+        if let Some(bytes) = self.in_memory(end) {
+            bytes.extend_from_slice(chunk);
+            self.len = end;
+            return Ok(());
         }
         self.file()?.write_all(chunk).map_err(staging_error)?;
         self.len = end;
