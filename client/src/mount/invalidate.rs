@@ -60,8 +60,8 @@ async fn watch(shared: Arc<Shared>, tx: mpsc::Sender<Forget>) {
             .await;
         if let Ok(mut events) = stream {
             while let Some(Ok(event)) = events.next().await {
-                since = since.max(event.seq);
                 let kind = ChangeKind::try_from(event.kind).unwrap_or(ChangeKind::Unspecified);
+                since = resume_after(since, kind, event.seq);
                 // Before the kernel's entries go: a lookup after that must
                 // not be answered "absent" from a stale directory, nor a
                 // listing kept from before the change reused.
@@ -88,6 +88,20 @@ async fn watch(shared: Arc<Shared>, tx: mpsc::Sender<Forget>) {
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The cursor to resume the Watch from after an event of `kind` at `seq`:
+/// the furthest event seen, except after a RESYNC, which names the
+/// position of the log the mount now follows. That log may number below
+/// the last one (a failover to a replica whose clock is behind): a cursor
+/// kept from the old log would be refused with another RESYNC at every
+/// reconnection, or, once the new log's numbers pass it, skip the changes
+/// between.
+fn resume_after(since: u64, kind: ChangeKind, seq: u64) -> u64 {
+    match kind {
+        ChangeKind::Resync => seq,
+        _ => since.max(seq),
     }
 }
 
@@ -250,5 +264,32 @@ fn forget_everything(shared: &Shared, tx: &mpsc::Sender<Forget>) {
     // the gap answers ENOENT from the server to what is looked up in it.
     for path in paths {
         forget_path(shared, tx, &path, Still::There);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resync_from_a_lower_numbered_log_moves_the_cursor_back_to_it() {
+        // Events of the first log, then a RESYNC from a replica's log that
+        // numbers below it, then that log's events.
+        let mut since = 0;
+        for (kind, seq) in [
+            (ChangeKind::Ready, 5_000),
+            (ChangeKind::Created, 5_001),
+            (ChangeKind::Modified, 5_002),
+            (ChangeKind::Ready, 4_000),
+            (ChangeKind::Resync, 4_000),
+            (ChangeKind::Created, 4_001),
+        ] {
+            since = resume_after(since, kind, seq);
+        }
+        assert_eq!(since, 4_001);
+        // Within one log the cursor never goes back: a READY or KEEPALIVE
+        // naming a lower seq changes nothing.
+        assert_eq!(resume_after(5_002, ChangeKind::Keepalive, 5_001), 5_002);
+        assert_eq!(resume_after(5_002, ChangeKind::Ready, 4_000), 5_002);
     }
 }
