@@ -26,7 +26,7 @@ use crate::auth::EXTERNAL_CALLER;
 mod watcher;
 use watcher::Seen;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::SystemTime;
 use tokio::sync::watch;
@@ -113,8 +113,57 @@ struct OwnState {
     next_id: u64,
     /// id, subtree (`None`: the whole workspace), start.
     running: Vec<(u64, Option<String>, SystemTime)>,
-    /// subtree, start, end.
+    /// subtree, start, end; the oldest first.
     ended: VecDeque<(Option<String>, SystemTime, SystemTime)>,
+    /// The same, by subtree: start and end, the oldest first. An event's
+    /// path is looked up here with each of its ancestors, so that judging
+    /// it costs its depth, not one comparison per change remembered (a
+    /// `rm -rf` through a mount makes a thousand a second).
+    /// The whole workspace's are under "".
+    ended_at: HashMap<String, VecDeque<(SystemTime, SystemTime)>>,
+}
+
+impl OwnState {
+    fn push_ended(&mut self, subtree: Option<String>, start: SystemTime, end: SystemTime) {
+        self.ended_at
+            .entry(subtree.clone().unwrap_or_default())
+            .or_default()
+            .push_back((start, end));
+        self.ended.push_back((subtree, start, end));
+        if self.ended.len() > OWN_CHANGE_MAX {
+            self.pop_ended();
+        }
+    }
+
+    fn pop_ended(&mut self) {
+        let Some((subtree, _, _)) = self.ended.pop_front() else {
+            return;
+        };
+        let key = subtree.unwrap_or_default();
+        if let std::collections::hash_map::Entry::Occupied(mut at) = self.ended_at.entry(key) {
+            at.get_mut().pop_front();
+            if at.get().is_empty() {
+                at.remove();
+            }
+        }
+    }
+
+    /// The ended changes whose subtree covers `path`: the whole workspace's,
+    /// and those of `path` and of each directory above it.
+    fn ended_covering<'s>(
+        &'s self,
+        path: &'s str,
+    ) -> impl Iterator<Item = &'s (SystemTime, SystemTime)> + 's {
+        let ancestors = path
+            .match_indices('/')
+            .map(move |(i, _)| &path[..i])
+            .chain(std::iter::once(path))
+            .filter(|a| !a.is_empty());
+        std::iter::once("")
+            .chain(ancestors)
+            .filter_map(move |key| self.ended_at.get(key))
+            .flatten()
+    }
 }
 
 /// One of the service's own subtree changes, running until dropped.
@@ -129,10 +178,7 @@ impl Drop for OwnChange<'_> {
         let mut state = own.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = state.running.iter().position(|r| r.0 == self.id) {
             let (_, subtree, start) = state.running.swap_remove(i);
-            state.ended.push_back((subtree, start, SystemTime::now()));
-            if state.ended.len() > OWN_CHANGE_MAX {
-                state.ended.pop_front();
-            }
+            state.push_ended(subtree, start, SystemTime::now());
         }
         own.running.send_replace(state.running.len());
     }
@@ -191,7 +237,7 @@ impl EventLog {
         let mut state = self.own.state.lock().unwrap_or_else(|e| e.into_inner());
         let forget_before = now.checked_sub(OWN_CHANGE_MEMORY).unwrap_or(now);
         while state.ended.front().is_some_and(|e| e.2 < forget_before) {
-            state.ended.pop_front();
+            state.pop_ended();
         }
         let during =
             |start: SystemTime, end: SystemTime| start <= seen && seen <= end + OWN_CHANGE_SLACK;
@@ -200,9 +246,8 @@ impl EventLog {
             .iter()
             .any(|(_, s, start)| covers(s.as_deref(), path) && during(*start, now))
             || state
-                .ended
-                .iter()
-                .any(|(s, start, end)| covers(s.as_deref(), path) && during(*start, *end))
+                .ended_covering(path)
+                .any(|(start, end)| during(*start, *end))
     }
 
     /// Resolves when none of the service's own subtree changes is running,
@@ -630,5 +675,47 @@ mod tests {
         assert!(!scope.matches(&change("src/x/a.rs")));
         assert!(!scope.matches(&change("src/a.txt")));
         assert!(!scope.matches(&change("srcx/a.rs")));
+    }
+
+    #[test]
+    fn an_ended_own_change_covers_its_subtree_and_nothing_beside_it() {
+        let log = EventLog::new(16);
+        drop(log.own_change(Some(&p("a/b"))));
+        let seen = SystemTime::now();
+
+        for covered in ["a/b", "a/b/c", "a/b/c/d.txt"] {
+            assert!(log.caused_by_service(covered, seen), "{covered}");
+        }
+        for beside in ["a", "a/bc", "a/bc/d", "b", "x/a/b"] {
+            assert!(!log.caused_by_service(beside, seen), "{beside}");
+        }
+        // Seen before it started, or past its slack after it ended: not its.
+        let before = seen - std::time::Duration::from_secs(5);
+        assert!(!log.caused_by_service("a/b/c", before));
+        let after = seen + OWN_CHANGE_SLACK + std::time::Duration::from_secs(1);
+        assert!(!log.caused_by_service("a/b/c", after));
+
+        drop(log.own_change(None));
+        assert!(log.caused_by_service("x/a/b", SystemTime::now()));
+    }
+
+    #[test]
+    fn own_changes_past_the_most_remembered_are_forgotten_oldest_first() {
+        let log = EventLog::new(16);
+        drop(log.own_change(Some(&p("first"))));
+        for i in 0..OWN_CHANGE_MAX {
+            drop(log.own_change(Some(&p(&format!("d{i}")))));
+        }
+        let seen = SystemTime::now();
+
+        assert!(!log.caused_by_service("first/f", seen));
+        assert!(log.caused_by_service("d0/f", seen));
+        let last = format!("d{}/f", OWN_CHANGE_MAX - 1);
+        assert!(log.caused_by_service(&last, seen));
+        let state = log.own.state.lock().unwrap();
+        assert_eq!(state.ended.len(), OWN_CHANGE_MAX);
+        let indexed: usize = state.ended_at.values().map(VecDeque::len).sum();
+        assert_eq!(indexed, OWN_CHANGE_MAX);
+        assert!(!state.ended_at.contains_key("first"));
     }
 }
