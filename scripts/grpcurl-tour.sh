@@ -93,6 +93,8 @@ step "SetAttributes (chmod 755)" '"permissions": 493' -- -d "{\"session_id\": \"
 step "Symlink" '"symlinkTarget": "main.rs"' -- -d "{\"session_id\": \"$S\", \"path\": \"src/link\", \"target\": \"main.rs\"}" "$addr" wsfs.v1.Filesystem/Symlink
 step "Stat of a link" '"kind": "SYMLINK"' -- -d "{\"session_id\": \"$S\", \"path\": \"src/link\"}" "$addr" wsfs.v1.Filesystem/Stat
 step "Exists" '"exists": true' -- -d "{\"session_id\": \"$S\", \"path\": \"docs\"}" "$addr" wsfs.v1.Filesystem/Exists
+# Several Deletes in one call: each entry answers for itself.
+step "DeleteMany (each entry answers for itself)" '"reason": "FILE_NOT_FOUND"' -- -d "{\"session_id\": \"$S\", \"entries\": [{\"path\": \"src/gone.rs\", \"allow_missing\": true}, {\"path\": \"src/no-such-file\"}]}" "$addr" wsfs.v1.Filesystem/DeleteMany
 step "Delete (recursive)" '"deleted": "3"' -- -d "{\"session_id\": \"$S\", \"path\": \"docs\", \"recursive\": true}" "$addr" wsfs.v1.Filesystem/Delete
 
 echo "== errors carry google.rpc.ErrorInfo"

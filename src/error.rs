@@ -224,6 +224,27 @@ impl Error {
         Status::with_error_details(self.code(), self.to_string(), details)
     }
 
+    /// This error as one entry of a batch answers it (DeleteMany): the
+    /// status's code, message and `ErrorInfo`, without the status.
+    pub fn to_entry_error(&self) -> crate::proto::EntryError {
+        crate::proto::EntryError {
+            code: self.code() as i32,
+            message: self.to_string(),
+            reason: self.reason().to_string(),
+            metadata: self.metadata(),
+        }
+    }
+
+    /// Rebuilds the error of one entry of a batch ([`Self::to_entry_error`]).
+    pub fn from_entry_error(e: crate::proto::EntryError) -> Error {
+        let details = ErrorDetails::with_error_info(e.reason, crate::ERROR_DOMAIN, e.metadata);
+        Error::from_status(&Status::with_error_details(
+            Code::from(e.code),
+            e.message,
+            details,
+        ))
+    }
+
     /// Rebuilds the error from a status received over the wire. A status
     /// without a wsfs `ErrorInfo` (a transport failure, say) maps by code.
     pub fn from_status(status: &Status) -> Error {

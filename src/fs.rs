@@ -20,6 +20,17 @@ use crate::{CanonicalPath, Error, Result};
 use futures::stream::{BoxStream, StreamExt};
 use std::sync::Arc;
 
+/// Refuses a batch of more than [`MAX_DELETE_ENTRIES`] deletes.
+pub fn check_delete_entries(count: usize) -> Result<()> {
+    if count > MAX_DELETE_ENTRIES {
+        return Err(Error::invalid_argument(format!(
+            "a DeleteMany holds {count} entries; at most {MAX_DELETE_ENTRIES} are allowed \
+             (send the rest in another call)"
+        )));
+    }
+    Ok(())
+}
+
 /// The contract's file operations on one session's workspace.
 #[async_trait::async_trait]
 pub trait Filesystem: Send + Sync {
@@ -54,6 +65,22 @@ pub trait Filesystem: Send + Sync {
 
     /// Returns how many files and directories went.
     async fn delete(&self, path: &CanonicalPath, options: DeleteOptions) -> Result<u64>;
+
+    /// Several deletes, run in order, each as [`Self::delete`] runs it:
+    /// one that fails does not stop the others. At most
+    /// [`MAX_DELETE_ENTRIES`]; more is `INVALID_ARGUMENT`, nothing deleted.
+    /// A remote filesystem sends them in one call.
+    async fn delete_many(
+        &self,
+        entries: Vec<(CanonicalPath, DeleteOptions)>,
+    ) -> Result<Vec<Result<u64>>> {
+        check_delete_entries(entries.len())?;
+        let mut results = Vec::with_capacity(entries.len());
+        for (path, options) in entries {
+            results.push(self.delete(&path, options).await);
+        }
+        Ok(results)
+    }
 
     /// Returns false when the directory already existed.
     async fn mkdir(&self, path: &CanonicalPath, options: MkdirOptions) -> Result<bool>;

@@ -439,6 +439,38 @@ impl Filesystem for Session {
         call::Delete::outcome(response.into_inner())
     }
 
+    /// One DeleteMany call; a server that predates it (`UNIMPLEMENTED`)
+    /// gets one Delete per entry instead.
+    async fn delete_many(
+        &self,
+        entries: Vec<(CanonicalPath, DeleteOptions)>,
+    ) -> Result<Vec<Result<u64>>> {
+        wsfs::check_delete_entries(entries.len())?;
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sent = entries.len();
+        let request = call::DeleteMany {
+            session_id: self.id.clone(),
+            entries: entries.clone(),
+        };
+        match self
+            .stub()
+            .delete_many(self.request(request.message()?))
+            .await
+        {
+            Ok(response) => call::DeleteMany::outcome(response.into_inner(), sent),
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                let mut results = Vec::with_capacity(sent);
+                for (path, options) in entries {
+                    results.push(self.delete(&path, options).await);
+                }
+                Ok(results)
+            }
+            Err(status) => Err(status.into()),
+        }
+    }
+
     async fn mkdir(&self, path: &CanonicalPath, options: MkdirOptions) -> Result<bool> {
         let request = call::Mkdir {
             session_id: self.id.clone(),

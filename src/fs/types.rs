@@ -141,6 +141,10 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024 + 64 * 1024;
 /// stream; a connection's reader may hold one frame of this size.
 pub const HTTP2_MAX_FRAME_BYTES: u32 = 1024 * 1024;
 
+/// The most entries one DeleteMany carries: each costs what a Delete
+/// costs, run one after another.
+pub const MAX_DELETE_ENTRIES: usize = 1024;
+
 /// The most sessions one ListSessions answer counts the files and bytes
 /// of (`include_usage`): each costs a walk of its workspace.
 pub const MAX_USAGE_PAGE: u32 = 100;

@@ -323,6 +323,58 @@ async fn paths_climbing_above_the_root_are_refused() {
     }
 }
 
+/// A DeleteMany holding one entry whose path does not parse is refused
+/// whole before anything runs: the valid entries before it are not
+/// deleted, and the error names the entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_many_with_one_bad_path_deletes_nothing() {
+    for backend in BACKENDS {
+        let mut w = wire_with(backend, None).await;
+        w.write("a.txt", "x").await.unwrap();
+        w.write("b.txt", "y").await.unwrap();
+        let entry = |path: &str| DeleteEntry {
+            path: path.into(),
+            ..Default::default()
+        };
+        for (bad, reason) in [("../x", "PATH_ESCAPES_ROOT"), ("a\0b", "INVALID_PATH")] {
+            let answer =
+                w.fs.delete_many(DeleteManyRequest {
+                    session_id: w.session.clone(),
+                    entries: vec![entry("a.txt"), entry(bad), entry("b.txt")],
+                })
+                .await;
+            let s = expect_status(answer, Code::InvalidArgument, reason);
+            if reason == "INVALID_PATH" {
+                assert!(s.message().contains("entry 1"), "{s:?}");
+            }
+            assert_eq!(w.everything().await, ["a.txt", "b.txt"], "{backend:?}");
+        }
+        // Well formed, it runs: one result per entry, in order.
+        let answer =
+            w.fs.delete_many(DeleteManyRequest {
+                session_id: w.session.clone(),
+                entries: vec![entry("a.txt"), entry("a.txt")],
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(answer.results.len(), 2);
+        assert_eq!(answer.results[0].deleted, 1);
+        assert!(answer.results[0].error.is_none());
+        let missing = answer.results[1]
+            .error
+            .as_ref()
+            .expect("the second finds nothing");
+        assert_eq!(missing.code, Code::NotFound as i32);
+        assert_eq!(missing.reason, "FILE_NOT_FOUND");
+        assert_eq!(
+            missing.metadata.get("path").map(String::as_str),
+            Some("a.txt")
+        );
+        assert_eq!(w.everything().await, ["b.txt"], "{backend:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nul_in_a_path_is_invalid_path() {
     let mut w = wire().await;

@@ -238,6 +238,40 @@ async fn patches_and_links_are_writes_and_keep_to_the_callers_zones() {
     }
 }
 
+/// DeleteMany keeps to the caller's zones entry by entry: what is hers
+/// goes, what is not is refused alone and stays.
+#[tokio::test]
+async fn delete_many_keeps_to_the_callers_zones_entry_by_entry() {
+    let s = swarm(SessionOptions::directory()).await;
+    s.alice.write_str("home/alice/a.md", "a\n").await.unwrap();
+    s.alice.write_str("shared/note.md", "n\n").await.unwrap();
+
+    let results = s
+        .alice
+        .delete_many(vec![
+            (p("home/alice/a.md"), DeleteOptions::default()),
+            (p("home/bob/plan.md"), DeleteOptions::default()),
+            (p("sys/rules.md"), DeleteOptions::default()),
+            (p("shared/note.md"), DeleteOptions::default()),
+        ])
+        .await
+        .unwrap();
+
+    assert_eq!(results[0].as_ref().ok(), Some(&1));
+    assert_denied(results[1].clone().unwrap_err(), "belongs to 'bob'");
+    assert_denied(results[2].clone().unwrap_err(), "sys/");
+    assert_eq!(results[3].as_ref().ok(), Some(&1));
+    assert_eq!(
+        snapshot(&s.system).await,
+        [
+            ("home/bob/plan.md".to_string(), "bob's plan\n".to_string()),
+            ("shared/board.md".to_string(), "board\n".to_string()),
+            ("sys/rules.md".to_string(), "rules\n".to_string()),
+            ("top.md".to_string(), "top\n".to_string()),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn recursive_delete_touching_others_files_is_refused_whole() {
     let s = swarm(SessionOptions::directory()).await;

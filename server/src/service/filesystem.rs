@@ -239,6 +239,30 @@ impl filesystem_server::Filesystem for FilesystemService {
         .await
     }
 
+    async fn delete_many(
+        &self,
+        request: Request<proto::DeleteManyRequest>,
+    ) -> std::result::Result<Response<proto::DeleteManyResponse>, Status> {
+        let (metadata, _, r) = request.into_parts();
+        // The log line names the first path and how many entries follow.
+        let first = match r.entries.as_slice() {
+            [] => String::new(),
+            [only] => only.path.clone(),
+            [first, rest @ ..] => format!("{} (+{} more)", first.path, rest.len()),
+        };
+        let (id, raw) = shown(&r.session_id, &first);
+        traced("DeleteMany", &id, &raw, async {
+            let s = self.session(&metadata, &id).await?;
+            let c = call::DeleteMany::parse(r, s.limits())?;
+            to_the_end(async move {
+                let results = s.fs.delete_many(c.entries).await?;
+                Ok(call::DeleteMany::response(results))
+            })
+            .await
+        })
+        .await
+    }
+
     async fn mkdir(
         &self,
         request: Request<proto::MkdirRequest>,

@@ -363,6 +363,100 @@ impl Delete {
     }
 }
 
+// ------------------------------------------------------------- DeleteMany
+
+/// DeleteMany: several Deletes, run in order, each failing alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteMany {
+    pub session_id: String,
+    pub entries: Vec<(CanonicalPath, DeleteOptions)>,
+}
+
+impl Request for DeleteMany {
+    type Message = proto::DeleteManyRequest;
+
+    /// Refused whole, deleting nothing, when it holds more than
+    /// [`crate::MAX_DELETE_ENTRIES`] entries or an entry's path is invalid.
+    fn parse(r: proto::DeleteManyRequest, limits: &PathLimits) -> Result<Self> {
+        crate::fs::check_delete_entries(r.entries.len())?;
+        let mut entries = Vec::with_capacity(r.entries.len());
+        for (i, e) in r.entries.into_iter().enumerate() {
+            let path = request_path(&e.path, limits).map_err(|err| match err {
+                Error::InvalidPath { path, message } => Error::InvalidPath {
+                    path,
+                    message: format!("entry {i}: {message}"),
+                },
+                other => other,
+            })?;
+            let options = DeleteOptions {
+                recursive: e.recursive,
+                allow_missing: e.allow_missing,
+                if_version: e.if_version,
+            };
+            entries.push((path, options));
+        }
+        Ok(DeleteMany {
+            session_id: r.session_id,
+            entries,
+        })
+    }
+
+    fn message(self) -> Result<proto::DeleteManyRequest> {
+        Ok(proto::DeleteManyRequest {
+            session_id: self.session_id,
+            entries: self
+                .entries
+                .into_iter()
+                .map(|(path, options)| proto::DeleteEntry {
+                    path: wire_path(&path),
+                    recursive: options.recursive,
+                    allow_missing: options.allow_missing,
+                    if_version: options.if_version,
+                })
+                .collect(),
+        })
+    }
+}
+
+impl DeleteMany {
+    /// The answer: each entry's count, or its error.
+    pub fn response(results: Vec<Result<u64>>) -> proto::DeleteManyResponse {
+        proto::DeleteManyResponse {
+            results: results
+                .into_iter()
+                .map(|result| match result {
+                    Ok(deleted) => proto::DeleteResult {
+                        deleted: wire_count(deleted),
+                        error: None,
+                    },
+                    Err(e) => proto::DeleteResult {
+                        deleted: 0,
+                        error: Some(e.to_entry_error()),
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    /// Each entry's outcome; an answer with another number of results
+    /// than `sent` entries is the server's fault.
+    pub fn outcome(r: proto::DeleteManyResponse, sent: usize) -> Result<Vec<Result<u64>>> {
+        if r.results.len() != sent {
+            return Err(Error::internal(format!(
+                "the server answered a DeleteMany of {sent} entries with {} results",
+                r.results.len()
+            )));
+        }
+        r.results
+            .into_iter()
+            .map(|result| match result.error {
+                Some(e) => Ok(Err(Error::from_entry_error(e))),
+                None => server_count("deleted", result.deleted).map(Ok),
+            })
+            .collect()
+    }
+}
+
 // ------------------------------------------------------------------ Mkdir
 
 /// Mkdir: a directory.

@@ -13,7 +13,7 @@ mod changes;
 mod reads;
 
 pub use changes::{
-    Delete, Edit, Mkdir, SetAttributes, Symlink, Transfer, Upload, UploadPart, Write,
+    Delete, DeleteMany, Edit, Mkdir, SetAttributes, Symlink, Transfer, Upload, UploadPart, Write,
 };
 pub use reads::{byte_stream, Exists, Glob, Grep, List, Read, ReadBytes, Stat, Watch};
 

@@ -139,6 +139,20 @@ fn every_request_round_trips() {
             if_version: Some(1),
         },
     });
+    round_trip(DeleteMany {
+        session_id: sid(),
+        entries: vec![
+            (path("a"), DeleteOptions::default()),
+            (
+                path("d"),
+                DeleteOptions {
+                    recursive: true,
+                    allow_missing: true,
+                    if_version: Some(7),
+                },
+            ),
+        ],
+    });
     round_trip(Mkdir {
         session_id: sid(),
         path: path("m"),
@@ -775,4 +789,31 @@ fn grep_match_and_summary_map_to_events() {
             truncated: false
         })
     );
+}
+
+#[test]
+fn a_delete_many_answer_reads_back_each_count_and_error() {
+    let errors = [
+        Error::FileNotFound { path: "a".into() },
+        Error::VersionMismatch {
+            path: "b".into(),
+            expected: 3,
+            current: 4,
+        },
+        Error::DirectoryNotEmpty { path: "d".into() },
+        Error::PermissionDenied {
+            path: "z".into(),
+            message: "zone 'z' is not yours".into(),
+        },
+    ];
+    let mut results: Vec<Result<u64>> = vec![Ok(1), Ok(0)];
+    results.extend(errors.iter().cloned().map(Err));
+    let sent = results.len();
+
+    let answer = DeleteMany::response(results.clone());
+
+    assert_eq!(DeleteMany::outcome(answer.clone(), sent).unwrap(), results);
+    // An answer that does not match the request is refused, not guessed at.
+    let short = DeleteMany::outcome(answer, sent + 1).unwrap_err();
+    assert_eq!(short.reason(), "INTERNAL");
 }

@@ -129,3 +129,70 @@ pub async fn matching_if_version_deletes(fs: &dyn Filesystem) {
     assert_eq!(deleted, 1);
     assert_eq!(kind(fs, "f.txt").await, None);
 }
+
+/// DeleteMany runs its entries in order, each as Delete would, and one
+/// that fails leaves the others done and itself changing nothing.
+pub async fn delete_many_runs_each_entry_in_order_and_reports_each(fs: &dyn Filesystem) {
+    put(fs, "d/a.txt", "a").await;
+    put(fs, "d/b.txt", "b").await;
+    put(fs, "full/c.txt", "c").await;
+    put(fs, "keep.txt", "k").await;
+    let b = fs.stat(&p("d/b.txt")).await.unwrap();
+    let stale = DeleteOptions {
+        if_version: Some(b.version + 1_000),
+        ..DeleteOptions::default()
+    };
+
+    let results = fs
+        .delete_many(vec![
+            (p("d/a.txt"), DeleteOptions::default()),
+            (p("d/b.txt"), stale),
+            (p("missing.txt"), DeleteOptions::default()),
+            (
+                p("gone-already.txt"),
+                DeleteOptions {
+                    allow_missing: true,
+                    ..DeleteOptions::default()
+                },
+            ),
+            (p("full"), DeleteOptions::default()),
+            (p("full/c.txt"), DeleteOptions::default()),
+            // Empty now: the entry before it removed its file.
+            (p("full"), DeleteOptions::default()),
+        ])
+        .await
+        .unwrap();
+
+    assert_eq!(results.len(), 7);
+    assert_eq!(results[0].as_ref().ok(), Some(&1));
+    expect_err(results[1].clone(), "VERSION_MISMATCH");
+    let missing = expect_err(results[2].clone(), "FILE_NOT_FOUND");
+    assert!(missing.to_string().contains("missing.txt"), "{missing}");
+    assert_eq!(results[3].as_ref().ok(), Some(&0));
+    expect_err(results[4].clone(), "DIRECTORY_NOT_EMPTY");
+    assert_eq!(results[5].as_ref().ok(), Some(&1));
+    assert_eq!(results[6].as_ref().ok(), Some(&1));
+    assert_eq!(paths(&snapshot(fs).await), ["d", "d/b.txt", "keep.txt"]);
+    assert_eq!(fs.stat(&p("d/b.txt")).await.unwrap().version, b.version);
+}
+
+pub async fn delete_many_of_nothing_is_nothing(fs: &dyn Filesystem) {
+    put(fs, "keep.txt", "k").await;
+    let before = snapshot(fs).await;
+
+    let results = fs.delete_many(Vec::new()).await.unwrap();
+
+    assert!(results.is_empty());
+    assert_eq!(snapshot(fs).await, before);
+}
+
+pub async fn delete_many_over_the_entry_limit_deletes_nothing(fs: &dyn Filesystem) {
+    put(fs, "f.txt", "x").await;
+    let before = snapshot(fs).await;
+    let entries = vec![(p("f.txt"), DeleteOptions::default()); wsfs::MAX_DELETE_ENTRIES + 1];
+
+    let e = expect_err(fs.delete_many(entries).await, "INVALID_ARGUMENT");
+
+    assert!(e.to_string().contains("at most 1024"), "{e}");
+    assert_eq!(snapshot(fs).await, before);
+}

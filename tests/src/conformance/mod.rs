@@ -146,6 +146,9 @@ macro_rules! conformance_suite {
                 missing_path_is_file_not_found,
                 stale_if_version_is_version_mismatch,
                 matching_if_version_deletes,
+                delete_many_runs_each_entry_in_order_and_reports_each,
+                delete_many_of_nothing_is_nothing,
+                delete_many_over_the_entry_limit_deletes_nothing,
             }
             mkdir {
                 parents_are_created_by_default,

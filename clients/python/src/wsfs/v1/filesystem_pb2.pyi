@@ -234,6 +234,59 @@ class DeleteResponse(_message.Message):
     deleted: int
     def __init__(self, deleted: _Optional[int] = ...) -> None: ...
 
+class DeleteManyRequest(_message.Message):
+    __slots__ = ("session_id", "entries")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    entries: _containers.RepeatedCompositeFieldContainer[DeleteEntry]
+    def __init__(self, session_id: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[DeleteEntry, _Mapping]]] = ...) -> None: ...
+
+class DeleteEntry(_message.Message):
+    __slots__ = ("path", "recursive", "allow_missing", "if_version")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    RECURSIVE_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_MISSING_FIELD_NUMBER: _ClassVar[int]
+    IF_VERSION_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    recursive: bool
+    allow_missing: bool
+    if_version: int
+    def __init__(self, path: _Optional[str] = ..., recursive: bool = ..., allow_missing: bool = ..., if_version: _Optional[int] = ...) -> None: ...
+
+class DeleteManyResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[DeleteResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[DeleteResult, _Mapping]]] = ...) -> None: ...
+
+class DeleteResult(_message.Message):
+    __slots__ = ("deleted", "error")
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    deleted: int
+    error: EntryError
+    def __init__(self, deleted: _Optional[int] = ..., error: _Optional[_Union[EntryError, _Mapping]] = ...) -> None: ...
+
+class EntryError(_message.Message):
+    __slots__ = ("code", "message", "reason", "metadata")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    reason: str
+    metadata: _containers.ScalarMap[str, str]
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., reason: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class MkdirRequest(_message.Message):
     __slots__ = ("session_id", "path", "parents", "exist_ok", "permissions")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]

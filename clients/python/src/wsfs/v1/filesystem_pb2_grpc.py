@@ -66,6 +66,11 @@ class FilesystemStub(object):
                 request_serializer=wsfs_dot_v1_dot_filesystem__pb2.DeleteRequest.SerializeToString,
                 response_deserializer=wsfs_dot_v1_dot_filesystem__pb2.DeleteResponse.FromString,
                 _registered_method=True)
+        self.DeleteMany = channel.unary_unary(
+                '/wsfs.v1.Filesystem/DeleteMany',
+                request_serializer=wsfs_dot_v1_dot_filesystem__pb2.DeleteManyRequest.SerializeToString,
+                response_deserializer=wsfs_dot_v1_dot_filesystem__pb2.DeleteManyResponse.FromString,
+                _registered_method=True)
         self.Mkdir = channel.unary_unary(
                 '/wsfs.v1.Filesystem/Mkdir',
                 request_serializer=wsfs_dot_v1_dot_filesystem__pb2.MkdirRequest.SerializeToString,
@@ -170,6 +175,14 @@ class FilesystemServicer(object):
 
     def Delete(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteMany(self, request, context):
+        """Several Deletes in one call, run in order, each as Delete runs it; one
+        that fails does not stop the others, and the answer says which failed.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -284,6 +297,11 @@ def add_FilesystemServicer_to_server(servicer, server):
                     servicer.Delete,
                     request_deserializer=wsfs_dot_v1_dot_filesystem__pb2.DeleteRequest.FromString,
                     response_serializer=wsfs_dot_v1_dot_filesystem__pb2.DeleteResponse.SerializeToString,
+            ),
+            'DeleteMany': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteMany,
+                    request_deserializer=wsfs_dot_v1_dot_filesystem__pb2.DeleteManyRequest.FromString,
+                    response_serializer=wsfs_dot_v1_dot_filesystem__pb2.DeleteManyResponse.SerializeToString,
             ),
             'Mkdir': grpc.unary_unary_rpc_method_handler(
                     servicer.Mkdir,
@@ -510,6 +528,33 @@ class Filesystem(object):
             '/wsfs.v1.Filesystem/Delete',
             wsfs_dot_v1_dot_filesystem__pb2.DeleteRequest.SerializeToString,
             wsfs_dot_v1_dot_filesystem__pb2.DeleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteMany(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wsfs.v1.Filesystem/DeleteMany',
+            wsfs_dot_v1_dot_filesystem__pb2.DeleteManyRequest.SerializeToString,
+            wsfs_dot_v1_dot_filesystem__pb2.DeleteManyResponse.FromString,
             options,
             channel_credentials,
             insecure,
