@@ -23,7 +23,8 @@
 //! and the chmod or utimens of a directory the mount made (one change
 //! when they come within [`GATHER`]) are answered once they are on their
 //! way, at most
-//! [`CHANGES`] at a time. Each waits for the changes queued before it on
+//! [`CHANGES`] at a time (their Deletes gathered into DeleteMany calls,
+//! batch.rs). Each waits for the changes queued before it on
 //! its path, above it or below it (an rmdir after the unlinks in it), and
 //! whatever depends on the path waits for it ([`Shared::settle`]): a
 //! lookup, Stat or create of the same name or in it, a rename, a listing
@@ -233,7 +234,9 @@ impl Shared {
                         allow_missing: false,
                         if_version: None,
                     };
-                    let sent = s.retry_refusal(|| s.session.delete(&path, options)).await;
+                    let sent = s
+                        .retry_refusal(|| s.deletes.delete(&s.session, &s.runtime, &path, options))
+                        .await;
                     if *directory {
                         s.behind.changes().refused.remove(&path);
                     }

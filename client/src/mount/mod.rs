@@ -33,6 +33,7 @@
 //! errno table and the memory bound.
 
 mod attr;
+mod batch;
 mod behind;
 mod dispatch;
 mod errno;

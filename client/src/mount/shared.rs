@@ -44,6 +44,8 @@ pub(super) struct Shared {
     pub(super) gid: u32,
     pub(super) runtime: tokio::runtime::Handle,
     pub(super) behind: WriteBehind,
+    /// The write-behind's Deletes, sent in batches (batch.rs).
+    pub(super) deletes: Arc<super::batch::Deletes>,
     /// The session's per-write limit once a commit has learned it (0: not
     /// yet): a commit sending more goes in parts of at most this.
     pub(super) max_write: AtomicU64,
@@ -115,6 +117,7 @@ impl Shared {
             gid,
             runtime,
             behind: WriteBehind::new(),
+            deletes: Arc::default(),
             max_write: AtomicU64::new(0),
             known: KnownDirs::default(),
             making: Mutex::default(),
