@@ -129,6 +129,11 @@ def test_files_and_directories(server: Server) -> None:
             await session.delete("d")
         assert await session.delete("d", recursive=True) == 3
         assert await session.delete("d", allow_missing=True) == 0
+        await session.write("m/x.txt", "x")
+        results = await session.delete_many(["m/x.txt", "m/nope.txt", "m"])
+        assert results[0] == 1 and results[2] == 1
+        assert isinstance(results[1], wsfs.FileNotFound) and results[1].path == "m/nope.txt"
+        assert not await session.exists("m")
 
     run(server, test)
 

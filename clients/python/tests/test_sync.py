@@ -8,6 +8,7 @@ import time
 import zipfile
 from datetime import datetime, timezone
 
+import grpc
 import pytest
 
 import wsfs
@@ -185,6 +186,27 @@ def test_edit(session: wsfs.Session) -> None:
     assert session.read_text("src/app.py") == "x = 3\ny = 3\n"
     with pytest.raises(wsfs.VersionMismatch):
         session.edit("src/app.py", "x", "z", if_version=dry.version)
+
+
+def test_delete_many_answers_for_each_path(session: wsfs.Session) -> None:
+    session.write("d/a.txt", "a")
+    session.write("d/b.txt", "b")
+    session.write("keep.txt", "k")
+
+    results = session.delete_many(["d/a.txt", "d", "d/b.txt", "gone.txt", "d"])
+
+    assert results[0] == 1 and results[2] == 1 and results[4] == 1
+    assert isinstance(results[1], wsfs.DirectoryNotEmpty) and results[1].path == "d"
+    assert isinstance(results[3], wsfs.FileNotFound)
+    assert results[3].code is grpc.StatusCode.NOT_FOUND
+    assert [e.path for e in session.list("")] == ["keep.txt"]
+    assert session.delete_many(["gone.txt"], allow_missing=True) == [0]
+    assert session.delete_many([]) == []
+    with pytest.raises(ValueError, match="at most 1024"):
+        session.delete_many(["keep.txt"] * 1025)
+    with pytest.raises(TypeError):
+        session.delete_many("keep.txt")  # type: ignore[arg-type]
+    assert session.exists("keep.txt")
 
 
 def test_delete_mkdir_move_copy(session: wsfs.Session) -> None:

@@ -9,6 +9,7 @@ import uuid
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
+from .errors import from_entry_error
 from .types import Backend, FileOwner, HostMount, Layout, SessionLimits, WriteMode
 from .v1 import filesystem_pb2 as fs_pb2
 from .v1 import sessions_pb2
@@ -17,6 +18,9 @@ from .v1 import sessions_pb2
 #: 64 KiB, as the server and the Rust client use), so that whatever the
 #: server may send, this client accepts.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024 + 64 * 1024
+
+#: Most entries one DeleteMany carries (the protocol's limit).
+MAX_DELETE_ENTRIES = 1024
 
 #: Sessions asked for per ListSessions call when listing them all.
 LIST_PAGE = 1000
@@ -322,3 +326,32 @@ def local_files(local_dir: PathLike) -> Iterator[tuple[str, str, bool]]:
 def join(remote_dir: str, relative: str) -> str:
     remote_dir = remote_dir.rstrip("/")
     return f"{remote_dir}/{relative}" if remote_dir else relative
+
+
+def delete_many_request(
+    session_id: str, paths: Sequence[str], *, recursive: bool, allow_missing: bool
+) -> fs_pb2.DeleteManyRequest:
+    """One DeleteMany of ``paths``, each with the same options."""
+    if isinstance(paths, str):
+        raise TypeError("delete_many takes a list of paths, not one path")
+    if len(paths) > MAX_DELETE_ENTRIES:
+        raise ValueError(
+            f"delete_many takes at most {MAX_DELETE_ENTRIES} paths a call; got {len(paths)}"
+        )
+    return fs_pb2.DeleteManyRequest(
+        session_id=session_id,
+        entries=[
+            fs_pb2.DeleteEntry(
+                path=check_path_type(path), recursive=recursive, allow_missing=allow_missing
+            )
+            for path in paths
+        ],
+    )
+
+
+def delete_many_results(response: fs_pb2.DeleteManyResponse) -> list:
+    """Each entry's count of what went, or its error (not raised)."""
+    return [
+        from_entry_error(r.error) if r.HasField("error") else r.deleted
+        for r in response.results
+    ]

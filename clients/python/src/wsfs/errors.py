@@ -50,6 +50,7 @@ __all__ = [
     "Unavailable",
     "Internal",
     "error_class",
+    "from_entry_error",
 ]
 
 _DETAILS_KEY = "grpc-status-details-bin"
@@ -389,6 +390,17 @@ def _error_info(trailing_metadata: Any) -> error_details_pb2.ErrorInfo | None:
             if detail.Unpack(info):
                 return info
     return None
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def from_entry_error(error: Any) -> WsfsError:
+    """The wsfs exception for one failed entry of a batch (a DeleteMany
+    result's ``error``), built as :func:`from_rpc_error` builds a call's."""
+    code = _CODES.get(error.code, grpc.StatusCode.UNKNOWN)
+    cls = error_class(error.reason)
+    return cls(error.message, code=code, reason=error.reason, metadata=dict(error.metadata))
 
 
 def from_rpc_error(error: grpc.RpcError) -> WsfsError:
