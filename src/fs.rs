@@ -31,6 +31,20 @@ pub fn check_delete_entries(count: usize) -> Result<()> {
     Ok(())
 }
 
+/// [`Filesystem::delete_many`] as one [`Filesystem::delete`] per entry,
+/// in order: its default, and a remote client's way with a server that
+/// lacks the batch call.
+pub async fn delete_each<F: Filesystem + ?Sized>(
+    fs: &F,
+    entries: Vec<(CanonicalPath, DeleteOptions)>,
+) -> Vec<Result<u64>> {
+    let mut results = Vec::with_capacity(entries.len());
+    for (path, options) in entries {
+        results.push(fs.delete(&path, options).await);
+    }
+    results
+}
+
 /// The contract's file operations on one session's workspace.
 #[async_trait::async_trait]
 pub trait Filesystem: Send + Sync {
@@ -75,11 +89,7 @@ pub trait Filesystem: Send + Sync {
         entries: Vec<(CanonicalPath, DeleteOptions)>,
     ) -> Result<Vec<Result<u64>>> {
         check_delete_entries(entries.len())?;
-        let mut results = Vec::with_capacity(entries.len());
-        for (path, options) in entries {
-            results.push(self.delete(&path, options).await);
-        }
-        Ok(results)
+        Ok(delete_each(self, entries).await)
     }
 
     /// Returns false when the directory already existed.

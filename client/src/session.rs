@@ -461,11 +461,7 @@ impl Filesystem for Session {
         {
             Ok(response) => call::DeleteMany::outcome(response.into_inner(), sent),
             Err(status) if status.code() == tonic::Code::Unimplemented => {
-                let mut results = Vec::with_capacity(sent);
-                for (path, options) in entries {
-                    results.push(self.delete(&path, options).await);
-                }
-                Ok(results)
+                Ok(wsfs::delete_each(self, entries).await)
             }
             Err(status) => Err(status.into()),
         }

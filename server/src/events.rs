@@ -113,33 +113,33 @@ struct OwnState {
     next_id: u64,
     /// id, subtree (`None`: the whole workspace), start.
     running: Vec<(u64, Option<String>, SystemTime)>,
-    /// subtree, start, end; the oldest first.
-    ended: VecDeque<(Option<String>, SystemTime, SystemTime)>,
-    /// The same, by subtree: start and end, the oldest first. An event's
-    /// path is looked up here with each of its ancestors, so that judging
-    /// it costs its depth, not one comparison per change remembered (a
+    /// The subtree (`""`: the whole workspace) and end of each, the
+    /// oldest first: the order they are forgotten in.
+    ended: VecDeque<(String, SystemTime)>,
+    /// Their start and end by subtree, the oldest first. An event's path
+    /// is looked up here with each of its ancestors, so that judging it
+    /// costs its depth, not one comparison per change remembered (a
     /// `rm -rf` through a mount makes a thousand a second).
-    /// The whole workspace's are under "".
     ended_at: HashMap<String, VecDeque<(SystemTime, SystemTime)>>,
 }
 
 impl OwnState {
     fn push_ended(&mut self, subtree: Option<String>, start: SystemTime, end: SystemTime) {
+        let key = subtree.unwrap_or_default();
         self.ended_at
-            .entry(subtree.clone().unwrap_or_default())
+            .entry(key.clone())
             .or_default()
             .push_back((start, end));
-        self.ended.push_back((subtree, start, end));
+        self.ended.push_back((key, end));
         if self.ended.len() > OWN_CHANGE_MAX {
             self.pop_ended();
         }
     }
 
     fn pop_ended(&mut self) {
-        let Some((subtree, _, _)) = self.ended.pop_front() else {
+        let Some((key, _)) = self.ended.pop_front() else {
             return;
         };
-        let key = subtree.unwrap_or_default();
         if let std::collections::hash_map::Entry::Occupied(mut at) = self.ended_at.entry(key) {
             at.get_mut().pop_front();
             if at.get().is_empty() {
@@ -236,7 +236,7 @@ impl EventLog {
         let now = SystemTime::now();
         let mut state = self.own.state.lock().unwrap_or_else(|e| e.into_inner());
         let forget_before = now.checked_sub(OWN_CHANGE_MEMORY).unwrap_or(now);
-        while state.ended.front().is_some_and(|e| e.2 < forget_before) {
+        while state.ended.front().is_some_and(|e| e.1 < forget_before) {
             state.pop_ended();
         }
         let during =

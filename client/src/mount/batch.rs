@@ -15,8 +15,9 @@ use tokio::sync::oneshot;
 use wsfs::{CanonicalPath, DeleteOptions, Error, Filesystem as _, MAX_DELETE_ENTRIES};
 
 /// Deletes waiting for the next DeleteMany.
-#[derive(Default)]
 pub(super) struct Deletes {
+    session: Session,
+    runtime: tokio::runtime::Handle,
     queue: Mutex<Queue>,
 }
 
@@ -35,12 +36,18 @@ struct Waiting {
 }
 
 impl Deletes {
+    pub(super) fn new(session: Session, runtime: tokio::runtime::Handle) -> Deletes {
+        Deletes {
+            session,
+            runtime,
+            queue: Mutex::default(),
+        }
+    }
+
     /// Deletes `path` as part of the next DeleteMany and returns its own
     /// outcome.
     pub(super) async fn delete(
         self: &Arc<Self>,
-        session: &Session,
-        runtime: &tokio::runtime::Handle,
         path: &CanonicalPath,
         options: DeleteOptions,
     ) -> wsfs::Result<u64> {
@@ -55,8 +62,8 @@ impl Deletes {
             !std::mem::replace(&mut queue.sending, true)
         };
         if start {
-            let (this, session) = (self.clone(), session.clone());
-            runtime.spawn(async move { this.send_all(&session).await });
+            let this = self.clone();
+            self.runtime.spawn(async move { this.send_all().await });
         }
         outcome.await.unwrap_or_else(|_| {
             Err(Error::Unavailable {
@@ -67,7 +74,7 @@ impl Deletes {
 
     /// Sends what is waiting, [`MAX_DELETE_ENTRIES`] at most a call, until
     /// nothing is.
-    async fn send_all(&self, session: &Session) {
+    async fn send_all(&self) {
         loop {
             let batch: Vec<Waiting> = {
                 let mut queue = self.queue();
@@ -79,7 +86,7 @@ impl Deletes {
                 queue.waiting.drain(..take).collect()
             };
             let entries = batch.iter().map(|w| (w.path.clone(), w.options)).collect();
-            match session.delete_many(entries).await {
+            match self.session.delete_many(entries).await {
                 Ok(results) => {
                     for (waiting, result) in batch.into_iter().zip(results) {
                         let _ = waiting.answer.send(result);

@@ -234,9 +234,7 @@ impl Shared {
                         allow_missing: false,
                         if_version: None,
                     };
-                    let sent = s
-                        .retry_refusal(|| s.deletes.delete(&s.session, &s.runtime, &path, options))
-                        .await;
+                    let sent = s.retry_refusal(|| s.deletes.delete(&path, options)).await;
                     if *directory {
                         s.behind.changes().refused.remove(&path);
                     }

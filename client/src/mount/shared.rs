@@ -107,6 +107,7 @@ impl Shared {
         // SAFETY: getuid and getgid cannot fail and touch no memory.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Shared {
+            deletes: Arc::new(super::batch::Deletes::new(session.clone(), runtime.clone())),
             session,
             inodes: Mutex::new(Inodes::new()),
             handles: Mutex::new(HashMap::new()),
@@ -117,7 +118,6 @@ impl Shared {
             gid,
             runtime,
             behind: WriteBehind::new(),
-            deletes: Arc::default(),
             max_write: AtomicU64::new(0),
             known: KnownDirs::default(),
             making: Mutex::default(),

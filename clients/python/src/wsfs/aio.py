@@ -676,11 +676,6 @@ class AsyncSession:
         recursive: bool = False,
         allow_missing: bool = False,
     ) -> List[Union[int, WsfsError]]:
-        """Deletes each of ``paths`` in one call, in order, each as
-        :meth:`delete` would: one failing does not stop the others. Returns
-        one item per path: how many files and directories went, or the
-        :class:`WsfsError` that path met (returned, not raised). At most
-        1,024 paths a call."""
         request = c.delete_many_request(
             self.id, paths, recursive=recursive, allow_missing=allow_missing
         )
