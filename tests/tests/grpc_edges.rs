@@ -375,6 +375,34 @@ async fn delete_many_with_one_bad_path_deletes_nothing() {
     }
 }
 
+/// The server's own entry limit (the Rust client checks it before
+/// sending, so only a raw request reaches it): refused whole, nothing
+/// deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_many_over_the_entry_limit_is_refused_by_the_server() {
+    let mut w = wire().await;
+    w.write("a.txt", "x").await.unwrap();
+    let entries = vec![
+        DeleteEntry {
+            path: "a.txt".into(),
+            allow_missing: true,
+            ..Default::default()
+        };
+        wsfs::MAX_DELETE_ENTRIES + 1
+    ];
+
+    let answer =
+        w.fs.delete_many(DeleteManyRequest {
+            session_id: w.session.clone(),
+            entries,
+        })
+        .await;
+
+    let s = expect_status(answer, Code::InvalidArgument, "INVALID_ARGUMENT");
+    assert!(s.message().contains("at most 1024"), "{s:?}");
+    assert_eq!(w.everything().await, ["a.txt"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nul_in_a_path_is_invalid_path() {
     let mut w = wire().await;
