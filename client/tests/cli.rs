@@ -700,6 +700,79 @@ fn rm_files_and_directories() {
 }
 
 #[test]
+fn rm_of_several_paths_removes_each_and_reports_every_refusal() {
+    let ws = Workspace::new();
+    for (path, text) in [("a.txt", "a"), ("d/c.txt", "c"), ("b.txt", "b")] {
+        ws.run(&["write", path, text]).ok();
+    }
+    let run = ws
+        .run(&["rm", "a.txt", "d", "missing", "../x", "b.txt", "--json"])
+        .fails_with("IS_A_DIRECTORY");
+    // The refusals in the order given, the last as the command's error
+    // (with --json, a JSON document).
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    let reasons: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("wsfs: "))
+        .filter_map(|l| l.split(':').next())
+        .collect();
+    assert_eq!(
+        reasons,
+        ["IS_A_DIRECTORY", "FILE_NOT_FOUND"],
+        "{}",
+        run.stderr
+    );
+    let last: Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    assert_eq!(
+        last["error"]["reason"], "PATH_ESCAPES_ROOT",
+        "{}",
+        run.stderr
+    );
+    let removed = run.json();
+    assert_eq!(removed["deleted"], 2);
+    let paths: Vec<_> = removed["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(paths, ["a.txt", "b.txt"]);
+    ws.run(&["stat", "a.txt"]).fails_with("FILE_NOT_FOUND");
+    ws.run(&["stat", "b.txt"]).fails_with("FILE_NOT_FOUND");
+    // The refused directory is as it was.
+    assert_eq!(ws.cat("d/c.txt"), "c\n");
+}
+
+#[test]
+fn rm_r_of_more_paths_than_one_call_holds_removes_them_all() {
+    let ws = Workspace::new();
+    let dir = tempfile::tempdir().unwrap();
+    let count = wsfs_client::MAX_DELETE_ENTRIES + 76;
+    let names: Vec<String> = (0..count).map(|i| format!("f{i:04}")).collect();
+    for name in &names {
+        std::fs::write(dir.path().join(name), name).unwrap();
+    }
+    ws.run(&["push", dir.path().to_str().unwrap(), "many"]).ok();
+    let mut args = vec!["rm".to_string(), "-r".to_string(), "--json".to_string()];
+    args.extend(names.iter().map(|n| format!("many/{n}")));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let removed = ws.run(&args).ok().json();
+    assert_eq!(removed["deleted"], count);
+    let paths = removed["paths"].as_array().unwrap();
+    assert_eq!(paths.len(), count);
+    assert_eq!(
+        paths[count - 1]["path"],
+        format!("many/{}", names[count - 1])
+    );
+    let listed = ws.run(&["ls", "many", "--json"]).ok().json();
+    assert_eq!(
+        listed["entries"].as_array().map(Vec::len),
+        Some(0),
+        "{listed}"
+    );
+}
+
+#[test]
 fn mkdir_behaves_like_mkdir_1() {
     let ws = Workspace::new();
     ws.run(&["mkdir", "a/b"]).fails_with("FILE_NOT_FOUND");

@@ -17,7 +17,7 @@ use tokio_util::io::ReaderStream;
 use wsfs_client::{
     parse_path, Attributes, ByteRange, CanonicalPath, DeleteOptions, EditSpec, Error, FileKind,
     Filesystem, LineRange, MkdirOptions, Permissions, Session, TransferOptions, WriteMode,
-    WriteOptions, WriteOutcome, MAX_CHUNK_SIZE,
+    WriteOptions, WriteOutcome, MAX_CHUNK_SIZE, MAX_DELETE_ENTRIES,
 };
 
 pub async fn ls(ctx: &mut Ctx, args: LsArgs) -> Outcome {
@@ -442,6 +442,12 @@ pub async fn edit(ctx: &mut Ctx, args: EditArgs) -> Outcome {
 /// As rm(1): a directory, even an empty one, needs -r; a path that fails
 /// is reported and the others are still removed, and the command then
 /// fails.
+///
+/// The paths go to the server in DeleteMany calls of up to
+/// [`MAX_DELETE_ENTRIES`] entries, each removed as a Delete
+/// of its own, in the order given. Without -r each path is looked at
+/// first (a few at once), so that a directory is refused with rm(1)'s
+/// hint and left as it was.
 pub async fn rm(ctx: &mut Ctx, args: RmArgs) -> Outcome {
     let session = ctx.session().await?;
     let options = DeleteOptions {
@@ -449,17 +455,80 @@ pub async fn rm(ctx: &mut Ctx, args: RmArgs) -> Outcome {
         allow_missing: args.force,
         if_version: None,
     };
+    // Each path's answer, in the order given: refused here (a path that
+    // does not parse, a directory without -r) or by the server.
+    let mut answers: Vec<Option<Outcome<u64>>> = Vec::with_capacity(args.paths.len());
+    let mut paths = Vec::with_capacity(args.paths.len());
+    for raw in &args.paths {
+        match parse_path(raw) {
+            Ok(path) => {
+                paths.push(Some(path));
+                answers.push(None);
+            }
+            Err(e) => {
+                paths.push(None);
+                answers.push(Some(Err(e.into())));
+            }
+        }
+    }
+    if !options.recursive {
+        let kinds: Vec<_> = futures::stream::iter(paths.iter().map(|path| {
+            let session = &session;
+            async move {
+                match path {
+                    Some(path) => Some(session.exists(path).await),
+                    None => None,
+                }
+            }
+        }))
+        .buffered(RM_LOOKS_AT_ONCE)
+        .collect()
+        .await;
+        for (i, kind) in kinds.into_iter().enumerate() {
+            let refusal = match (kind, &paths[i]) {
+                (Some(Ok(Some(FileKind::Directory))), Some(path)) => Failure::Hinted(
+                    Error::IsADirectory {
+                        path: path.as_str().to_string(),
+                    },
+                    format!(
+                        "cannot remove '{path}' without -r: `wsfs rm -r {}` removes it with its contents",
+                        args.paths[i]
+                    ),
+                ),
+                (Some(Err(e)), _) => e.into(),
+                _ => continue,
+            };
+            answers[i] = Some(Err(refusal));
+        }
+    }
+    let sent: Vec<usize> = (0..paths.len()).filter(|&i| answers[i].is_none()).collect();
+    for batch in sent.chunks(MAX_DELETE_ENTRIES) {
+        let entries = batch
+            .iter()
+            .filter_map(|&i| paths[i].clone().map(|path| (path, options)))
+            .collect();
+        // A call that fails whole (the server gone) fails each of its
+        // paths; what earlier calls removed is still reported.
+        let results = match session.delete_many(entries).await {
+            Ok(results) => results,
+            Err(e) => vec![Err(e); batch.len()],
+        };
+        for (&i, result) in batch.iter().zip(results) {
+            answers[i] = Some(result.map_err(Failure::from));
+        }
+    }
     let mut results = Vec::new();
     let mut failures = Vec::new();
-    for raw in &args.paths {
-        match rm_one(&session, raw, options).await {
-            Ok((path, deleted)) => {
+    for (answer, path) in answers.into_iter().zip(paths) {
+        match (answer, path) {
+            (Some(Ok(deleted)), Some(path)) => {
                 if !ctx.json && !ctx.quiet && deleted > 0 {
                     println(&format!("removed {path} ({})", entries_text(deleted)))?;
                 }
                 results.push(json!({"path": path.as_str(), "deleted": deleted}));
             }
-            Err(failure) => failures.push(failure),
+            (Some(Err(failure)), _) => failures.push(failure),
+            _ => {}
         }
     }
     if ctx.json {
@@ -474,23 +543,8 @@ pub async fn rm(ctx: &mut Ctx, args: RmArgs) -> Outcome {
     last.map_or(Ok(()), Err)
 }
 
-async fn rm_one(
-    session: &Session,
-    raw: &str,
-    options: DeleteOptions,
-) -> Outcome<(CanonicalPath, u64)> {
-    let path = parse_path(raw)?;
-    if !options.recursive && session.exists(&path).await? == Some(FileKind::Directory) {
-        return Err(Failure::Hinted(
-            Error::IsADirectory {
-                path: path.as_str().to_string(),
-            },
-            format!("cannot remove '{path}' without -r: `wsfs rm -r {raw}` removes it with its contents"),
-        ));
-    }
-    let deleted = session.delete(&path, options).await?;
-    Ok((path, deleted))
-}
+/// Paths `wsfs rm` looks at at once, before deleting without -r.
+const RM_LOOKS_AT_ONCE: usize = 16;
 
 pub async fn mkdir(ctx: &mut Ctx, args: MkdirArgs) -> Outcome {
     let session = ctx.session().await?;
