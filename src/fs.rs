@@ -95,21 +95,23 @@ pub trait Filesystem: Send + Sync {
     /// Returns false when the directory already existed.
     async fn mkdir(&self, path: &CanonicalPath, options: MkdirOptions) -> Result<bool>;
 
-    /// Returns how many files and directories moved.
+    /// Returns how many files and directories moved, and the version the
+    /// destination got.
     async fn rename(
         &self,
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64>;
+    ) -> Result<Transferred>;
 
-    /// Returns how many files and directories were copied.
+    /// Returns how many files and directories were copied, and the
+    /// version the destination got.
     async fn copy(
         &self,
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64>;
+    ) -> Result<Transferred>;
 
     /// `depth` 1 is the directory's own entries; sorted by path
     /// (bytewise), at most one page of them (then `truncated`).
@@ -243,14 +245,14 @@ pub trait FilesystemLayer: Send + Sync {
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64>;
+    ) -> Result<Transferred>;
 
     async fn copy(
         &self,
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64>;
+    ) -> Result<Transferred>;
 
     async fn set_attributes(
         &self,
@@ -323,7 +325,7 @@ impl<L: FilesystemLayer> Filesystem for L {
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64> {
+    ) -> Result<Transferred> {
         FilesystemLayer::rename(self, source, destination, options).await
     }
 
@@ -332,7 +334,7 @@ impl<L: FilesystemLayer> Filesystem for L {
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64> {
+    ) -> Result<Transferred> {
         FilesystemLayer::copy(self, source, destination, options).await
     }
 
@@ -511,7 +513,7 @@ impl<R: Remote> Filesystem for Forwarded<R> {
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64> {
+    ) -> Result<Transferred> {
         forward!(self, l => R::far(&l).rename(source, destination, options))
     }
 
@@ -520,7 +522,7 @@ impl<R: Remote> Filesystem for Forwarded<R> {
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64> {
+    ) -> Result<Transferred> {
         forward!(self, l => R::far(&l).copy(source, destination, options))
     }
 

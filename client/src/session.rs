@@ -19,8 +19,8 @@ use wsfs::{
     Attributes, AttributesOutcome, ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
     EditOutcome, EditSpec, Error, FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent,
     GrepQuery, LineRange, Listing, Metadata, MkdirOptions, PatchChunk, PatchChunks, PatchOptions,
-    PathLimits, Result, SymlinkOptions, TextPage, TransferOptions, WriteOptions, WriteOutcome,
-    DEFAULT_CHUNK_SIZE,
+    PathLimits, Result, SymlinkOptions, TextPage, TransferOptions, Transferred, WriteOptions,
+    WriteOutcome, DEFAULT_CHUNK_SIZE,
 };
 
 /// Lines per Read in [`Session::read_to_string`].
@@ -482,7 +482,7 @@ impl Filesystem for Session {
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64> {
+    ) -> Result<Transferred> {
         let request = self.transfer(source, destination, options)?;
         let response = self.stub().r#move(request).await?;
         call::Transfer::outcome(response.into_inner())
@@ -493,7 +493,7 @@ impl Filesystem for Session {
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64> {
+    ) -> Result<Transferred> {
         let request = self.transfer(source, destination, options)?;
         let response = self.stub().copy(request).await?;
         call::Transfer::outcome(response.into_inner())

@@ -389,6 +389,17 @@ impl Default for TransferOptions {
     }
 }
 
+/// What a Move or Copy did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transferred {
+    /// Files and directories moved or copied.
+    pub entries: u64,
+    /// The version the destination got, taken where the change was made
+    /// (entries beneath a directory get versions of their own). `None`
+    /// from a server that does not say.
+    pub version: Option<u64>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listing {
     pub path: CanonicalPath,

@@ -1253,7 +1253,7 @@ impl Subject {
                 };
                 fs.rename(&cp(src), &cp(dst), options)
                     .await
-                    .map(Seen::Count)
+                    .map(|done| Seen::Count(done.entries))
             }
             Op::Copy {
                 src,
@@ -1266,7 +1266,9 @@ impl Subject {
                     create_parents: *create_parents,
                     if_version: None,
                 };
-                fs.copy(&cp(src), &cp(dst), options).await.map(Seen::Count)
+                fs.copy(&cp(src), &cp(dst), options)
+                    .await
+                    .map(|done| Seen::Count(done.entries))
             }
             Op::Read {
                 path,

@@ -147,7 +147,11 @@ async fn a_write_elsewhere_passes_a_running_copy_and_one_beneath_it_waits() {
     );
 
     let copied = copy.await.unwrap().expect("the copy");
-    assert_eq!(copied, FILES as u64 + 31, "files and directories copied");
+    assert_eq!(
+        copied.entries,
+        FILES as u64 + 31,
+        "files and directories copied"
+    );
     beneath
         .await
         .unwrap()

@@ -648,7 +648,7 @@ pub async fn transfer(ctx: &mut Ctx, args: TransferArgs, is_move: bool) -> Outco
     } else {
         session.copy(&source, &destination, options).await
     };
-    let entries = match done {
+    let done = match done {
         // A source that is not in the session but is on this machine: the
         // user meant an upload.
         Err(e @ Error::FileNotFound { .. })
@@ -669,10 +669,15 @@ pub async fn transfer(ctx: &mut Ctx, args: TransferArgs, is_move: bool) -> Outco
         || {
             format!(
                 "{verb} {source} -> {destination} ({})",
-                entries_text(entries)
+                entries_text(done.entries)
             )
         },
-        json!({"source": source.as_str(), "destination": destination.as_str(), "entries": entries}),
+        json!({
+            "source": source.as_str(),
+            "destination": destination.as_str(),
+            "entries": done.entries,
+            "version": done.version,
+        }),
     )
 }
 

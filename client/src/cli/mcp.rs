@@ -892,11 +892,12 @@ impl Workspace {
             create_parents: true,
             if_version: None,
         };
-        let (n, done) = if moving {
+        let (transferred, done) = if moving {
             (self.session.rename(&from, &to, options).await?, "moved")
         } else {
             (self.session.copy(&from, &to, options).await?, "copied")
         };
+        let n = transferred.entries;
         Ok(format!("{done} {from} to {to} ({n} entries)"))
     }
 }

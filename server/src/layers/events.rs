@@ -8,7 +8,7 @@ use std::sync::Arc;
 use wsfs::{
     Attributes, AttributesOutcome, ByteChunks, CanonicalPath, DeleteOptions, EditOutcome, EditSpec,
     Filesystem, FilesystemLayer, Metadata, MkdirOptions, PatchChunks, PatchOptions, Result,
-    SymlinkOptions, TransferOptions, WriteOptions, WriteOutcome,
+    SymlinkOptions, TransferOptions, Transferred, WriteOptions, WriteOutcome,
 };
 
 /// A caller's view of a session's workspace that records its changes.
@@ -57,21 +57,23 @@ impl Recorded {
         source: &CanonicalPath,
         destination: &CanonicalPath,
         moved: bool,
-        work: impl std::future::Future<Output = Result<u64>>,
-    ) -> Result<u64> {
+        work: impl std::future::Future<Output = Result<Transferred>>,
+    ) -> Result<Transferred> {
         let own = (
             self.events.own_change(Some(source)),
             self.events.own_change(Some(destination)),
         );
-        let entries = work.await?;
+        let done = work.await?;
         drop(own);
-        let version = self.inner.stat(destination).await.map_or(0, |m| m.version);
+        // The version the change made, not a Stat's after it (which could
+        // name a later change).
+        let version = done.version.unwrap_or(0);
         if moved {
             self.record(ChangeKind::Moved, source, Some(destination), version);
         } else {
             self.record(ChangeKind::Created, destination, None, version);
         }
-        Ok(entries)
+        Ok(done)
     }
 }
 
@@ -134,7 +136,7 @@ impl FilesystemLayer for Recorded {
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64> {
+    ) -> Result<Transferred> {
         let work = self.inner.rename(source, destination, options);
         self.transfer(source, destination, true, work).await
     }
@@ -144,7 +146,7 @@ impl FilesystemLayer for Recorded {
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64> {
+    ) -> Result<Transferred> {
         let work = self.inner.copy(source, destination, options);
         self.transfer(source, destination, false, work).await
     }

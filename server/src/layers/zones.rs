@@ -8,7 +8,7 @@ use std::sync::Arc;
 use wsfs::{
     Attributes, AttributesOutcome, ByteChunks, CanonicalPath, DeleteOptions, EditOutcome, EditSpec,
     Filesystem, FilesystemLayer, Metadata, MkdirOptions, PatchChunks, PatchOptions, Result,
-    SymlinkOptions, TransferOptions, WriteOptions, WriteOutcome,
+    SymlinkOptions, TransferOptions, Transferred, WriteOptions, WriteOutcome,
 };
 
 /// A caller's view of a session's workspace that refuses what the caller
@@ -81,7 +81,7 @@ impl FilesystemLayer for Guarded {
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64> {
+    ) -> Result<Transferred> {
         self.check(Operation::Move, &[source, destination])?;
         self.inner.rename(source, destination, options).await
     }
@@ -91,7 +91,7 @@ impl FilesystemLayer for Guarded {
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64> {
+    ) -> Result<Transferred> {
         self.check(Operation::Copy, &[source, destination])?;
         self.inner.copy(source, destination, options).await
     }

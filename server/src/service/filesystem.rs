@@ -572,12 +572,12 @@ impl FilesystemService {
                 ));
             }
             to_the_end(async move {
-                let entries = if method == "Move" {
+                let done = if method == "Move" {
                     s.fs.rename(&c.source, &c.destination, c.options).await?
                 } else {
                     s.fs.copy(&c.source, &c.destination, c.options).await?
                 };
-                Ok(c.response(entries))
+                Ok(c.response(done))
             })
             .await
         })

@@ -18,7 +18,8 @@ use wsfs::{
     Attributes, AttributesOutcome, ByteChunks, ByteRange, ByteStream, CanonicalPath, DeleteOptions,
     EditOutcome, EditSpec, Error, FileKind, Filesystem, GlobOutcome, GlobQuery, GrepEvent,
     GrepQuery, LineRange, Listing, Metadata, MkdirOptions, PatchChunks, PatchOptions, Result,
-    SymlinkOptions, TextPage, TransferOptions, WriteOptions, WriteOutcome, MAX_CHUNK_SIZE,
+    SymlinkOptions, TextPage, TransferOptions, Transferred, WriteOptions, WriteOutcome,
+    MAX_CHUNK_SIZE,
 };
 
 #[async_trait]
@@ -336,7 +337,7 @@ impl<B: Backend> Filesystem for Workspace<B> {
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64> {
+    ) -> Result<Transferred> {
         self.writable(source)?;
         self.writable(destination)?;
         let (src, dst) = (source.clone(), destination.clone());
@@ -353,7 +354,9 @@ impl<B: Backend> Filesystem for Workspace<B> {
                 let current = b.metadata(&src)?;
                 check_version(&src, current.as_ref(), options.if_version)?;
             }
-            quota.change(|| b.rename(&src, &dst, options.overwrite, options.create_parents))
+            let entries =
+                quota.change(|| b.rename(&src, &dst, options.overwrite, options.create_parents))?;
+            transferred(b, &dst, entries)
         })
         .await
     }
@@ -363,7 +366,7 @@ impl<B: Backend> Filesystem for Workspace<B> {
         source: &CanonicalPath,
         destination: &CanonicalPath,
         options: TransferOptions,
-    ) -> Result<u64> {
+    ) -> Result<Transferred> {
         self.writable(destination)?;
         let (src, dst) = (source.clone(), destination.clone());
         let limits = self.limits;
@@ -375,7 +378,9 @@ impl<B: Backend> Filesystem for Workspace<B> {
                 Default::default()
             };
             let reserved = quota.reserve(b, &limits, &dst, removed, added)?;
-            reserved.land(|| b.copy(&src, &dst, options.overwrite, options.create_parents))
+            let entries =
+                reserved.land(|| b.copy(&src, &dst, options.overwrite, options.create_parents))?;
+            transferred(b, &dst, entries)
         })
         .await
     }
@@ -449,4 +454,18 @@ impl<B: Backend> Filesystem for Workspace<B> {
         })
         .await
     }
+}
+
+/// What a Move or Copy of `entries` entries to `destination` did, with the
+/// version the destination got: read under the call's locks, so that no
+/// later change is taken for it.
+fn transferred<B: Backend>(
+    b: &B,
+    destination: &CanonicalPath,
+    entries: u64,
+) -> Result<Transferred> {
+    Ok(Transferred {
+        entries,
+        version: b.metadata(destination)?.map(|m| m.version),
+    })
 }

@@ -9,7 +9,7 @@ use crate::wire::{
 use crate::{
     proto, Attributes, AttributesOutcome, CanonicalPath, DeleteOptions, EditOutcome, EditSpec,
     Error, Metadata, MkdirOptions, PatchOptions, PathLimits, Permissions, Result, SymlinkOptions,
-    TransferOptions, WriteMode, WriteOptions, WriteOutcome,
+    TransferOptions, Transferred, WriteMode, WriteOptions, WriteOutcome,
 };
 use bytes::Bytes;
 
@@ -544,17 +544,22 @@ impl Request for Transfer {
 }
 
 impl Transfer {
-    /// The answer: how many files and directories moved or were copied.
-    pub fn response(&self, entries: u64) -> proto::TransferResponse {
+    /// The answer: how many files and directories moved or were copied,
+    /// and the destination's version.
+    pub fn response(&self, done: Transferred) -> proto::TransferResponse {
         proto::TransferResponse {
             source: wire_path(&self.source),
             destination: wire_path(&self.destination),
-            entries: wire_count(entries),
+            entries: wire_count(done.entries),
+            version: done.version.unwrap_or(0),
         }
     }
 
-    pub fn outcome(r: proto::TransferResponse) -> Result<u64> {
-        server_count("entries", r.entries)
+    pub fn outcome(r: proto::TransferResponse) -> Result<Transferred> {
+        Ok(Transferred {
+            entries: server_count("entries", r.entries)?,
+            version: (r.version != 0).then_some(r.version),
+        })
     }
 }
 

@@ -6,7 +6,7 @@ use crate::{
     proto, Attributes, AttributesOutcome, ByteRange, ByteStream, DeleteOptions, EditOutcome,
     EditSpec, Error, FileKind, GlobOutcome, GlobQuery, GrepEvent, GrepMatch, GrepQuery,
     GrepSummary, LineRange, Listing, Metadata, MkdirOptions, PatchOptions, Permissions,
-    SymlinkOptions, TextPage, TransferOptions, WriteMode, WriteOptions, WriteOutcome,
+    SymlinkOptions, TextPage, TransferOptions, Transferred, WriteMode, WriteOptions, WriteOutcome,
 };
 use bytes::Bytes;
 use futures::StreamExt;
@@ -306,12 +306,23 @@ fn answers_that_echo_their_request_round_trip() {
         destination: path("b"),
         options: TransferOptions::default(),
     };
-    let answer = transfer.response(3);
+    let done = Transferred {
+        entries: 3,
+        version: Some(41),
+    };
+    let answer = transfer.response(done);
     assert_eq!(
         (answer.source.as_str(), answer.destination.as_str()),
         ("a", "b")
     );
-    assert_eq!(Transfer::outcome(answer).unwrap(), 3);
+    assert_eq!(Transfer::outcome(answer).unwrap(), done);
+    // A server that does not say sends 0: no version, not version 0.
+    let unsaid = transfer.response(Transferred {
+        entries: 1,
+        version: None,
+    });
+    assert_eq!(unsaid.version, 0);
+    assert_eq!(Transfer::outcome(unsaid).unwrap().version, None);
     let set = SetAttributes {
         session_id: sid(),
         path: path("f"),

@@ -34,14 +34,18 @@ async fn subtree(fs: &dyn Filesystem, prefix: &str) -> Vec<(String, FileKind, Op
 }
 
 pub async fn move_file(fs: &dyn Filesystem) {
-    put_bytes(fs, "a.bin", b"\x00payload\xff").await;
+    let written = put_bytes(fs, "a.bin", b"\x00payload\xff").await;
 
     let moved = fs
         .rename(&p("a.bin"), &p("b.bin"), TransferOptions::default())
         .await
         .unwrap();
 
-    assert_eq!(moved, 1);
+    assert_eq!(moved.entries, 1);
+    // The answer names the version the moved file got: the one a Stat
+    // shows, newer than the one it had.
+    assert_eq!(moved.version, Some(version(fs, "b.bin").await));
+    assert!(moved.version > Some(written.version), "{moved:?}");
     assert_eq!(kind(fs, "a.bin").await, None);
     assert_eq!(read_all(fs, "b.bin").await, b"\x00payload\xff");
 }
@@ -56,7 +60,8 @@ pub async fn move_directory_with_its_contents(fs: &dyn Filesystem) {
         .unwrap();
 
     // src, a.txt, bin.dat, sub, sub/b.txt, sub/empty
-    assert_eq!(moved, 6);
+    assert_eq!(moved.entries, 6);
+    assert_eq!(moved.version, Some(version(fs, "dst").await));
     assert_eq!(kind(fs, "src").await, None);
     assert_eq!(subtree(fs, "dst").await, original);
 }
@@ -70,7 +75,8 @@ pub async fn copy_file(fs: &dyn Filesystem) {
         .await
         .unwrap();
 
-    assert_eq!(copied, 1);
+    assert_eq!(copied.entries, 1);
+    assert_eq!(copied.version, Some(version(fs, "b.bin").await));
     assert_eq!(read_all(fs, "b.bin").await, b"\x00payload\xff");
     let after = snapshot(fs).await;
     assert_eq!(after[0], before[0], "the source changed");
@@ -86,7 +92,8 @@ pub async fn copy_directory_with_its_contents(fs: &dyn Filesystem) {
         .await
         .unwrap();
 
-    assert_eq!(copied, 6);
+    assert_eq!(copied.entries, 6);
+    assert_eq!(copied.version, Some(version(fs, "dst").await));
     assert_eq!(subtree(fs, "dst").await, original);
     let source_after: Vec<_> = snapshot(fs)
         .await

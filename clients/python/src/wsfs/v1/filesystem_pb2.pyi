@@ -326,14 +326,16 @@ class TransferRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., source: _Optional[str] = ..., destination: _Optional[str] = ..., overwrite: bool = ..., create_parents: bool = ..., if_version: _Optional[int] = ...) -> None: ...
 
 class TransferResponse(_message.Message):
-    __slots__ = ("source", "destination", "entries")
+    __slots__ = ("source", "destination", "entries", "version")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     DESTINATION_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     source: str
     destination: str
     entries: int
-    def __init__(self, source: _Optional[str] = ..., destination: _Optional[str] = ..., entries: _Optional[int] = ...) -> None: ...
+    version: int
+    def __init__(self, source: _Optional[str] = ..., destination: _Optional[str] = ..., entries: _Optional[int] = ..., version: _Optional[int] = ...) -> None: ...
 
 class ListRequest(_message.Message):
     __slots__ = ("session_id", "path", "depth", "start_after")
