@@ -2010,3 +2010,107 @@ async fn the_mounts_own_changes_keep_what_the_kernel_was_told() {
     assert!(seen.is_empty(), "asked the server again: {seen:#?}");
     drop(handle);
 }
+
+/// How many of the pages of the file at `path` the kernel holds, of how
+/// many it has (`mincore` on a mapping of it; opening it is an open the
+/// mount answers).
+fn resident_pages(path: &Path) -> (usize, usize) {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path).unwrap();
+    let len = file.metadata().unwrap().len() as usize;
+    let page = 4096;
+    let pages = len.div_ceil(page);
+    // SAFETY: a read-only shared mapping of an open file, unmapped below;
+    // mincore writes one byte per page into `held`, which has them all.
+    unsafe {
+        let at = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        );
+        assert_ne!(at, libc::MAP_FAILED, "mmap {}", path.display());
+        let mut held = vec![0u8; pages];
+        assert_eq!(libc::mincore(at, len, held.as_mut_ptr()), 0);
+        libc::munmap(at, len);
+        (held.iter().filter(|b| *b & 1 == 1).count(), pages)
+    }
+}
+
+/// A file the mount renames keeps the pages the kernel holds of it: its
+/// next open (which asks the server for the file's version) keeps them,
+/// a handle opened before reads on from them with the server gone, and
+/// the rename's own event drops nothing. A file changed elsewhere and
+/// then renamed by the mount shows the change, whichever comes first at
+/// the mount, the rename or the change's event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_file_renamed_in_the_mount_keeps_its_cached_pages() {
+    if !can_mount() {
+        return;
+    }
+    let Restartable {
+        data: _data,
+        server,
+        session,
+        dir,
+        handle,
+        _client,
+    } = restartable(giving_up_soon()).await;
+    let root = dir.path().to_path_buf();
+    let body: Vec<u8> = (0..64 * 4096u32).map(|i| (i % 251) as u8).collect();
+    let (files, written) = (root.clone(), body.clone());
+    let mut kept = blocking(move || {
+        std::fs::write(files.join("a.bin"), &written).unwrap();
+        let mut kept = std::fs::File::open(files.join("a.bin")).unwrap();
+        let mut read = Vec::new();
+        kept.read_to_end(&mut read).unwrap();
+        assert_eq!(read, written);
+        std::fs::rename(files.join("a.bin"), files.join("b.bin")).unwrap();
+        kept
+    })
+    .await;
+    handle.sync().await.expect("every change lands");
+    // Events arrive in order: once the marker's change shows, the
+    // rename's event has been judged.
+    session.write_str("m/marker.txt", "22\n").await.unwrap();
+    let marker = root.join("m/marker.txt");
+    eventually("the marker's change", move || {
+        std::fs::metadata(&marker).is_ok_and(|m| m.len() == 3)
+    })
+    .await;
+    let moved = root.join("b.bin");
+    let (held, pages) = blocking(move || resident_pages(&moved)).await;
+    assert_eq!(held, pages, "pages of the renamed file dropped");
+
+    // Changed over gRPC, then renamed in the mount: the new bytes, never
+    // the pages of the old ones.
+    for round in 0..5 {
+        let (from, to) = (format!("c{round}.bin"), format!("d{round}.bin"));
+        session.write_str(&from, "old\n").await.unwrap();
+        let (files, name) = (root.clone(), from.clone());
+        blocking(move || assert_eq!(std::fs::read(files.join(name)).unwrap(), b"old\n")).await;
+        session.write_str(&from, "new bytes\n").await.unwrap();
+        let files = root.clone();
+        let read = blocking(move || {
+            std::fs::rename(files.join(&from), files.join(&to)).unwrap();
+            std::fs::read(files.join(&to)).unwrap()
+        })
+        .await;
+        assert_eq!(read, b"new bytes\n", "round {round}");
+    }
+
+    server.stop().await.unwrap();
+    let read = blocking(move || {
+        let mut read = Vec::new();
+        kept.seek(SeekFrom::Start(0)).unwrap();
+        kept.read_to_end(&mut read).map(|_| read)
+    })
+    .await;
+    assert_eq!(
+        read.expect("read from the kept pages with the server gone"),
+        body
+    );
+    drop(handle);
+}

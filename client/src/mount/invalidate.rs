@@ -68,11 +68,12 @@ async fn watch(shared: Arc<Shared>, tx: mpsc::Sender<Forget>) {
                 note_existing(&shared, kind, &event.path, &event.to_path);
                 note_changed(&shared, &event.path, &event.to_path);
                 let own = match kind {
-                    ChangeKind::Created | ChangeKind::Modified => crate::parse_path(&event.path)
-                        .ok()
-                        .filter(|p| shared.own_pending(p)),
+                    ChangeKind::Created | ChangeKind::Modified => Some(&event.path),
+                    ChangeKind::Moved => Some(&event.to_path),
                     _ => None,
-                };
+                }
+                .and_then(|raw| crate::parse_path(raw).ok())
+                .filter(|p| shared.own_pending(p));
                 match own {
                     // Perhaps the mount's own change, whose answer is on its
                     // way: judged once the mount has noted it.
@@ -112,6 +113,10 @@ fn judge(shared: &Shared, tx: &mpsc::Sender<Forget>, kind: ChangeKind, event: &C
         ChangeKind::Resync => forget_everything(shared, tx),
         ChangeKind::Created | ChangeKind::Modified
             if already_cached(shared, &event.path, event.version) => {}
+        // The mount's own rename: the kernel made it itself, and keeps
+        // what it holds of the entry (its pages, whose version the rename
+        // checked).
+        ChangeKind::Moved if already_cached(shared, &event.to_path, event.version) => {}
         ChangeKind::Created if made_here(shared, &event.path) => {}
         ChangeKind::Created | ChangeKind::Modified => {
             forget_path(shared, tx, &event.path, Still::There);

@@ -16,6 +16,7 @@
 use super::attr::new_permissions;
 use super::behind::Change;
 use super::dispatch::WsfsFs;
+use super::errno::errno;
 use super::shared::{Handle, Shared};
 use fuser::{
     Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, RenameFlags, ReplyCreate,
@@ -25,7 +26,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::time::SystemTime;
 use wsfs::{
-    CanonicalPath, DeleteOptions, FileKind, Filesystem as _, MkdirOptions, PatchOptions,
+    CanonicalPath, DeleteOptions, Error, FileKind, Filesystem as _, MkdirOptions, PatchOptions,
     PathLimits, Permissions, SymlinkOptions, TransferOptions, WriteMode, WriteOptions,
 };
 
@@ -294,14 +295,47 @@ impl WsfsFs {
                     }
                     s.keep_if_open(&destination).await?;
                 }
-                let options = TransferOptions {
+                // A file keeps its pages across the rename when the
+                // server's file is still the one they hold: the rename
+                // says so (`if_version`), and the version its answer names
+                // is what the next open compares with.
+                let held = {
+                    let inodes = s.inodes();
+                    inodes
+                        .at(&source)
+                        .and_then(|ino| inodes.get(ino))
+                        .filter(|node| node.kind == FileKind::File)
+                        .and_then(|node| node.cached_version)
+                };
+                // Until the answer is noted below: the Moved event it
+                // causes is judged after that (invalidate.rs).
+                let _own = s.own_change(&destination);
+                let mut options = TransferOptions {
                     overwrite: replace,
                     create_parents: false,
-                    if_version: None,
+                    if_version: held,
                 };
-                s.retry(|| s.session.rename(&source, &destination, options))
-                    .await?;
+                let moved = s
+                    .retry_refusal(|| s.session.rename(&source, &destination, options))
+                    .await;
+                let (done, kept) = match moved {
+                    Err(Error::VersionMismatch { .. }) if held.is_some() => {
+                        // Changed elsewhere since the kernel read it: moved
+                        // all the same, and what the kernel holds of it
+                        // goes.
+                        options.if_version = None;
+                        let done = s
+                            .retry(|| s.session.rename(&source, &destination, options))
+                            .await?;
+                        (done, false)
+                    }
+                    other => (other.map_err(|e| errno(&e))?, true),
+                };
                 s.inodes().renamed(&source, &destination);
+                s.moved_here(&destination, done.version, kept);
+                if !kept {
+                    s.forget_cached(&destination, false);
+                }
                 s.known.forget(&source);
                 s.known.forget(&destination);
                 s.known.removed(&source);
@@ -389,6 +423,25 @@ impl WsfsFs {
 }
 
 impl Shared {
+    /// The mount's own rename to `path` landed as `version` (when the
+    /// server said). Its Moved event is then known for the mount's own
+    /// (invalidate.rs: the kernel made the rename itself, and keeps the
+    /// entries and pages it holds). A file's pages are kept at its next
+    /// open when `kept`: the server's file is still the one they hold.
+    fn moved_here(&self, path: &CanonicalPath, version: Option<u64>, kept: bool) {
+        if let Some(version) = version {
+            self.committed(path, version);
+        }
+        let mut inodes = self.inodes();
+        let Some(node) = inodes.at(path).and_then(|ino| inodes.get_mut(ino)) else {
+            return;
+        };
+        node.own_version = version;
+        if node.kind == FileKind::File && node.cached_version.is_some() {
+            node.cached_version = version.filter(|_| kept);
+        }
+    }
+
     /// Makes an empty file at `path` with `permissions`, refused when the
     /// name exists (`O_EXCL`, mknod): one unary call, cheaper for the
     /// server than a patch.
