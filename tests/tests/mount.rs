@@ -2114,3 +2114,64 @@ async fn a_file_renamed_in_the_mount_keeps_its_cached_pages() {
     );
     drop(handle);
 }
+
+/// A file whose pages the mount holds, changed where the mount cannot hear
+/// of it (on the server's disk while the server is down), then renamed in
+/// the mount before its Watch stream is back: the rename's version check
+/// fails, the file is renamed all the same, and its new name reads the
+/// new bytes, not the pages of the old ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_file_changed_unseen_then_renamed_in_the_mount_reads_its_new_bytes() {
+    if !can_mount() {
+        return;
+    }
+    let Restartable {
+        data,
+        server,
+        session,
+        dir,
+        handle,
+        _client,
+    } = restartable(MountOptions::default()).await;
+    let addr = server.addr();
+    let root = dir.path().to_path_buf();
+    session.write_str("held.txt", "old\n").await.unwrap();
+    let files = root.clone();
+    blocking(move || assert_eq!(std::fs::read(files.join("held.txt")).unwrap(), b"old\n")).await;
+
+    server.stop().await.unwrap();
+    let on_disk = walkdir(data.path())
+        .into_iter()
+        .find(|p| p.file_name().is_some_and(|n| n == "held.txt"))
+        .expect("the session's file on the server's disk");
+    std::fs::write(&on_disk, "new bytes\n").unwrap();
+    let server = TestServer::start_on(addr, data.path(), |_| {}).await;
+
+    let files = root.clone();
+    let read = blocking(move || {
+        std::fs::rename(files.join("held.txt"), files.join("moved.txt")).unwrap();
+        std::fs::read(files.join("moved.txt")).unwrap()
+    })
+    .await;
+    assert_eq!(read, b"new bytes\n");
+    assert_eq!(
+        session.read_to_string("moved.txt").await.unwrap(),
+        "new bytes\n"
+    );
+    handle.unmount().expect("a clean unmount");
+    server.stop().await.unwrap();
+}
+
+/// Every file under `dir`, depth first.
+fn walkdir(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => found.extend(walkdir(&path)),
+            Ok(t) if t.is_file() => found.push(path),
+            _ => {}
+        }
+    }
+    found
+}
