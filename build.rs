@@ -23,6 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // from tonic-types and google.protobuf from prost-types.
     tonic_prost_build::configure()
         .bytes(".wsfs.v1")
+        .codec_path("crate::codec::WsfsCodec")
         .extern_path(".google.rpc", "::tonic_types")
         .compile_fds(fds)?;
     Ok(())

@@ -29,6 +29,7 @@
 //! assert!(CanonicalPath::parse("../etc/passwd", &PathLimits::default()).is_err());
 //! ```
 
+pub mod codec;
 pub mod error;
 pub mod fs;
 pub mod path;
