@@ -17,18 +17,22 @@ use std::marker::PhantomData;
 use tonic::codec::{BufferSettings, Codec};
 use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 
-/// tonic's own default decode buffer, and its threshold for yielding
-/// while encoding a stream.
-const DEFAULT_BUFFER_BYTES: usize = 8 * 1024;
-const YIELD_THRESHOLD_BYTES: usize = 32 * 1024;
-
 /// A ReadBytes answer's decode buffer: a largest chunk as it arrives, the
 /// same again for tonic's reserve, and room for the message's own fields.
+/// A constant, not anything a peer sends; only a client allocates it (a
+/// server decodes no ReadBytes answer), once per ReadBytes stream, and
+/// only the pages a chunk fills are touched. A message over it still
+/// grows the buffer, up to the channel's message limit, as before.
 const READ_BYTES_BUFFER_BYTES: usize = 2 * crate::MAX_CHUNK_SIZE + 64 * 1024;
 // A largest chunk arriving whole, then reserved again, fits.
 const _: () = assert!(READ_BYTES_BUFFER_BYTES >= 2 * crate::MAX_CHUNK_SIZE + 16);
 
-/// Prost's codec, with [`decode_buffer`]'s buffer for each message type.
+/// The encoder's threshold for yielding while encoding a stream, which
+/// `BufferSettings::new` asks for beside the buffer size (tonic's own
+/// default; a decoder does not use it).
+const YIELD_THRESHOLD_BYTES: usize = 32 * 1024;
+
+/// Prost's codec, with [`decode_buffer`]'s settings for each message type.
 #[derive(Debug, Clone, Copy)]
 pub struct WsfsCodec<T, U>(PhantomData<(T, U)>);
 
@@ -49,26 +53,21 @@ where
     type Decoder = ProstDecoder<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstCodec::<T, U>::raw_encoder(BufferSettings::new(
-            DEFAULT_BUFFER_BYTES,
-            YIELD_THRESHOLD_BYTES,
-        ))
+        ProstCodec::<T, U>::default().encoder()
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        ProstCodec::<T, U>::raw_decoder(BufferSettings::new(
-            decode_buffer::<U>(),
-            YIELD_THRESHOLD_BYTES,
-        ))
+        ProstCodec::<T, U>::raw_decoder(decode_buffer::<U>())
     }
 }
 
-/// The bytes a decode buffer for messages of type `U` starts with.
-fn decode_buffer<U: 'static>() -> usize {
+/// The decode buffer of messages of type `U`: tonic's default, but for
+/// ReadBytes answers.
+fn decode_buffer<U: 'static>() -> BufferSettings {
     if TypeId::of::<U>() == TypeId::of::<crate::proto::ReadBytesResponse>() {
-        READ_BYTES_BUFFER_BYTES
+        BufferSettings::new(READ_BYTES_BUFFER_BYTES, YIELD_THRESHOLD_BYTES)
     } else {
-        DEFAULT_BUFFER_BYTES
+        BufferSettings::default()
     }
 }
 
@@ -78,17 +77,21 @@ mod tests {
 
     #[test]
     fn only_read_bytes_answers_get_the_large_buffer() {
-        assert_eq!(
-            decode_buffer::<crate::proto::ReadBytesResponse>(),
-            READ_BYTES_BUFFER_BYTES
+        let large = format!(
+            "{:?}",
+            BufferSettings::new(READ_BYTES_BUFFER_BYTES, YIELD_THRESHOLD_BYTES)
         );
+        let default = format!("{:?}", BufferSettings::default());
+        assert_ne!(large, default);
+        let of = |settings: BufferSettings| format!("{settings:?}");
         assert_eq!(
-            decode_buffer::<crate::proto::StatResponse>(),
-            DEFAULT_BUFFER_BYTES
+            of(decode_buffer::<crate::proto::ReadBytesResponse>()),
+            large
         );
+        assert_eq!(of(decode_buffer::<crate::proto::StatResponse>()), default);
         assert_eq!(
-            decode_buffer::<crate::proto::WriteBytesRequest>(),
-            DEFAULT_BUFFER_BYTES
+            of(decode_buffer::<crate::proto::WriteBytesRequest>()),
+            default
         );
     }
 }

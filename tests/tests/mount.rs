@@ -2140,10 +2140,9 @@ async fn a_file_changed_unseen_then_renamed_in_the_mount_reads_its_new_bytes() {
     blocking(move || assert_eq!(std::fs::read(files.join("held.txt")).unwrap(), b"old\n")).await;
 
     server.stop().await.unwrap();
-    let on_disk = walkdir(data.path())
-        .into_iter()
-        .find(|p| p.file_name().is_some_and(|n| n == "held.txt"))
-        .expect("the session's file on the server's disk");
+    let on_disk = (data.path().join("sessions"))
+        .join(session.id())
+        .join("root/held.txt");
     std::fs::write(&on_disk, "new bytes\n").unwrap();
     let server = TestServer::start_on(addr, data.path(), |_| {}).await;
 
@@ -2160,18 +2159,4 @@ async fn a_file_changed_unseen_then_renamed_in_the_mount_reads_its_new_bytes() {
     );
     handle.unmount().expect("a clean unmount");
     server.stop().await.unwrap();
-}
-
-/// Every file under `dir`, depth first.
-fn walkdir(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        match entry.file_type() {
-            Ok(t) if t.is_dir() => found.extend(walkdir(&path)),
-            Ok(t) if t.is_file() => found.push(path),
-            _ => {}
-        }
-    }
-    found
 }

@@ -455,57 +455,52 @@ pub async fn rm(ctx: &mut Ctx, args: RmArgs) -> Outcome {
         allow_missing: args.force,
         if_version: None,
     };
-    // Each path's answer, in the order given: refused here (a path that
-    // does not parse, a directory without -r) or by the server.
-    let mut answers: Vec<Option<Outcome<u64>>> = Vec::with_capacity(args.paths.len());
-    let mut paths = Vec::with_capacity(args.paths.len());
-    for raw in &args.paths {
-        match parse_path(raw) {
-            Ok(path) => {
-                paths.push(Some(path));
-                answers.push(None);
-            }
-            Err(e) => {
-                paths.push(None);
-                answers.push(Some(Err(e.into())));
-            }
-        }
-    }
+    // Each path in the order given: refused here (it does not parse, a
+    // directory without -r), then removed or refused by the server.
+    let mut each: Vec<RmPath> = args
+        .paths
+        .iter()
+        .map(|raw| match parse_path(raw) {
+            Ok(path) => RmPath::Waiting(path),
+            Err(e) => RmPath::Refused(e.into()),
+        })
+        .collect();
     if !options.recursive {
-        let kinds: Vec<_> = futures::stream::iter(paths.iter().map(|path| {
-            let session = &session;
-            async move {
-                match path {
-                    Some(path) => Some(session.exists(path).await),
-                    None => None,
-                }
+        let kinds: Vec<_> = futures::stream::iter(each.iter().map(|state| async {
+            match state {
+                RmPath::Waiting(path) => Some(session.exists(path).await),
+                _ => None,
             }
         }))
         .buffered(RM_LOOKS_AT_ONCE)
         .collect()
         .await;
-        for (i, kind) in kinds.into_iter().enumerate() {
-            let refusal = match (kind, &paths[i]) {
-                (Some(Ok(Some(FileKind::Directory))), Some(path)) => Failure::Hinted(
+        for ((state, kind), raw) in each.iter_mut().zip(kinds).zip(&args.paths) {
+            let refusal = match (&*state, kind) {
+                (RmPath::Waiting(path), Some(Ok(Some(FileKind::Directory)))) => Failure::Hinted(
                     Error::IsADirectory {
                         path: path.as_str().to_string(),
                     },
                     format!(
-                        "cannot remove '{path}' without -r: `wsfs rm -r {}` removes it with its contents",
-                        args.paths[i]
+                        "cannot remove '{path}' without -r: `wsfs rm -r {raw}` removes it with its contents"
                     ),
                 ),
-                (Some(Err(e)), _) => e.into(),
+                (_, Some(Err(e))) => e.into(),
                 _ => continue,
             };
-            answers[i] = Some(Err(refusal));
+            *state = RmPath::Refused(refusal);
         }
     }
-    let sent: Vec<usize> = (0..paths.len()).filter(|&i| answers[i].is_none()).collect();
-    for batch in sent.chunks(MAX_DELETE_ENTRIES) {
+    let waiting: Vec<usize> = (0..each.len())
+        .filter(|&i| matches!(each[i], RmPath::Waiting(_)))
+        .collect();
+    for batch in waiting.chunks(MAX_DELETE_ENTRIES) {
         let entries = batch
             .iter()
-            .filter_map(|&i| paths[i].clone().map(|path| (path, options)))
+            .filter_map(|&i| match &each[i] {
+                RmPath::Waiting(path) => Some((path.clone(), options)),
+                _ => None,
+            })
             .collect();
         // A call that fails whole (the server gone) fails each of its
         // paths; what earlier calls removed is still reported.
@@ -514,21 +509,26 @@ pub async fn rm(ctx: &mut Ctx, args: RmArgs) -> Outcome {
             Err(e) => vec![Err(e); batch.len()],
         };
         for (&i, result) in batch.iter().zip(results) {
-            answers[i] = Some(result.map_err(Failure::from));
+            if let RmPath::Waiting(path) = &each[i] {
+                each[i] = match result {
+                    Ok(deleted) => RmPath::Removed(path.clone(), deleted),
+                    Err(e) => RmPath::Refused(e.into()),
+                };
+            }
         }
     }
     let mut results = Vec::new();
     let mut failures = Vec::new();
-    for (answer, path) in answers.into_iter().zip(paths) {
-        match (answer, path) {
-            (Some(Ok(deleted)), Some(path)) => {
+    for state in each {
+        match state {
+            RmPath::Removed(path, deleted) => {
                 if !ctx.json && !ctx.quiet && deleted > 0 {
                     println(&format!("removed {path} ({})", entries_text(deleted)))?;
                 }
                 results.push(json!({"path": path.as_str(), "deleted": deleted}));
             }
-            (Some(Err(failure)), _) => failures.push(failure),
-            _ => {}
+            RmPath::Refused(failure) => failures.push(failure),
+            RmPath::Waiting(_) => {}
         }
     }
     if ctx.json {
@@ -541,6 +541,15 @@ pub async fn rm(ctx: &mut Ctx, args: RmArgs) -> Outcome {
         eprintln!("wsfs: {reason}: {message}");
     }
     last.map_or(Ok(()), Err)
+}
+
+/// Where one path of `wsfs rm` stands.
+enum RmPath {
+    /// To be deleted.
+    Waiting(CanonicalPath),
+    /// Deleted, with the entries that went.
+    Removed(CanonicalPath, u64),
+    Refused(Failure),
 }
 
 /// Paths `wsfs rm` looks at at once, before deleting without -r.
