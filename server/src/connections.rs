@@ -15,7 +15,9 @@
 //! no client waits in the listen backlog behind silent sockets. Loopback
 //! clients all share one address; the rule alone protects a bystander
 //! among them, since an attacker's silent sockets are always the ones
-//! still handshaking. The server's descriptors stay bounded: the accept
+//! still handshaking. A hello counts from the moment its bytes are in the
+//! socket, read by the connection's task or not: a bystander whose task
+//! has not run yet is not shed for being new. The server's descriptors stay bounded: the accept
 //! loop waits for a shed connection to close (at most [`SHED_WAIT`])
 //! before it goes on.
 //!
@@ -31,7 +33,7 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -52,7 +54,9 @@ pub enum Hello {
     /// HTTP/2 (gRPC): [`HELLO_BYTES`] bytes.
     Http2,
     /// HTTP/1.1 (the HTTP face): a whole request head, which a call's start
-    /// tells. Bytes alone would let half a request line pass for a hello.
+    /// tells, or, for shedding, an empty line ending one in the bytes read
+    /// or in the first [`HEAD_PEEK`] waiting ([`HeadScan`]). A count of
+    /// bytes alone would let half a request line pass for a hello.
     Request,
 }
 
@@ -62,6 +66,54 @@ impl Hello {
         match self {
             Hello::Http2 => "no HTTP/2 handshake",
             Hello::Request => "no whole HTTP request",
+        }
+    }
+}
+
+/// How many of a connection's unread bytes are looked at for the end of a
+/// request head, when deciding whom to shed: a head longer than this
+/// counts once the connection's task has read it.
+const HEAD_PEEK: usize = 512;
+
+/// How far an HTTP/1.1 byte stream is into its first request head: the
+/// last byte other than CR, whether a line with text was seen, and whether
+/// an empty line after it ended the head. Packed into one `u16` so that the
+/// connection's task can publish it to the admission whole.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+struct HeadScan {
+    last: u8,
+    text: bool,
+    ended: bool,
+}
+
+impl HeadScan {
+    fn scan(mut self, bytes: &[u8]) -> HeadScan {
+        for &b in bytes {
+            if self.ended {
+                break;
+            }
+            match b {
+                b'\r' => {}
+                b'\n' if self.last == b'\n' && self.text => self.ended = true,
+                b'\n' => self.last = b,
+                _ => {
+                    self.last = b;
+                    self.text = true;
+                }
+            }
+        }
+        self
+    }
+
+    fn pack(self) -> u16 {
+        u16::from(self.last) | u16::from(self.text) << 8 | u16::from(self.ended) << 9
+    }
+
+    fn unpack(v: u16) -> HeadScan {
+        HeadScan {
+            last: (v & 0xff) as u8,
+            text: v & 1 << 8 != 0,
+            ended: v & 1 << 9 != 0,
         }
     }
 }
@@ -162,6 +214,12 @@ struct Activity {
     called: std::sync::atomic::AtomicBool,
     /// Bytes read from the peer so far (only compared with [`HELLO_BYTES`]).
     received: AtomicU64,
+    /// Odd while the connection's task is inside a read: between taking
+    /// bytes out of the socket and adding them to `received` and `head`,
+    /// when they are counted in neither.
+    reading: AtomicU64,
+    /// For [`Hello::Request`]: the bytes read so far, as a [`HeadScan`].
+    head: AtomicU16,
     calls: AtomicUsize,
     /// Milliseconds after `opened` when the last call ended.
     last_ms: AtomicU64,
@@ -217,18 +275,38 @@ impl Entry {
 
     /// Whether the peer has not yet sent its hello, read or not.
     fn handshaking(&self) -> bool {
-        if self.activity.greeted() {
+        let activity = &self.activity;
+        if activity.greeted() {
             return false;
         }
-        if self.activity.hello == Hello::Request {
-            return true;
+        // What was read and what waits add up only when no read ran
+        // between the two looks; a connection being read right now is not
+        // silent.
+        let reads = activity.reading.load(Ordering::SeqCst);
+        if reads % 2 == 1 {
+            return false;
         }
-        let received = self.activity.received.load(Ordering::SeqCst);
         // SAFETY: the descriptor stays open while its entry is in the table
         // (the caller holds the table's lock).
         let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
-        let waiting = rustix::io::ioctl_fionread(fd).unwrap_or(0);
-        received + waiting < HELLO_BYTES
+        let silent = match activity.hello {
+            Hello::Http2 => {
+                let received = activity.received.load(Ordering::SeqCst);
+                let waiting = rustix::io::ioctl_fionread(fd).unwrap_or(0);
+                received + waiting < HELLO_BYTES
+            }
+            Hello::Request => {
+                let read = HeadScan::unpack(activity.head.load(Ordering::SeqCst));
+                let mut peek = [0u8; HEAD_PEEK];
+                let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+                let waiting = match rustix::net::recv(fd, &mut peek, flags) {
+                    Ok((n, _)) => &peek[..n],
+                    Err(_) => &[],
+                };
+                !read.scan(waiting).ended
+            }
+        };
+        silent && activity.reading.load(Ordering::SeqCst) == reads
     }
 
     /// The order in which connections are shed, least active first; `None`
@@ -309,6 +387,8 @@ impl Admission {
             hello: self.hello,
             called: std::sync::atomic::AtomicBool::new(false),
             received: AtomicU64::new(0),
+            reading: AtomicU64::new(0),
+            head: AtomicU16::new(0),
             calls: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
         });
@@ -506,15 +586,26 @@ impl AsyncRead for Conn {
             }
         }
         let before = buf.filled().len();
-        match Pin::new(&mut self.io).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                let read = (buf.filled().len() - before) as u64;
-                self.info
-                    .activity
-                    .received
-                    .fetch_add(read, Ordering::SeqCst);
-                Poll::Ready(Ok(()))
+        self.info.activity.reading.fetch_add(1, Ordering::SeqCst);
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            let activity = &self.info.activity;
+            let read = &buf.filled()[before..];
+            activity
+                .received
+                .fetch_add(read.len() as u64, Ordering::SeqCst);
+            if activity.hello == Hello::Request {
+                let head = HeadScan::unpack(activity.head.load(Ordering::SeqCst));
+                if !head.ended {
+                    activity
+                        .head
+                        .store(head.scan(read).pack(), Ordering::SeqCst);
+                }
             }
+        }
+        self.info.activity.reading.fetch_add(1, Ordering::SeqCst);
+        match polled {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             // The connection's task reads whenever it waits for the peer,
             // so the clock and the shedding are looked at here, and wake
@@ -727,7 +818,36 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::Limits;
+    use super::{HeadScan, Limits};
+
+    /// Scans `parts` one after the other, through the packed form the
+    /// admission reads, as reads arriving one at a time.
+    fn ended(parts: &[&[u8]]) -> bool {
+        let mut packed = HeadScan::default().pack();
+        for part in parts {
+            packed = HeadScan::unpack(packed).scan(part).pack();
+        }
+        HeadScan::unpack(packed).ended
+    }
+
+    #[test]
+    fn a_request_head_ends_at_its_first_empty_line_however_it_is_split() {
+        let head: &[u8] = b"GET /vfs/health HTTP/1.1\r\nhost: x\r\n\r\n";
+        assert!(ended(&[head]));
+        for at in 0..head.len() {
+            assert!(ended(&[&head[..at], &head[at..]]), "split at {at}");
+        }
+        assert!(ended(&[b"GET / HTTP/1.1\n\n"]), "bare newlines");
+    }
+
+    #[test]
+    fn half_a_head_or_empty_lines_alone_are_not_a_hello() {
+        assert!(!ended(&[b"GET /vfs/hea"]));
+        assert!(!ended(&[b"GET /vfs/health HTTP/1.1\r\nhost: x\r\n"]));
+        assert!(!ended(&[b"\r\n\r\n\r\n"]), "no line with text");
+        assert!(!ended(&[b"GET / HTTP/1.1\r", b"\n"]));
+        assert!(!ended(&[]));
+    }
 
     #[test]
     fn one_address_gets_half_the_cap_unless_told_otherwise() {

@@ -21,7 +21,7 @@
 //! ([`crate::connections`]): at most `--max-connections` connections
 //! (HTTP/1.1; `--max-connections-per-peer` from one address), a newcomer
 //! at the cap admitted by shedding the least active one (still without a
-//! whole request, oldest first, else idle longest; never one with a
+//! whole request head in what it sent, oldest first, else idle longest; never one with a
 //! request running), a request's headers within `--handshake-timeout`
 //! (which also closes a keep-alive connection idle that long), a body of at most
 //! [`MAX_BODY_BYTES`], each request answered within
