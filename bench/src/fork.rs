@@ -37,7 +37,7 @@ where
     let shape = format!("{files} files, {:.0} MB", (files * file_bytes) as f64 / 1e6);
     // The origin, its store, the fork and the copy.
     let holds = 4 * (files * file_bytes.next_multiple_of(4096)) as u64;
-    let mut kind = scratch::kind();
+    let mut kind = scratch::kind(false);
     let (mut fork, mut cp) = (Samples::default(), Samples::default());
     let (mut store_bytes, mut filesystem) = (0, String::new());
     // One untimed warm-up round, then the timed ones.

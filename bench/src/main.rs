@@ -381,10 +381,22 @@ async fn run(cli: Cli) -> Result<(), String> {
             .await?,
         );
     }
+    // A server of the figure's own on `data` (and a bucket), for the
+    // figures whose rounds each start one.
+    let start_fresh = |data: &Path, bucket: Option<&str>| {
+        start_server(
+            &cli,
+            data,
+            &allow,
+            wsfs_server::durability::Durability::None,
+            bucket,
+        )
+    };
     if wants(Which::Mount) {
         match mount::support() {
             Ok(cli) => rows.extend(
                 mount::run(
+                    |data: &Path| start_fresh(data, None),
                     &channel,
                     &server.url,
                     &cli,
@@ -467,17 +479,6 @@ async fn run(cli: Cli) -> Result<(), String> {
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
-    // A server of the figure's own on `data` (and a bucket), for the
-    // figures whose rounds each start one.
-    let start_fresh = |data: &Path, bucket: Option<&str>| {
-        start_server(
-            &cli,
-            data,
-            &allow,
-            wsfs_server::durability::Durability::None,
-            bucket,
-        )
-    };
     if wants(Which::Fork) {
         rows.extend(
             fork::run(

@@ -105,7 +105,7 @@ where
 
     let (mut recover, mut copy) = (Samples::default(), Samples::default());
     let holds = (files * file_bytes.next_multiple_of(4096)) as u64;
-    let mut kind = scratch::kind();
+    let mut kind = scratch::kind(false);
     for run in 0..=runs {
         eprintln!("objstore: recovery on a second server, run {run}/{runs}");
         let round = Scratch::fresh(&work.join("objstore-second"), holds, &mut kind)?;
