@@ -9,16 +9,6 @@
 //! - `cargo build` of a small generated crate, clean and after one file
 //!   changed (see `compile.rs`);
 //!
-//! Each of the tree rounds, and the build figure, runs in a filesystem of
-//! its own ([`crate::scratch`]: a new ext4 image with a journal, as
-//! `mkfs.ext4` makes it) holding both sides: the local directory and a
-//! server of the round's own, whose data directory (and so the mounted
-//! session's files and its staging area) is there too. A round then
-//! neither follows another's ten thousand deletions nor runs on a disk
-//! without a journal, either of which slows the local side's creates and
-//! makes the mount look nearer to it than it is. The large-file and `stat`
-//! figures use the benchmark's own server.
-//!
 //! - one large file: a sequential write through the mount (1 MiB writes,
 //!   timed until fsync returns, when the mount has committed it) beside
 //!   `wsfs put` of the same file, with its two parts' times (the writes,
@@ -28,6 +18,16 @@
 //!   `wsfs get`;
 //! - `stat` of a file the kernel has cached, calls per second, beside the
 //!   same on a local file.
+//!
+//! Each of the tree rounds, and the build figure, runs in a filesystem of
+//! its own ([`crate::scratch`]: a new ext4 image with a journal, as
+//! `mkfs.ext4` makes it) holding both sides: the local directory and a
+//! server of the round's own, whose data directory (and so the mounted
+//! session's files and its staging area) is there too. A round then
+//! neither follows another's ten thousand deletions nor runs on a disk
+//! without a journal, either of which slows the local side's creates and
+//! makes the mount look nearer to it than it is. The large-file and `stat`
+//! figures use the benchmark's own server.
 //!
 //! Without `/dev/fuse` or a `wsfs` binary with a `mount` command the figures
 //! are skipped with a note saying why.
@@ -391,12 +391,6 @@ impl Round {
     }
 }
 
-/// The largest single write a mounted session takes: above the large file,
-/// which the mount commits as one patch.
-fn max_write(sizes: &Sizes) -> u64 {
-    (2u64 << 30).max(sizes.file_bytes * 2)
-}
-
 #[allow(clippy::too_many_arguments)]
 pub async fn run<F>(
     start: F,
@@ -425,6 +419,9 @@ where
     // Both sides of a pass at once: the extracted tree, then the clone's
     // work tree and its objects; room for twice that.
     let holds = 2 * 2 * 3 * sizes.tree_files as u64 * TREE_FILE_BYTES;
+    // The largest single write the mounted sessions take: above the large
+    // file, which the mount commits as one patch.
+    let max_write = (2u64 << 30).max(sizes.file_bytes * 2);
     let mut kind = scratch::kind(true);
     let mnt = dir.join("mnt");
     let mut tree: [(Samples, Samples); 4] = Default::default();
@@ -432,14 +429,7 @@ where
     // programs in the page cache.
     for run in 0..=runs {
         eprintln!("mount: tree run {run}/{runs}");
-        let round = Round::start(
-            &start,
-            &dir.join("round"),
-            holds,
-            &mut kind,
-            max_write(&sizes),
-        )
-        .await?;
+        let round = Round::start(&start, &dir.join("round"), holds, &mut kind, max_write).await?;
         let sources = sources.clone();
         let seconds = round
             .run(cli, &mnt, move |local, remote| {
@@ -462,14 +452,7 @@ where
     }
 
     eprintln!("mount: `cargo build` of a small crate in each place...");
-    let round = Round::start(
-        &start,
-        &dir.join("round"),
-        1 << 30,
-        &mut kind,
-        max_write(&sizes),
-    )
-    .await?;
+    let round = Round::start(&start, &dir.join("round"), 1 << 30, &mut kind, max_write).await?;
     let build = round
         .run(cli, &mnt, move |local, remote| {
             crate::compile::rows(local, remote, runs)
@@ -482,7 +465,7 @@ where
         kind.describe()
     ));
 
-    let session = wire::create_directory_session(channel, None, max_write(&sizes))
+    let session = wire::create_directory_session(channel, None, max_write)
         .await
         .map_err(|s| format!("CreateSession(DIRECTORY) failed: {}", s.message()))?;
     let (url, cli, dir) = (url.to_string(), cli.to_path_buf(), dir.to_path_buf());

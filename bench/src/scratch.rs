@@ -173,11 +173,7 @@ mod tests {
     use super::*;
 
     fn mounted(dir: &Path) -> bool {
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-        let dir = dir.to_string_lossy();
-        mounts
-            .lines()
-            .any(|l| l.split_whitespace().nth(1) == Some(&*dir))
+        device(dir).is_some()
     }
 
     /// The device mounted at `dir`, if any.
