@@ -1805,6 +1805,68 @@ fn sorted_names(dir: &Path) -> Vec<String> {
     names
 }
 
+/// The kernel opens directories by itself and reads a listing in pieces,
+/// each from the mount's listing of the directory as the read from its
+/// first entry found it: a large directory (some forty pieces) read by
+/// two readers in turn, and one read while a name is made in it through
+/// the mount, shows every name once, and the next read the new name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_directory_read_in_pieces_shows_every_name_once() {
+    use futures::StreamExt as _;
+    if !can_mount() {
+        return;
+    }
+    const FILES: usize = 1_500;
+    for backend in ["memory", "directory"] {
+        let m = mounted(backend, MountOptions::default()).await;
+        let long = "x".repeat(70);
+        let names: Vec<String> = (0..FILES).map(|i| format!("f{i:05}-{long}")).collect();
+        futures::stream::iter(names.clone())
+            .for_each_concurrent(16, |name| {
+                let s = m.session.clone();
+                async move {
+                    s.write_str(&format!("big/{name}"), "").await.unwrap();
+                }
+            })
+            .await;
+        let dir = m.path("big");
+        blocking(move || {
+            let expected: std::collections::BTreeSet<String> = names.into_iter().collect();
+            let name = |e: std::io::Result<std::fs::DirEntry>| {
+                e.unwrap().file_name().to_string_lossy().into_owned()
+            };
+            let every_name_once = |who: &str, seen: &[String]| {
+                assert_eq!(
+                    seen.len(),
+                    FILES,
+                    "{backend}: {who} read {} names",
+                    seen.len()
+                );
+                let set: std::collections::BTreeSet<String> = seen.iter().cloned().collect();
+                assert!(set == expected, "{backend}: {who} read other names");
+            };
+            let mut first = std::fs::read_dir(&dir).unwrap();
+            let mut seen_first: Vec<String> = (&mut first).take(100).map(name).collect();
+            let second: Vec<String> = std::fs::read_dir(&dir).unwrap().map(name).collect();
+            seen_first.extend(first.map(name));
+            every_name_once("the first reader", &seen_first);
+            every_name_once("the second reader", &second);
+
+            let mut third = std::fs::read_dir(&dir).unwrap();
+            let mut seen: Vec<String> = (&mut third).take(100).map(name).collect();
+            std::fs::write(dir.join("zz-new"), "").unwrap();
+            seen.extend(third.map(name));
+            seen.retain(|n| n != "zz-new");
+            every_name_once("a reader while a name was made", &seen);
+            assert!(
+                names_in(&dir).contains(&"zz-new".to_string()),
+                "{backend}: the next read shows the new name"
+            );
+        })
+        .await;
+    }
+}
+
 /// `rm -rf` opens each directory twice in a row and the mount lists it
 /// once; a listing kept so never outlives a change in its directory: one
 /// made through the mount (a name removed, made or renamed, an entry's

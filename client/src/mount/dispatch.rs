@@ -293,33 +293,33 @@ impl fuser::Filesystem for WsfsFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         reply: ReplyDirectory,
     ) {
-        self.do_readdir(ino, fh, offset, reply);
+        self.do_readdir(ino, offset, reply);
     }
 
     fn readdirplus(
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        self.do_readdirplus(ino, fh, offset, reply);
+        self.do_readdirplus(ino, offset, reply);
     }
 
     fn releasedir(
         &self,
         _req: &Request,
         _ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.do_releasedir(fh, reply);
+        self.do_releasedir(reply);
     }
 
     fn fsyncdir(

@@ -193,6 +193,7 @@ fn forget_path(shared: &Shared, tx: &mpsc::Sender<Forget>, raw: &str, still: Sti
         let node = inodes.get_mut(ino).expect("at() names live nodes");
         node.attr = None;
         shared.readahead.forget(ino);
+        shared.paging.forget(ino);
         let _ = tx.send(Forget::Inode(ino));
         if still == Still::There && node.kind == FileKind::Directory {
             // Its entry stays: dropping a directory's entry would cut the
@@ -213,6 +214,7 @@ fn forget_path(shared: &Shared, tx: &mpsc::Sender<Forget>, raw: &str, still: Sti
             break;
         }
         if let (Some(dir), Some(name)) = (inodes.at(&parent), child.name()) {
+            shared.paging.forget(dir);
             let _ = tx.send(Forget::Entry(dir, name.into()));
             let _ = tx.send(Forget::Inode(dir));
             break;

@@ -10,17 +10,26 @@
 //! carry the version they were read at and serve only a reader of that
 //! same version; a change the Watch stream reports drops the file's blocks
 //! (invalidate.rs).
+//!
+//! Directories are opened by the kernel alone: the first opendir is
+//! answered `ENOSYS`, which tells the kernel to send no opendir or
+//! releasedir again and to keep each directory's listing in its cache
+//! ([`do_opendir`](WsfsFs::do_opendir)). `git status` opens every directory
+//! of a tree: two requests fewer each. The kernel reads a listing in
+//! pieces, each at the offset where the last ended; [`Paging`] keeps the
+//! listing a read from offset 0 took, by directory, until the read reaches
+//! its end, so that every piece comes from one listing.
 
 use super::attr::file_type;
 use super::dispatch::WsfsFs;
 use super::errno::local;
 use super::inodes::ROOT;
-use super::shared::{Handle, Shared};
+use super::shared::Shared;
 use super::staging::Staged;
 use bytes::{Bytes, BytesMut};
 use fuser::{
-    Errno, FileHandle, FopenFlags, Generation, INodeNo, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyOpen,
+    Errno, Generation, INodeNo, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyOpen,
 };
 use futures::future::{BoxFuture, FutureExt, Shared as SharedFuture};
 use futures::StreamExt;
@@ -117,6 +126,55 @@ impl ReadAhead {
     /// Drops what is read ahead of `ino` (changed elsewhere, closed).
     pub(super) fn forget(&self, ino: u64) {
         self.windows().remove(&ino);
+    }
+}
+
+/// The directories whose listing is being read, at most [`PAGED`].
+const PAGED: usize = 64;
+
+/// The listings being read in pieces, by directory inode (see the
+/// module's notes). One past [`PAGED`] drops the oldest: its reader's next
+/// piece lists the directory again.
+#[derive(Default)]
+pub(super) struct Paging {
+    listings: Mutex<Paged>,
+}
+
+#[derive(Default)]
+struct Paged {
+    by_ino: HashMap<u64, Arc<Vec<Metadata>>>,
+    /// The inodes of `by_ino`, oldest first.
+    order: std::collections::VecDeque<u64>,
+}
+
+impl Paging {
+    fn lock(&self) -> MutexGuard<'_, Paged> {
+        self.listings.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self, ino: u64) -> Option<Arc<Vec<Metadata>>> {
+        self.lock().by_ino.get(&ino).cloned()
+    }
+
+    fn put(&self, ino: u64, listing: Arc<Vec<Metadata>>) {
+        let paged = &mut *self.lock();
+        if paged.by_ino.insert(ino, listing).is_none() {
+            paged.order.push_back(ino);
+        }
+        while paged.order.len() > PAGED {
+            if let Some(oldest) = paged.order.pop_front() {
+                paged.by_ino.remove(&oldest);
+            }
+        }
+    }
+
+    /// The read of `ino`'s listing reached its end, or the directory
+    /// changed (invalidate.rs): its next piece lists it again.
+    pub(super) fn forget(&self, ino: u64) {
+        let paged = &mut *self.lock();
+        if paged.by_ino.remove(&ino).is_some() {
+            paged.order.retain(|&i| i != ino);
+        }
     }
 }
 
@@ -348,15 +406,15 @@ impl Shared {
         Ok(())
     }
 
-    /// The entries of directory `ino` for handle `fh`, listed at its first
-    /// readdir, or the directory's last listing when nothing in it changed
-    /// since (known.rs: `rm -rf` opens each directory twice).
-    pub(super) async fn listing(&self, ino: u64, fh: u64) -> Result<Arc<Vec<Metadata>>, Errno> {
-        if let Some(Handle::Dir {
-            listing: Some(listing),
-        }) = self.handles().get(&fh)
-        {
-            return Ok(listing.clone());
+    /// The entries of directory `ino` for a readdir at `offset`: those of
+    /// the listing its read from offset 0 took ([`Paging`]); at offset 0,
+    /// the directory's last listing when nothing in it changed since
+    /// (known.rs: `rm -rf` opens each directory twice), else a new one.
+    pub(super) async fn listing(&self, ino: u64, offset: u64) -> Result<Arc<Vec<Metadata>>, Errno> {
+        if offset > 0 {
+            if let Some(listing) = self.paging.get(ino) {
+                return Ok(listing);
+            }
         }
         let (path, _) = self.path(ino)?;
         let listing = match self.known.kept_listing(&path) {
@@ -371,9 +429,7 @@ impl Shared {
                 listing
             }
         };
-        if let Some(Handle::Dir { listing: slot }) = self.handles().get_mut(&fh) {
-            *slot = Some(listing.clone());
-        }
+        self.paging.put(ino, listing.clone());
         Ok(listing)
     }
 
@@ -478,29 +534,25 @@ impl WsfsFs {
         });
     }
 
+    /// Answered `ENOSYS`, the first time only: the kernel then opens
+    /// directories by itself, sends no releasedir, and keeps each
+    /// listing in its cache between opens (as `FOPEN_CACHE_DIR |
+    /// FOPEN_KEEP_CACHE` would). Its own creates, removes and renames drop
+    /// a listing, and the Watch stream drops it for changes made elsewhere
+    /// (invalidate.rs).
     pub(super) fn do_opendir(&self, reply: ReplyOpen) {
-        let fh = self.shared.add_handle(Handle::Dir { listing: None });
-        // The kernel keeps the listing between opens: its own creates,
-        // removes and renames drop it, and the Watch stream drops it for
-        // changes made elsewhere (invalidate.rs).
-        reply.opened(
-            FileHandle(fh),
-            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
-        );
+        reply.error(Errno::ENOSYS);
     }
 
-    pub(super) fn do_readdir(
-        &self,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
+    pub(super) fn do_readdir(&self, ino: INodeNo, offset: u64, mut reply: ReplyDirectory) {
         self.spawn(move |s| async move {
-            let entries = match s.listing(ino.0, fh.0).await {
+            let entries = match s.listing(ino.0, offset).await {
                 Ok(entries) => entries,
                 Err(e) => return reply.error(e),
             };
+            if offset as usize >= entries.len() + 2 {
+                s.paging.forget(ino.0);
+            }
             for (i, (name, entry_ino, kind)) in s
                 .dir_entries(ino.0, &entries)
                 .into_iter()
@@ -515,18 +567,15 @@ impl WsfsFs {
         });
     }
 
-    pub(super) fn do_readdirplus(
-        &self,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
+    pub(super) fn do_readdirplus(&self, ino: INodeNo, offset: u64, mut reply: ReplyDirectoryPlus) {
         self.spawn(move |s| async move {
-            let entries = match s.listing(ino.0, fh.0).await {
+            let entries = match s.listing(ino.0, offset).await {
                 Ok(entries) => entries,
                 Err(e) => return reply.error(e),
             };
+            if offset as usize >= entries.len() + 2 {
+                s.paging.forget(ino.0);
+            }
             let dir_attr = s.attr_of(
                 ino.0,
                 FileKind::Directory,
@@ -568,8 +617,8 @@ impl WsfsFs {
         });
     }
 
-    pub(super) fn do_releasedir(&self, fh: FileHandle, reply: ReplyEmpty) {
-        self.shared.handles().remove(&fh.0);
+    /// Never sent once opendir is answered `ENOSYS` (see there).
+    pub(super) fn do_releasedir(&self, reply: ReplyEmpty) {
         reply.ok();
     }
 }

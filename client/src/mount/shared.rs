@@ -20,16 +20,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use wsfs::{CanonicalPath, Error, FileKind, Filesystem as _, Metadata, PatchOptions};
 
-/// An open file or directory.
+/// An open file (the kernel opens directories by itself: read.rs).
 pub(super) enum Handle {
-    File {
-        writable: bool,
-    },
-    /// A directory's entries, listed once at the first readdir of this
-    /// handle, so the kernel's follow-up calls page through one listing.
-    Dir {
-        listing: Option<Arc<Vec<Metadata>>>,
-    },
+    File { writable: bool },
 }
 
 /// What every task shares.
@@ -64,6 +57,8 @@ pub(super) struct Shared {
     own_ended: tokio::sync::watch::Sender<u64>,
     /// What is read ahead of sequential readers (read.rs).
     pub(super) readahead: super::read::ReadAhead,
+    /// The directory listings being read in pieces (read.rs).
+    pub(super) paging: super::read::Paging,
     /// Where the kernel is told to forget what it caches (invalidate.rs).
     pub(super) kernel: std::sync::OnceLock<std::sync::mpsc::Sender<super::invalidate::Forget>>,
 }
@@ -125,6 +120,7 @@ impl Shared {
             own: Mutex::default(),
             own_ended: tokio::sync::watch::channel(0).0,
             readahead: Default::default(),
+            paging: Default::default(),
             kernel: std::sync::OnceLock::new(),
         }
     }
