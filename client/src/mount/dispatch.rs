@@ -89,6 +89,12 @@ impl fuser::Filesystem for WsfsFs {
         let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
         let _ = config.add_capabilities(InitFlags::FUSE_MAX_PAGES);
+        // "The filesystem clears set-user-ID and set-group-ID bits on
+        // write, truncate and chown": a session keeps only the nine
+        // permission bits, so there are never any to clear, and the kernel
+        // need not fetch a file's attributes before each chown to find out
+        // (as root, `tar x` chowns every file it makes).
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV);
         let _ = config.set_max_write(MAX_IO);
         let _ = config.set_max_readahead(MAX_IO);
         let _ = config.set_max_background(64);

@@ -36,7 +36,7 @@
 //! listing whose List crossed such a change is not kept. At most
 //! [`MAX_LISTED`] entries are kept across directories.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use wsfs::{CanonicalPath, Metadata};
 
@@ -55,14 +55,14 @@ pub(super) const MAX_LISTED: usize = 10_000;
 #[derive(Default)]
 struct Inner {
     /// The directories the mount made: every name known.
-    dirs: HashMap<CanonicalPath, HashSet<String>>,
+    dirs: BTreeMap<CanonicalPath, HashSet<String>>,
     /// The directories the mount listed: the names of the listing, and
     /// those learned since.
-    listed: HashMap<CanonicalPath, HashSet<String>>,
+    listed: BTreeMap<CanonicalPath, HashSet<String>>,
     names: usize,
     /// Listings kept for their directory's next open, and Lists on their
     /// way that may be kept.
-    kept: HashMap<CanonicalPath, Kept>,
+    kept: BTreeMap<CanonicalPath, Kept>,
     /// The entries of the listings in `kept`.
     kept_entries: usize,
     /// The last List's ticket.
@@ -169,23 +169,12 @@ impl KnownDirs {
     /// Forgets `path` and every known directory under it.
     pub(super) fn forget(&self, path: &CanonicalPath) {
         let mut inner = self.inner();
-        let gone: Vec<CanonicalPath> = inner
-            .dirs
-            .keys()
-            .chain(inner.listed.keys())
-            .filter(|d| d.starts_with(path))
-            .cloned()
-            .collect();
+        let mut gone = under(&inner.dirs, path);
+        gone.extend(under(&inner.listed, path));
         for dir in gone {
             inner.remove_dir(&dir);
         }
-        let kept: Vec<CanonicalPath> = inner
-            .kept
-            .keys()
-            .filter(|d| d.starts_with(path))
-            .cloned()
-            .collect();
-        for dir in kept {
+        for dir in under(&inner.kept, path) {
             inner.touch(&dir);
         }
         if let Some(parent) = path.parent() {
@@ -286,6 +275,17 @@ impl KnownDirs {
     }
 }
 
+/// The keys of `map` at or under `path`: those whose text starts with
+/// `path`'s sort together, so an unlink looks at a few keys, not at every
+/// known directory.
+fn under<V>(map: &BTreeMap<CanonicalPath, V>, path: &CanonicalPath) -> Vec<CanonicalPath> {
+    map.range(path.clone()..)
+        .take_while(|(key, _)| key.as_str().starts_with(path.as_str()))
+        .filter(|(key, _)| key.starts_with(path))
+        .map(|(key, _)| key.clone())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,10 +319,24 @@ mod tests {
         k.made(&p("d"));
         k.made(&p("d/sub"));
         k.made(&p("dx"));
+        // These sort between `d` and `d/sub`: the scan goes past them.
+        k.made(&p("d-x"));
+        k.made(&p("d.y"));
+        k.listed(&p("d/sub/deeper"), Vec::<&str>::new().into_iter());
+        assert!(k.empty(&p("d/sub/deeper")));
         k.forget(&p("d"));
         assert!(!k.absent(&p("d/x")));
         assert!(!k.absent(&p("d/sub/x")));
-        assert!(k.absent(&p("dx/x")), "a sibling sharing the prefix stays");
+        assert!(!k.empty(&p("d/sub/deeper")), "a listed subdirectory too");
+        for sibling in ["dx", "d-x", "d.y"] {
+            assert!(
+                k.absent(&p(&format!("{sibling}/x"))),
+                "{sibling}, a sibling sharing the prefix, stays"
+            );
+        }
+        k.forget(&p(""));
+        assert!(!k.absent(&p("d-x/x")), "forgetting the root forgets all");
+        k.made(&p("dx"));
         k.forget_all();
         assert!(!k.absent(&p("dx/x")));
     }
