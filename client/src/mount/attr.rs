@@ -107,6 +107,35 @@ impl Shared {
         (same_owner && same_mode && same_size && asked.mtime.is_none()).then_some(attr)
     }
 
+    /// A chmod or utimens (nothing else) of a file open and staged with
+    /// changes waiting: its bits and time go into the staging, with the
+    /// bytes at the commit, and the attributes are answered at once.
+    /// `None` (having changed nothing, or only what the slow path sets
+    /// again): the file is not such a file, or it was closed meanwhile and
+    /// its commit must be queued.
+    fn set_while_open(&self, ino: u64, asked: &Setattr) -> Option<FileAttr> {
+        let open_file = |s: &Self| {
+            s.inodes()
+                .get(ino)
+                .is_some_and(|n| n.open > 0 && !n.unlinked && n.kind == FileKind::File)
+        };
+        if asked.size.is_some() || !open_file(self) {
+            return None;
+        }
+        let staged = self.staged(ino).filter(|staged| staged.busy())?;
+        if let Some(mode) = asked.mode {
+            staged.set_permissions(Permissions::masked(mode));
+        }
+        if let Some(mtime) = asked.mtime {
+            staged.set_modified(match mtime {
+                TimeOrNow::SpecificTime(t) => t,
+                TimeOrNow::Now => SystemTime::now(),
+            });
+        }
+        // Still open: its close commits what was just set.
+        open_file(self).then(|| self.known_attr(ino)).flatten()
+    }
+
     pub(super) fn attr_of(
         &self,
         ino: u64,
@@ -240,6 +269,11 @@ impl WsfsFs {
         // tar's fchown to the owner the file has, fchmod to the bits it was
         // made with: answered here.
         if let Some(attr) = self.shared.unchanged_by(ino, &asked) {
+            return reply.attr(&self.shared.ttl(), &attr);
+        }
+        // tar's fchmod and futimens of a file it is still writing: into
+        // its staging, answered here.
+        if let Some(attr) = self.shared.set_while_open(ino, &asked) {
             return reply.attr(&self.shared.ttl(), &attr);
         }
         self.spawn(move |s| async move {
