@@ -39,6 +39,9 @@ pub(super) struct WsfsFs {
     pub(super) shared: Arc<Shared>,
     /// Told when the kernel ends the session (unmounted from anywhere).
     pub(super) ended: tokio::sync::watch::Sender<bool>,
+    /// The kernel opens directories by itself when opendir answers
+    /// `ENOSYS` (Linux 5.1 and later say so at init): read.rs.
+    pub(super) no_opendir: bool,
 }
 
 impl WsfsFs {
@@ -86,6 +89,9 @@ impl WsfsFs {
 impl fuser::Filesystem for WsfsFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Each is a wish: a kernel without it still mounts.
+        self.no_opendir = config
+            .capabilities()
+            .contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
         let _ = config.add_capabilities(InitFlags::FUSE_MAX_PAGES);

@@ -140,6 +140,7 @@ pub async fn mount(
     let filesystem = dispatch::WsfsFs {
         shared: shared.clone(),
         ended: ended_tx,
+        no_opendir: false,
     };
     let mut config = fuser::Config::default();
     config.mount_options = vec![

@@ -28,8 +28,8 @@ use super::shared::Shared;
 use super::staging::Staged;
 use bytes::{Bytes, BytesMut};
 use fuser::{
-    Errno, Generation, INodeNo, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyOpen,
+    Errno, FileHandle, FopenFlags, Generation, INodeNo, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyOpen,
 };
 use futures::future::{BoxFuture, FutureExt, Shared as SharedFuture};
 use futures::StreamExt;
@@ -539,9 +539,16 @@ impl WsfsFs {
     /// listing in its cache between opens (as `FOPEN_CACHE_DIR |
     /// FOPEN_KEEP_CACHE` would). Its own creates, removes and renames drop
     /// a listing, and the Watch stream drops it for changes made elsewhere
-    /// (invalidate.rs).
+    /// (invalidate.rs). A kernel older than that (before Linux 5.1) gets
+    /// those two flags; readdir needs no handle either way.
     pub(super) fn do_opendir(&self, reply: ReplyOpen) {
-        reply.error(Errno::ENOSYS);
+        if self.no_opendir {
+            return reply.error(Errno::ENOSYS);
+        }
+        reply.opened(
+            FileHandle(0),
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+        );
     }
 
     pub(super) fn do_readdir(&self, ino: INodeNo, offset: u64, mut reply: ReplyDirectory) {
