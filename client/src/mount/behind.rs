@@ -145,10 +145,8 @@ impl Shared {
         self.runtime.spawn(async move {
             tokio::time::sleep(GATHER).await;
             staged.started();
-            let path = s.path(ino).ok().map(|(path, _)| path);
-            let own = path.as_ref().map(|path| s.own_change(path));
+            // Its change event waits for it: `commit` holds the guard.
             let committed = s.commit(ino).await;
-            drop(own);
             let failure = match committed {
                 Ok(()) => None,
                 Err(e) => {

@@ -76,6 +76,12 @@ impl Shared {
                 return Ok(());
             }
         };
+        // The commit's change event is judged once what it made is noted
+        // (invalidate.rs). Taken here, under the commit lock, so that it
+        // names the path the commit lands at: a rename or unlink of the
+        // file waits for that lock, and one that ran just before would
+        // leave a guard taken earlier on the old name.
+        let _own = self.own_change(&path);
         let unborn = self.unborn_at(&path) == Some(ino);
         let mut unborn = unborn;
         if let Some((commit, outcome, whole)) = self.finish_ahead(&staged, &path, unborn).await {
