@@ -1867,6 +1867,119 @@ async fn a_directory_read_in_pieces_shows_every_name_once() {
     }
 }
 
+/// A directory the mount made is listed from what the mount knows (no
+/// List): its entries with their kinds, lengths and bits, a file still
+/// being written among them; a name made or removed through the API
+/// shows in the next listing once the mount has heard of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_directory_made_here_lists_what_it_holds_and_changes_made_elsewhere() {
+    if !can_mount() {
+        return;
+    }
+    for backend in ["memory", "directory"] {
+        let m = mounted(backend, MountOptions::default()).await;
+        let dir = m.path("made");
+        let d = dir.clone();
+        let open = blocking(move || {
+            std::fs::create_dir(&d).unwrap();
+            std::fs::create_dir(d.join("sub")).unwrap();
+            std::fs::write(d.join("a.txt"), "aaa").unwrap();
+            std::os::unix::fs::symlink("a.txt", d.join("link")).unwrap();
+            std::fs::set_permissions(d.join("a.txt"), std::fs::Permissions::from_mode(0o600))
+                .unwrap();
+            let mut open = std::fs::File::create(d.join("open.txt")).unwrap();
+            open.write_all(b"12345").unwrap();
+            let mut seen: Vec<(String, &str, u64, u32)> = std::fs::read_dir(&d)
+                .unwrap()
+                .map(|e| {
+                    let e = e.unwrap();
+                    let meta = std::fs::symlink_metadata(e.path()).unwrap();
+                    let kind = if meta.is_dir() {
+                        "dir"
+                    } else if meta.is_symlink() {
+                        "link"
+                    } else {
+                        "file"
+                    };
+                    let len = if meta.is_dir() { 0 } else { meta.len() };
+                    let mode = meta.permissions().mode() & 0o777;
+                    (
+                        e.file_name().to_string_lossy().into_owned(),
+                        kind,
+                        len,
+                        mode,
+                    )
+                })
+                .collect();
+            seen.sort();
+            assert_eq!(
+                seen.iter()
+                    .map(|(n, k, l, _)| (n.as_str(), *k, *l))
+                    .collect::<Vec<_>>(),
+                [
+                    ("a.txt", "file", 3),
+                    ("link", "link", 5),
+                    ("open.txt", "file", 5),
+                    ("sub", "dir", 0)
+                ],
+                "{backend}"
+            );
+            assert_eq!(seen[0].3, 0o600, "{backend}: a.txt's bits");
+            open
+        })
+        .await;
+        drop(open);
+        m.synced().await;
+        m.session.write_str("made/api.txt", "x").await.unwrap();
+        m.session
+            .delete(&p("made/a.txt"), Default::default())
+            .await
+            .unwrap();
+        let d = dir.clone();
+        eventually("the API's create and delete in the listing", move || {
+            let names = sorted_names(&d);
+            names == ["api.txt", "link", "open.txt", "sub"]
+        })
+        .await;
+    }
+}
+
+/// The listing of a directory the mount made needs no server: read for
+/// the first time while the server is stopped, it shows what the mount
+/// made there; a directory the mount did not make is listed by the
+/// server, and fails with EIO.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_directory_made_here_is_listed_without_the_server() {
+    if !can_mount() {
+        return;
+    }
+    let mut m = mounted("memory", giving_up_soon()).await;
+    m.session.write_str("elsewhere/x.txt", "x").await.unwrap();
+    let root = m.root();
+    blocking(move || {
+        std::fs::create_dir_all(root.join("made/sub")).unwrap();
+        std::fs::write(root.join("made/a.txt"), "a").unwrap();
+        // Looked up, not listed: the kernel holds no listing of either.
+        assert!(root.join("elsewhere").is_dir());
+    })
+    .await;
+    m.synced().await;
+    m.server.take().unwrap().stop().await.unwrap();
+    let root = m.root();
+    let (made, elsewhere) = blocking(move || {
+        (
+            sorted_names(&root.join("made")),
+            errno_of(
+                std::fs::read_dir(root.join("elsewhere"))
+                    .and_then(|entries| entries.collect::<std::io::Result<Vec<_>>>()),
+            ),
+        )
+    })
+    .await;
+    assert_eq!(made, ["a.txt", "sub"]);
+    assert_eq!(elsewhere, libc::EIO, "a directory the server must list");
+}
+
 /// `rm -rf` opens each directory twice in a row and the mount lists it
 /// once; a listing kept so never outlives a change in its directory: one
 /// made through the mount (a name removed, made or renamed, an entry's

@@ -72,7 +72,7 @@ impl Shared {
 
     /// The attributes of `ino` as last told, with the staged length and
     /// time of a file being written; `None` when they may be stale.
-    fn known_attr(&self, ino: u64) -> Option<FileAttr> {
+    pub(super) fn known_attr(&self, ino: u64) -> Option<FileAttr> {
         let (mut attr, staged) = {
             let inodes = self.inodes();
             let node = inodes.get(ino).filter(|n| !n.unlinked)?;

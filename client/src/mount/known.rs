@@ -249,6 +249,14 @@ impl KnownDirs {
         }
     }
 
+    /// Every name in `dir`, sorted, when the mount made it (and so knows
+    /// them all).
+    pub(super) fn made_names(&self, dir: &CanonicalPath) -> Option<Vec<String>> {
+        let mut names: Vec<String> = self.inner().dirs.get(dir)?.iter().cloned().collect();
+        names.sort_unstable();
+        Some(names)
+    }
+
     /// Whether the directory at `dir` is known: the mount made it.
     pub(super) fn made_here(&self, dir: &CanonicalPath) -> bool {
         self.inner().dirs.contains_key(dir)

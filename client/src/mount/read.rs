@@ -419,6 +419,7 @@ impl Shared {
         let (path, _) = self.path(ino)?;
         let listing = match self.known.kept_listing(&path) {
             Some(listing) => listing,
+            None if let Some(listing) = self.listing_here(&path) => Arc::new(listing),
             None => {
                 self.settle_dir(&path).await;
                 let ticket = self.known.listing_asked(&path);
@@ -431,6 +432,39 @@ impl Shared {
         };
         self.paging.put(ino, listing.clone());
         Ok(listing)
+    }
+
+    /// The listing of a directory the mount made, from what it knows:
+    /// every name in it (known.rs) and what the kernel was told of each,
+    /// in the server's order. `None` when a name is not in the inode table
+    /// with its attributes (made elsewhere, changed elsewhere, or
+    /// forgotten by the kernel): the server lists the directory. `rm -rf`
+    /// of a tree the mount made lists each directory so.
+    fn listing_here(&self, dir: &CanonicalPath) -> Option<Vec<Metadata>> {
+        let names = self.known.made_names(dir)?;
+        let mut listing = Vec::with_capacity(names.len());
+        for name in names {
+            let path = dir.join(&name).ok()?;
+            let (ino, kind) = {
+                let inodes = self.inodes();
+                let ino = inodes.at(&path)?;
+                (ino, inodes.get(ino)?.kind)
+            };
+            let attr = self.known_attr(ino)?;
+            listing.push(Metadata {
+                path,
+                kind,
+                size: attr.size,
+                created: attr.crtime,
+                modified: attr.mtime,
+                // No server gives it: readdirplus answers what the
+                // kernel was told of the entry.
+                version: 0,
+                permissions: Permissions::masked(attr.perm.into()),
+                symlink_target: None,
+            });
+        }
+        Some(listing)
     }
 
     /// `.`, `..` and the entries, each with an inode number (known ones
@@ -601,7 +635,14 @@ impl WsfsFs {
                         let meta = &entries[i - 2];
                         // Each entry counts as a lookup the kernel will forget.
                         let entry_ino = s.inodes().learn(&meta.path, meta.kind);
-                        let attr = s.attr(entry_ino, meta);
+                        // Version 0 (no server gives it): an entry of a
+                        // listing made here, whose attributes are those
+                        // the kernel was told, not new ones to remember.
+                        let attr = match meta.version {
+                            0 => s.known_attr(entry_ino),
+                            _ => None,
+                        }
+                        .unwrap_or_else(|| s.attr(entry_ino, meta));
                         let full = reply.add(
                             INodeNo(entry_ino),
                             next,
