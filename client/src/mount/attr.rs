@@ -6,6 +6,7 @@ use super::dispatch::WsfsFs;
 use super::errno::local;
 use super::inodes::ROOT;
 use super::shared::Shared;
+use super::staging::Staged;
 use fuser::{Errno, FileAttr, FileType, Generation, INodeNo, ReplyAttr, ReplyEntry, TimeOrNow};
 use std::ffi::OsStr;
 use std::time::{Duration, Instant, SystemTime};
@@ -123,15 +124,7 @@ impl Shared {
             return None;
         }
         let staged = self.staged(ino).filter(|staged| staged.busy())?;
-        if let Some(mode) = asked.mode {
-            staged.set_permissions(Permissions::masked(mode));
-        }
-        if let Some(mtime) = asked.mtime {
-            staged.set_modified(match mtime {
-                TimeOrNow::SpecificTime(t) => t,
-                TimeOrNow::Now => SystemTime::now(),
-            });
-        }
+        asked.stage_into(&staged);
         // Still open: its close commits what was just set.
         open_file(self).then(|| self.known_attr(ino)).flatten()
     }
@@ -299,11 +292,7 @@ impl WsfsFs {
                         }
                     }
                 }
-                let permissions = mode.map(Permissions::masked);
-                let modified = mtime.map(|t| match t {
-                    TimeOrNow::SpecificTime(t) => t,
-                    TimeOrNow::Now => SystemTime::now(),
-                });
+                let (permissions, modified) = asked.bits_and_time();
                 let kind = s.inodes().get(ino).map(|n| n.kind);
                 // A link's own times and bits are not kept (the server
                 // never changes a link): accepted, as tar expects, and
@@ -313,12 +302,7 @@ impl WsfsFs {
                 if let (true, Some(staged)) = (kept, waiting) {
                     // Bytes wait for the commit: the bits and time go with
                     // them, in the same patch.
-                    if let Some(permissions) = permissions {
-                        staged.set_permissions(permissions);
-                    }
-                    if let Some(modified) = modified {
-                        staged.set_modified(modified);
-                    }
+                    asked.stage_into(staged);
                     // Closed already (tar's utimensat after close): into
                     // the queued commit, or a new one.
                     s.queue_closed(ino).await;
@@ -356,6 +340,29 @@ pub(super) struct Setattr {
     pub(super) gid: Option<u32>,
     pub(super) size: Option<u64>,
     pub(super) mtime: Option<TimeOrNow>,
+}
+
+impl Setattr {
+    /// The bits and the modification time asked, as the session keeps
+    /// them.
+    fn bits_and_time(&self) -> (Option<Permissions>, Option<SystemTime>) {
+        let modified = self.mtime.map(|t| match t {
+            TimeOrNow::SpecificTime(t) => t,
+            TimeOrNow::Now => SystemTime::now(),
+        });
+        (self.mode.map(Permissions::masked), modified)
+    }
+
+    /// Puts the bits and time asked into `staged`, for its next commit.
+    fn stage_into(&self, staged: &Staged) {
+        let (permissions, modified) = self.bits_and_time();
+        if let Some(permissions) = permissions {
+            staged.set_permissions(permissions);
+        }
+        if let Some(modified) = modified {
+            staged.set_modified(modified);
+        }
+    }
 }
 
 pub(super) fn file_type(kind: FileKind) -> FileType {
