@@ -2290,6 +2290,72 @@ async fn a_file_renamed_in_the_mount_keeps_its_cached_pages() {
     drop(handle);
 }
 
+/// Files written through the mount are read back from the kernel's page
+/// cache, every byte, even the last short page that no write filled whole
+/// (the mount gives it to the kernel when the file's staging ends): with
+/// the server gone, they still read in full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_file_written_in_the_mount_reads_back_without_the_server() {
+    if !can_mount() {
+        return;
+    }
+    let Restartable {
+        data: _data,
+        server,
+        session: _session,
+        dir,
+        handle,
+        _client,
+    } = restartable(giving_up_soon()).await;
+    let root = dir.path().to_path_buf();
+    let body = |len: usize| -> Vec<u8> { (0..len).map(|i| (i % 253) as u8).collect() };
+    // One write each, but for the last: short pieces, none a whole page.
+    let files: Vec<(String, Vec<u8>)> = [100, 10_000, 8192, 70_000, 200_000]
+        .into_iter()
+        .map(|len| (format!("w{len}.bin"), body(len)))
+        .chain(std::iter::once(("pieces.bin".to_string(), body(9_999))))
+        .collect();
+    let (at, written) = (root.clone(), files.clone());
+    blocking(move || {
+        for (name, bytes) in &written {
+            let mut file = std::fs::File::create(at.join(name)).unwrap();
+            if name == "pieces.bin" {
+                for piece in bytes.chunks(33) {
+                    file.write_all(piece).unwrap();
+                }
+            } else {
+                file.write_all(bytes).unwrap();
+            }
+        }
+    })
+    .await;
+    handle.sync().await.expect("every change lands");
+    // Opened once the files' stagings are gone: read from nothing else.
+    let (at, names) = (root.clone(), files.clone());
+    let kept = blocking(move || {
+        names
+            .iter()
+            .map(|(name, _)| std::fs::File::open(at.join(name)).unwrap())
+            .collect::<Vec<_>>()
+    })
+    .await;
+    server.stop().await.unwrap();
+    let read = blocking(move || {
+        kept.into_iter()
+            .map(|mut file| {
+                let mut read = Vec::new();
+                file.read_to_end(&mut read).map(|_| read)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await;
+    for ((name, bytes), read) in files.iter().zip(read) {
+        let read = read.unwrap_or_else(|e| panic!("{name} read from the server: {e}"));
+        assert!(read == *bytes, "{name}: other bytes read back");
+    }
+    drop(handle);
+}
+
 /// A file whose pages the mount holds, changed where the mount cannot hear
 /// of it (on the server's disk while the server is down), then renamed in
 /// the mount before its Watch stream is back: the rename's version check

@@ -165,6 +165,7 @@ pub async fn mount(
             .map_err(|e| local(io::Error::other(e)))?
             .map_err(local)?;
     let notifier = fuse.notifier();
+    let _ = shared.pages.set(notifier.clone());
     let watcher = invalidate::start(shared.clone(), notifier);
     let session = fuse.spawn().map_err(local)?;
     shared

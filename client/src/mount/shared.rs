@@ -61,6 +61,9 @@ pub(super) struct Shared {
     pub(super) paging: super::read::Paging,
     /// Where the kernel is told to forget what it caches (invalidate.rs).
     pub(super) kernel: std::sync::OnceLock<std::sync::mpsc::Sender<super::invalidate::Forget>>,
+    /// Where bytes are given to the kernel's page cache, at once, by the
+    /// caller (write.rs).
+    pub(super) pages: std::sync::OnceLock<fuser::Notifier>,
 }
 
 /// The versions the mount's own latest commits made, by path, at most
@@ -122,6 +125,7 @@ impl Shared {
             readahead: Default::default(),
             paging: Default::default(),
             kernel: std::sync::OnceLock::new(),
+            pages: std::sync::OnceLock::new(),
         }
     }
 

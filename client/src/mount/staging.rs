@@ -616,6 +616,24 @@ impl Staged {
         Ok(buf)
     }
 
+    /// The bytes from the last `block`-aligned offset before the end to
+    /// the end, with that offset, when every one is here and no commit has
+    /// failed since the last that landed; `None` otherwise (or when the
+    /// file is empty).
+    pub fn tail(&self, block: u64) -> Option<(u64, Vec<u8>)> {
+        let s = self.state();
+        if s.size == 0 || s.failure.is_some() {
+            return None;
+        }
+        let start = (s.size - 1) / block * block;
+        if !s.present.gaps(start, s.size).is_empty() {
+            return None;
+        }
+        let mut buf = vec![0; (s.size - start) as usize];
+        s.store.read_exact_at(&mut buf, start).ok()?;
+        Some((start, buf))
+    }
+
     /// What a commit's reads go through.
     pub fn reader(&self) -> io::Result<StageReader> {
         self.state().store.reader()

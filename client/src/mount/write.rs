@@ -19,6 +19,12 @@ use wsfs::{
     DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE,
 };
 
+/// The staging's last bytes given to the kernel at its end start at a
+/// multiple of this: a whole page cache folio (4 KiB, or a larger folio up
+/// to this) from its start to the file's end, which the kernel takes as
+/// up to date.
+const TAIL_BLOCK: u64 = 64 * 1024;
+
 impl Shared {
     /// The staging of `ino`, made when it has none: for a file of
     /// `server_size` bytes on the server.
@@ -272,7 +278,8 @@ impl Shared {
     }
 
     /// The staging of `ino` goes once no handle is open and nothing waits
-    /// to be committed (or the file left the workspace).
+    /// to be committed (or the file left the workspace). Its last bytes go
+    /// into the kernel's page cache first (see [`TAIL_BLOCK`]).
     pub(super) fn drop_staging_if_done(&self, ino: u64) {
         let mut inodes = self.inodes();
         if let Some(node) = inodes.get_mut(ino) {
@@ -281,10 +288,30 @@ impl Shared {
                 .as_ref()
                 .is_none_or(|staged| node.unlinked || !staged.busy());
             if node.open == 0 && done {
-                node.staged = None;
+                if let Some(staged) = node.staged.take() {
+                    if !node.unlinked {
+                        // Under the table's lock: no open can start
+                        // (and no write land in the pages) meanwhile.
+                        self.store_tail(ino, &staged);
+                    }
+                }
             }
         }
         inodes.collect(ino);
+    }
+
+    /// Gives the kernel the last bytes of `ino`, which the staging holds:
+    /// the pages a write filled whole are in its cache already, but one a
+    /// write filled only in part (the last, short one, as a rule) is not,
+    /// and reading the file back would fetch it from the server. An error
+    /// (the kernel no longer holds the inode) changes nothing.
+    fn store_tail(&self, ino: u64, staged: &Staged) {
+        let Some(pages) = self.pages.get() else {
+            return;
+        };
+        if let Some((offset, bytes)) = staged.tail(TAIL_BLOCK) {
+            let _ = pages.store(INodeNo(ino), offset, &bytes);
+        }
     }
 }
 
