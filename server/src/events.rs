@@ -23,6 +23,7 @@
 
 use crate::auth::EXTERNAL_CALLER;
 
+mod tree;
 mod watcher;
 use watcher::Seen;
 

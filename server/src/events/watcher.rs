@@ -1,22 +1,21 @@
 //! The server's one filesystem watcher, shared by every DIRECTORY session.
 //!
-//! One `notify` inotify watcher (one inotify instance, one thread) holds a
-//! recursive watch on every session's root: a watch per directory, added as
-//! directories appear. notify dispatches every event of the instance to one
+//! One native recursive watcher (tree.rs: one inotify instance, one
+//! thread) holds a watch on every directory under every session's root,
+//! added as directories appear. Every event of the instance goes to one
 //! handler, which hands each changed path to the sessions whose root holds
 //! it (the nearest root and any root above it: rooted sessions may nest).
-//! notify keeps nested roots apart when one is unwatched (it keeps the
-//! watches of the roots still asked for), so the inotify crate underneath
-//! need not be driven by hand.
+//! A root unwatched keeps the watches of the roots still asked for.
 //!
 //! A root that cannot be watched natively (the kernel's watch limit,
 //! `fs.inotify.max_user_watches`, reached while walking it or a directory
 //! made in it later, or no inotify instance at all) is scanned instead by
-//! one shared polling watcher (one thread for every such root) every
-//! [`POLL_INTERVAL`], and the log says so; its native watches are given
-//! back. Below the limit nothing is polled. Either watcher exists only
-//! while some root needs it.
+//! one shared polling watcher (`notify`'s, one thread for every such root)
+//! every [`POLL_INTERVAL`], and the log says so; its native watches are
+//! given back. Below the limit nothing is polled. Either watcher exists
+//! only while some root needs it.
 
+use super::tree::{Raw, Tree};
 use super::ChangeKind;
 use notify::Watcher;
 use std::collections::HashMap;
@@ -62,7 +61,7 @@ struct Watchers {
 
 enum Native {
     Untried,
-    Ready(notify::RecommendedWatcher),
+    Ready(Tree),
     Unavailable,
 }
 
@@ -162,7 +161,7 @@ impl Hub {
         match w.watched.remove(root) {
             Some(Mode::Native) => {
                 if let Native::Ready(native) = &mut w.native {
-                    let _ = native.unwatch(root);
+                    native.unwatch(root);
                 }
             }
             Some(Mode::Polled) => {
@@ -186,13 +185,13 @@ impl Hub {
     /// cannot be watched at all.
     fn watch(&'static self, w: &mut Watchers, root: &Path) -> Option<Mode> {
         let native_error = match self.native(w) {
-            Some(native) => match native.watch(root, notify::RecursiveMode::Recursive) {
+            Some(native) => match native.watch(root) {
                 Ok(()) => return Some(Mode::Native),
-                Err(e) => {
+                Err(_) => {
                     // Give back the watches of the part walked before the
                     // limit: the polling covers the whole root.
-                    let _ = native.unwatch(root);
-                    e.to_string()
+                    native.unwatch(root);
+                    "the kernel's inotify watch limit was reached".to_string()
                 }
             },
             None => "no inotify instance".to_string(),
@@ -213,7 +212,7 @@ impl Hub {
                     .with_poll_interval(POLL_INTERVAL)
                     .with_follow_symlinks(false);
                 let routes = self.routes.clone();
-                match notify::PollWatcher::new(move |e| dispatch(&routes, e), config) {
+                match notify::PollWatcher::new(move |e| dispatch_polled(&routes, e), config) {
                     Ok(p) => w.polling.insert(p),
                     Err(e) => {
                         tracing::error!(error = %e, "no polling watcher: outside changes will not be reported");
@@ -241,32 +240,25 @@ impl Hub {
 
     /// The native watcher, made at the first need; `None` when there is
     /// none to be had.
-    fn native<'w>(
-        &'static self,
-        w: &'w mut Watchers,
-    ) -> Option<&'w mut notify::RecommendedWatcher> {
+    fn native<'w>(&'static self, w: &'w mut Watchers) -> Option<&'w mut Tree> {
         if matches!(w.native, Native::Untried) {
             w.native = if std::env::var_os(FORCE_POLL_ENV).is_some() {
                 Native::Unavailable
             } else {
-                // Changes only: with the access kinds, inotify queues an
-                // event for every open and close in the tree, the service's
-                // own reads included (a Grep opens every file). Links are
-                // never followed out of a root.
-                let config = notify::Config::default()
-                    .with_event_kinds(notify::EventKindMask::CORE)
-                    .with_follow_symlinks(false);
+                // Changes only (no opens or closes: the service's own
+                // reads would raise them); links never followed out of a
+                // root.
                 let routes = self.routes.clone();
-                let handler = move |event: notify::Result<notify::Event>| match event {
-                    Err(e) if matches!(e.kind, notify::ErrorKind::MaxFilesWatch) => {
+                let handler = move |raw: Raw| match raw {
+                    Raw::Change(kind, path) => route(&routes, kind, &path),
+                    Raw::Rescan => resync_all(&routes),
+                    Raw::Limit(path) => {
                         // Called from the watcher's own thread, which the
                         // switch must not wait for.
-                        let paths = e.paths.clone();
-                        std::thread::spawn(move || hub().fall_back(&paths));
+                        std::thread::spawn(move || hub().fall_back(&[path]));
                     }
-                    other => dispatch(&routes, other),
                 };
-                match notify::RecommendedWatcher::new(handler, config) {
+                match Tree::new(handler) {
                     Ok(native) => Native::Ready(native),
                     Err(e) => {
                         tracing::warn!(error = %e, "no inotify instance for the server (raise fs.inotify.max_user_instances): every session's root will be scanned instead");
@@ -295,7 +287,7 @@ impl Hub {
             .collect();
         for root in roots {
             if let Native::Ready(native) = &mut w.native {
-                let _ = native.unwatch(&root);
+                native.unwatch(&root);
             }
             match self.poll(
                 &mut w,
@@ -321,17 +313,12 @@ impl Hub {
     }
 }
 
-/// Hands one watcher event to the sessions whose root holds its paths.
-fn dispatch(routes: &Routes, event: notify::Result<notify::Event>) {
+/// Hands one event of the polling watcher to the sessions whose root
+/// holds its paths.
+fn dispatch_polled(routes: &Routes, event: notify::Result<notify::Event>) {
     let Ok(event) = event else { return };
-    let routes = routes.read().unwrap_or_else(|e| e.into_inner());
     if event.need_rescan() {
-        for listeners in routes.values() {
-            for (_, tx) in listeners {
-                let _ = tx.send(Seen::Overflow);
-            }
-        }
-        return;
+        return resync_all(routes);
     }
     use notify::event::{ModifyKind, RenameMode};
     let kind = match event.kind {
@@ -345,24 +332,41 @@ fn dispatch(routes: &Routes, event: notify::Result<notify::Event>) {
         notify::EventKind::Modify(_) => ChangeKind::Modified,
         _ => return,
     };
-    let seen = SystemTime::now();
     for path in &event.paths {
-        // Every root above the path: rooted sessions may nest.
-        for root in path.ancestors().skip(1) {
-            let Some(listeners) = routes.get(root) else {
-                continue;
-            };
-            let Some(rel) = path
-                .strip_prefix(root)
-                .ok()
-                .and_then(|r| r.to_str())
-                .filter(|r| !r.is_empty())
-            else {
-                continue;
-            };
-            for (_, tx) in listeners {
-                let _ = tx.send(Seen::Change(kind, rel.to_string(), seen));
-            }
+        route(routes, kind, path);
+    }
+}
+
+/// Changes may have been missed: every session is told to resync.
+fn resync_all(routes: &Routes) {
+    let routes = routes.read().unwrap_or_else(|e| e.into_inner());
+    for listeners in routes.values() {
+        for (_, tx) in listeners {
+            let _ = tx.send(Seen::Overflow);
+        }
+    }
+}
+
+/// Hands a change of `path` (absolute) to the sessions whose root holds
+/// it.
+fn route(routes: &Routes, kind: ChangeKind, path: &Path) {
+    let seen = SystemTime::now();
+    let routes = routes.read().unwrap_or_else(|e| e.into_inner());
+    // Every root above the path: rooted sessions may nest.
+    for root in path.ancestors().skip(1) {
+        let Some(listeners) = routes.get(root) else {
+            continue;
+        };
+        let Some(rel) = path
+            .strip_prefix(root)
+            .ok()
+            .and_then(|r| r.to_str())
+            .filter(|r| !r.is_empty())
+        else {
+            continue;
+        };
+        for (_, tx) in listeners {
+            let _ = tx.send(Seen::Change(kind, rel.to_string(), seen));
         }
     }
 }
