@@ -106,6 +106,13 @@ impl Store {
         }
     }
 
+    /// Bytes `[offset, end)`.
+    fn read_range(&self, offset: u64, end: u64) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0; end.saturating_sub(offset) as usize];
+        self.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
+    }
+
     fn reader(&self) -> io::Result<StageReader> {
         Ok(match self {
             Store::Memory(bytes) => StageReader::Memory(bytes::Bytes::copy_from_slice(bytes)),
@@ -611,9 +618,7 @@ impl Staged {
     /// Bytes `[offset, end)` from the staging file; every one must be
     /// present.
     pub fn read_local(&self, offset: u64, end: u64) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0; end.saturating_sub(offset) as usize];
-        self.state().store.read_exact_at(&mut buf, offset)?;
-        Ok(buf)
+        self.state().store.read_range(offset, end)
     }
 
     /// The bytes from the last `block`-aligned offset before the end to
@@ -629,9 +634,7 @@ impl Staged {
         if !s.present.gaps(start, s.size).is_empty() {
             return None;
         }
-        let mut buf = vec![0; (s.size - start) as usize];
-        s.store.read_exact_at(&mut buf, start).ok()?;
-        Some((start, buf))
+        Some((start, s.store.read_range(start, s.size).ok()?))
     }
 
     /// What a commit's reads go through.

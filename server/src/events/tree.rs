@@ -42,17 +42,15 @@ pub(super) struct LimitReached;
 
 /// What every directory's watch asks for: changes of the names in it,
 /// never of a link's target, and nothing of a file only still open.
-fn mask() -> WatchMask {
-    WatchMask::CREATE
-        | WatchMask::DELETE
-        | WatchMask::MOVED_FROM
-        | WatchMask::MOVED_TO
-        | WatchMask::MODIFY
-        | WatchMask::ATTRIB
-        | WatchMask::ONLYDIR
-        | WatchMask::DONT_FOLLOW
-        | WatchMask::EXCL_UNLINK
-}
+const MASK: WatchMask = WatchMask::CREATE
+    .union(WatchMask::DELETE)
+    .union(WatchMask::MOVED_FROM)
+    .union(WatchMask::MOVED_TO)
+    .union(WatchMask::MODIFY)
+    .union(WatchMask::ATTRIB)
+    .union(WatchMask::ONLYDIR)
+    .union(WatchMask::DONT_FOLLOW)
+    .union(WatchMask::EXCL_UNLINK);
 
 pub(super) struct Tree {
     state: Arc<Mutex<State>>,
@@ -216,7 +214,7 @@ impl State {
     ) -> Result<(), LimitReached> {
         let mut stack = vec![top.to_path_buf()];
         while let Some(dir) = stack.pop() {
-            match self.watches.add(&dir, mask()) {
+            match self.watches.add(&dir, MASK) {
                 Ok(wd) => self.note(dir.clone(), wd),
                 Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) => {
                     return Err(LimitReached)
